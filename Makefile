@@ -1,0 +1,29 @@
+# Every target creates .venv on a fresh machine: torch==2.13.0 first (the CPU build), then the project.
+PY     := .venv/bin/python
+STAMP  := .venv/.installed
+
+.PHONY: demo test test-slow test-gpu bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev,ray]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m scalerl.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not gpu"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m "slow and not gpu"
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu
+
+clean-venv:
+	rm -rf .venv

@@ -1,0 +1,65 @@
+"""`scalerl` command line: a thin dispatcher over `scalerl.commands.*`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from scalerl import __version__
+from scalerl.errors import ScaleRLError
+
+# name -> module under scalerl.commands; order is the order of `scalerl --help`.
+COMMANDS: dict[str, str] = {
+    "train": "train",
+    "fit": "fit",
+    "generate": "generate",
+    "recipes": "recipes",
+    "ablate": "ablate",
+}
+
+
+def _available() -> dict[str, object]:
+    mods = {}
+    for name, mod in COMMANDS.items():
+        try:
+            mods[name] = importlib.import_module(f"scalerl.commands.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"scalerl.commands.{mod}":
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scalerl",
+        description="Predictable RL post-training: fit and forecast compute-scaling curves, "
+        "train with the ScaleRL recipe, run ablations.",
+    )
+    parser.add_argument("--version", action="version", version=f"scalerl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod in _available().items():
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except ScaleRLError as exc:
+        print(f"scalerl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("scalerl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

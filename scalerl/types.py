@@ -1,0 +1,82 @@
+"""Typed records that travel between stages (tasks -> rollout -> rewards -> trainer).
+
+Plain dataclasses of Python lists and numbers, so they pickle cheaply across threads,
+processes and Ray actors. Tensors are built from them at the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["eos", "length", "interrupted"]
+"""Why a completion stopped:
+eos          the model ended it (EOS token / stop string) within budget;
+length       it hit the total token budget (truncated: cut without a final answer);
+interrupted  the thinking budget was reached, the forced-interruption phrase was appended and
+             the model then wrote its answer (it may still end by eos or by the answer budget).
+"""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One task instance. `id` is stable across runs (derived from the task, split and index)."""
+
+    id: str
+    text: str                 # the prompt as given to the tokenizer (chat template applied)
+    answer: str               # the reference answer the checker compares against
+    meta: dict = field(default_factory=dict)  # e.g. {"difficulty": 3}
+
+
+@dataclass
+class Completion:
+    """One sampled completion of one prompt, with everything the trainer needs.
+
+    `logprobs[t]` is the generator's log-probability of `tokens[t]` under the distribution it
+    actually sampled from (after temperature), computed with an FP32 head;
+    `versions[t]` is the policy version whose weights produced `tokens[t]` (with in-flight
+    weight updates one completion can span several versions).
+    """
+
+    id: str                   # unique per completion across the run (e.g. "<prompt_id>/<sample>@<seed>")
+    prompt_id: str
+    prompt_tokens: list[int]
+    tokens: list[int]         # generated tokens only (includes any injected interruption phrase)
+    logprobs: list[float]     # len == len(tokens)
+    versions: list[int]       # len == len(tokens)
+    text: str                 # decoded generated text
+    finish_reason: FinishReason
+    # positions in `tokens` that were injected (interruption phrase) rather than sampled:
+    # they carry no generator logprob of their own and are masked out of the loss.
+    forced_mask: list[bool] = field(default_factory=list)
+    reward: float | None = None
+    passed: bool | None = None
+    reward_error: str | None = None   # set when the checker raised or timed out
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    @property
+    def interrupted(self) -> bool:
+        return self.finish_reason == "interrupted"
+
+    @property
+    def min_version(self) -> int:
+        return min(self.versions) if self.versions else -1
+
+
+@dataclass
+class Group:
+    """The G completions of one prompt, scored: the unit of advantage computation."""
+
+    prompt: Prompt
+    completions: list[Completion]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [c.reward for c in self.completions]  # type: ignore[misc]
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(bool(c.passed) for c in self.completions) / max(1, len(self.completions))
