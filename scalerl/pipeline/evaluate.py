@@ -1,0 +1,53 @@
+"""Evaluation on the fixed held-out set, and the live sigmoid forecast.
+
+Departures from the paper (Section 2.1, Appendix A.5-A.7):
+1. mean@k with k = `eval.samples` (paper: mean@16) on `eval.prompts` held-out prompts
+   (paper: 1,000), sized for the tiny model's CPU budget.
+2. The live forecast excludes the first `eval.fit_min_frac` of the compute spent so far (the
+   paper excludes a fixed early window, ~1.5k GPU-hours) and needs at least `MIN_POINTS`
+   evaluations after that window.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from scalerl.types import Completion, Prompt
+
+MIN_POINTS = 4
+
+
+def evaluate(generator, prompts: Sequence[Prompt], samples: int,
+             reward_fn: Callable[[Prompt, Completion], None]) -> dict[str, float]:
+    """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`."""
+    by_id = {p.id: p for p in prompts}
+    completions = generator.generate(list(prompts), samples)
+    for c in completions:
+        reward_fn(by_id[c.prompt_id], c)
+    n = max(1, len(completions))
+    return {
+        "val/pass_rate": sum(bool(c.passed) for c in completions) / n,
+        "val/reward_mean": sum(c.reward or 0.0 for c in completions) / n,
+        "val/length_mean": sum(len(c.tokens) for c in completions) / n,
+        "val/truncation_rate": sum(c.truncated or c.interrupted for c in completions) / n,
+        "val/completions": len(completions),
+        "tokens/val_generated": sum(len(c.tokens) for c in completions),
+    }
+
+
+def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict[str, float] | None:
+    """Refit the sigmoid to (compute, pass rate) so far; None while too few points."""
+    from scalerl.scaling import fit_curve
+
+    if not evals:
+        return None
+    c_max = evals[-1][0]
+    fit_min = fit_min_frac * c_max
+    if sum(c >= fit_min and c > 0 for c, _ in evals) < MIN_POINTS:
+        return None
+    x = [c for c, _ in evals]
+    y = [r for _, r in evals]
+    fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap, seed=0)
+    lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
+    return {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
+            "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse}

@@ -1,0 +1,92 @@
+"""A fake `Generator` for tests of the loops: no model, controllable speed, real versions.
+
+It decodes `slots` sequences in lock-step, one token per `step_seconds`; every token records
+the version current when it was "sampled", so in-flight weight updates show up in
+`Completion.versions` exactly as with the real engine. Tokens are drawn from `vocab` with a
+seeded RNG; the log-probability recorded is that of a uniform draw, -log(len(vocab)).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from scalerl.types import Completion, Prompt
+
+
+class FakeGenerator:
+    def __init__(self, vocab: Sequence[int], length: tuple[int, int] = (4, 12), slots: int = 16,
+                 step_seconds: float = 0.0, seed: int = 0, eos: int | None = None):
+        self.vocab = list(vocab)
+        self.length = length
+        self.slots = slots
+        self.step_seconds = step_seconds
+        self.rng = random.Random(seed)
+        self.eos = eos
+        self._version = 0
+        self._lock = threading.Lock()
+        self.updates: list[int] = []
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def update_weights(self, state_dict: Mapping[str, object], version: int) -> None:
+        with self._lock:
+            self._version = version
+            self.updates.append(version)
+
+    def _new(self, prompt: Prompt, i: int) -> dict:
+        return {"prompt": prompt, "i": i, "n": self.rng.randint(*self.length), "tokens": [], "versions": []}
+
+    def _finish(self, s: dict) -> Completion:
+        p: Prompt = s["prompt"]
+        toks = s["tokens"]
+        return Completion(
+            id=f"{p.id}/{s['i']}", prompt_id=p.id, prompt_tokens=[self.vocab[0]] * (1 + len(p.text) % 3),
+            tokens=toks, logprobs=[-math.log(len(self.vocab))] * len(toks), versions=s["versions"],
+            text=" ".join(map(str, toks)), finish_reason="eos", forced_mask=[False] * len(toks))
+
+    def _decode(self, active: list[dict]) -> list[dict]:
+        """One lock-step decode step over `active`; returns the sequences that finished."""
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
+        with self._lock:
+            v = self._version
+        done = []
+        for s in active:
+            s["tokens"].append(self.rng.choice(self.vocab))
+            s["versions"].append(v)
+            if len(s["tokens"]) >= s["n"]:
+                done.append(s)
+        return done
+
+    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None) -> Iterator[Completion]:
+        it = iter(prompts)
+        waiting: list[dict] = []
+        active: list[dict] = []
+        exhausted = False
+        while not (stop and stop.is_set()):
+            while len(active) < self.slots and not exhausted:
+                if not waiting:
+                    try:
+                        p = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    waiting = [self._new(p, i) for i in range(n)]
+                active.append(waiting.pop(0))
+            if not active:
+                return
+            for s in self._decode(active):
+                active.remove(s)
+                yield self._finish(s)
+
+    def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
+        out = {p.id: [] for p in prompts}
+        for c in self.stream(list(prompts), n):
+            out[c.prompt_id].append(c)
+        return [c for p in prompts for c in sorted(out[p.id], key=lambda c: c.id)]

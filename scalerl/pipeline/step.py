@@ -1,0 +1,150 @@
+"""The optimizer step: scored groups -> tensors -> advantages -> loss -> AdamW.
+
+Departures from the paper (Section 4 and Appendix A.3):
+1. Zero-variance groups are dropped and the step runs on the rest (not resampled, as in the
+   paper); a step whose every group was dropped is skipped and counted (`train/skipped`),
+   the policy version does not advance.
+2. Learning rate: linear warm-up then constant, as the paper, but the value is the tiny
+   model's (1e-4 by default; the paper's 8B used 5e-7).
+3. Log-probabilities are recomputed only at completion positions: the hidden states of the
+   full sequences are gathered at the positions that predict completion tokens before the
+   (FP32) head, so the head never runs over prompt tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from scalerl.config import Config
+from scalerl.errors import ScaleRLError
+from scalerl.types import Group
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor       # (N, L) prompt + completion, right-padded
+    attention_mask: torch.Tensor  # (N, L)
+    positions: torch.Tensor       # (N, T) index in L of the hidden state predicting targets[:, t]
+    targets: torch.Tensor         # (N, T) completion tokens, padded with 0
+    gen_logprobs: torch.Tensor    # (N, T) generator logprobs (0 where masked)
+    mask: torch.Tensor            # (N, T) 1.0 for sampled completion tokens, 0 for padding/forced
+    rewards: torch.Tensor         # (P, G)
+    prompt_ids: torch.Tensor      # (N,) group index 0..P-1 of each completion
+
+
+def collate(groups: list[Group], pad_id: int) -> Batch:
+    """P groups of G completions each -> padded tensors (pure function)."""
+    completions = [c for g in groups for c in g.completions]
+    n = len(completions)
+    lengths = [len(c.prompt_tokens) + len(c.tokens) for c in completions]
+    L, T = max(lengths), max(1, max(len(c.tokens) for c in completions))
+    input_ids = torch.full((n, L), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, L), dtype=torch.long)
+    positions = torch.zeros((n, T), dtype=torch.long)
+    targets = torch.zeros((n, T), dtype=torch.long)
+    gen_logprobs = torch.zeros((n, T), dtype=torch.float32)
+    mask = torch.zeros((n, T), dtype=torch.float32)
+    for i, c in enumerate(completions):
+        p, t = len(c.prompt_tokens), len(c.tokens)
+        input_ids[i, : p + t] = torch.tensor(c.prompt_tokens + c.tokens)
+        attention_mask[i, : p + t] = 1
+        positions[i, :t] = torch.arange(p - 1, p - 1 + t)
+        targets[i, :t] = torch.tensor(c.tokens)
+        gen_logprobs[i, :t] = torch.tensor(c.logprobs, dtype=torch.float32)
+        forced = c.forced_mask or [False] * t
+        mask[i, :t] = torch.tensor([0.0 if f else 1.0 for f in forced])
+    gen_logprobs = gen_logprobs * mask
+    G = len(groups[0].completions)
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)  # (P, G)
+    prompt_ids = torch.arange(len(groups)).repeat_interleave(G)                # (N,)
+    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, rewards, prompt_ids)
+
+
+def loss_params(cfg: Config) -> tuple[str, str, dict]:
+    """(kind, aggregation, extra params) of the configured loss."""
+    params = cfg.loss.model_dump()
+    return params.pop("type"), params.pop("aggregation"), params
+
+
+def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool) -> torch.Tensor:
+    """Trainer log-probs of the completion tokens under the sampling distribution: (N, T)."""
+    from scalerl.rl.logprobs import token_logprobs
+
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    H = hidden.shape[-1]
+    picked = torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
+    head = model.get_output_embeddings()
+    return token_logprobs(picked, head.weight, batch.targets, temperature=temperature, fp32=fp32_head,
+                          head_bias=getattr(head, "bias", None))
+
+
+class Optimizer:
+    """AdamW (paper: eps 1e-15, weight decay 0.01) with linear warm-up then constant lr."""
+
+    def __init__(self, model: torch.nn.Module, cfg: Config):
+        o = cfg.optim
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        warm = o.warmup_steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.grad_clip = o.grad_clip
+
+    def state_dict(self) -> dict:
+        return {"opt": self.opt.state_dict(), "sched": self.sched.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.opt.load_state_dict(d["opt"])
+        self.sched.load_state_dict(d["sched"])
+
+
+def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int) -> dict[str, float]:
+    """One optimizer step on already-filtered groups. Raises ScaleRLError on a non-finite loss
+    (before touching the weights, so the last checkpoint stays the last good state)."""
+    from scalerl.rl.advantages import group_advantages
+    from scalerl.rl.losses import policy_loss
+
+    batch = collate(groups, pad_id)
+    adv = group_advantages(batch.rewards, cfg.advantage.norm).reshape(-1)  # (P, G) -> (N,)
+    kind, aggregation, params = loss_params(cfg)
+    model.train()
+    logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
+    loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, adv, batch.mask, batch.prompt_ids,
+                                aggregation=aggregation, **params)
+    if not torch.isfinite(loss):
+        raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
+                           "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+    optim.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
+    if not torch.isfinite(grad_norm):
+        raise ScaleRLError(f"non-finite gradient norm at step {step}: training stopped; the last good checkpoint is kept")
+    lr = optim.sched.get_last_lr()[0]
+    optim.opt.step()
+    optim.sched.step()
+    out = {"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr,
+           "tokens/trained_step": int(batch.mask.sum().item())}
+    out.update({f"loss/{k}" if "/" not in k else k: float(v) for k, v in metrics.items()})
+    return out
+
+
+def group_stats(groups: list[Group]) -> dict[str, float]:
+    """Reward / pass / length / truncation metrics of the groups generated for a step."""
+    comps = [c for g in groups for c in g.completions]
+    n = max(1, len(comps))
+    rewards = [c.reward for c in comps if c.reward is not None]
+    return {
+        "train/reward_mean": sum(rewards) / max(1, len(rewards)),
+        "train/pass_rate": sum(bool(c.passed) for c in comps) / n,
+        "train/length_mean": sum(len(c.tokens) for c in comps) / n,
+        "train/truncation_rate": sum(c.truncated or c.interrupted for c in comps) / n,
+        "train/truncated_rate": sum(c.truncated for c in comps) / n,
+        "train/interrupted_rate": sum(c.interrupted for c in comps) / n,
+        "train/reward_errors": sum(c.reward_error is not None for c in comps),
+    }
+
+
+def is_finite_number(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
