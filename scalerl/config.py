@@ -1,19 +1,37 @@
 """Typed configuration of a run: one class per component, bounds checked on load.
 
-A recipe (scalerl, grpo, dapo, ...) is a YAML preset of `Config` under `scalerl/recipes/`.
+A recipe (scalerl, grpo, dapo, ...) is a YAML preset of `Config` under `scalerl/recipes/`:
+a partial override of the defaults, which are the ScaleRL recipe (paper Section 4).
 Variants are discriminated unions keyed by `type` (`loss: {type: cispo, eps_max: 5}`).
-Unknown keys are errors (`extra="forbid"`), never silently ignored.
+Unknown keys are errors (`extra="forbid"`), never silently ignored; the message names the
+key, where it came from, and the closest valid keys.
 
-SKELETON: the field names below are shared by every stage; the objective-library work
-fills in loading (YAML, dotted `--set` overrides with closest-key suggestions), presets and
-`scalerl recipes`. Keep names stable; add fields rather than rename.
+Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides,
+each layer validated as it is applied, so an error names the layer that caused it.
+
+Switching a union's type (`--set loss.type=ppo_clip`) resets the section to the new variant's
+defaults, keeping the fields every variant shares (for losses: `aggregation`), so a
+leave-one-out ablation changes one thing at a time.
+
+Departures from the paper: none in the schema itself; the tiny-model defaults (batch 32 x 8,
+lr 1e-4, 160-token budget) are scaled down from the paper's 48 x 16, 5e-7 and 16k tokens
+(Section 2) so that the default run fits a laptop CPU.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import argparse
+import difflib
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from scalerl.errors import ScaleRLError
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
 
 
 class _Section(BaseModel):
@@ -44,32 +62,44 @@ class RewardConfig(_Section):
 
 # ---------------------------------------------------------------- rollout / length control
 class InterruptConfig(_Section):
-    type: Literal["interrupt"] = "interrupt"
+    type: Literal["interrupt"] = Field("interrupt", description="forced interruption of thinking (paper Section 2, A.10)")
     think_min: int = Field(96, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens")
-    think_max: int = Field(128, ge=1)
+    think_max: int = Field(128, ge=1, description="upper end of the interruption point (>= think_min)")
     answer_budget: int = Field(32, ge=1, description="tokens allowed after the interruption phrase")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> InterruptConfig:
+        if self.think_min > self.think_max:
+            raise ValueError(f"think_min ({self.think_min}) must be <= think_max ({self.think_max})")
+        return self
 
 
 class LengthPenaltyConfig(_Section):
-    type: Literal["penalty"] = "penalty"
+    type: Literal["penalty"] = Field("penalty", description="DAPO soft overlong punishment as reward shaping (paper Eq. 9)")
     max_len: int = Field(160, ge=1, description="completions longer than this get the full penalty")
     tolerance: int = Field(32, ge=0, description="penalty ramps linearly over the last `tolerance` tokens before max_len")
     penalty: float = Field(1.0, ge=0, description="size of the full penalty")
 
+    @model_validator(mode="after")
+    def _window(self) -> LengthPenaltyConfig:
+        if self.tolerance > self.max_len:
+            raise ValueError(f"tolerance ({self.tolerance}) must be <= max_len ({self.max_len})")
+        return self
+
 
 class NoLengthControl(_Section):
-    type: Literal["none"] = "none"
+    type: Literal["none"] = Field("none", description="no length control: completions are cut at max_new_tokens")
 
 
 LengthControl = Annotated[Union[InterruptConfig, LengthPenaltyConfig, NoLengthControl], Field(discriminator="type")]
 
 
 class RolloutConfig(_Section):
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (logprobs are of the tempered distribution)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = plain sampling)")
     max_new_tokens: int = Field(160, ge=1, description="total completion budget (thinking + answer)")
     batch_slots: int = Field(64, ge=1, description="sequences decoded concurrently (continuous batching)")
-    length: LengthControl = Field(default_factory=InterruptConfig)
+    length: LengthControl = Field(default_factory=InterruptConfig, description="length control: interrupt | penalty | none")
 
 
 # ---------------------------------------------------------------- batch, advantages, filters, curriculum
@@ -85,41 +115,43 @@ class AdvantageConfig(_Section):
 
 class FilterConfig(_Section):
     zero_variance: bool = Field(True, description="drop groups whose rewards are all equal (not counted, not resampled)")
+    dynamic_sampling: bool = Field(False, description="DAPO: keep sampling prompts until batch.prompts groups survive the filter")
 
 
 class CurriculumConfig(_Section):
     no_positive_resampling: bool = Field(True, description="never resample prompts whose historical pass rate reached threshold")
-    threshold: float = Field(0.9, gt=0, le=1)
+    threshold: float = Field(0.9, gt=0, le=1, description="historical pass rate at which a prompt is retired, in (0, 1]")
 
 
 # ---------------------------------------------------------------- losses
 Aggregation = Literal["prompt", "sample", "token"]
+_AGG_HELP = "prompt: mean over a prompt's tokens, then over prompts; sample: per completion; token: over all tokens"
 
 
 class CispoLoss(_Section):
-    type: Literal["cispo"] = "cispo"
+    type: Literal["cispo"] = Field("cispo", description="sg(min(rho, eps_max)) * A * log pi (paper Eq. 4)")
     eps_max: float = Field(5.0, gt=0, description="upper truncation of the importance ratio")
-    aggregation: Aggregation = "prompt"
+    aggregation: Aggregation = Field("prompt", description=_AGG_HELP)
 
 
 class PPOClipLoss(_Section):
-    type: Literal["ppo_clip"] = "ppo_clip"
-    eps_low: float = Field(0.2, gt=0, lt=1)
-    eps_high: float = Field(0.2, gt=0)
+    type: Literal["ppo_clip"] = Field("ppo_clip", description="min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) (paper Eq. 2)")
+    eps_low: float = Field(0.2, gt=0, lt=1, description="lower clip: rho >= 1 - eps_low")
+    eps_high: float = Field(0.2, gt=0, description="upper clip: rho <= 1 + eps_high (DAPO clip-higher: 0.28)")
     kl_beta: float = Field(0.0, ge=0, description="k3 KL penalty to the initial policy")
-    aggregation: Aggregation = "sample"
+    aggregation: Aggregation = Field("sample", description=_AGG_HELP)
 
 
 class GSPOLoss(_Section):
-    type: Literal["gspo"] = "gspo"
-    eps_low: float = Field(3e-4, gt=0, lt=1)
-    eps_high: float = Field(4e-4, gt=0)
-    aggregation: Aggregation = "sample"
+    type: Literal["gspo"] = Field("gspo", description="sequence ratio exp(mean_t log rho), clipped (paper Section 3.2)")
+    eps_low: float = Field(3e-4, gt=0, lt=1, description="lower clip of the sequence ratio")
+    eps_high: float = Field(4e-4, gt=0, description="upper clip of the sequence ratio")
+    aggregation: Aggregation = Field("sample", description=_AGG_HELP)
 
 
 class ReinforceLoss(_Section):
-    type: Literal["reinforce"] = "reinforce"
-    aggregation: Aggregation = "sample"
+    type: Literal["reinforce"] = Field("reinforce", description="A * log pi, no importance correction")
+    aggregation: Aggregation = Field("sample", description=_AGG_HELP)
 
 
 LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss], Field(discriminator="type")]
@@ -127,16 +159,22 @@ LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss], F
 
 # ---------------------------------------------------------------- optimizer, pipeline, eval, run
 class OptimConfig(_Section):
-    lr: float = Field(1e-4, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-15, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (paper 8B: 5e-7)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas, each in [0, 1)")
+    eps: float = Field(1e-15, gt=0, description="AdamW epsilon (paper: 1e-15)")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (paper: 0.01)")
     warmup_steps: int = Field(20, ge=0, description="linear warm-up, then constant")
-    grad_clip: float = Field(1.0, gt=0)
+    grad_clip: float = Field(1.0, gt=0, description="max global gradient norm")
+
+    @model_validator(mode="after")
+    def _betas(self) -> OptimConfig:
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
+        return self
 
 
 class PipelineConfig(_Section):
-    mode: Literal["pipeline_rl", "ppo_off_policy"] = "pipeline_rl"
+    mode: Literal["pipeline_rl", "ppo_off_policy"] = Field("pipeline_rl", description="PipelineRL-k streaming or PPO-off-policy-k (paper 3.1)")
     k: int = Field(8, ge=1, description="max staleness (PipelineRL) / optimizer steps per batch (PPO-off-policy)")
 
 
@@ -144,30 +182,260 @@ class EvalConfig(_Section):
     every: int = Field(10, ge=1, description="evaluate every N optimizer steps (and at step 0)")
     prompts: int = Field(256, ge=1, description="validation prompts (<= task.val_size)")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="live forecast ignores the first fraction of compute")
 
 
 class RunConfig(_Section):
-    seed: int = 0
-    max_steps: int = Field(300, ge=1)
+    seed: int = Field(0, description="global seed (sampling, curriculum order)")
+    max_steps: int = Field(300, ge=1, description="optimizer steps to run")
     max_minutes: float | None = Field(None, gt=0, description="stop after this much wall-clock training time")
-    checkpoint_every: int = Field(25, ge=1)
+    checkpoint_every: int = Field(25, ge=1, description="save a checkpoint every N optimizer steps")
     threads: int | None = Field(None, ge=1, description="torch threads (default: split the cores between generator and trainer)")
 
 
 class Config(_Section):
     recipe: str = Field("scalerl", description="name of the preset this config came from")
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    batch: BatchConfig = Field(default_factory=BatchConfig)
-    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
-    filter: FilterConfig = Field(default_factory=FilterConfig)
-    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
-    loss: LossConfig = Field(default_factory=CispoLoss)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig, description="model and precision")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="prompt source")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="pass/fail reward values")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="generation and length control")
+    batch: BatchConfig = Field(default_factory=BatchConfig, description="prompts x generations per step")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="baseline and normalisation")
+    filter: FilterConfig = Field(default_factory=FilterConfig, description="zero-variance filtering / dynamic sampling")
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="No-Positive-Resampling")
+    loss: LossConfig = Field(default_factory=CispoLoss, description="policy loss: cispo | ppo_clip | gspo | reinforce")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="AdamW and schedule")
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="off-policy mode")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="periodic held-out evaluation")
+    run: RunConfig = Field(default_factory=RunConfig, description="steps, seeds, checkpoints")
+
+    @model_validator(mode="after")
+    def _eval_within_val(self) -> Config:
+        if self.eval.prompts > self.task.val_size:
+            raise ValueError(f"eval.prompts ({self.eval.prompts}) must be <= task.val_size ({self.task.val_size})")
+        return self
+
+
+# ================================================================ schema walking
+def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
+    """{type tag: class} when `annotation` is a union of config sections, else None."""
+    if typing.get_origin(annotation) is not Union:
+        return None
+    args = typing.get_args(annotation)
+    if not all(isinstance(a, type) and issubclass(a, _Section) for a in args):
+        return None
+    return {a.model_fields["type"].default: a for a in args}
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    return annotation if isinstance(annotation, type) and issubclass(annotation, _Section) else None
+
+
+def _all_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted key of the schema, all union variants included."""
+    out = []
+    for name, field in cls.model_fields.items():
+        path = prefix + name
+        subs = list((_variants(field.annotation) or {}).values()) or [s for s in [_section(field.annotation)] if s]
+        if not subs:
+            out.append(path)
+        for sub in subs:
+            out.extend(p for p in _all_paths(sub, path + ".") if p not in out)
+    return out
+
+
+def _suggest(path: str) -> str:
+    candidates = _all_paths(Config)
+    leaf = path.rsplit(".", 1)[-1]
+    same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
+    close = difflib.get_close_matches(path, candidates, n=3, cutoff=0.6)
+    found = list(dict.fromkeys(same_leaf + close))[:3]
+    return f" (did you mean {', '.join(repr(f) for f in found)}?)" if found else ""
+
+
+def _unknown_key(path: str, cls: type[BaseModel], source: str) -> ScaleRLError:
+    parent = path.rsplit(".", 1)[0] if "." in path else ""
+    if "type" in cls.model_fields and parent:
+        owners = [tag for tag, var in (_variants(_parent_annotation(parent)) or {}).items()
+                  if path.rsplit(".", 1)[-1] in var.model_fields]
+        if owners:
+            tag = cls.model_fields["type"].default
+            return ScaleRLError(f"{source}: '{path}' is not a field of {parent} type {tag!r} (it belongs to type "
+                                f"{', '.join(owners)}; set {parent}.type first, e.g. --set {parent}.type={owners[0]})")
+    return ScaleRLError(f"{source}: unknown config key '{path}'{_suggest(path)}")
+
+
+def _parent_annotation(path: str) -> Any:
+    cls: type[BaseModel] = Config
+    annotation: Any = None
+    for name in path.split("."):
+        annotation = cls.model_fields[name].annotation
+        cls = _section(annotation) or cls
+    return annotation
+
+
+# ================================================================ merging layers
+def _switch_variant(current: dict, new_tag: str, variants: dict[str, type[BaseModel]], path: str, source: str) -> dict:
+    """Defaults of variant `new_tag`, keeping the fields that every variant shares."""
+    if new_tag not in variants:
+        hint = difflib.get_close_matches(str(new_tag), list(variants), n=1)
+        more = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ScaleRLError(f"{source}: {path}.type = {new_tag!r} is not one of {', '.join(variants)}{more}")
+    shared = set.intersection(*(set(v.model_fields) for v in variants.values())) - {"type"}
+    fresh = variants[new_tag]().model_dump(mode="json")
+    fresh.update({k: current[k] for k in shared if k in current})
+    return fresh
+
+
+def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str = "") -> dict:
+    """`base` (a full dump of `cls`) updated with the partial `patch`; keys checked on the way."""
+    if not isinstance(patch, dict):
+        where = prefix.rstrip(".") or "the config"
+        raise ScaleRLError(f"{source}: {where} must be a mapping of keys, got {patch!r}")
+    out = dict(base)
+    for key, value in patch.items():
+        path = f"{prefix}{key}"
+        if key not in cls.model_fields:
+            raise _unknown_key(path, cls, source)
+        annotation = cls.model_fields[key].annotation
+        variants, section = _variants(annotation), _section(annotation)
+        if variants is not None:
+            if isinstance(value, str):          # `--set loss=gspo` is `--set loss.type=gspo`
+                value = {"type": value}
+            if not isinstance(value, dict):
+                raise ScaleRLError(f"{source}: {path} must be a mapping with a `type` key, got {value!r}")
+            current = out[key]
+            tag = value.get("type", current["type"])
+            if tag != current["type"]:
+                current = _switch_variant(current, tag, variants, path, source)
+            out[key] = _merge(current, value, variants[tag], source, path + ".")
+        elif section is not None:
+            out[key] = _merge(out[key], value, section, source, path + ".")
+        else:
+            out[key] = value
+    return out
+
+
+def _loc(loc: tuple) -> str:
+    """Dotted path of a pydantic error location, without union tags (`loss.cispo.eps_max`)."""
+    parts: list[str] = []
+    node: Any = Config                  # a section class, a {tag: class} dict, or None
+    for item in loc:
+        if isinstance(node, dict):      # the tag of a discriminated union
+            node = node.get(item)
+            continue
+        parts.append(str(item))
+        field = node.model_fields.get(item) if node is not None and isinstance(item, str) else None
+        node = None if field is None else (_variants(field.annotation) or _section(field.annotation))
+    return ".".join(parts)
+
+
+def _lookup(data: dict, path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "?"
+        node = node[part]
+    return node
+
+
+def _validate(data: dict, source: str) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        msgs = []
+        for err in exc.errors():
+            path = _loc(err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            value = _lookup(data, path)
+            msgs.append(f"{path} = {value!r}: {msg}" if path and not isinstance(value, dict) else
+                        f"{path}: {msg}" if path else msg)
+        raise ScaleRLError(f"{source}: {'; '.join(msgs)}") from None
+
+
+# ================================================================ public API
+def list_recipes() -> list[str]:
+    """Names of the shipped presets, `scalerl` first."""
+    return sorted((p.stem for p in RECIPES_DIR.glob("*.yaml")), key=lambda n: (n != "scalerl", n))
+
+
+def recipe_path(name: str) -> Path:
+    path = RECIPES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        names = list_recipes()
+        hint = difflib.get_close_matches(name, names, n=1)
+        more = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ScaleRLError(f"unknown recipe {name!r} (available: {', '.join(names)}){more}")
+    return path
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from `path` (an empty file is an empty mapping)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScaleRLError(f"config file {str(path)!r} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScaleRLError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ScaleRLError(f"{path}: expected a mapping of config keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> dict:
+    """`loss.eps_max=8` -> {"loss": {"eps_max": 8}}; the value is read as YAML (8, true, null, [a, b])."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ScaleRLError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. loss.eps_max=8")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw                             # a plain string such as a path with a colon
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def load_config(recipe: str | None = "scalerl", config_file: str | Path | None = None,
+                overrides: typing.Iterable[str] = ()) -> Config:
+    """Defaults -> recipe preset -> config file -> dotted overrides, validated at each layer.
+
+    With `recipe=None` the config file's own `recipe:` key picks the preset (else `scalerl`).
+    """
+    file_data = read_yaml(config_file) if config_file is not None else {}
+    name = recipe or file_data.get("recipe") or "scalerl"
+    path = recipe_path(name)
+    data = Config().model_dump(mode="json")
+    layers = [(f"recipe {name!r} ({path.name})", read_yaml(path))]
+    if config_file is not None:
+        layers.append((str(config_file), file_data))
+    layers += [(f"--set {o}", parse_override(o)) for o in overrides]
+    for source, patch in layers:
+        data = _merge(data, patch, Config, source)
+        _validate(data, source)
+    data["recipe"] = name
+    return _validate(data, f"recipe {name!r}")
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML; `load_config(config_file=...)` reads it back to the same Config."""
+    body = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
+    return f"# scalerl resolved config (recipe: {cfg.recipe})\n{body}"
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--recipe NAME`, `--config FILE`, `--set KEY=VALUE` (repeatable) for any command."""
+    parser.add_argument("--recipe", default=None, help="preset to start from (default: the config file's, else scalerl)")
+    parser.add_argument("--config", default=None, metavar="FILE", help="YAML config file (partial or resolved)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="dotted override, e.g. --set loss.eps_max=8 (repeatable, applied in order)")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config of a command parsed with `add_config_arguments`."""
+    return load_config(args.recipe, args.config, args.overrides)
