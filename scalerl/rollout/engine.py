@@ -1,0 +1,365 @@
+"""The rollout engine: our own batched decoding loop with a KV cache and continuous batching.
+
+One decode step = one forward of the base model on every row (one token each) + the LM head
+at those positions only + sampling, all as tensor ops. A finished row is refilled at once with
+the next (prompt, sample) request: its prompt is prefilled and copied right-aligned into the
+shared cache (`cache.py`); it joins the next step. New weights (`update_weights`) are applied
+at a step boundary with in-place copies; sequences continue on their old KV cache (PipelineRL).
+
+Where this departs from the paper (arXiv 2510.13786):
+1. Forced interruption (Section 3.2, "length control"): the trigger is drawn uniformly in
+   [think_min, think_max] generated tokens (paper: 10k-12k thinking tokens); the phrase is
+   tokenised once on its own and its tokens count towards `max_new_tokens` (the total budget).
+   A completion that closes `</think>` itself also gets `answer_budget` tokens after it.
+2. With top_p < 1 the recorded log-probability is the temperature-scaled full-softmax one, not
+   the renormalised nucleus (see `sampling.py`); the paper samples with top_p 1.
+3. The LM head is the model's output embedding, optionally in fp32 (Section 3.2 "FP32
+   precision at the LM head"); model-specific logit scaling or soft-capping is not applied.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+
+from scalerl.config import InterruptConfig, RolloutConfig
+from scalerl.errors import ScaleRLError
+from scalerl.rollout.cache import SlotCache
+from scalerl.rollout.sampling import sample
+from scalerl.types import Completion, FinishReason, Prompt
+
+PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+THINK_END = "</think>"
+GREEDY_BELOW = 1e-4  # temperatures below this decode greedily
+_REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted")
+_NEVER = 1 << 40
+
+
+@dataclass
+class _Request:
+    prompt: Prompt
+    sample: int
+    tokens: list[int]
+    serial: int
+
+
+@dataclass
+class _Rows:
+    """Per-row decoding state, one entry (or row of a (rows, max_new) buffer) per cache row."""
+
+    active: torch.Tensor       # (R,) bool: row holds a sequence in progress
+    next_input: torch.Tensor   # (R,) token fed at the next step
+    pos: torch.Tensor          # (R,) its position id
+    n_gen: torch.Tensor        # (R,) tokens generated so far
+    answer_end: torch.Tensor   # (R,) n_gen at which the answer budget runs out
+    thinking: torch.Tensor     # (R,) bool: `</think>` not produced yet
+    trigger: torch.Tensor      # (R,) n_gen at which thinking is interrupted
+    force_idx: torch.Tensor    # (R,) index into the phrase being forced, -1 if none
+    interrupted: torch.Tensor  # (R,) bool: the whole phrase was forced
+    tokens: torch.Tensor       # (R, max_new)
+    logprobs: torch.Tensor     # (R, max_new) fp32
+    versions: torch.Tensor     # (R, max_new)
+    forced: torch.Tensor       # (R, max_new) bool
+
+    @classmethod
+    def empty(cls, rows: int, max_new: int, device: torch.device) -> _Rows:
+        def z(*shape, dtype=torch.long):
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        return cls(z(rows, dtype=torch.bool), z(rows), z(rows), z(rows), z(rows), z(rows, dtype=torch.bool),
+                   z(rows), z(rows) - 1, z(rows, dtype=torch.bool), z(rows, max_new),
+                   z(rows, max_new, dtype=torch.float32), z(rows, max_new), z(rows, max_new, dtype=torch.bool))
+
+    def select(self, keep: torch.Tensor) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name)[keep])
+
+
+class Engine:
+    """Batched sampler over a `transformers` causal LM; implements `scalerl.rollout.Generator`.
+
+    `model` is a `*ForCausalLM` whose `base_model` returns the last hidden state and whose
+    output embedding is the LM head; it must use `eager` or `sdpa` attention (the engine passes
+    a 4D additive attention mask). `greedy=True` (or temperature < 1e-4) takes the argmax.
+    """
+
+    def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
+                 greedy: bool = False):
+        self.model, self.tokenizer, self.cfg, self.seed = model.eval(), tokenizer, cfg, seed
+        self.greedy = greedy or cfg.temperature < GREEDY_BELOW
+        self.base = model.base_model
+        head = model.get_output_embeddings()
+        self._head = head
+        self.device = head.weight.device
+        self.dtype = model.get_input_embeddings().weight.dtype  # activations / KV cache dtype
+        self._w32 = head.weight.detach().float().clone() if fp32_head and head.weight.dtype != torch.float32 else None
+        self._fp32_head = fp32_head
+        text_cfg = model.config.get_text_config()
+        self._n_layers = text_cfg.num_hidden_layers
+        self._kv_heads = text_cfg.num_key_value_heads
+        self._head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
+        self._eos = torch.tensor(sorted(_stop_ids(model, tokenizer)), device=self.device)
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(self._eos[0])
+        self._think_end = torch.tensor(self._encode(THINK_END, special=False), device=self.device)
+        self._interrupt = cfg.length if isinstance(cfg.length, InterruptConfig) else None
+        self._phrase = None
+        if self._interrupt is not None:
+            if self._interrupt.think_min > self._interrupt.think_max:
+                raise ScaleRLError(f"rollout.length: think_min ({self._interrupt.think_min}) must be <= "
+                                   f"think_max ({self._interrupt.think_max})")
+            self._phrase = torch.tensor(self._encode(PHRASE, special=False), device=self.device)
+            if tokenizer.unk_token_id is not None and bool((self._phrase == tokenizer.unk_token_id).any()):
+                raise ScaleRLError("rollout.length: the interruption phrase has characters this tokenizer "
+                                   f"does not know (unknown token in {PHRASE!r})")
+        self._targets = model.state_dict(keep_vars=True)
+        self._gen = torch.Generator(device=self.device).manual_seed(seed)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        self._version = 0
+        self._serial = 0
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
+        """All `n` samples of every prompt, in prompt order then sample order."""
+        rows = min(self.cfg.batch_slots, len(prompts) * n)
+        out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
+        return [c for _, c in out]
+
+    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None) -> Iterator[Completion]:
+        """Continuous batching over `prompts` (possibly endless): yields completions as they
+        finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped)."""
+        for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop):
+            yield completion
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Stage new weights (copied now, so the caller may keep training); they are applied at
+        the next decode-step boundary and tokens from then on carry `version`."""
+        staged = {}
+        for name, value in state_dict.items():
+            if name not in self._targets:
+                raise ScaleRLError(f"update_weights: unknown parameter {name!r} for this model")
+            target = self._targets[name]
+            if tuple(value.shape) != tuple(target.shape):
+                raise ScaleRLError(f"update_weights: {name!r} has shape {tuple(value.shape)}, "
+                                   f"expected {tuple(target.shape)}")
+            staged[name] = value.detach().to(device=target.device, dtype=target.dtype, copy=True)
+        with self._lock:
+            if self._pending is not None:  # a newer update supersedes (and extends) an unapplied one
+                staged = {**self._pending[0], **staged}
+            self._pending = (staged, version)
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self, requests: Iterator[_Request], rows: int, stop: threading.Event | None):
+        """Yields (request, completion) as sequences finish."""
+        state = _Rows.empty(rows, self.cfg.max_new_tokens, self.device)
+        held: list[_Request | None] = [None] * rows
+        cache: SlotCache | None = None
+        exhausted = False
+        while not (stop is not None and stop.is_set()):
+            free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
+            batch = []
+            for row in free:
+                req = next(requests, None)
+                if req is None:
+                    exhausted = True
+                    break
+                batch.append((row, req))
+                held[row] = req
+            if batch:
+                with torch.inference_mode():
+                    cache = self._admit(state, cache, batch)
+            n_active = int(state.active.sum())
+            if n_active == 0:
+                return
+            if exhausted and n_active <= len(held) // 2:
+                keep = state.active.nonzero().flatten()
+                state.select(keep)
+                cache.select_rows(keep)
+                held = [held[i] for i in keep.tolist()]
+            self._apply_pending()
+            with torch.inference_mode():
+                done, reasons = self._step(state, cache)
+            if bool(done.any()):
+                for row, completion in self._finish(state, held, done, reasons):
+                    if stop is not None and stop.is_set():
+                        return
+                    yield held[row], completion
+                    held[row] = None
+
+    def _requests(self, prompts: Iterable[Prompt], n: int) -> Iterator[_Request]:
+        for prompt in prompts:
+            tokens = self._encode(prompt.text, special=True)
+            if not tokens:
+                raise ScaleRLError(f"prompt {prompt.id!r}: the text tokenises to nothing")
+            for k in range(n):
+                self._serial += 1
+                yield _Request(prompt, k, tokens, self._serial)
+
+    def _admit(self, state: _Rows, cache: SlotCache | None, batch: list[tuple[int, _Request]]) -> SlotCache:
+        """Prefill the new requests (all but each prompt's last token, which the next decode step
+        feeds) and place them right-aligned in their rows."""
+        rows = torch.tensor([r for r, _ in batch], device=self.device)
+        ctx = [req.tokens[:-1] for _, req in batch]
+        lens = torch.tensor([len(c) for c in ctx], device=self.device)
+        width = max(len(c) for c in ctx)
+        if cache is None:
+            cache = SlotCache(self._n_layers, state.active.shape[0], self._kv_heads, self._head_dim,
+                              width + self.cfg.max_new_tokens + 1, self.dtype, self.device)
+        if width > 0:
+            ids = torch.tensor([[self._pad] * (width - len(c)) + c for c in ctx], device=self.device)  # (k, W)
+            src = self._prefill(ids, lens)
+            cache.reserve_left(width, state.active)
+            cache.place(rows, src, lens)
+        else:
+            cache.start[rows] = cache.write
+        k = len(batch)
+        state.active[rows] = True
+        state.next_input[rows] = torch.tensor([req.tokens[-1] for _, req in batch], device=self.device)
+        state.pos[rows] = lens
+        state.n_gen[rows] = 0
+        state.answer_end[rows] = _NEVER
+        state.thinking[rows] = True
+        state.force_idx[rows] = -1
+        state.interrupted[rows] = False
+        if self._interrupt is not None:
+            lo, hi = self._interrupt.think_min, self._interrupt.think_max
+            state.trigger[rows] = torch.tensor([self._rng.randint(lo, hi) for _ in range(k)], device=self.device)
+        else:
+            state.trigger[rows] = _NEVER
+        return cache
+
+    def _prefill(self, ids: torch.Tensor, lens: torch.Tensor) -> SlotCache:
+        """Run left-padded contexts `ids` (k, W) through the model into a fresh cache."""
+        k, width = ids.shape
+        cols = torch.arange(width, device=self.device)
+        pad = width - lens  # (k,)
+        positions = (cols[None, :] - pad[:, None]).clamp(min=0)  # (k, W)
+        causal = cols[:, None] >= cols[None, :]  # (W, W): query i sees key j <= i
+        real_key = cols[None, None, :] >= pad[:, None, None]  # (k, 1, W)
+        allowed = causal[None] & (real_key | torch.eye(width, dtype=torch.bool, device=self.device)[None])  # (k, W, W)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        src = SlotCache(self._n_layers, k, self._kv_heads, self._head_dim, width, self.dtype, self.device)
+        self.base(input_ids=ids, attention_mask=mask[:, None], position_ids=positions,
+                  past_key_values=src, use_cache=True)
+        src.write = width
+        return src
+
+    def _step(self, state: _Rows, cache: SlotCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step on every row. Returns (done (R,) bool, reason index (R,))."""
+        cache.reserve(1, state.active)
+        cache.start = torch.where(state.active, cache.start, cache.write)  # idle rows see only themselves
+        out = self.base(input_ids=state.next_input[:, None], attention_mask=cache.decode_mask(self.dtype),
+                        position_ids=state.pos[:, None], past_key_values=cache, use_cache=True)
+        cache.write += 1
+        tokens, logprobs = sample(self._logits(out.last_hidden_state[:, -1]), self.cfg.temperature,
+                                  self.cfg.top_p, self._gen, self.greedy)
+        return self._advance(state, tokens, logprobs)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head on the sampled positions only: (R, H) -> (R, V), fp32 when `fp32_head`."""
+        weight = self._w32 if self._w32 is not None else self._head.weight
+        bias = self._head.bias
+        if self._fp32_head:
+            return F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+        return F.linear(hidden, weight, bias).float()
+
+    def _advance(self, state: _Rows, tokens: torch.Tensor, logprobs: torch.Tensor):
+        """Record this step's tokens (forcing the interruption phrase where due) and update the
+        thinking / answer-budget state. Returns (done, reason index into _REASONS)."""
+        cfg, rows = self.cfg, torch.arange(tokens.shape[0], device=self.device)
+        forcing = state.force_idx >= 0
+        if self._phrase is not None:
+            tokens = torch.where(forcing, self._phrase[state.force_idx.clamp(min=0)], tokens)
+            logprobs = torch.where(forcing, 0.0, logprobs)
+        col = state.n_gen.clamp(max=cfg.max_new_tokens - 1)
+        state.tokens[rows, col] = tokens
+        state.logprobs[rows, col] = logprobs
+        state.versions[rows, col] = self._version
+        state.forced[rows, col] = forcing
+        state.n_gen += state.active.long()
+        state.pos += 1
+        state.next_input = tokens
+
+        phrase_done = forcing & (state.force_idx + 1 == (0 if self._phrase is None else len(self._phrase)))
+        state.force_idx = torch.where(phrase_done, -1, torch.where(forcing, state.force_idx + 1, state.force_idx))
+        state.interrupted |= phrase_done
+        closes = (state.thinking & ~forcing & self._ends_with(state, self._think_end)) | phrase_done
+        state.thinking &= ~closes
+        if self._interrupt is not None:
+            state.answer_end = torch.where(closes, state.n_gen + self._interrupt.answer_budget, state.answer_end)
+            due = state.thinking & (state.force_idx < 0) & (state.n_gen >= state.trigger)
+            state.force_idx = torch.where(due, 0, state.force_idx)
+
+        eos = torch.isin(tokens, self._eos) & ~forcing
+        out_of_budget = state.n_gen >= state.answer_end.clamp(max=cfg.max_new_tokens)
+        done = state.active & (eos | out_of_budget)
+        answered = state.interrupted & (eos | (state.answer_end <= cfg.max_new_tokens))
+        reasons = torch.where(answered, 2, torch.where(eos, 0, 1))
+        return done, reasons
+
+    @staticmethod
+    def _ends_with(state: _Rows, suffix: torch.Tensor) -> torch.Tensor:
+        """(R,) bool: the generated tokens of each row end with `suffix`."""
+        k = len(suffix)
+        idx = (state.n_gen[:, None] - k + torch.arange(k, device=suffix.device)).clamp(min=0)  # (R, k)
+        return (state.tokens.gather(1, idx) == suffix).all(dim=1) & (state.n_gen >= k)
+
+    def _finish(self, state: _Rows, held: list[_Request | None], done: torch.Tensor, reasons: torch.Tensor):
+        """Turn finished rows into `Completion`s and free their rows."""
+        idx = done.nonzero().flatten()
+        lengths, why = state.n_gen[idx].tolist(), reasons[idx].tolist()
+        toks, lps = state.tokens[idx].tolist(), state.logprobs[idx].tolist()
+        vers, forced = state.versions[idx].tolist(), state.forced[idx].tolist()
+        state.active[idx] = False
+        for i, row in enumerate(idx.tolist()):
+            req, n = held[row], lengths[i]
+            yield row, Completion(
+                id=f"{req.prompt.id}/{req.sample}@{self.seed}.{req.serial}", prompt_id=req.prompt.id,
+                prompt_tokens=list(req.tokens), tokens=toks[i][:n], logprobs=lps[i][:n], versions=vers[i][:n],
+                text=self.tokenizer.decode(toks[i][:n], skip_special_tokens=True),
+                finish_reason=_REASONS[why[i]], forced_mask=forced[i][:n])
+
+    def _apply_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        weights, version = pending
+        with torch.no_grad():
+            for name, value in weights.items():
+                self._targets[name].copy_(value)
+            if self._w32 is not None:
+                self._w32.copy_(self._head.weight)
+        self._version = version
+
+    def _encode(self, text: str, special: bool) -> list[int]:
+        bos = self.tokenizer.bos_token
+        add = special and not (bos is not None and text.startswith(bos))
+        return self.tokenizer(text, add_special_tokens=add)["input_ids"]
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    """EOS ids of the tokenizer and generation config, plus `<|im_end|>` when the vocab has it."""
+    ids: set[int] = set()
+    for eos in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos is not None:
+            ids.update(int(e) for e in eos)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    if im_end is not None:
+        ids.add(im_end)
+    if not ids:
+        raise ScaleRLError("rollout: the tokenizer has no eos token (set tokenizer.eos_token)")
+    return ids

@@ -1,0 +1,42 @@
+"""Token sampling on a batch of fp32 logits, with the log-probability that is recorded.
+
+Recorded log-probability: `log_softmax(logits / temperature)` at the chosen token, i.e. the
+temperature-scaled full distribution. With `top_p < 1` the token is drawn from the nucleus
+(renormalised), but the recorded value is still the full-distribution one: it is what the
+trainer recomputes (`token_logprobs(..., temperature)`), so the importance ratio is exactly 1
+for on-policy tokens. Departure from the paper (Section 3.2, "the distribution actually sampled
+from"): only when `top_p < 1`; the paper's runs use top-p 1, where both coincide.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero the tail outside the smallest set of tokens whose mass reaches `top_p`. (B, V) -> (B, V)."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of strictly more likely tokens
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)  # the top token always stays
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+def sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    greedy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row of `logits` (B, V). Returns (tokens (B,), logprobs (B,))."""
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    if greedy:
+        tokens = logits.argmax(dim=-1)
+    else:
+        probs = logprobs.exp()
+        if top_p < 1.0:
+            probs = top_p_filter(probs, top_p)
+        # Exponential race: argmax p_i / E_i with E_i ~ Exp(1) draws i with probability p_i.
+        race = torch.empty_like(probs).exponential_(generator=generator)
+        tokens = (probs / race).argmax(dim=-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)

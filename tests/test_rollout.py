@@ -1,0 +1,183 @@
+"""Rollout engine on a random-init tiny Llama with a character tokenizer.
+
+References are computed independently of the engine: a fresh full forward of the model
+(`model(ids).logits`), `transformers` `generate`, and the old/new-weights forward over a
+`DynamicCache` for the in-flight update.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from rollout_helpers import TEXTS, char_tokenizer, prompts, tiny_llama
+from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig
+from scalerl.rollout import PHRASE, Engine, Generator
+from scalerl.rollout.cache import SlotCache
+from scalerl.rollout.sampling import sample, top_p_filter
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return char_tokenizer()
+
+
+def fresh_logprobs(model, prompt_tokens: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) of `tokens` under one full forward over prompt + tokens."""
+    ids = torch.tensor([prompt_tokens + tokens])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float() / temperature  # (L, V)
+    steps = logits[len(prompt_tokens) - 1 : -1]  # the positions that predicted `tokens`
+    return torch.log_softmax(steps, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def bias_tokens(model, tok, **bias: float) -> None:
+    ids = {"eos": tok.eos_token_id, "think_end": tok.convert_tokens_to_ids("</think>")}
+    with torch.no_grad():
+        for name, value in bias.items():
+            model.lm_head.bias[ids[name]] = value
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_logprobs_equal_fresh_forward_with_refilled_rows(tok, attn, monkeypatch):
+    model = tiny_llama(len(tok), seed=1, attn=attn)
+    moved, resized = [], []
+    monkeypatch.setattr(SlotCache, "_move", lambda self, s, f=SlotCache._move: (moved.append(s), f(self, s)))
+    monkeypatch.setattr(SlotCache, "_resize", lambda self, c, f=SlotCache._resize: (resized.append(c), f(self, c)))
+    cfg = RolloutConfig(temperature=0.7, max_new_tokens=16, batch_slots=3, length=NoLengthControl())
+    texts = ["a", *TEXTS, "a much longer prompt that arrives late: 1234567890"]
+    out = Engine(model, tok, cfg, seed=3).generate(prompts(texts), n=2)
+
+    assert len(out) == 2 * len(texts) and len({c.id for c in out}) == len(out)
+    assert {c.finish_reason for c in out} == {"eos", "length"}  # rows finished at different steps
+    assert moved and resized  # the run exercised compaction / shifting and growth of the cache
+    for c in out:
+        assert c.tokens[-1] == tok.eos_token_id if c.finish_reason == "eos" else len(c.tokens) == 16
+        ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 0.7)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
+        assert c.versions == [0] * len(c.tokens) and not any(c.forced_mask)
+
+
+def test_greedy_matches_hf_generate(tok):
+    model = tiny_llama(len(tok), seed=2)
+    cfg = RolloutConfig(max_new_tokens=24, batch_slots=3, length=NoLengthControl())
+    out = Engine(model, tok, cfg, greedy=True).generate(prompts(TEXTS), n=1)
+    for c, text in zip(out, TEXTS):
+        ids = torch.tensor([tok(text)["input_ids"]])
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:]
+        assert c.tokens == ref.tolist()
+    assert any(c.finish_reason == "eos" for c in out) and any(c.finish_reason == "length" for c in out)
+
+
+def test_in_flight_update_uses_new_weights_on_stale_cache(tok):
+    old, new = tiny_llama(len(tok), seed=3, head_bias=True), tiny_llama(len(tok), seed=4, head_bias=True)
+    bias_tokens(old, tok, eos=-30.0)
+    bias_tokens(new, tok, eos=-30.0)
+    reference_old = tiny_llama(len(tok), seed=3, head_bias=True)
+    reference_old.load_state_dict(old.state_dict())
+    cfg = RolloutConfig(max_new_tokens=14, batch_slots=2, length=NoLengthControl())
+    engine = Engine(old, tok, cfg, seed=0)
+    calls = itertools.count(1)
+    # forward 1 is the prefill, 2.. are decode steps: the swap lands in the middle of both sequences
+    old.model.register_forward_pre_hook(lambda *_: engine.update_weights(new.state_dict(), 7)
+                                        if next(calls) == 6 else None)
+    out = engine.generate(prompts(["12+7=", "What is 3*4?"]), n=1)
+
+    assert engine.version == 7
+    for c in out:
+        s = c.versions.index(7)
+        assert 0 < s < len(c.tokens) and c.versions == [0] * s + [7] * (len(c.tokens) - s)
+        seq, split = c.prompt_tokens + c.tokens, len(c.prompt_tokens) - 1 + s  # inputs before `split`: old K/V
+        with torch.no_grad():
+            cache = DynamicCache(config=new.config)
+            reference_old(torch.tensor([seq[:split]]), past_key_values=cache, use_cache=True)
+            logits = new(torch.tensor([seq[split:-1]]), past_key_values=cache, use_cache=True).logits[0]
+        ref = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c.tokens[s:])[:, None])[:, 0]
+        got = torch.tensor(c.logprobs[s:])
+        assert torch.allclose(got, ref, atol=1e-4)
+        assert torch.allclose(torch.tensor(c.logprobs[:s]), fresh_logprobs(reference_old, c.prompt_tokens,
+                                                                           c.tokens[:s], 1.0), atol=1e-4)
+        # not what a fresh forward under the new weights would give: the cache really was stale
+        assert (got - fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)[s:]).abs().max() > 1e-3
+
+
+def test_forced_interruption_phrase_answer_budget_and_truncation(tok):
+    model = tiny_llama(len(tok), seed=5, head_bias=True)
+    bias_tokens(model, tok, eos=-30.0, think_end=-30.0)  # the model never stops or closes thinking itself
+    phrase = tok(PHRASE, add_special_tokens=False)["input_ids"]
+    p, budget = len(phrase), 5
+    max_new = 6 + p + budget  # triggers 4..6 leave room for the answer, 7..8 are cut by the total cap
+    cfg = RolloutConfig(max_new_tokens=max_new, batch_slots=12,
+                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget))
+    out = Engine(model, tok, cfg, seed=0).generate(prompts(["12+7=", "99-1="]), n=6)
+
+    reasons = []
+    for c in out:
+        t = c.forced_mask.index(True)  # where the phrase starts = the drawn trigger
+        forced = c.forced_mask[t:t + p]
+        assert 4 <= t <= 8 and all(forced) and not any(c.forced_mask[:t] + c.forced_mask[t + p:])
+        assert c.tokens[t:t + len(forced)] == phrase[:len(forced)]
+        assert all(lp == 0.0 for lp in c.logprobs[t:t + len(forced)])
+        assert all(lp < 0.0 for lp in c.logprobs[:t] + c.logprobs[t + p:])
+        if t + p + budget <= max_new:
+            assert c.finish_reason == "interrupted" and len(c.tokens) == t + p + budget
+            assert PHRASE in c.text and c.text.index(PHRASE) + len(PHRASE) < len(c.text)  # an answer follows
+        else:
+            assert c.finish_reason == "length" and c.truncated and len(c.tokens) == max_new
+        reasons.append(c.finish_reason)
+    assert {"interrupted", "length"} == set(reasons)
+
+
+def test_thinking_closed_by_the_model_gets_the_answer_budget(tok):
+    model = tiny_llama(len(tok), seed=6, head_bias=True)
+    bias_tokens(model, tok, eos=-30.0, think_end=30.0)  # closes `</think>` at once, never EOS
+    cfg = RolloutConfig(max_new_tokens=40, batch_slots=2,
+                        length=InterruptConfig(think_min=10, think_max=12, answer_budget=3))
+    for c in Engine(model, tok, cfg).generate(prompts(["1+1="]), n=2):
+        assert c.tokens[0] == tok.convert_tokens_to_ids("</think>")
+        assert len(c.tokens) == 1 + 3 and c.finish_reason == "length" and not any(c.forced_mask)
+
+
+def test_stream_refills_slots_and_stops_on_event(tok):
+    model = tiny_llama(len(tok), seed=7)
+    cfg = RolloutConfig(max_new_tokens=8, batch_slots=2, length=NoLengthControl())
+    engine = Engine(model, tok, cfg)
+    assert isinstance(engine, Generator)
+    endless = (prompts([f"{i}+{i}="])[0].__class__(id=f"q{i}", text=f"{i}+{i}=", answer="") for i in itertools.count())
+    stop, seen = threading.Event(), []
+    for c in engine.stream(endless, n=2, stop=stop):
+        seen.append(c)
+        if len(seen) == 9:
+            stop.set()
+    assert len(seen) == 9 and len({c.id for c in seen}) == 9  # more completions than slots: rows were refilled
+    assert sum(c.prompt_id == "q0" for c in seen) == 2
+
+
+def test_seeded_sampling_is_reproducible(tok):
+    model = tiny_llama(len(tok), seed=8)
+    cfg = RolloutConfig(max_new_tokens=10, batch_slots=4, length=NoLengthControl())
+    runs = [[c.tokens for c in Engine(model, tok, cfg, seed=s).generate(prompts(TEXTS[:3]), 2)] for s in (1, 1, 2)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_top_p_filter_by_hand():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
+    # sorted: 0.5 (mass before 0) 0.3 (0.5) 0.15 (0.8) 0.05 (0.95): keep the first two at top_p 0.7
+    assert torch.equal(top_p_filter(probs, 0.7), torch.tensor([[0.0, 0.5, 0.0, 0.3]]))
+    assert torch.equal(top_p_filter(probs, 0.4), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
+
+
+def test_sample_frequencies_and_recorded_logprob():
+    logits = torch.log(torch.tensor([0.2, 0.8])).repeat(20000, 1)  # (N, 2)
+    tokens, logprobs = sample(logits, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert abs(tokens.float().mean().item() - 0.8) < 0.01  # binomial sd 0.003
+    assert torch.allclose(logprobs, torch.log(torch.tensor([0.2, 0.8]))[tokens])
+    # temperature 2: the recorded value is log_softmax(logits / 2): p = sqrt(.2), sqrt(.8) renormalised
+    _, lp = sample(logits[:1], temperature=2.0, greedy=True)
+    q = torch.tensor([0.2, 0.8]).sqrt()
+    assert torch.allclose(lp, torch.log(q[1] / q.sum()))
