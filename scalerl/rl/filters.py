@@ -1,0 +1,110 @@
+"""Batch hygiene: zero-variance filtering and dynamic-sampling bookkeeping (paper Section 3.2,
+Fig. 6a; Section 4).
+
+A group whose G rewards are all equal has all advantages 0 and gives no gradient. ScaleRL drops
+it from the batch: it is not counted in the batch size and not resampled within the step, so a
+step can run on fewer than `batch.prompts` groups, and a step whose every group was dropped is
+skipped (the `empty` outcome). DAPO's dynamic sampling instead keeps drawing prompts until
+`batch.prompts` groups survive; `BatchFiller.extra_prompts` counts the extra draws.
+
+Departures from the paper:
+1. Dynamic sampling stops after `max_draws` prompts (default 4 x the target, DAPO's
+   `max_num_gen_batches` idea) and returns whatever survived, so a task the model has
+   saturated cannot loop forever; `BatchFiller.exhausted` reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scalerl.config import Config
+from scalerl.errors import ScaleRLError
+from scalerl.types import Group
+
+
+def group_rewards(group: Group) -> list[float]:
+    """The G rewards of a scored group; an unscored or non-finite reward is an error."""
+    rewards = group.rewards
+    for i, r in enumerate(rewards):
+        if r is None or not math.isfinite(r):
+            raise ScaleRLError(f"prompt {group.prompt.id!r}: completion {i} has reward {r!r} (expected a finite number)")
+    return rewards
+
+
+def has_variance(group: Group) -> bool:
+    rewards = group_rewards(group)
+    return len(set(rewards)) > 1
+
+
+def zero_variance_filter(groups: list[Group]) -> tuple[list[Group], int]:
+    """(groups with unequal rewards, how many were dropped). All dropped -> ([], len(groups))."""
+    kept = [g for g in groups if has_variance(g)]
+    return kept, len(groups) - len(kept)
+
+
+@dataclass
+class BatchFiller:
+    """Collects scored groups into one optimizer step's batch.
+
+    zero_variance=False          every group is kept; full at `target` groups
+    zero_variance, not dynamic   (ScaleRL) full after `target` draws; dropped groups shrink it
+    zero_variance and dynamic    (DAPO) full at `target` kept groups or after `max_draws` draws
+    """
+
+    target: int
+    zero_variance: bool = True
+    dynamic_sampling: bool = False
+    max_draws: int | None = None
+    groups: list[Group] = field(default_factory=list)
+    n_drawn: int = 0
+    n_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        if self.target < 1:
+            raise ScaleRLError(f"BatchFiller: target must be >= 1, got {self.target}")
+        if self.max_draws is None:
+            self.max_draws = 4 * self.target
+        if self.max_draws < self.target:
+            raise ScaleRLError(f"BatchFiller: max_draws ({self.max_draws}) must be >= target ({self.target})")
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> BatchFiller:
+        return cls(cfg.batch.prompts, cfg.filter.zero_variance, cfg.filter.dynamic_sampling)
+
+    def add(self, group: Group) -> bool:
+        """Offer one scored group; True if it joined the batch."""
+        if self.full:
+            raise ScaleRLError(f"BatchFiller: batch already full ({len(self.groups)} groups, {self.n_drawn} drawn)")
+        self.n_drawn += 1
+        if self.zero_variance and not has_variance(group):
+            self.n_dropped += 1
+            return False
+        self.groups.append(group)
+        return True
+
+    @property
+    def full(self) -> bool:
+        if self.zero_variance and self.dynamic_sampling:
+            return len(self.groups) >= self.target or self.n_drawn >= self.max_draws
+        return self.n_drawn >= self.target
+
+    @property
+    def exhausted(self) -> bool:
+        """Dynamic sampling gave up before `target` groups survived."""
+        return self.full and len(self.groups) < self.target and self.dynamic_sampling and self.zero_variance
+
+    @property
+    def empty(self) -> bool:
+        """Full, but every group was dropped: the step is skipped (and counted by the trainer)."""
+        return self.full and not self.groups
+
+    @property
+    def extra_prompts(self) -> int:
+        """Prompts drawn beyond the target to fill the batch (dynamic sampling)."""
+        return max(0, self.n_drawn - self.target)
+
+    def metrics(self) -> dict[str, float]:
+        return {"batch/groups": float(len(self.groups)), "batch/drawn": float(self.n_drawn),
+                "batch/zero_variance_dropped": float(self.n_dropped),
+                "batch/extra_prompts": float(self.extra_prompts), "batch/empty": float(self.empty)}
