@@ -176,6 +176,8 @@ class OptimConfig(_Section):
 class PipelineConfig(_Section):
     mode: Literal["pipeline_rl", "ppo_off_policy"] = Field("pipeline_rl", description="PipelineRL-k streaming or PPO-off-policy-k (paper 3.1)")
     k: int = Field(8, ge=1, description="max staleness (PipelineRL) / optimizer steps per batch (PPO-off-policy)")
+    transport: Literal["auto", "process", "thread"] = Field(
+        "auto", description="PipelineRL generator in its own process or a thread (auto: process on a multi-core CPU)")
 
 
 class EvalConfig(_Section):
