@@ -1,0 +1,368 @@
+"""Fit a compute-performance curve and forecast it, with bootstrap intervals.
+
+The paper's procedure (appendix A.5-A.7, `DESIGN.md` section 1): drop the points below `fit_min`
+(and above `fit_max`), fix `R0` to the measured start, grid over `A` and `C_mid`, fit `B` by least
+squares at every grid point, keep the lowest sum of squared residuals (`method="grid"`).
+
+Departures from the paper:
+1. Search ranges (A.7). The paper's A grid is 0.450..0.800 step 0.005; here it runs from
+   `max(y in window) - 0.1` (rounded down to the step) to 1.0, step 0.005, so the ceiling of any
+   pass-rate curve lies inside it. C_mid: 100 values log-spaced from the window start / 10 to
+   100x the window end (the paper: "over the compute range"). Both can be set; a winner on the
+   edge of either range is a warning.
+2. B at each grid point: a bounded 1-D least-squares search (golden section over log B in
+   [0.05, 20]), vectorised over the grid.
+3. The default `method="fast"` runs the same procedure on a coarse grid (A step 0.025,
+   16 C_mid values) and refines its three best points with SciPy's bounded `least_squares`
+   over (A, log B, log C_mid[, R0]). `benchmarks/fit_speed.py` shows it agrees with the grid.
+4. `R0` (when not fitted) is the mean metric at the smallest compute among all points given,
+   before the window cut. Rows at compute 0 (the evaluation before training) only set R0: they
+   never enter the fit window (log compute).
+5. Uncertainty is not in the paper (which compares three seeds, +-0.02 on A): a residual
+   bootstrap (residuals centred and inflated by sqrt(n / (n - p))), each replica refitted by
+   `least_squares` warm-started at the point estimate, with R0 perturbed by the mean of as
+   many resampled residuals as points it was measured from. Intervals are percentile intervals
+   of the fitted *curve* (the truth), not of a new noisy observation.
+6. The power law `A - D / C**B` is fitted over the same A range with `D` solved in closed form
+   (linear least squares) for every (A, B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from scalerl.errors import ScaleRLError
+from scalerl.scaling.curves import PowerLaw, Sigmoid, power_law, sigmoid
+
+Model = Literal["sigmoid", "powerlaw"]
+Method = Literal["fast", "grid"]
+
+A_STEP = 0.005
+N_C_MID = 100
+B_BOUNDS = (0.05, 20.0)
+MIN_POINTS = 5
+FEW_POINTS = 10
+CI_LEVEL = 0.9
+_CHUNK = 2_000_000  # grid points x data points evaluated at once (memory ~16 MB per array)
+
+
+@dataclass
+class FitResult:
+    """One fitted curve. `ci` holds 90% bootstrap intervals; `boot` the replicas' parameters."""
+
+    model: str
+    A: float
+    B: float
+    C_mid: float | None
+    R0: float | None
+    rmse: float
+    n_points: int
+    ci: dict[str, tuple[float, float]]
+    warnings: list[str]
+    window: tuple[float, float]
+    method: str = "fast"
+    D: float | None = None
+    boot: np.ndarray = field(default_factory=lambda: np.empty((0, 4)), repr=False)
+    seed_fits: list["FitResult"] = field(default_factory=list, repr=False)
+
+    def curve(self) -> Sigmoid | PowerLaw:
+        if self.model == "sigmoid":
+            return Sigmoid(self.A, self.B, self.C_mid, self.R0)
+        return PowerLaw(self.A, self.B, self.D)
+
+    def predict(self, C) -> np.ndarray:
+        return self.curve().predict(np.asarray(C, dtype=float))
+
+    def predict_interval(self, C, level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+        """Bootstrap percentile interval of the fitted curve at compute `C`."""
+        if len(self.boot) == 0:
+            raise ScaleRLError("no bootstrap replicas: fit with n_bootstrap > 0 for intervals")
+        C = np.atleast_1d(np.asarray(C, dtype=float))
+        curves = np.stack([_curve_of(self.model, p).predict(C) for p in self.boot])  # (n_boot, len C)
+        q = 100 * (1 - level) / 2
+        return np.percentile(curves, q, axis=0), np.percentile(curves, 100 - q, axis=0)
+
+    def seed_spread(self) -> dict | None:
+        """Across-seed spread (standard deviation, ddof=1) of each parameter, when fitted per seed."""
+        if not self.seed_fits:
+            return None
+        names = ["A", "B", "C_mid"] if self.model == "sigmoid" else ["A", "B", "D"]
+        values = {n: [getattr(f, n) for f in self.seed_fits] for n in names}
+        return {"n_seeds": len(self.seed_fits), "values": values,
+                "std": {n: float(np.std(v, ddof=1)) for n, v in values.items()}}
+
+    def to_dict(self, predict: Sequence[float] = ()) -> dict:
+        """The `scalerl fit --json` object."""
+        names = ["A", "B", "C_mid"] if self.model == "sigmoid" else ["A", "B", "D"]
+        out = {"model": self.model, "A": self.A, "B": self.B, "C_mid": self.C_mid, "R0": self.R0,
+               "rmse": self.rmse, "n_points": self.n_points,
+               "ci": {n: list(self.ci[n]) if n in self.ci else None for n in names},
+               "predictions": self._predictions(predict), "warnings": list(self.warnings)}
+        if self.model == "powerlaw":
+            out["D"] = self.D
+        spread = self.seed_spread()
+        if spread is not None:
+            out["seeds"] = spread
+        return out
+
+    def _predictions(self, predict: Sequence[float]) -> list[dict]:
+        C = np.asarray(list(predict), dtype=float)
+        if C.size == 0:
+            return []
+        y = self.predict(C)
+        lo, hi = self.predict_interval(C) if len(self.boot) else ([None] * C.size,) * 2
+        rows = []
+        for i, c in enumerate(C):
+            row = {"x": float(c), "y": float(y[i]),
+                   "lo": None if lo[i] is None else float(lo[i]),
+                   "hi": None if hi[i] is None else float(hi[i])}
+            if self.seed_fits:
+                row["seed_std"] = float(np.std([f.predict(c) for f in self.seed_fits], ddof=1))
+            rows.append(row)
+        return rows
+
+
+def _curve_of(model: str, p: np.ndarray) -> Sigmoid | PowerLaw:
+    return Sigmoid(*p[:4]) if model == "sigmoid" else PowerLaw(*p[:3])
+
+
+# ---------------------------------------------------------------- inputs and diagnostics
+@dataclass(frozen=True)
+class _Data:
+    x: np.ndarray      # compute in the window, > 0, sorted
+    y: np.ndarray
+    r0: float          # measured start
+    n_r0: int          # points R0 was measured from
+
+
+def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> _Data:
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ScaleRLError(f"x and y differ in length ({x.size} vs {y.size})")
+    if x.size == 0:
+        raise ScaleRLError("no data points")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ScaleRLError("x and y must be finite numbers")
+    if (x < 0).any() or not (x > 0).any():
+        bad = x[x <= 0][0] if (x < 0).any() or not (x > 0).any() else None
+        raise ScaleRLError(f"compute must be positive (0 is accepted only as the starting point); got {bad:g}")
+    if model == "sigmoid" and ((y < 0).any() or (y > 1).any()):
+        bad = y[(y < 0) | (y > 1)][0]
+        raise ScaleRLError(f"the sigmoid models a pass rate in [0, 1]; got metric value {bad:g} "
+                           "(use --model powerlaw for an unbounded metric)")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    start = x == x[0]
+    keep = x > 0
+    if fit_min is not None:
+        keep &= x >= fit_min
+    if fit_max is not None:
+        keep &= x <= fit_max
+    xw, yw = x[keep], y[keep]
+    window = f"[{fit_min if fit_min is not None else '-'}, {fit_max if fit_max is not None else '-'}]"
+    if xw.size < MIN_POINTS:
+        raise ScaleRLError(f"only {xw.size} points in the fit window {window} (need at least {MIN_POINTS}); "
+                           "lower --fit-min / raise --fit-max or evaluate more often")
+    if np.ptp(yw) == 0:
+        raise ScaleRLError(f"the metric is constant ({yw[0]:g}) over the fit window {window}: nothing to fit")
+    return _Data(xw, yw, float(y[start].mean()), int(start.sum()))
+
+
+def _ranges(d: _Data, a_range, c_mid_range) -> tuple[tuple[float, float], tuple[float, float]]:
+    if a_range is None:
+        a_lo = max(0.0, np.floor((d.y.max() - 0.1) / A_STEP) * A_STEP)
+        a_range = (a_lo, 1.0)
+    if c_mid_range is None:
+        c_mid_range = (d.x[0] / 10, d.x[-1] * 100)
+    if not (a_range[0] < a_range[1] and 0 < c_mid_range[0] < c_mid_range[1]):
+        raise ScaleRLError(f"bad search range: A {a_range}, C_mid {c_mid_range} (need lo < hi, C_mid > 0)")
+    return (float(a_range[0]), float(a_range[1])), (float(c_mid_range[0]), float(c_mid_range[1]))
+
+
+def _diagnose(res: FitResult, d: _Data, a_rng, c_rng) -> list[str]:
+    w = []
+    if d.x.size < FEW_POINTS:
+        w.append(f"only {d.x.size} points in the fit window; the fit is poorly constrained "
+                 f"({FEW_POINTS} or more recommended)")
+    if min(abs(res.A - a_rng[0]), abs(res.A - a_rng[1])) < A_STEP / 2:
+        w.append(f"A = {res.A:.3f} is on the edge of its search range [{a_rng[0]:.3f}, {a_rng[1]:.3f}]: "
+                 "the data do not pin the ceiling down")
+    if res.model == "sigmoid":
+        half_step = np.log(c_rng[1] / c_rng[0]) / (N_C_MID - 1) / 2
+        if min(abs(np.log(res.C_mid / c_rng[0])), abs(np.log(res.C_mid / c_rng[1]))) < half_step:
+            w.append(f"C_mid = {res.C_mid:.4g} is on the edge of its search range "
+                     f"[{c_rng[0]:.4g}, {c_rng[1]:.4g}]: the data do not pin the midpoint down")
+        if d.x[-1] < res.C_mid:
+            w.append(f"the fit window ends at C = {d.x[-1]:.4g}, before C_mid = {res.C_mid:.4g}: the curve "
+                     "has not reached half its gain, so the ceiling A is poorly determined")
+    return w
+
+
+# ---------------------------------------------------------------- the grid over (A, C_mid)
+def _sse_sigmoid(logc, y, A, logcm, r0) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """SSE as a function of log B, for G grid points at once: returns (sse (G,), R0 (G,))."""
+    def f(u: np.ndarray):
+        s = expit(np.exp(u)[:, None] * (logc[None, :] - logcm[:, None]))  # (G, n)
+        if r0 is None:  # R = R0 (1 - s) + A s: R0 by linear least squares
+            t = 1.0 - s
+            r = ((y - A[:, None] * s) * t).sum(1) / np.maximum((t * t).sum(1), 1e-300)
+        else:
+            r = np.full(len(A), r0)
+        pred = r[:, None] + (A - r)[:, None] * s
+        return ((y - pred) ** 2).sum(1), r
+    return f
+
+
+def _sse_power(logc, y, A) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """SSE of `A - D C^-B` as a function of log B, D by linear least squares: (sse (G,), D (G,))."""
+    def f(u: np.ndarray):
+        v = np.exp(-np.exp(u)[:, None] * logc[None, :])  # (G, n) = C^-B
+        D = ((A[:, None] - y) * v).sum(1) / np.maximum((v * v).sum(1), 1e-300)
+        return ((y - A[:, None] + D[:, None] * v) ** 2).sum(1), D
+    return f
+
+
+def _golden_logb(make_sse, G: int, n_iter: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Minimise each grid point's SSE over log B in B_BOUNDS by golden section: (log B, sse, aux)."""
+    inv_phi = (np.sqrt(5) - 1) / 2
+    lo, hi = np.full(G, np.log(B_BOUNDS[0])), np.full(G, np.log(B_BOUNDS[1]))
+    c, d = hi - inv_phi * (hi - lo), lo + inv_phi * (hi - lo)
+    fc, fd = make_sse(c)[0], make_sse(d)[0]
+    for _ in range(n_iter):
+        left = fc < fd  # the minimum lies in [lo, d]
+        hi, lo = np.where(left, d, hi), np.where(left, lo, c)
+        new = np.where(left, hi - inv_phi * (hi - lo), lo + inv_phi * (hi - lo))
+        f_new = make_sse(new)[0]
+        c, d, fc, fd = (np.where(left, new, d), np.where(left, c, new),
+                        np.where(left, f_new, fd), np.where(left, fc, f_new))
+    u = (lo + hi) / 2
+    sse, aux = make_sse(u)
+    return u, sse, aux
+
+
+def _grid(model: str, d: _Data, a_values, c_values, fit_r0: bool, n_iter: int) -> np.ndarray:
+    """Every (A, C_mid) grid point with its best B; returns the grid points' parameter rows
+    sorted by SSE: (G, 5) columns A, B, C_mid, R0, sse (power law: A, B, D, nan, sse)."""
+    logc = np.log(d.x)
+    if model == "sigmoid":
+        A, logcm = (g.ravel() for g in np.meshgrid(a_values, np.log(c_values), indexing="ij"))
+    else:
+        A, logcm = np.asarray(a_values, dtype=float), np.zeros(len(a_values))
+    rows = []
+    step = max(1, _CHUNK // d.x.size)
+    for i in range(0, A.size, step):  # chunks of grid points bound the memory
+        a, lcm = A[i:i + step], logcm[i:i + step]
+        make = (_sse_sigmoid(logc, d.y, a, lcm, None if fit_r0 else d.r0) if model == "sigmoid"
+                else _sse_power(logc, d.y, a))
+        u, sse, aux = _golden_logb(make, a.size, n_iter)
+        if model == "sigmoid":
+            rows.append(np.column_stack([a, np.exp(u), np.exp(lcm), aux, sse]))
+        else:
+            rows.append(np.column_stack([a, np.exp(u), aux, np.full(a.size, np.nan), sse]))
+    table = np.concatenate(rows)
+    return table[np.argsort(table[:, -1], kind="stable")]
+
+
+# ---------------------------------------------------------------- bounded least-squares refinement
+def _refine(model: str, d: _Data, start: np.ndarray, a_rng, c_rng, fit_r0: bool, r0: float) -> np.ndarray:
+    """`least_squares` from `start` (A, B, C_mid, R0 | A, B, D); returns the same layout + sse."""
+    logc = np.log(d.x)
+    if model == "sigmoid":
+        lo = [a_rng[0], np.log(B_BOUNDS[0]), np.log(c_rng[0])] + ([0.0] if fit_r0 else [])
+        hi = [a_rng[1], np.log(B_BOUNDS[1]), np.log(c_rng[1])] + ([1.0] if fit_r0 else [])
+        p0 = [start[0], np.log(start[1]), np.log(start[2])] + ([start[3]] if fit_r0 else [])
+
+        def unpack(p):
+            return p[0], np.exp(p[1]), np.exp(p[2]), (p[3] if fit_r0 else r0)
+
+        def resid(p):
+            a, b, cm, r = unpack(p)
+            return r + (a - r) * expit(b * (logc - np.log(cm))) - d.y
+    else:
+        lo, hi = [a_rng[0], np.log(B_BOUNDS[0])], [a_rng[1], np.log(B_BOUNDS[1])]
+        p0 = [start[0], np.log(start[1])]
+
+        def unpack(p):
+            v = np.exp(-np.exp(p[1]) * logc)
+            return p[0], np.exp(p[1]), float(((p[0] - d.y) * v).sum() / max((v * v).sum(), 1e-300))
+
+        def resid(p):
+            a, b, D = unpack(p)
+            return a - D * np.exp(-b * logc) - d.y
+    lo, hi = np.asarray(lo), np.asarray(hi)
+    p0 = np.clip(np.asarray(p0, dtype=float), lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    sol = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
+    return np.array([*unpack(sol.x), float((sol.fun ** 2).sum())])
+
+
+def _point_estimate(model, d, a_rng, c_rng, fit_r0, method: str) -> np.ndarray:
+    if method == "grid":
+        a_values = np.arange(a_rng[0], a_rng[1] + A_STEP / 2, A_STEP)
+        c_values = np.geomspace(*c_rng, N_C_MID)
+        return _grid(model, d, a_values, c_values, fit_r0, n_iter=40)[0]
+    if method != "fast":
+        raise ScaleRLError(f"unknown fit method {method!r} (expected 'fast' or 'grid')")
+    a_values = np.linspace(*a_rng, max(3, int(round((a_rng[1] - a_rng[0]) / 0.025)) + 1))
+    c_values = np.geomspace(*c_rng, 16)
+    starts = _grid(model, d, a_values, c_values, fit_r0, n_iter=20)[:3]
+    fits = [_refine(model, d, s, a_rng, c_rng, fit_r0, d.r0) for s in starts]
+    return min(fits, key=lambda f: f[-1])
+
+
+def _bootstrap(model, d, est, a_rng, c_rng, fit_r0, n_boot: int, rng) -> np.ndarray:
+    pred = _curve_of(model, est).predict(d.x)
+    resid = d.y - pred
+    n_par = 3 + (fit_r0 and model == "sigmoid")
+    resid = (resid - resid.mean()) * np.sqrt(d.x.size / max(d.x.size - n_par, 1))
+    reps = []
+    for _ in range(n_boot):
+        y_star = pred + rng.choice(resid, d.x.size)
+        r0_star = d.r0 + rng.choice(resid, d.n_r0).mean()
+        d_star = _Data(d.x, y_star, r0_star, d.n_r0)
+        reps.append(_refine(model, d_star, est, a_rng, c_rng, fit_r0, r0_star)[:-1])
+    n_col = 4 if model == "sigmoid" else 3
+    return np.array(reps).reshape(n_boot, n_col)
+
+
+def fit_curve(x, y, model: Model = "sigmoid", fit_min: float | None = None, fit_max: float | None = None,
+              fit_r0: bool = False, n_bootstrap: int = 200, seed: int = 0, *, method: Method = "fast",
+              a_range: tuple[float, float] | None = None,
+              c_mid_range: tuple[float, float] | None = None) -> FitResult:
+    """Fit `model` to (compute `x`, metric `y`) over [fit_min, fit_max]; see the module docstring."""
+    if model not in ("sigmoid", "powerlaw"):
+        raise ScaleRLError(f"unknown model {model!r} (expected 'sigmoid' or 'powerlaw')")
+    d = _prepare(x, y, model, fit_min, fit_max)
+    a_rng, c_rng = _ranges(d, a_range, c_mid_range)
+    est = _point_estimate(model, d, a_rng, c_rng, fit_r0, method)
+    boot = _bootstrap(model, d, est, a_rng, c_rng, fit_r0, n_bootstrap, np.random.default_rng(seed))
+    names = ["A", "B", "C_mid", "R0"] if model == "sigmoid" else ["A", "B", "D"]
+    q = 100 * (1 - CI_LEVEL) / 2
+    ci = {n: (float(np.percentile(boot[:, i], q)), float(np.percentile(boot[:, i], 100 - q)))
+          for i, n in enumerate(names) if len(boot) and not (n == "R0" and not fit_r0)}
+    res = FitResult(model=model, A=float(est[0]), B=float(est[1]),
+                    C_mid=float(est[2]) if model == "sigmoid" else None,
+                    R0=float(est[3]) if model == "sigmoid" else None,
+                    D=float(est[2]) if model == "powerlaw" else None,
+                    rmse=float(np.sqrt(est[-1] / d.x.size)), n_points=int(d.x.size), ci=ci,
+                    warnings=[], window=(float(d.x[0]), float(d.x[-1])), method=method, boot=boot)
+    res.warnings.extend(_diagnose(res, d, a_rng, c_rng))
+    return res
+
+
+def fit_seeds(runs: Sequence[tuple[np.ndarray, np.ndarray]], model: Model = "sigmoid", **kwargs) -> FitResult:
+    """Several seeds of one configuration: one fit of all their points together (its bootstrap
+    intervals), plus a fit per seed whose spread `FitResult.seed_spread()` reports."""
+    if len(runs) < 2:
+        raise ScaleRLError(f"fit_seeds needs at least 2 runs, got {len(runs)}")
+    per_seed = [fit_curve(x, y, model, **{**kwargs, "n_bootstrap": 0}) for x, y in runs]
+    x_all = np.concatenate([np.asarray(x, dtype=float) for x, _ in runs])
+    y_all = np.concatenate([np.asarray(y, dtype=float) for _, y in runs])
+    pooled = fit_curve(x_all, y_all, model, **kwargs)
+    pooled.seed_fits = per_seed
+    return pooled

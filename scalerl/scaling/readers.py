@@ -1,0 +1,168 @@
+"""Read (compute, metric) pairs from run directories, JSONL, CSV, W&B CSV exports and TensorBoard.
+
+    read_metrics(path, x, y) -> (x ndarray, y ndarray, warnings)
+
+- A directory means `<dir>/metrics.jsonl`, or the TensorBoard event files under it if there is none.
+- JSONL: one object per line; nested objects are flattened with "/" (`{"val": {"pass_rate": 1}}`
+  is `val/pass_rate`). A row without the x or y key is another kind of row (a train row beside
+  eval rows) and is ignored silently; a row with the key but a null / NaN / inf / non-numeric
+  value is skipped and counted in a warning.
+- CSV: a header row. A W&B export names its columns `<run> - <metric>` (plus `__MIN`/`__MAX`);
+  `y="<metric>"` selects the one `... - <metric>` column when that is unambiguous. Empty cells
+  count as missing values.
+- TensorBoard: scalars via `event_accumulator`; x is `step` or another scalar tag joined on step.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from scalerl.errors import ScaleRLError
+
+Columns = tuple[np.ndarray, np.ndarray, list[str]]
+
+
+def read_metrics(path: str | Path, x: str, y: str) -> Columns:
+    """The finite (x, y) pairs of `path`, sorted by x, and the warnings about skipped rows."""
+    path = Path(path)
+    if not path.exists():
+        raise ScaleRLError(f"{path}: no such file or directory")
+    if path.is_dir():
+        path = _resolve_dir(path)
+    if path.name.startswith("events.out.tfevents") or path.is_dir():
+        return _read_tensorboard(path, x, y)
+    if path.stat().st_size == 0 or not path.read_text(encoding="utf-8", errors="replace").strip():
+        raise ScaleRLError(f"{path}: the file is empty")
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        rows, columns = _jsonl_rows(path)
+    elif path.suffix.lower() in (".csv", ".tsv"):
+        rows, columns = _csv_rows(path)
+        x, y = _wandb_column(path, columns, x), _wandb_column(path, columns, y)
+    else:
+        raise ScaleRLError(f"{path}: unknown file type (expected .jsonl, .csv, a run directory "
+                           "or TensorBoard event files)")
+    return _pairs(path, rows, columns, x, y)
+
+
+def _resolve_dir(path: Path) -> Path:
+    if (path / "metrics.jsonl").is_file():
+        return path / "metrics.jsonl"
+    if any(path.rglob("events.out.tfevents*")):
+        return path
+    raise ScaleRLError(f"{path}: directory has no metrics.jsonl and no TensorBoard event files")
+
+
+def _flatten(row: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _jsonl_rows(path: Path) -> tuple[list[dict], list[str]]:
+    rows, columns = [], {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ScaleRLError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise ScaleRLError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+            row = _flatten(row)
+            columns.update(dict.fromkeys(row))
+            rows.append(row)
+    return rows, list(columns)
+
+
+def _csv_rows(path: Path) -> tuple[list[dict], list[str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        columns = list(reader.fieldnames or [])
+        # an empty cell is a missing value (W&B leaves cells empty where a run did not log)
+        rows = [{k: (None if v == "" else v) for k, v in r.items()} for r in reader]
+    if not rows:
+        raise ScaleRLError(f"{path}: the file has a header but no rows")
+    return rows, columns
+
+
+def _wandb_column(path: Path, columns: list[str], name: str) -> str:
+    """`name` itself, or the unique W&B column `<run> - <name>` (not its __MIN/__MAX)."""
+    if name in columns:
+        return name
+    hits = [c for c in columns if c.endswith(f" - {name}")]
+    if len(hits) > 1:
+        raise ScaleRLError(f"{path}: column {name!r} is ambiguous, it matches {hits}; pass the full name")
+    return hits[0] if hits else name
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _pairs(path: Path, rows: list[dict], columns: list[str], x: str, y: str) -> Columns:
+    for name in (x, y):
+        if name not in columns:
+            shown = ", ".join(columns[:40]) + (", ..." if len(columns) > 40 else "")
+            raise ScaleRLError(f"{path}: no column {name!r}; columns are: {shown}")
+    xs, ys, skipped, numeric = [], [], 0, {x: False, y: False}
+    for row in rows:
+        if x not in row or y not in row:
+            continue  # another kind of row (e.g. a train row without the eval metric)
+        vx, vy = _number(row[x]), _number(row[y])
+        numeric[x] |= vx is not None
+        numeric[y] |= vy is not None
+        if vx is None or vy is None:
+            skipped += 1
+            continue
+        xs.append(vx)
+        ys.append(vy)
+    for name, ok in numeric.items():
+        if not ok:
+            example = next((r[name] for r in rows if r.get(name) is not None), None)
+            raise ScaleRLError(f"{path}: column {name!r} has no numeric value (e.g. {example!r})")
+    warnings = []
+    if skipped:
+        warnings.append(f"{path}: skipped {skipped} row(s) with a missing or non-finite {x!r} or {y!r}")
+    order = np.argsort(xs, kind="stable")
+    return np.asarray(xs)[order], np.asarray(ys)[order], warnings
+
+
+def _read_tensorboard(path: Path, x: str, y: str) -> Columns:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    files = [path] if path.is_file() else sorted(path.rglob("events.out.tfevents*"))
+    series: dict[str, dict[int, float]] = {}
+    for f in files:
+        acc = event_accumulator.EventAccumulator(str(f), size_guidance={event_accumulator.SCALARS: 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            series.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    if not series:
+        raise ScaleRLError(f"{path}: no TensorBoard scalars found (the event files are empty)")
+    columns = ["step", *sorted(series)]
+    rows = []
+    for step, value in series.get(y, {}).items():
+        row = {"step": step, y: value}
+        if x in series and step in series[x]:
+            row[x] = series[x][step]
+        elif x in series:
+            row[x] = None  # logged y at a step with no x: counted as skipped
+        rows.append(row)
+    return _pairs(path, rows, columns, x, y)
