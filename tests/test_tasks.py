@@ -1,0 +1,146 @@
+"""Built-in arithmetic task and user dataset files."""
+
+import hashlib
+from collections import Counter
+
+import pytest
+
+from scalerl.config import RolloutConfig, TaskConfig
+from scalerl.errors import ScaleRLError
+from scalerl.tasks import get_task
+from scalerl.tasks.arith import ArithTask, completion_text, exact_check, problem_text
+
+
+def test_worked_example_scratchpad_and_answer():
+    # 1234 + 5678 = 6912; columns from the least significant: 4+8=12, 3+7+1=11, 2+6+1=9, 1+5=6
+    assert problem_text((1234, 5678)) == "4321+8765="
+    assert completion_text((1234, 5678), 4) == "<think>4+8+0=12,3+7+1=11,2+6+1=09,1+5+0=06,</think>2196"
+    # 999 + 1 + 5 = 1005 (a 3-operand sum with a final carry), operand 1 padded to 3 digits
+    assert completion_text((999, 1, 5), 3) == "<think>9+1+5+0=15,9+0+0+1=10,9+0+0+1=10,</think>5001"
+
+
+def test_exact_check_reads_the_text_after_the_last_think_close():
+    assert exact_check("<think>x</think>2196", "2196")
+    assert exact_check("<think>x</think> 2196 </s><pad><pad>", "2196")
+    assert exact_check("<think>a</think>11</think>2196", "2196")
+    assert not exact_check("<think>x</think>2197", "2196")
+    assert not exact_check("<think>x</think>21960", "2196")
+    assert not exact_check("2196", "2196")            # no closed thinking part: no final answer
+
+
+def test_train_prompts_are_deterministic_and_seeded():
+    a, b, c = ArithTask(seed=0), ArithTask(seed=0), ArithTask(seed=1)
+    assert [a.train_prompt(i) for i in range(50)] == [b.train_prompt(i) for i in range(50)]
+    assert [a.train_prompt(i).text for i in range(50)] != [c.train_prompt(i).text for i in range(50)]
+    stream = a.train_prompts()
+    assert [next(stream).id for _ in range(3)] == ["arith/s0/train/0", "arith/s0/train/1", "arith/s0/train/2"]
+
+
+def test_answers_are_the_reversed_sums():
+    for p in (ArithTask(seed=3).train_prompt(i) for i in range(200)):
+        ops = [int(x[::-1]) for x in p.text.rstrip("=").split("+")]
+        assert p.answer == str(sum(ops))[::-1]
+        assert p.meta["target"].endswith("</think>" + p.answer)
+
+
+def _independent_is_val(text: str) -> bool:
+    ops = [str(int(x[::-1])) for x in text.rstrip("=").split("+")]
+    h = hashlib.sha256(("scalerl-arith-split-v1:" + ",".join(ops)).encode()).digest()[:8]
+    return int.from_bytes(h, "big") / 2**64 < 0.05
+
+
+@pytest.mark.parametrize("name", ["arith", "arith-2"])
+def test_validation_never_overlaps_training(name):
+    task = ArithTask(name, seed=0)
+    val = task.val_prompts(300)
+    train = [task.train_prompt(i) for i in range(20_000)]
+    assert len({p.text for p in val}) == 300
+    assert not {p.text for p in val} & {p.text for p in train}
+    assert all(_independent_is_val(p.text) for p in val)
+    assert not any(_independent_is_val(p.text) for p in train)
+    assert task.val_prompts(300) == val                              # the same every call
+    assert ArithTask(name, seed=5).val_prompts(1)[0].text != val[0].text or name == "arith-2"
+
+
+def test_difficulty_mix_frequencies_follow_the_weights():
+    counts = Counter(ArithTask("arith").train_prompt(i).meta["digits"] for i in range(10_000))
+    expected = {2: 0.20, 3: 0.25, 4: 0.30, 16: 0.25}
+    for digits, share in expected.items():
+        assert abs(counts[digits] / 10_000 - share) < 0.02
+
+
+def test_tail_does_not_fit_the_default_completion_budget():
+    from scalerl.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    budget = RolloutConfig().max_new_tokens
+    task = ArithTask("arith")
+    for p in (task.train_prompt(i) for i in range(300)):
+        n = len(tok(p.meta["target"])["input_ids"]) + 1                 # + EOS
+        assert (n > budget) == (p.meta["digits"] == 16)
+
+
+def test_difficulty_knob_in_the_name():
+    p = ArithTask("arith-3x6").train_prompt(0)
+    assert p.meta == {**p.meta, "operands": 3, "digits": 6}
+    assert len(p.text) == 3 * 6 + 2 + 1
+    with pytest.raises(ScaleRLError, match="arith-<digits>"):
+        ArithTask("arith-hard")
+
+
+def test_get_task_errors_name_the_field():
+    with pytest.raises(ScaleRLError, match="task.name 'poetry'"):
+        get_task(TaskConfig(name="poetry"))
+    with pytest.raises(ScaleRLError, match="task.path"):
+        get_task(TaskConfig(name="file"))
+
+
+def test_chat_template_wraps_the_problem():
+    from scalerl.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.chat_template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
+    p = ArithTask("arith", tokenizer=tok).train_prompt(0)
+    raw = ArithTask("arith").train_prompt(0)
+    assert p.text.startswith("<|user|>") and p.text.endswith(raw.text + "<|assistant|>")
+
+
+# ---------------------------------------------------------------- user files
+ROWS = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(12)]
+
+
+def _write(tmp_path, kind, rows):
+    import datasets
+
+    path = tmp_path / f"data.{kind}"
+    ds = datasets.Dataset.from_list(rows)
+    {"jsonl": ds.to_json, "csv": ds.to_csv, "parquet": ds.to_parquet}[kind](str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
+def test_file_task_reads_rows_with_stable_ids_and_disjoint_split(tmp_path, kind):
+    path = _write(tmp_path, kind, ROWS)
+    cfg = TaskConfig(name="file", path=str(path), val_size=3)
+    a, b = get_task(cfg), get_task(cfg)
+    val = a.val_prompts(3)
+    train = [a.train_prompt(i) for i in range(9)]
+    assert [p.id for p in val] == [p.id for p in b.val_prompts(3)]
+    assert {p.id for p in val}.isdisjoint(p.id for p in train)
+    assert sorted(p.meta["row"] for p in val + train) == list(range(12))
+    p = next(q for q in val + train if q.meta["row"] == 7)
+    assert (p.text, p.answer) == ("What is 7 + 7?", "14")
+    assert p.id.startswith("data." + kind + ":7:")
+
+
+def test_file_task_row_without_answer_names_file_and_row(tmp_path):
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+2?", "answer": None}]
+    path = _write(tmp_path, "jsonl", rows)
+    with pytest.raises(ScaleRLError, match=r"data.jsonl: row 1 has no 'answer'"):
+        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+
+
+def test_file_task_wrong_columns(tmp_path):
+    path = _write(tmp_path, "jsonl", [{"question": "1+1?", "solution": "2"}] * 3)
+    with pytest.raises(ScaleRLError, match="expected columns prompt/answer or problem/answer"):
+        get_task(TaskConfig(name="file", path=str(path), val_size=1))

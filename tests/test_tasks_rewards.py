@@ -1,0 +1,112 @@
+"""RewardFn: exact checker, math-verify in a worker process, failures that never stop a batch."""
+
+import threading
+import time
+
+import pytest
+
+from scalerl.config import RewardConfig, TaskConfig
+from scalerl.tasks import get_task
+from scalerl.tasks.arith import ArithTask
+from scalerl.tasks.rewards import RewardFn
+from scalerl.types import Completion, Prompt
+
+
+def _completion(text: str) -> Completion:
+    return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[],
+                      text=text, finish_reason="eos")
+
+
+PROMPT = Prompt(id="p", text="4321+8765=", answer="2196")
+
+
+def test_exact_rewards_plus_minus_one_and_zero_one():
+    pm, zo = RewardFn(ArithTask(), RewardConfig()), RewardFn(ArithTask(), RewardConfig(pass_value=1, fail_value=0))
+    good, bad = _completion("<think>..</think>2196</s>"), _completion("<think>..</think>2195</s>")
+    for fn, expected in ((pm, (1.0, -1.0)), (zo, (1.0, 0.0))):
+        fn(PROMPT, good)
+        fn(PROMPT, bad)
+        assert (good.reward, bad.reward) == expected
+        assert (good.passed, bad.passed, good.reward_error, bad.reward_error) == (True, False, None, None)
+    assert pm.metrics() == {"checked": 2, "passed": 1, "errors": 0, "timeouts": 0}
+
+
+def test_adversarial_100kB_strings_fail_fast():
+    fn = RewardFn(ArithTask(), RewardConfig())
+    attacks = ["</think>" * 12_800, "9" * 100_000, "<think>" + "2196" * 25_000, "</think>" + "2196" * 25_000]
+    comps = [_completion(a) for a in attacks]
+    t0 = time.perf_counter()
+    for c in comps:
+        fn(PROMPT, c)
+    assert time.perf_counter() - t0 < 1.0
+    assert [c.reward for c in comps] == [-1.0] * 4
+
+
+def hanging_or_exact(text: str, answer: str) -> bool:
+    """A checker that raises, hangs or compares, chosen by the reference answer."""
+    if answer == "raise":
+        raise ValueError("checker bug")
+    if answer == "hang":
+        time.sleep(3600)
+    return text == answer
+
+
+class _FakeTask:
+    checker = staticmethod(hanging_or_exact)     # module-level: picklable into a worker process
+
+    def __init__(self, isolate: bool):
+        self.isolate_checker = isolate
+
+
+def test_raising_checker_scores_fail_and_is_counted():
+    fn = RewardFn(_FakeTask(isolate=False), RewardConfig())
+    comps = [_completion("x"), _completion("ok"), _completion("x")]
+    for c, ans in zip(comps, ["raise", "ok", "raise"]):
+        fn(Prompt(id="p", text="", answer=ans), c)
+    assert [c.reward for c in comps] == [-1.0, 1.0, -1.0]
+    assert comps[0].reward_error == "ValueError: checker bug"
+    assert fn.metrics() == {"checked": 3, "passed": 1, "errors": 2, "timeouts": 0}
+
+
+@pytest.fixture
+def pooled():
+    fn = RewardFn(_FakeTask(isolate=True), RewardConfig(timeout_s=1.0), pool_size=1)
+    yield fn
+    fn.close()
+
+
+def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
+    answers = ["ok", "hang", "ok", "raise"]
+    comps = [_completion("ok") for _ in answers]
+    result = {}
+
+    def score():                             # from a non-main thread, as a pipeline does
+        for c, ans in zip(comps, answers):
+            pooled(Prompt(id="p", text="", answer=ans), c)
+        result["done"] = True
+
+    t = threading.Thread(target=score)
+    t.start()
+    t.join(timeout=60)
+    assert result.get("done")
+    assert [c.reward for c in comps] == [1.0, -1.0, 1.0, -1.0]   # the killed worker was replaced
+    assert comps[1].reward_error.startswith("timeout")
+    assert "checker bug" in comps[3].reward_error
+    assert pooled.metrics() == {"checked": 4, "passed": 2, "errors": 2, "timeouts": 1}
+
+
+def test_math_verify_on_user_data_from_a_thread(tmp_path):
+    path = tmp_path / "maths.jsonl"
+    path.write_text('{"problem": "Half of one?", "answer": "1/2"}\n' * 2 + '{"problem": "One plus one?", "answer": "2"}\n')
+    task = get_task(TaskConfig(name="file", path=str(path), val_size=1))
+    fn = RewardFn(task, RewardConfig(timeout_s=20.0), pool_size=1)
+    half = Prompt(id="h", text="", answer="1/2")
+    texts = ["<think>hmm</think>The answer is $\\boxed{0.5}$", "<think>\\boxed{0.5}</think>so \\boxed{3}",
+             "\\frac{" * 20_000]
+    comps = [_completion(t) for t in texts]
+    th = threading.Thread(target=lambda: [fn(half, c) for c in comps])
+    th.start()
+    th.join(timeout=120)
+    fn.close()
+    assert [c.passed for c in comps] == [True, False, False]
+    assert fn.metrics()["checked"] == 3
