@@ -366,8 +366,8 @@ def recipe_path(name: str) -> Path:
     path = RECIPES_DIR / f"{name}.yaml"
     if not path.is_file():
         names = list_recipes()
-        hint = difflib.get_close_matches(name, names, n=1)
-        more = f"; did you mean {hint[0]!r}?" if hint else ""
+        hint = difflib.get_close_matches(name, names, n=2)
+        more = f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""
         raise ScaleRLError(f"unknown recipe {name!r} (available: {', '.join(names)}){more}")
     return path
 

@@ -57,7 +57,7 @@ class NoPositiveResampling:
             counts = self._history.setdefault(pid, [0, 0])
             counts[0] += sum(bool(c.passed) for c in group.completions)
             counts[1] += len(group.completions)
-            if pid in self._retired or counts[0] < self.threshold * counts[1]:
+            if pid in self._retired or counts[0] / counts[1] < self.threshold:
                 return False
             self._retired.add(pid)
             return True

@@ -1,0 +1,141 @@
+"""Config loading, presets, dotted overrides, suggestions, union switching, YAML round trip, CLI."""
+
+import pytest
+import yaml
+
+from scalerl.cli import main
+from scalerl.config import (Config, CispoLoss, PPOClipLoss, dump_config, list_recipes, load_config,
+                            parse_override)
+from scalerl.errors import ScaleRLError
+
+# DESIGN.md recipe table, written out independently of the preset files.
+TABLE = {
+    "scalerl": ("cispo", "prompt", "batch"),
+    "grpo": ("ppo_clip", "sample", "prompt"),
+    "dapo": ("ppo_clip", "token", "prompt"),
+    "gspo": ("gspo", "sample", "prompt"),
+    "magistral": ("ppo_clip", "token", "batch"),
+    "minimax": ("cispo", "token", "prompt"),
+}
+
+
+def test_presets_match_the_design_table():
+    assert list_recipes()[0] == "scalerl" and set(list_recipes()) == set(TABLE)
+    for name, (loss, agg, norm) in TABLE.items():
+        cfg = load_config(name)
+        assert (cfg.recipe, cfg.loss.type, cfg.loss.aggregation, cfg.advantage.norm) == (name, loss, agg, norm)
+
+
+def test_preset_details():
+    assert load_config("scalerl") == Config()                  # the defaults are the ScaleRL recipe
+    s = load_config("scalerl")
+    assert (s.loss.eps_max, s.filter.zero_variance, s.curriculum.threshold, s.model.fp32_head) == (5, True, 0.9, True)
+    assert (s.pipeline.mode, s.pipeline.k, s.rollout.length.type) == ("pipeline_rl", 8, "interrupt")
+    d = load_config("dapo")
+    assert (d.loss.eps_low, d.loss.eps_high, d.loss.kl_beta) == (0.2, 0.28, 0.0)
+    assert d.filter.dynamic_sampling and d.rollout.length.type == "penalty"
+    m = load_config("magistral")
+    assert 0.26 <= m.loss.eps_high <= 0.28 and m.loss.kl_beta == 0 and m.rollout.length.type == "penalty"
+    assert load_config("gspo").loss.eps_high < 1e-3
+
+
+def test_every_preset_file_has_paper_comments():
+    from scalerl.config import recipe_path
+    for name in TABLE:
+        text = recipe_path(name).read_text()
+        assert text.startswith("#") and ("Section" in text or "Eq." in text)
+
+
+def test_dotted_overrides_and_value_types():
+    cfg = load_config("scalerl", overrides=["loss.eps_max=8", "run.max_minutes=2.5", "task.path=/tmp/a:b.jsonl",
+                                            "optim.betas=[0.8, 0.9]", "model.fp32_head=false", "run.threads=null"])
+    assert cfg.loss.eps_max == 8 and cfg.run.max_minutes == 2.5 and cfg.task.path == "/tmp/a:b.jsonl"
+    assert cfg.optim.betas == (0.8, 0.9) and cfg.model.fp32_head is False and cfg.run.threads is None
+    assert parse_override("a.b.c=1") == {"a": {"b": {"c": 1}}}
+
+
+def test_switching_union_type_keeps_shared_fields_only():
+    cfg = load_config("scalerl", overrides=["loss.type=ppo_clip", "loss.eps_high=0.28"])
+    assert cfg.loss == PPOClipLoss(eps_high=0.28, aggregation="prompt")    # aggregation carried over
+    cfg = load_config("dapo", overrides=["loss=cispo"])
+    assert cfg.loss == CispoLoss(aggregation="token")
+    cfg = load_config("scalerl", overrides=["rollout.length.type=penalty", "rollout.length.tolerance=8"])
+    assert cfg.rollout.length.type == "penalty" and cfg.rollout.length.tolerance == 8
+
+
+@pytest.mark.parametrize("override,match", [
+    ("loss.eps_mx=8", r"unknown config key 'loss.eps_mx' \(did you mean 'loss.eps_max'"),
+    ("eps_max=8", r"unknown config key 'eps_max' \(did you mean 'loss.eps_max'\?\)"),
+    ("model.fp32_hed=true", r"did you mean 'model.fp32_head'"),
+    ("loss.eps_high=0.3", r"'loss.eps_high' is not a field of loss type 'cispo'.*ppo_clip, gspo.*--set loss.type=ppo_clip"),
+    ("loss.type=ppo_clp", r"loss.type = 'ppo_clp' is not one of cispo, ppo_clip, gspo, reinforce; did you mean 'ppo_clip'"),
+    ("loss.eps_max=0", r"--set loss.eps_max=0: loss.eps_max = 0: Input should be greater than 0"),
+    ("curriculum.threshold=1.5", r"curriculum.threshold = 1.5: Input should be less than or equal to 1"),
+    ("curriculum.threshold=0", r"curriculum.threshold = 0: Input should be greater than 0"),
+    ("rollout.length.think_min=500", r"think_min \(500\) must be <= think_max \(128\)"),
+    ("batch.generations=1", r"batch.generations = 1: Input should be greater than or equal to 2"),
+    ("loss.aggregation=tokens", r"loss.aggregation = 'tokens': Input should be 'prompt', 'sample' or 'token'"),
+    ("noequals", r"expected KEY=VALUE"),
+])
+def test_bad_overrides_give_one_clear_error(override, match):
+    with pytest.raises(ScaleRLError, match=match):
+        load_config("scalerl", overrides=[override])
+
+
+def test_unknown_recipe_suggests():
+    with pytest.raises(ScaleRLError, match=r"unknown recipe 'gpro' \(available: scalerl, .*\); did you mean .*'grpo'"):
+        load_config("gpro")
+
+
+def test_config_file_layers_and_errors(tmp_path):
+    f = tmp_path / "my.yaml"
+    f.write_text("recipe: dapo\nloss:\n  eps_high: 0.3\nbatch: {prompts: 4}\n")
+    cfg = load_config(None, f)                                   # the file's recipe is the base
+    assert cfg.recipe == "dapo" and cfg.loss.eps_high == 0.3 and cfg.loss.aggregation == "token"
+    cfg = load_config("grpo", f, ["batch.prompts=6"])            # explicit recipe wins; --set last
+    assert cfg.recipe == "grpo" and cfg.loss.eps_high == 0.3 and cfg.batch.prompts == 6
+    f.write_text("batch:\n  prompt: 4\n")
+    with pytest.raises(ScaleRLError, match=rf"{f}: unknown config key 'batch.prompt' \(did you mean 'batch.prompts'"):
+        load_config(config_file=f)
+    f.write_text("loss: [1, 2\n")
+    with pytest.raises(ScaleRLError, match="not valid YAML"):
+        load_config(config_file=f)
+    with pytest.raises(ScaleRLError, match="not found"):
+        load_config(config_file=tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_dump_round_trips(tmp_path, name):
+    cfg = load_config(name, overrides=["loss.aggregation=sample", "run.max_steps=7"])
+    text = dump_config(cfg)
+    assert yaml.safe_load(text)["loss"]["aggregation"] == "sample"
+    (tmp_path / "c.yaml").write_text(text)
+    assert load_config(None, tmp_path / "c.yaml") == cfg
+
+
+def test_every_field_has_help():
+    def walk(cls):
+        for name, field in cls.model_fields.items():
+            assert field.description, f"{cls.__name__}.{name}"
+            ann = field.annotation
+            subs = getattr(ann, "__args__", (ann,))
+            for sub in subs:
+                if isinstance(sub, type) and hasattr(sub, "model_fields"):
+                    walk(sub)
+    walk(Config)
+
+
+def test_cli_recipes_list_and_show(capsys):
+    assert main(["recipes"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(TABLE)
+    for line in lines:
+        name = line.split()[0]
+        loss, agg, norm = TABLE[name]
+        assert f"loss={loss}" in line and f"aggregation={agg}" in line and f"norm={norm}" in line
+        assert "mode=pipeline_rl-8" in line
+    assert main(["recipes", "show", "gspo", "--set", "loss.eps_high=1e-3"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["loss"] == {"type": "gspo", "eps_low": 3e-4, "eps_high": 1e-3, "aggregation": "sample"}
+    assert main(["recipes", "show", "nope"]) == 2
+    assert "unknown recipe 'nope'" in capsys.readouterr().err
