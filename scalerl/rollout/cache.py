@@ -97,13 +97,13 @@ class SlotCache(Cache):
             self._resize(max(2 * self.capacity, self.write + shift + 1))
         self._move(shift)
 
-    def place(self, rows: torch.Tensor, src: SlotCache, lengths: torch.Tensor) -> None:
-        """Copy a right-aligned prefill cache `src` (one row per entry of `rows`) into `rows`,
-        ending at column `write`; row i's own tokens are the last `lengths[i]` columns."""
+    def place(self, rows: torch.Tensor, src: SlotCache, src_rows: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Copy rows `src_rows` of a right-aligned prefill cache `src` into `rows`, ending at
+        column `write`; row i's own tokens are the last `lengths[i]` columns."""
         width = src.write
         for dst, s in zip(self.layers, src.layers):
-            dst.keys[rows, :, self.write - width : self.write] = s.keys[:, :, :width]
-            dst.values[rows, :, self.write - width : self.write] = s.values[:, :, :width]
+            dst.keys[rows, :, self.write - width : self.write] = s.keys[src_rows, :, :width]
+            dst.values[rows, :, self.write - width : self.write] = s.values[src_rows, :, :width]
         self.start[rows] = self.write - lengths
 
     def select_rows(self, keep: torch.Tensor) -> None:

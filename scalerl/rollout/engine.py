@@ -85,11 +85,12 @@ class Engine:
 
     `model` is a `*ForCausalLM` whose `base_model` returns the last hidden state and whose
     output embedding is the LM head; it must use `eager` or `sdpa` attention (the engine passes
-    a 4D additive attention mask). `greedy=True` (or temperature < 1e-4) takes the argmax.
+    a 4D additive attention mask). `greedy=True` (or temperature < 1e-4) takes the argmax;
+    `ignore_eos=True` decodes to the budget (fixed-length benchmarks).
     """
 
     def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
-                 greedy: bool = False):
+                 greedy: bool = False, ignore_eos: bool = False):
         self.model, self.tokenizer, self.cfg, self.seed = model.eval(), tokenizer, cfg, seed
         self.greedy = greedy or cfg.temperature < GREEDY_BELOW
         self.base = model.base_model
@@ -103,8 +104,9 @@ class Engine:
         self._n_layers = text_cfg.num_hidden_layers
         self._kv_heads = text_cfg.num_key_value_heads
         self._head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // text_cfg.num_attention_heads
-        self._eos = torch.tensor(sorted(_stop_ids(model, tokenizer)), device=self.device)
-        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(self._eos[0])
+        eos = sorted(_stop_ids(model, tokenizer))
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        self._eos = torch.tensor([] if ignore_eos else eos, dtype=torch.long, device=self.device)
         self._think_end = torch.tensor(self._encode(THINK_END, special=False), device=self.device)
         self._interrupt = cfg.length if isinstance(cfg.length, InterruptConfig) else None
         self._phrase = None
@@ -207,7 +209,8 @@ class Engine:
 
     def _admit(self, state: _Rows, cache: SlotCache | None, batch: list[tuple[int, _Request]]) -> SlotCache:
         """Prefill the new requests (all but each prompt's last token, which the next decode step
-        feeds) and place them right-aligned in their rows."""
+        feeds) and place them right-aligned in their rows. Identical prompts (the n samples of
+        one prompt admitted together) are prefilled once and copied to each of their rows."""
         rows = torch.tensor([r for r, _ in batch], device=self.device)
         ctx = [req.tokens[:-1] for _, req in batch]
         lens = torch.tensor([len(c) for c in ctx], device=self.device)
@@ -216,10 +219,12 @@ class Engine:
             cache = SlotCache(self._n_layers, state.active.shape[0], self._kv_heads, self._head_dim,
                               width + self.cfg.max_new_tokens + 1, self.dtype, self.device)
         if width > 0:
-            ids = torch.tensor([[self._pad] * (width - len(c)) + c for c in ctx], device=self.device)  # (k, W)
-            src = self._prefill(ids, lens)
+            unique: dict[tuple[int, ...], int] = {}
+            src_row = torch.tensor([unique.setdefault(tuple(c), len(unique)) for c in ctx], device=self.device)
+            ids = torch.tensor([[self._pad] * (width - len(c)) + list(c) for c in unique], device=self.device)  # (u, W)
+            src = self._prefill(ids, torch.tensor([len(c) for c in unique], device=self.device))
             cache.reserve_left(width, state.active)
-            cache.place(rows, src, lens)
+            cache.place(rows, src, src_row, lens)
         else:
             cache.start[rows] = cache.write
         k = len(batch)

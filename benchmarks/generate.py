@@ -1,0 +1,196 @@
+"""Our rollout engine vs `transformers` `generate`: same model, prompts, batch and sampling.
+
+Fixed length on both sides (EOS ignored: `min_new_tokens` for HF, `ignore_eos` for ours), plain
+sampling (temperature 1, top-p 1, no top-k). The sequences are `seqs / samples` distinct prompts
+sampled `samples` times each, as in RL (HF: `num_return_sequences`; ours: `n`); `--samples 1`
+makes every sequence a different prompt. Prints tokens/s of each, the ratio, peak memory
+(process RSS sampled during each run on CPU; CUDA max allocated on GPU) and, on CUDA, the
+fraction of the memory-bandwidth roofline our engine reaches.
+
+    python benchmarks/generate.py --model smollm2-135m            # real weights (CPU, 64 x 64)
+    python benchmarks/generate.py --model smollm2-shape-random    # same shapes, random weights
+    python benchmarks/generate.py --model smollm2-shape-random --device cuda   # 256 sequences
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+
+import psutil
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from scalerl.config import NoLengthControl, RolloutConfig
+from scalerl.rollout import Engine
+from scalerl.types import Prompt
+
+PEAK_BANDWIDTH = {"H100 SXM": 3.35e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}
+TOPICS = ["What is 17 + 25?", "Name three primary colours.", "Write a haiku about the sea.",
+          "Explain photosynthesis in one sentence.", "How many legs does a spider have?",
+          "Translate 'good morning' into French.", "What is the capital of Australia?",
+          "Give me a synonym for happy."]
+
+
+def smollm2_shape_random(dtype: torch.dtype, device: str):
+    """SmolLM2-135M's architecture with random weights and a stand-in 49152-token vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    cfg = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                      num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
+                      max_position_embeddings=8192, rope_theta=100000, bos_token_id=None, eos_token_id=0,
+                      pad_token_id=0)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+    chars = sorted({c for t in TOPICS for c in t})
+    vocab = {"<eos>": 0, **{c: i + 1 for i, c in enumerate(chars)}}
+    vocab.update({f"<{i}>": i for i in range(len(vocab), 49152)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return model, PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+def load(name: str, dtype: str, device: str):
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    if name == "smollm2-shape-random":
+        return smollm2_shape_random(torch_dtype, device)
+    from scalerl.models import load_model
+
+    return load_model(name, dtype=dtype, device=device)
+
+
+class PeakMemory:
+    """Peak process RSS (sampled every 5 ms) or CUDA max allocated, over a `with` block, in GiB."""
+
+    def __init__(self, device: str):
+        self.cuda, self.peak = device.startswith("cuda"), 0.0
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            return self
+        self._done, proc = threading.Event(), psutil.Process()
+
+        def watch():
+            while not self._done.wait(0.005):
+                self.peak = max(self.peak, proc.memory_info().rss)
+
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated()
+        else:
+            self._done.set()
+            self._thread.join()
+        self.peak /= 2**30
+
+
+def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, device: str, seed: int):
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True).to(device)
+    gen = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
+                           num_return_sequences=samples,
+                           min_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = model.generate(**enc, generation_config=gen)
+    return out.shape[1] - enc["input_ids"].shape[1]
+
+
+def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int):
+    cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, batch_slots=len(texts) * samples,
+                        length=NoLengthControl())
+    engine = Engine(model, tokenizer, cfg, fp32_head=True, seed=seed, ignore_eos=True)
+    out = engine.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
+    return min(len(c.tokens) for c in out)
+
+
+def timed(fn, device: str):
+    with PeakMemory(device) as mem:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        n = fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    return n, seconds, mem.peak
+
+
+def roofline(model, seqs: int, prompt_len: float, new_tokens: int, seconds: float) -> tuple[float, str]:
+    """Fraction of peak memory bandwidth: (weights + mean KV read per step) x steps/s / peak."""
+    name = torch.cuda.get_device_name()
+    peak = next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), None)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not model.config.tie_word_embeddings:  # the input embedding is gathered, not streamed
+        weights -= model.get_input_embeddings().weight.numel() * model.get_input_embeddings().weight.element_size()
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * model.dtype.itemsize
+    kv = seqs * (prompt_len + new_tokens / 2) * kv_per_token
+    bytes_per_s = (weights + kv) * new_tokens / seconds
+    return (bytes_per_s / peak if peak else float("nan")), name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m | smollm2-shape-random | tiny | a checkpoint dir")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--seqs", type=int, default=None, help="sequences (default 64 on CPU, 256 on CUDA)")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=8, help="samples per prompt (seqs / samples distinct prompts)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--repeats", type=int, default=1, help="alternate HF / ours this many times, keep the best")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    seqs = args.seqs or (256 if args.device.startswith("cuda") else 64)
+
+    model, tokenizer = load(args.model, args.dtype, args.device)
+    if seqs % args.samples:
+        ap.error(f"--seqs ({seqs}) must be a multiple of --samples ({args.samples})")
+    texts = [f"Question {i + 1}. {TOPICS[i % len(TOPICS)]}" for i in range(seqs // args.samples)]
+    if tokenizer.chat_template:
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
+                                               add_generation_prompt=True) for t in texts]
+    prompt_len = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
+    print(f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {args.dtype}) "
+          f"on {args.device}, {torch.get_num_threads()} threads; {seqs} seqs x {args.new_tokens} new tokens, "
+          f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
+          "sampling T=1, top-p 1, EOS ignored")
+    run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up both paths
+    run_ours(model, tokenizer, texts[:2], 1, 2, args.seed)
+
+    best = {"hf": (float("inf"), 0.0), "ours": (float("inf"), 0.0)}
+    for _ in range(args.repeats):
+        for name, fn in (("hf", lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device,
+                                               args.seed)),
+                         ("ours", lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed))):
+            n, seconds, peak = timed(fn, args.device)
+            assert n == args.new_tokens, f"{name} generated {n} tokens per sequence, expected {args.new_tokens}"
+            best[name] = min(best[name], (seconds, peak))
+    mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
+    rate = {}
+    for name, label in (("hf", "transformers generate"), ("ours", "scalerl Engine")):
+        seconds, peak = best[name]
+        rate[name] = seqs * args.new_tokens / seconds
+        print(f"{label:>22}: {rate[name]:8.1f} tokens/s  ({seconds:.2f} s)  {mem} {peak:.2f} GiB")
+    print(f"{'ratio ours / hf':>22}: {rate['ours'] / rate['hf']:.2f}x")
+    if args.device.startswith("cuda"):
+        frac, name = roofline(model, seqs, prompt_len, args.new_tokens, best["ours"][0])
+        print(f"{'bandwidth roofline':>22}: {frac:.1%} of {name} peak (weights + KV per step x steps/s; "
+              "prefill included in the time)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""`scalerl generate`: sample completions of a task's prompts and show them with their rewards."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from scalerl.config import add_config_arguments
+
+HELP = "sample completions for a task's prompts with the rollout engine and print them with rewards"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="model name or checkpoint dir (sets model.name; default: the recipe's)")
+    p.add_argument("--task", default=None, help="task name (sets task.name; default: the recipe's)")
+    p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
+    p.add_argument("--prompts", type=int, default=4, help="how many prompts (default: %(default)s)")
+    p.add_argument("--split", choices=["val", "train"], default="val", help="which prompts (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    p.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scalerl.config import load_config
+    from scalerl.errors import ScaleRLError
+    from scalerl.models import load_model
+    from scalerl.rollout import Engine
+    from scalerl.tasks import get_task
+    from scalerl.tasks.rewards import RewardFn
+
+    if args.n < 1 or args.prompts < 1:
+        raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
+    picked = [f"model.name={args.model}"] * (args.model is not None) + [f"task.name={args.task}"] * (args.task is not None)
+    cfg = load_config(args.recipe, args.config, [*picked, *args.overrides])
+    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=cfg.model.device)
+    task = get_task(cfg.task, tokenizer)
+    prompts = (task.val_prompts(args.prompts) if args.split == "val"
+               else [task.train_prompt(i) for i in range(args.prompts)])
+    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=args.seed, greedy=args.greedy)
+    start = time.perf_counter()
+    completions = engine.generate(prompts, args.n)
+    seconds = time.perf_counter() - start
+    reward = RewardFn(task, cfg.reward)
+    try:
+        by_prompt = {p.id: p for p in prompts}
+        for c in completions:
+            reward(by_prompt[c.prompt_id], c)
+    finally:
+        reward.close()
+    print(format_samples(prompts, completions, args.n))
+    print(format_summary(completions, seconds, cfg.model.name, task.name))
+    return 0
+
+
+def format_samples(prompts, completions, n: int) -> str:
+    lines = []
+    for i, prompt in enumerate(prompts):
+        lines.append(f"=== {prompt.id}  (answer {prompt.answer!r})\n{prompt.text}")
+        for c in completions[i * n : (i + 1) * n]:
+            mark = "PASS" if c.passed else "fail"
+            extra = f"  checker error: {c.reward_error}" if c.reward_error else ""
+            lines.append(f"--- {mark} reward {c.reward:+g}  {c.finish_reason}, {len(c.tokens)} tokens{extra}\n{c.text}")
+    return "\n".join(lines)
+
+
+def format_summary(completions, seconds: float, model: str, task: str) -> str:
+    k = len(completions)
+    tokens = sum(len(c.tokens) for c in completions)
+    rate = sum(bool(c.passed) for c in completions) / k
+    cut = sum(c.truncated for c in completions) / k
+    interrupted = sum(c.interrupted for c in completions) / k
+    return (f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "
+            f"truncated {cut:.1%}, interrupted {interrupted:.1%}; {tokens / seconds:.0f} tokens/s")
