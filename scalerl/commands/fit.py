@@ -72,10 +72,12 @@ def run(args: argparse.Namespace) -> int:
                   extend_to=max(args.predict) if args.predict else None)
 
     if args.json:
-        objs = [{**f.to_dict(args.predict), "path": p} for p, f in fits.items()]
-        if len(objs) == 1 and len(args.paths) == 1:
-            objs[0].pop("path")
-        print(json.dumps(objs[0] if len(objs) == 1 else objs, indent=2))
+        if args.seeds_of_one:  # one pooled object for all the PATHs
+            print(json.dumps({**fits[where].to_dict(args.predict), "paths": list(args.paths)}, indent=2))
+        elif len(args.paths) == 1:
+            print(json.dumps(fits[args.paths[0]].to_dict(args.predict), indent=2))
+        else:
+            print(json.dumps([{**f.to_dict(args.predict), "path": p} for p, f in fits.items()], indent=2))
         return 0
     for p, f in fits.items():
         print(summary(_label(p), f, args.predict, x_name=args.x, y_name=args.y))

@@ -48,6 +48,7 @@ B_BOUNDS = (0.05, 20.0)
 MIN_POINTS = 5
 FEW_POINTS = 10
 CI_LEVEL = 0.9
+WIDE_A = 0.06  # an A interval wider than this is flagged (the paper calls +-0.02 a difference)
 _CHUNK = 2_000_000  # grid points x data points evaluated at once (memory ~16 MB per array)
 
 
@@ -149,9 +150,10 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
         raise ScaleRLError("no data points")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ScaleRLError("x and y must be finite numbers")
-    if (x < 0).any() or not (x > 0).any():
-        bad = x[x <= 0][0] if (x < 0).any() or not (x > 0).any() else None
-        raise ScaleRLError(f"compute must be positive (0 is accepted only as the starting point); got {bad:g}")
+    if (x < 0).any():
+        raise ScaleRLError(f"compute must be positive (0 is accepted as the starting point); got {x[x < 0][0]:g}")
+    if not (x > 0).any():
+        raise ScaleRLError("compute must be positive: every compute value is 0")
     if model == "sigmoid" and ((y < 0).any() or (y > 1).any()):
         bad = y[(y < 0) | (y > 1)][0]
         raise ScaleRLError(f"the sigmoid models a pass rate in [0, 1]; got metric value {bad:g} "
@@ -193,6 +195,12 @@ def _diagnose(res: FitResult, d: _Data, a_rng, c_rng) -> list[str]:
     if min(abs(res.A - a_rng[0]), abs(res.A - a_rng[1])) < A_STEP / 2:
         w.append(f"A = {res.A:.3f} is on the edge of its search range [{a_rng[0]:.3f}, {a_rng[1]:.3f}]: "
                  "the data do not pin the ceiling down")
+    if "A" in res.ci and res.ci["A"][1] - res.ci["A"][0] > WIDE_A:
+        lo, hi = res.ci["A"]
+        w.append(f"the {CI_LEVEL:.0%} interval of A ({lo:.3f} .. {hi:.3f}) is wider than {WIDE_A}: "
+                 "the ceiling is poorly determined by this window; extend it before trusting a forecast")
+    if min(abs(np.log(res.B / B_BOUNDS[0])), abs(np.log(res.B / B_BOUNDS[1]))) < 1e-3:
+        w.append(f"B = {res.B:.3g} is on the edge of its search range {B_BOUNDS}")
     if res.model == "sigmoid":
         half_step = np.log(c_rng[1] / c_rng[0]) / (N_C_MID - 1) / 2
         if min(abs(np.log(res.C_mid / c_rng[0])), abs(np.log(res.C_mid / c_rng[1]))) < half_step:
@@ -337,6 +345,8 @@ def fit_curve(x, y, model: Model = "sigmoid", fit_min: float | None = None, fit_
     """Fit `model` to (compute `x`, metric `y`) over [fit_min, fit_max]; see the module docstring."""
     if model not in ("sigmoid", "powerlaw"):
         raise ScaleRLError(f"unknown model {model!r} (expected 'sigmoid' or 'powerlaw')")
+    if fit_r0 and model != "sigmoid":
+        raise ScaleRLError("fit_r0 (--fit-r0) applies to the sigmoid only; the power law has no R0")
     d = _prepare(x, y, model, fit_min, fit_max)
     a_rng, c_rng = _ranges(d, a_range, c_mid_range)
     est = _point_estimate(model, d, a_rng, c_rng, fit_r0, method)

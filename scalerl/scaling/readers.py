@@ -86,7 +86,7 @@ def _jsonl_rows(path: Path) -> tuple[list[dict], list[str]]:
 
 
 def _csv_rows(path: Path) -> tuple[list[dict], list[str]]:
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: spreadsheets write a BOM
         reader = csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
         columns = list(reader.fieldnames or [])
         # an empty cell is a missing value (W&B leaves cells empty where a run did not log)
