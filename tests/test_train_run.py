@@ -9,7 +9,9 @@ import torch
 from scalerl.errors import ScaleRLError
 from scalerl.pipeline.fake import FakeGenerator
 from scalerl.pipeline.modes import PipelineRL, staleness
-from scalerl.pipeline.transport import PromptSampler, ThreadedRollouts
+from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts
+from scalerl.rl.curriculum import CurriculumSampler
+from scalerl.rl.filters import BatchFiller
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
@@ -59,7 +61,7 @@ def test_checkpoint_roundtrip_keeps_last_good(tmp_path):
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters())
     for step in (1, 2, 3):
-        save_checkpoint(tmp_path, model, opt.state_dict(), TrainState(step=step, sampler_position=10 * step))
+        save_checkpoint(tmp_path, model, opt.state_dict(), TrainState(step=step, sampler={"position": 10 * step}))
     (tmp_path / "checkpoints" / ".tmp-step_000004").mkdir()  # a save torn by kill -9
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
     assert names == ["step_000002", "step_000003"]
@@ -97,12 +99,6 @@ class _Task:
         return Prompt(id=f"p{i}", text="x" * (i % 5), answer="")
 
 
-def test_sampler_skips_retired_prompts():
-    s = PromptSampler(_Task(), is_retired=lambda pid: pid in {"p1", "p2"}, position=0)
-    assert [s.next().id for _ in range(3)] == ["p0", "p3", "p4"]
-    assert s.position == 5
-
-
 def _score(prompt, c):
     c.passed = sum(c.tokens) % 2 == 0
     c.reward = 1.0 if c.passed else -1.0
@@ -111,13 +107,13 @@ def _score(prompt, c):
 def test_pipeline_rl_never_trains_staler_than_k_and_applies_weights_in_flight():
     k, P, G = 2, 2, 4
     gen = FakeGenerator(vocab=range(3, 20), length=(3, 9), slots=8, step_seconds=0.001)
-    src = ThreadedRollouts(gen, PromptSampler(_Task(), lambda _: False), G, _score, max_queued=P * k)
-    mode = PipelineRL(src, k, P)
+    src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), G, _score, max_queued=P * k)
+    mode = PipelineRL(src, k)
     version, ages, mixed = 0, [], 0
     try:
         for _ in range(15):
-            (mb,) = mode.collect(version)
-            ages += [staleness(g, version) for g in mb.groups]
+            (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            ages += [staleness(g, version) for g in mb.kept]
             mixed += sum(len(set(c.versions)) > 1 for g in mb.groups for c in g.completions)
             assert all(len(g.completions) == G for g in mb.groups)
             time.sleep(0.03)  # a slow trainer
@@ -137,7 +133,29 @@ def test_generator_error_reaches_the_trainer():
             raise RuntimeError("engine exploded")
             yield
 
-    src = ThreadedRollouts(Broken(vocab=[1]), PromptSampler(_Task(), lambda _: False), 2, _score, max_queued=4)
+    src = ThreadedRollouts(Broken(vocab=[1]), LockedSampler(CurriculumSampler(_Task())), 2, _score, max_queued=4)
     with pytest.raises(RuntimeError, match="exploded"):
         src.get(timeout=5)
     src.close()
+
+
+def test_process_transport_streams_groups_and_applies_published_weights():
+    from scalerl.pipeline.fake import build_fake
+
+    k, P, G = 2, 2, 3
+    weights = {"w": torch.zeros(3)}
+    src = ProcessRollouts(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002, 0), weights, 0,
+                          {"seed": 0, "epoch": 0, "position": 0}, None, G, P * k, 1)
+    mode = PipelineRL(src, k)
+    seen = []
+    try:
+        for version in range(6):
+            (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            seen += [max(c.versions) for g in mb.kept for c in g.completions]
+            assert all(staleness(g, version) <= k for g in mb.kept)
+            time.sleep(0.05)
+            mode.after_step({"w": torch.full((3,), version + 1.0)}, version + 1)
+        assert src.sampler_state()["position"] >= 12
+    finally:
+        mode.close()
+    assert max(seen) >= 3  # versions published by the trainer reached the other process

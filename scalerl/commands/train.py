@@ -8,7 +8,8 @@ HELP = "train with a recipe (default: ScaleRL on the tiny model, ~5 min on a CPU
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--recipe", default="scalerl", help="preset name (see `scalerl recipes`); default scalerl")
+    parser.add_argument("--recipe", default=None, help="preset name (see `scalerl recipes`); default: the --config "
+                        "file's `recipe`, else scalerl")
     parser.add_argument("--config", metavar="FILE", help="YAML config applied on top of the recipe")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one field, e.g. --set batch.prompts=16 --set model.name=smollm2-135m")

@@ -90,3 +90,27 @@ class FakeGenerator:
         for c in self.stream(list(prompts), n):
             out[c.prompt_id].append(c)
         return [c for p in prompts for c in sorted(out[p.id], key=lambda c: c.id)]
+
+
+class FakeTask:
+    """Endless prompts "<i>=" with answer "", for loop tests that do not need a real checker."""
+
+    name = "fake"
+
+    def train_prompt(self, index: int) -> Prompt:
+        return Prompt(id=f"fake/train/{index}", text=f"{index}=", answer="")
+
+    def val_prompts(self, n: int) -> list[Prompt]:
+        return [Prompt(id=f"fake/val/{i}", text=f"{i}=", answer="") for i in range(n)]
+
+
+def parity_reward(prompt: Prompt, completion: Completion) -> None:
+    """Pass iff the completion's token ids sum to an even number: about half pass at random,
+    so groups have reward variance even for an untrained model."""
+    completion.passed = sum(completion.tokens) % 2 == 0
+    completion.reward = 1.0 if completion.passed else -1.0
+
+
+def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, seed: int):
+    """The generator-process setup for tests: (FakeGenerator, FakeTask, parity_reward, sampler seed)."""
+    return FakeGenerator(vocab, length, slots, step_seconds, seed), FakeTask(), parity_reward, 0

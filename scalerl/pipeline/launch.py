@@ -12,30 +12,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
-from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.run.metrics import METRICS_FILE
 from scalerl.run.rundir import CONFIG_FILE, create_run_dir, default_run_dir, open_run_dir
 
 
-def resolve_config(recipe: str, config_file: str | None, overrides: list[str], run_dir: Path | None,
+def resolve_config(recipe: str | None, config_file: str | None, overrides: list[str], run_dir: Path | None,
                    resume: bool, max_steps: int | None) -> Config:
-    from scalerl.config import dump_config, load_config
+    from scalerl.config import load_config
 
     if resume:
         if run_dir is None:
             raise ScaleRLError("--resume needs --run-dir DIR (the run to continue)")
+        if config_file is not None:
+            raise ScaleRLError("--resume continues the run with its own config.yaml; drop --config "
+                               "(use --set KEY=VALUE or --max-steps to change a field)")
         open_run_dir(run_dir)
-        cfg = load_config(recipe=recipe, config_file=str(Path(run_dir) / CONFIG_FILE), overrides=tuple(overrides))
+        cfg = load_config(recipe=None, config_file=Path(run_dir) / CONFIG_FILE, overrides=tuple(overrides))
     else:
         cfg = load_config(recipe=recipe, config_file=config_file, overrides=tuple(overrides))
     if max_steps is not None:
         if max_steps < 1:
             raise ScaleRLError(f"--max-steps {max_steps}: expected a positive number of steps")
         cfg.run.max_steps = max_steps
-    _ = dump_config  # imported here so a schema error surfaces before training starts
     return cfg
 
 
@@ -79,7 +78,7 @@ def print_fit(out: dict) -> None:
         print(f"  warning: {w}")
 
 
-def run_training(recipe: str = "scalerl", config_file: str | None = None, overrides: list[str] = (),
+def run_training(recipe: str | None = None, config_file: str | None = None, overrides: list[str] = (),
                  run_dir: str | None = None, max_steps: int | None = None, resume: bool = False,
                  progress: bool = True) -> int:
     from scalerl.config import dump_config
@@ -87,8 +86,8 @@ def run_training(recipe: str = "scalerl", config_file: str | None = None, overri
 
     path = Path(run_dir) if run_dir else None
     cfg = resolve_config(recipe, config_file, list(overrides), path, resume, max_steps)
-    if resume:
-        assert path is not None
+    if resume and path is not None:  # --set / --max-steps on resume: record what the run now follows
+        (path / CONFIG_FILE).write_text(dump_config(cfg))
     else:
         path = create_run_dir(path or default_run_dir(cfg.recipe), dump_config(cfg))
     print(f"run directory: {path}")
@@ -97,7 +96,3 @@ def run_training(recipe: str = "scalerl", config_file: str | None = None, overri
     print_fit(out)
     print(f"metrics: {path / METRICS_FILE}  fit: {path / 'fit.json'}, {path / 'fit.png'}")
     return 0
-
-
-def load_run_config(run_dir: Path) -> Config:
-    return Config.model_validate(yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text()))

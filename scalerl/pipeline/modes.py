@@ -1,61 +1,79 @@
 """The two off-policy modes of the paper (Section 3.1), as batch collectors.
 
-Each `collect(version)` returns the mini-batches the trainer steps on next, one optimizer
-step each, with the staleness of every group measured against the trainer version it will be
-trained at: staleness = trainer version - min(policy versions of the group's tokens).
+`collect(version, new_filler, observe)` returns the mini-batches the trainer steps on next, one
+optimizer step each. Every group drawn is shown to `observe` (the curriculum's pass history)
+and offered to a `scalerl.rl.filters.BatchFiller` (zero-variance filter, DAPO's dynamic
+sampling), which decides when a mini-batch is full and which groups it trains on.
+Staleness of a group = trainer version - min(policy versions of its tokens).
 
-- `PipelineRL(k)`: the generator streams continuously (see transport.ThreadedRollouts) and
-  applies each new version in flight; one mini-batch of P groups per call; a group staler
-  than k is dropped and counted, never trained on.
-- `PPOOffPolicy(k)`: generate k*P groups with frozen weights, return them as k mini-batches
+- `PipelineRL(k)`: the generator streams continuously (see transport.py) and applies each new
+  version in flight; one mini-batch per call; a group staler than k is dropped and counted,
+  never trained on.
+- `PPOOffPolicy(k)`: generate k*P groups with frozen weights and cut them into k mini-batches
   of P; the generator gets the new weights only after those k steps.
 
 Departures from the paper:
 1. PipelineRL's bound is enforced on both sides: the generator starts no prompt while about P*k
-   finished groups wait (back-pressure) and the trainer drops any group staler than k. The paper's
-   trainer waits instead; dropping cannot deadlock when data was already too old.
+   finished groups wait (back-pressure) and the trainer drops any group staler than k. The
+   paper's trainer waits instead; dropping cannot deadlock when data was already too old.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
 
 from scalerl.types import Group
 
 
 @dataclass
 class MiniBatch:
-    groups: list[Group]
-    train_version: int              # trainer version this mini-batch is meant for
+    groups: list[Group]             # every group drawn for this step (for reward/length stats)
+    kept: list[Group]               # the groups it trains on
     gen_seconds: float = 0.0        # generation wall-clock attributed to it (PPO mode)
     wait_seconds: float = 0.0       # trainer waited this long for data
     stale_dropped: int = 0
+    tokens_generated: int = 0
+    filler: dict[str, float] = field(default_factory=dict)
 
 
 def staleness(group: Group, version: int) -> int:
     return version - min(c.min_version for c in group.completions)
 
 
+def n_tokens(groups: list[Group]) -> int:
+    return sum(len(c.tokens) for g in groups for c in g.completions)
+
+
 class PipelineRL:
-    def __init__(self, source, k: int, prompts_per_step: int):
+    def __init__(self, source, k: int):
         self.source = source
         self.k = k
-        self.P = prompts_per_step
 
-    def collect(self, version: int) -> list[MiniBatch]:
+    def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:
         t0 = time.monotonic()
-        groups, dropped = [], 0
-        while len(groups) < self.P:
+        filler, groups, dropped = new_filler(), [], 0
+        while not filler.full:
             group = self.source.get()
             if staleness(group, version) > self.k:
                 dropped += 1
                 continue
+            observe(group)
             groups.append(group)
-        return [MiniBatch(groups, version, wait_seconds=time.monotonic() - t0, stale_dropped=dropped)]
+            filler.add(group)
+        return [MiniBatch(groups, filler.groups, wait_seconds=time.monotonic() - t0, stale_dropped=dropped,
+                          tokens_generated=n_tokens(groups), filler=filler.metrics())]
 
     def after_step(self, state_dict: dict, version: int) -> None:
         self.source.publish(state_dict, version)
+
+    def after_round(self, state_dict: dict, version: int) -> None: ...
+
+    def sampler_state(self) -> dict:
+        return self.source.sampler_state()
 
     def pause(self) -> None:
         self.source.pause()
@@ -68,36 +86,59 @@ class PipelineRL:
 
 
 class PPOOffPolicy:
-    def __init__(self, generator, sampler, reward_fn, k: int, prompts_per_step: int, generations: int):
+    def __init__(self, generator, sampler, reward_fn, k: int, prompts_per_step: int, generations: int,
+                 decode_threads: int | None = None):
         self.generator = generator
+        self.decode_threads = decode_threads
         self.sampler = sampler
         self.reward_fn = reward_fn
         self.k = k
         self.P = prompts_per_step
         self.G = generations
-        self._pending: dict | None = None
 
-    def collect(self, version: int) -> list[MiniBatch]:
-        t0 = time.monotonic()
-        prompts = [self.sampler.next() for _ in range(self.k * self.P)]
+    def _generate(self, n_prompts: int) -> list[Group]:
+        prompts = [self.sampler.next() for _ in range(n_prompts)]
         by_id = {p.id: p for p in prompts}
-        completions = self.generator.generate(prompts, self.G)
         grouped: dict[str, list] = {p.id: [] for p in prompts}
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.decode_threads or threads)
+        try:
+            completions = self.generator.generate(prompts, self.G)
+        finally:
+            torch.set_num_threads(threads)
         for c in completions:
             self.reward_fn(by_id[c.prompt_id], c)
             grouped[c.prompt_id].append(c)
-        groups = [Group(by_id[pid], cs) for pid, cs in grouped.items()]
-        gen_seconds = (time.monotonic() - t0) / self.k
-        return [MiniBatch(groups[j * self.P:(j + 1) * self.P], version + j, gen_seconds=gen_seconds)
-                for j in range(self.k)]
+        return [Group(by_id[pid], cs) for pid, cs in grouped.items()]
 
-    def after_step(self, state_dict: dict, version: int) -> None:
-        self._pending = (state_dict, version)
+    def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:
+        t0 = time.monotonic()
+        pool = self._generate(self.k * self.P)
+        gen_seconds = time.monotonic() - t0
+        out = []
+        for _ in range(self.k):
+            filler, groups = new_filler(), []
+            while not filler.full:
+                if not pool:  # dynamic sampling wants more than the k*P drawn: generate (frozen weights)
+                    t1 = time.monotonic()
+                    pool = self._generate(self.P)
+                    gen_seconds += time.monotonic() - t1
+                group = pool.pop(0)
+                observe(group)
+                groups.append(group)
+                filler.add(group)
+            out.append(MiniBatch(groups, filler.groups, tokens_generated=n_tokens(groups), filler=filler.metrics()))
+        for mb in out:
+            mb.gen_seconds = gen_seconds / self.k
+        return out
 
-    def after_round(self) -> None:
-        if self._pending is not None:
-            self.generator.update_weights(*self._pending)
-            self._pending = None
+    def after_step(self, state_dict: dict, version: int) -> None: ...
+
+    def after_round(self, state_dict: dict, version: int) -> None:
+        self.generator.update_weights(state_dict, version)
+
+    def sampler_state(self) -> dict:
+        return self.sampler.state_dict()
 
     def pause(self) -> None: ...
 

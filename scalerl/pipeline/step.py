@@ -13,7 +13,6 @@ Departures from the paper (Section 4 and Appendix A.3):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -73,7 +72,7 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
     """Trainer log-probs of the completion tokens under the sampling distribution: (N, T)."""
     from scalerl.rl.logprobs import token_logprobs
 
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
     H = hidden.shape[-1]
     picked = torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
     head = model.get_output_embeddings()
@@ -100,19 +99,29 @@ class Optimizer:
         self.sched.load_state_dict(d["sched"])
 
 
-def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int) -> dict[str, float]:
-    """One optimizer step on already-filtered groups. Raises ScaleRLError on a non-finite loss
-    (before touching the weights, so the last checkpoint stays the last good state)."""
+def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
+               ref_model=None) -> dict[str, float] | None:
+    """One optimizer step on already-filtered groups; None (no step) when no token is trainable.
+
+    Raises ScaleRLError on a non-finite loss or gradient, before touching the weights, so the
+    last checkpoint stays the last good state. `ref_model`: the frozen initial policy, needed
+    only for a KL penalty (ppo_clip with kl_beta > 0).
+    """
     from scalerl.rl.advantages import group_advantages
     from scalerl.rl.losses import policy_loss
 
     batch = collate(groups, pad_id)
-    adv = group_advantages(batch.rewards, cfg.advantage.norm).reshape(-1)  # (P, G) -> (N,)
+    adv = group_advantages(batch.rewards, cfg.advantage.norm, cfg.advantage.baseline).reshape(-1)  # (P, G) -> (N,)
     kind, aggregation, params = loss_params(cfg)
+    if params.get("kl_beta", 0.0) > 0:
+        with torch.no_grad():
+            params["ref_logprobs"] = completion_logprobs(ref_model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
     model.train()
     logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
     loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, adv, batch.mask, batch.prompt_ids,
                                 aggregation=aggregation, **params)
+    if metrics.get("tokens", 1.0) == 0:
+        return None
     if not torch.isfinite(loss):
         raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                            "the last good checkpoint is kept (lower optim.lr or check the rewards)")
@@ -126,7 +135,7 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     optim.sched.step()
     out = {"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr,
            "tokens/trained_step": int(batch.mask.sum().item())}
-    out.update({f"loss/{k}" if "/" not in k else k: float(v) for k, v in metrics.items()})
+    out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
     return out
 
 
@@ -145,6 +154,3 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
         "train/reward_errors": sum(c.reward_error is not None for c in comps),
     }
 
-
-def is_finite_number(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

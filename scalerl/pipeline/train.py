@@ -1,10 +1,10 @@
 """`train(cfg, run_dir)`: the RL loop of `scalerl train`, over either off-policy mode.
 
-    generator --scored groups--> collect (mode) --> curriculum, zero-var filter --> train_step
-        ^                                                                             |
-        +------------------- weights, version (PipelineRL: every step) <-------------+
-    every step: metrics row (compute, tokens, times, staleness, rewards, truncation)
-    every eval.every steps: mean@k on the validation set + live forecast; then checkpoint
+    generator --scored groups--> mode.collect --> curriculum, BatchFiller --> train_step
+        ^                                                                        |
+        +---------------- weights, version (PipelineRL: every step) <------------+
+    every step: a metrics row (compute, tokens, times, staleness, rewards, truncation)
+    every eval.every steps: mean@k on the validation set + live forecast; checkpoints
 
 Departures from the paper: see step.py, modes.py, evaluate.py and run/compute.py headers.
 """
@@ -21,29 +21,59 @@ from typing import Callable
 
 import torch
 
-from scalerl.config import Config
+from scalerl.config import Config, PPOClipLoss
 from scalerl.errors import ScaleRLError
 from scalerl.pipeline.evaluate import evaluate, live_forecast
 from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
 from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.pipeline.transport import PromptSampler, ThreadedRollouts
+from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
 
 TRUNCATION_WARN = 0.10
+WARN_EVERY = 50  # steps between two truncation warnings
 MAX_EMPTY_BATCHES = 50
 
 
 @dataclass
 class Components:
-    """What the loop trains with; tests swap in fakes (e.g. a fake generator or reward)."""
+    """What the loop trains with; tests swap in fakes (a fake generator, a fake reward)."""
 
     model: torch.nn.Module
     tokenizer: object
     task: object
-    reward_fn: Callable
+    reward_fn: Callable                                        # plain pass/fail (evaluation)
     make_generator: Callable[[torch.nn.Module, float, int], object]  # (model, temperature, seed)
+    process_build: tuple[Callable, tuple] | None = None        # picklable (build, args), see build_generator
+
+
+def training_reward(reward_fn: Callable, cfg: Config) -> Callable:
+    """The training reward: pass/fail, plus the overlong penalty when length control is `penalty`."""
+    length = cfg.rollout.length
+    if length.type != "penalty":
+        return reward_fn
+    from scalerl.rl.length_penalty import overlong_penalty
+
+    def shaped(prompt, completion) -> None:
+        reward_fn(prompt, completion)
+        completion.reward += overlong_penalty(len(completion.tokens), length.max_len, length.tolerance, length.penalty)
+
+    return shaped
+
+
+def build_generator(cfg_json: str, device: str, seed: int):
+    """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
+    from scalerl.models import load_model
+    from scalerl.rollout import Engine
+    from scalerl.tasks import get_task
+    from scalerl.tasks.rewards import RewardFn
+
+    cfg = Config.model_validate_json(cfg_json)
+    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
+    task = get_task(cfg.task, tokenizer)
+    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
+    return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed
 
 
 def build_components(cfg: Config, device: str) -> Components:
@@ -59,28 +89,46 @@ def build_components(cfg: Config, device: str) -> Components:
         return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
                       fp32_head=cfg.model.fp32_head, seed=seed)
 
-    return Components(model, tokenizer, task, RewardFn(task, cfg.reward), make_generator)
+    return Components(model, tokenizer, task, RewardFn(task, cfg.reward), make_generator,
+                      process_build=(build_generator, (cfg.model_dump_json(), device)))
 
 
-def resolve_device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
+@dataclass
+class Threads:
+    train: int          # torch threads of the trainer
+    decode: int         # torch threads of generation and evaluation
+    gen_devices: float  # devices held by the generator (compute accounting)
+    train_devices: float
 
 
-def split_threads(cfg: Config, device: str) -> tuple[int, float, float]:
-    """(torch threads, generator devices, trainer devices) for this mode and machine."""
+def split_threads(cfg: Config, device: str) -> Threads:
+    """How the cores are divided (on a GPU both stages share the one device).
+
+    On a CPU a device is a core. Decoding runs on one torch thread per generator: the tiny
+    model's decode step is Python-bound and intra-op threads only add synchronisation (measured
+    slower with 2 threads than with 1, see docs/training.md). PipelineRL gives the generator
+    process half the cores (at least 1) and the trainer the rest; PPO-off-policy holds all
+    cores for both of its alternating phases.
+    """
     total = cfg.run.threads or os.cpu_count() or 1
     if device != "cpu":
-        return total, 1.0, 1.0
+        return Threads(total, total, 1.0, 1.0)
     if cfg.pipeline.mode == "pipeline_rl" and total >= 2:
         gen = total // 2
-        return max(1, total - gen), float(gen), float(total - gen)
-    return total, float(total), float(total)
+        return Threads(total - gen, gen, float(gen), float(total - gen))
+    return Threads(total, 1, float(total), float(total))
+
+
+def _use_process(cfg: Config, device: str, comps: Components) -> bool:
+    if cfg.pipeline.transport == "auto":
+        return device == "cpu" and (cfg.run.threads or os.cpu_count() or 1) >= 2 and comps.process_build is not None
+    if cfg.pipeline.transport == "process" and comps.process_build is None:
+        raise ScaleRLError("pipeline.transport 'process': these components cannot be rebuilt in another process")
+    return cfg.pipeline.transport == "process"
 
 
 class Trainer:
-    """The state of one run: model, optimizer, curriculum, counters; restores from checkpoints."""
+    """The state of one run: model, optimizer, curriculum, counters; saves and restores them."""
 
     def __init__(self, cfg: Config, comps: Components, run_dir: Path):
         from scalerl.rl.curriculum import NoPositiveResampling
@@ -90,182 +138,221 @@ class Trainer:
         self.run_dir = run_dir
         self.model = comps.model
         self.optim = Optimizer(self.model, cfg)
-        self.curriculum = NoPositiveResampling(cfg.curriculum.threshold)
+        self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
         self.state = TrainState(generator_seed=cfg.run.seed)
-        self.counters = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0}
+        self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0}
         self.evals: list[tuple[float, float]] = []
+        kl = isinstance(cfg.loss, PPOClipLoss) and cfg.loss.kl_beta > 0
+        # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
+        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if kl else None
 
     def restore(self) -> None:
+        """Carry on from the last checkpoint; roll metrics.jsonl back to it."""
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
             roll_back(self.run_dir, 0)
             return
         opt_state, self.state = load_checkpoint(ckpt, self.model)
         self.optim.load_state_dict(opt_state)
-        self.curriculum.load_state_dict(self.state.curriculum)
+        if self.curriculum is not None:
+            self.curriculum.load_state_dict(self.state.curriculum)
         self.meter.load_state_dict(self.state.compute)
         self.counters.update(self.state.counters)
         self.evals = [tuple(e) for e in self.state.evals]
         roll_back(self.run_dir, self.state.metrics_offset)
 
-    def checkpoint(self, metrics: MetricsWriter, sampler: PromptSampler) -> None:
+    def checkpoint(self, metrics: MetricsWriter, sampler_state: dict) -> None:
         self.state.compute = self.meter.state_dict()
-        self.state.curriculum = self.curriculum.state_dict()
-        self.state.sampler_position = sampler.position
+        self.state.curriculum = self.curriculum.state_dict() if self.curriculum is not None else {}
+        self.state.sampler = sampler_state
         self.state.metrics_offset = metrics.offset()
         self.state.counters = dict(self.counters)
         self.state.evals = [list(e) for e in self.evals]
         save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state)
 
-    def weights(self) -> dict:
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
+def _make_mode(tr: Trainer, device: str, threads: Threads):
+    """The configured off-policy mode over a generator (thread, process, or direct)."""
+    from scalerl.rl.curriculum import CurriculumSampler
 
-def _filter(cfg: Config, groups, curriculum, counters) -> list:
-    from scalerl.rl.filters import zero_variance_filter
-
-    if cfg.curriculum.no_positive_resampling:
-        for g in groups:
-            curriculum.update(g)
-    if not cfg.filter.zero_variance:
-        return groups
-    kept, dropped = zero_variance_filter(groups)
-    counters["zero_variance_dropped"] += dropped
-    return kept
-
-
-def _eval_row(tr: Trainer, eval_gen, val_prompts, mode) -> dict:
-    cfg = tr.cfg
-    t0 = time.monotonic()
-    mode.pause()
-    tr.model.eval()
-    with torch.no_grad():
-        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn)
-    tr.model.train()
-    mode.resume()
-    totals = tr.meter.totals()
-    tr.evals.append((totals["compute/device_hours"], row["val/pass_rate"]))
-    row.update(totals)
-    forecast = live_forecast(tr.evals, cfg.eval.fit_min_frac)
-    if forecast:
-        row.update(forecast)
-    row["time/eval"] = time.monotonic() - t0
-    return {"step": tr.state.step, "kind": "eval", **row}
+    cfg, comps = tr.cfg, tr.comps
+    P, G, k = cfg.batch.prompts, cfg.batch.generations, cfg.pipeline.k
+    gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
+    sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
+    reward = training_reward(comps.reward_fn, cfg)
+    if cfg.pipeline.mode == "pipeline_rl":
+        in_flight = -(-cfg.rollout.batch_slots // G)  # prompts decoding at once
+        max_queued = max(1, P * k - in_flight)
+        if _use_process(cfg, device, comps):
+            build, args = comps.process_build
+            source = ProcessRollouts(build, (*args, gen_seed), tr.model.state_dict(), tr.state.step,
+                                     sampler_state, tr.curriculum, G, max_queued, threads.decode)
+        else:
+            sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
+            sampler.load_state_dict(sampler_state)
+            generator = comps.make_generator(copy.deepcopy(tr.model), cfg.rollout.temperature, gen_seed)
+            generator.update_weights(tr.model.state_dict(), tr.state.step)
+            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, max_queued)
+        return PipelineRL(source, k), source
+    sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
+    sampler.load_state_dict(sampler_state)
+    generator = comps.make_generator(copy.deepcopy(tr.model), cfg.rollout.temperature, gen_seed)
+    generator.update_weights(tr.model.state_dict(), tr.state.step)
+    return PPOOffPolicy(generator, LockedSampler(sampler), reward, k, P, G, threads.decode), None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
           progress: bool = True) -> Trainer:
-    """Train until `cfg.run.max_steps` optimizer steps (or `run.max_minutes`); return the Trainer."""
+    """Train to `cfg.run.max_steps` optimizer steps (or `run.max_minutes`); return the Trainer."""
+    from scalerl.models import resolve_device
+
     device = resolve_device(cfg.model.device)
-    n_threads, gen_devices, train_devices = split_threads(cfg, device)
-    torch.set_num_threads(n_threads)
+    threads = split_threads(cfg, device)
+    torch.set_num_threads(threads.train)
     torch.manual_seed(cfg.run.seed)
     comps = comps or build_components(cfg, device)
-    tr = Trainer(cfg, comps, run_dir)
+    comps.model.train()
+    tr = Trainer(cfg, comps, Path(run_dir))
     if resume:
         tr.restore()
     metrics = MetricsWriter(run_dir)
-    sampler = PromptSampler(comps.task, tr.curriculum.is_retired, tr.state.sampler_position)
-    val_prompts = comps.task.val_prompts(cfg.eval.prompts)
     eval_gen = comps.make_generator(tr.model, cfg.eval.temperature, cfg.run.seed + 7919)
-    gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
-    generator = comps.make_generator(copy.deepcopy(tr.model), cfg.rollout.temperature, gen_seed)
-    if hasattr(generator, "update_weights"):
-        generator.update_weights(tr.weights(), tr.state.step)
-    P, G, k = cfg.batch.prompts, cfg.batch.generations, cfg.pipeline.k
-    if cfg.pipeline.mode == "pipeline_rl":
-        in_flight = -(-cfg.rollout.batch_slots // G)  # prompts decoding at once
-        source = ThreadedRollouts(generator, sampler, G, comps.reward_fn, max_queued=max(1, P * k - in_flight))
-        mode = PipelineRL(source, k, P)
-    else:
-        mode = PPOOffPolicy(generator, sampler, comps.reward_fn, k, P, G)
+    tr.model.train()
+    mode, source = _make_mode(tr, device, threads)
     try:
-        _loop(tr, mode, metrics, sampler, eval_gen, val_prompts, gen_devices, train_devices, progress)
+        _loop(tr, mode, source, metrics, eval_gen, threads, progress)
     finally:
         mode.close()
         metrics.close()
     return tr
 
 
-def _loop(tr: Trainer, mode, metrics: MetricsWriter, sampler, eval_gen, val_prompts,
-          gen_devices: float, train_devices: float, progress: bool) -> None:
+def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
+    cfg = tr.cfg
+    t0 = time.monotonic()
+    mode.pause()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(decode_threads)  # the generator is paused meanwhile
+    tr.model.eval()
+    try:
+        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn)
+    finally:
+        tr.model.train()
+        torch.set_num_threads(threads)
+        mode.resume()
+    totals = tr.meter.totals()
+    tr.evals.append((totals["compute/device_hours"], row["val/pass_rate"]))
+    row.update(totals)
+    row.update(live_forecast(tr.evals, cfg.eval.fit_min_frac) or {})
+    row["time/eval"] = time.monotonic() - t0
+    return {"step": tr.state.step, "kind": "eval", **row}
+
+
+def _step_row(tr: Trainer, mb, loss_row: dict, interval: float, train_s: float, gen_devices: float,
+              train_devices: float, pipeline: bool) -> dict:
+    """The metrics row of one optimizer step."""
+    ages = [staleness(g, tr.state.step - 1) for g in mb.kept]
+    gen_s = interval if pipeline else mb.gen_seconds
+    train_hold = interval if pipeline else train_s
+    row = dict(loss_row)
+    row.update(group_stats(mb.groups))
+    row.update(tr.meter.add(StepCompute(gen_s, train_hold, gen_devices, train_devices,
+                                        mb.tokens_generated, loss_row["tokens/trained_step"])))
+    row.update(mb.filler)
+    row.update({
+        "staleness/mean": sum(ages) / len(ages), "staleness/max": max(ages),
+        "staleness/dropped": tr.counters["stale_dropped"],
+        "train/skipped_batches": tr.counters["skipped_batches"],
+        "curriculum/retired": tr.curriculum.n_retired if tr.curriculum is not None else 0,
+        "time/step": interval, "time/train": train_s, "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
+        "tokens/per_second": mb.tokens_generated / max(interval, 1e-9), "version": tr.state.step,
+    })
+    return row
+
+
+def _observer(tr: Trainer, source) -> Callable:
+    def observe(group) -> None:
+        if tr.curriculum is not None and tr.curriculum.update(group) and source is not None:
+            source.retire(group.prompt.id)
+    return observe
+
+
+def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: Threads, progress: bool) -> None:
     from tqdm import tqdm
 
+    from scalerl.rl.filters import BatchFiller
+
     cfg = tr.cfg
+    pipeline = isinstance(mode, PipelineRL)
+    val_prompts = tr.comps.task.val_prompts(cfg.eval.prompts)
     bar = tqdm(total=cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
     postfix: dict[str, str] = {}
+
+    def evaluate_and_log() -> None:
+        erow = _eval_row(tr, eval_gen, val_prompts, mode, threads.decode)
+        metrics.write(erow)
+        postfix["val"] = f"{erow['val/pass_rate']:.3f}"
+        if "forecast/A" in erow:
+            postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+        bar.set_postfix(postfix, refresh=True)
+
     if tr.state.step == 0 and not tr.evals:
-        row = _eval_row(tr, eval_gen, val_prompts, mode)
-        metrics.write(row)
-        tr.checkpoint(metrics, sampler)
+        evaluate_and_log()
+        tr.checkpoint(metrics, mode.sampler_state())
     t_budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes else float("inf")
     t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
+    observe = _observer(tr, source)
     last = time.monotonic()
-    empty_in_a_row = 0
+    empty_in_a_row, warned_at = 0, -WARN_EVERY
     while tr.state.step < cfg.run.max_steps and time.monotonic() - t_start < t_budget:
-        for mb in mode.collect(tr.state.step):
+        for mb in mode.collect(tr.state.step, lambda: BatchFiller.from_config(cfg), observe):
             if tr.state.step >= cfg.run.max_steps:
                 break
             tr.counters["stale_dropped"] += mb.stale_dropped
-            ages = [staleness(g, tr.state.step) for g in mb.groups]
-            stats = group_stats(mb.groups)
-            tokens_generated = sum(len(c.tokens) for g in mb.groups for c in g.completions)
-            kept = _filter(cfg, mb.groups, tr.curriculum, tr.counters)
-            if not kept:
+            tr.counters["zero_variance_dropped"] += mb.filler.get("batch/zero_variance_dropped", 0)
+            if not mb.kept:
                 tr.counters["skipped_batches"] += 1
                 empty_in_a_row += 1
                 if empty_in_a_row >= MAX_EMPTY_BATCHES:
                     raise ScaleRLError(
                         f"{MAX_EMPTY_BATCHES} batches in a row had no group with unequal rewards at step "
-                        f"{tr.state.step}: the model passes all or none of its prompts (check task difficulty)")
+                        f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
+                continue
+            t_train = time.monotonic()
+            loss_row = train_step(tr.model, tr.optim, mb.kept, cfg, tr.comps.tokenizer.pad_token_id,
+                                  tr.state.step + 1, tr.ref_model)
+            if loss_row is None:  # no trainable token (e.g. every completion empty): skip and count
+                tr.counters["skipped_batches"] += 1
                 continue
             empty_in_a_row = 0
-            t_train = time.monotonic()
-            row = train_step(tr.model, tr.optim, kept, cfg, tr.comps.tokenizer.pad_token_id, tr.state.step)
             tr.state.step += 1
-            mode.after_step(tr.weights(), tr.state.step)
+            mode.after_step(tr.model.state_dict(), tr.state.step)
             now = time.monotonic()
-            train_s, interval = now - t_train, now - last
+            row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.gen_devices, threads.train_devices,
+                            pipeline)
             last = now
-            if isinstance(mode, PipelineRL):
-                sc = StepCompute(interval, interval, gen_devices, train_devices, tokens_generated, row["tokens/trained_step"])
-            else:
-                sc = StepCompute(mb.gen_seconds, train_s, gen_devices, train_devices, tokens_generated, row["tokens/trained_step"])
-            row.update(stats)
-            row.update(tr.meter.add(sc))
-            row.update({
-                "staleness/mean": sum(ages) / len(ages), "staleness/max": max(ages),
-                "staleness/dropped": tr.counters["stale_dropped"], "train/groups": len(mb.groups),
-                "train/groups_kept": len(kept), "train/zero_variance_dropped": tr.counters["zero_variance_dropped"],
-                "train/skipped_batches": tr.counters["skipped_batches"],
-                "curriculum/retired": tr.curriculum.n_retired, "time/step": interval, "time/train": train_s,
-                "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
-                "tokens/per_second": tokens_generated / max(interval, 1e-9), "version": tr.state.step,
-            })
-            if row["train/truncation_rate"] > TRUNCATION_WARN:
+            if row["train/truncation_rate"] > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
+                warned_at = tr.state.step
                 warnings.warn(f"step {tr.state.step}: truncation rate {row['train/truncation_rate']:.0%} > "
-                              f"{TRUNCATION_WARN:.0%}: training tends to degrade (paper Section 2)")
+                              f"{TRUNCATION_WARN:.0%}: training tends to degrade (paper Section 2); "
+                              "see train/truncation_rate in metrics.jsonl", stacklevel=1)
             tr.counters["train_seconds"] = time.monotonic() - t_start
             metrics.write({"step": tr.state.step, "kind": "train", **row})
-            postfix.update(reward=f"{row['train/reward_mean']:.2f}", tok_s=f"{row['tokens/per_second']:.0f}")
+            postfix.update(pass_=f"{row['train/pass_rate']:.2f}", reward=f"{row['train/reward_mean']:.2f}",
+                           tok_s=f"{row['tokens/per_second']:.0f}")
             pause_start = time.monotonic()
             done = tr.state.step >= cfg.run.max_steps
             if tr.state.step % cfg.eval.every == 0 or done:
-                erow = _eval_row(tr, eval_gen, val_prompts, mode)
-                metrics.write(erow)
-                postfix["val"] = f"{erow['val/pass_rate']:.3f}"
-                if "forecast/A" in erow:
-                    postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+                evaluate_and_log()
             if tr.state.step % cfg.run.checkpoint_every == 0 or done:
-                tr.checkpoint(metrics, sampler)
-            last += time.monotonic() - pause_start  # eval and checkpoint time is not step time
+                tr.checkpoint(metrics, mode.sampler_state())
+            last += time.monotonic() - pause_start  # evaluation and checkpoint time is not step time
             bar.update(1)
             bar.set_postfix(postfix, refresh=False)
-        if hasattr(mode, "after_round"):
-            mode.after_round()
-    if tr.state.step < cfg.run.max_steps:  # stopped by max_minutes: end on an eval + checkpoint
-        if not tr.evals or tr.evals[-1][0] < tr.meter.totals()["compute/device_hours"]:
-            metrics.write(_eval_row(tr, eval_gen, val_prompts, mode))
-        tr.checkpoint(metrics, sampler)
+        mode.after_round(tr.model.state_dict(), tr.state.step)
+    if tr.state.step < cfg.run.max_steps:  # stopped by run.max_minutes: end on an evaluation + checkpoint
+        if tr.evals[-1][0] < tr.meter.totals()["compute/device_hours"]:
+            evaluate_and_log()
+        tr.checkpoint(metrics, mode.sampler_state())
     bar.close()

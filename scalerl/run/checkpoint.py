@@ -4,7 +4,7 @@ Layout of `<run_dir>/checkpoints/step_000025/`:
     model.safetensors   trainer weights (safetensors; tied weights stored once)
     optimizer.pt        AdamW + lr-scheduler state (torch.save)
     rng.pt              python / numpy / torch RNG states
-    state.json          step, policy version, compute counters, curriculum, sampler position,
+    state.json          step (= policy version), compute counters, curriculum, prompt-sampler state,
                         byte length of metrics.jsonl at this step, generator seed
 
 A checkpoint directory only ever appears complete: it is written under `.tmp-step_N` and
@@ -36,7 +36,7 @@ class TrainState:
     step: int = 0                         # optimizer steps done (== trainer policy version)
     compute: dict[str, float] = field(default_factory=dict)   # ComputeMeter.state_dict()
     curriculum: dict[str, Any] = field(default_factory=dict)  # NoPositiveResampling.state_dict()
-    sampler_position: int = 0             # index of the next training prompt to draw
+    sampler: dict[str, int] = field(default_factory=dict)     # CurriculumSampler.state_dict()
     metrics_offset: int = 0               # byte length of metrics.jsonl when saved
     generator_seed: int = 0               # seed the generator is (re)built with
     counters: dict[str, int] = field(default_factory=dict)    # skipped/dropped/stale totals
