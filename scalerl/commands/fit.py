@@ -37,50 +37,63 @@ def _label(path: str) -> str:
     return p.name if p.is_dir() else str(p)
 
 
-def run(args: argparse.Namespace) -> int:
+def _fit_all(args: argparse.Namespace, data: dict) -> dict:
+    """PATH (or all PATHs joined, with --seeds-of-one) -> FitResult, read warnings first."""
     from scalerl.errors import ScaleRLError
-    from scalerl.scaling import comparison_table, fit_curve, fit_seeds, plot_fits, read_metrics, summary
+    from scalerl.scaling import fit_curve, fit_seeds
 
-    data = {path: read_metrics(path, args.x, args.y) for path in args.paths}
     kw = dict(model=args.model, fit_min=args.fit_min, fit_max=args.fit_max, fit_r0=args.fit_r0,
               n_bootstrap=args.bootstrap, seed=args.seed, method=args.method,
               a_range=tuple(args.a_range) if args.a_range else None)
+    groups = {", ".join(args.paths): list(data)} if args.seeds_of_one else {p: [p] for p in data}
     fits = {}
-    try:
-        if args.seeds_of_one:
-            where = ", ".join(args.paths)
-            fits[where] = fit_seeds([(x, y) for x, y, _ in data.values()], **kw)
-            fits[where].warnings[:0] = [w for _, _, ws in data.values() for w in ws]
-        else:
-            for path, (x, y, warns) in data.items():
-                where = path
-                fits[path] = fit_curve(x, y, **kw)
-                fits[path].warnings[:0] = warns
-    except ScaleRLError as exc:
-        raise ScaleRLError(f"{where}: {exc}") from exc
+    for where, paths in groups.items():
+        try:
+            if args.seeds_of_one:
+                fits[where] = fit_seeds([data[p][:2] for p in paths], **kw)
+            else:
+                fits[where] = fit_curve(*data[where][:2], **kw)
+        except ScaleRLError as exc:
+            raise ScaleRLError(f"{where}: {exc}") from exc
+        fits[where].warnings[:0] = [w for p in paths for w in data[p][2]]
+    return fits
 
+
+def _plot(args: argparse.Namespace, data: dict, fits: dict) -> None:
+    import numpy as np
+
+    from scalerl.scaling import plot_fits
+
+    if args.seeds_of_one:
+        (where, fit), = fits.items()
+        runs = [("seeds", np.concatenate([data[p][0] for p in data]),
+                 np.concatenate([data[p][1] for p in data]), fit)]
+    else:
+        runs = [(_label(p), *data[p][:2], fits[p]) for p in args.paths]
+    plot = Path(args.plot)
+    linear = plot.with_name(f"{plot.stem}_linearised{plot.suffix}") if args.model == "sigmoid" else None
+    plot_fits(runs, plot, linear, xlabel=args.x, ylabel=args.y,
+              extend_to=max(args.predict) if args.predict else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scalerl.scaling import comparison_table, read_metrics, summary
+
+    data = {path: read_metrics(path, args.x, args.y) for path in dict.fromkeys(args.paths)}
+    fits = _fit_all(args, data)
     if args.plot:
-        plot = Path(args.plot)
-        runs = [(_label(p), *data[p][:2], fits[p]) for p in args.paths if p in fits]
-        if args.seeds_of_one:
-            x_all = [v for x, _, _ in data.values() for v in x]
-            y_all = [v for _, y, _ in data.values() for v in y]
-            import numpy as np
-            runs = [("seeds", np.asarray(x_all), np.asarray(y_all), fits[where])]
-        linear = plot.with_name(f"{plot.stem}_linearised{plot.suffix}") if args.model == "sigmoid" else None
-        plot_fits(runs, plot, linear, xlabel=args.x, ylabel=args.y,
-                  extend_to=max(args.predict) if args.predict else None)
-
+        _plot(args, data, fits)
     if args.json:
         if args.seeds_of_one:  # one pooled object for all the PATHs
-            print(json.dumps({**fits[where].to_dict(args.predict), "paths": list(args.paths)}, indent=2))
-        elif len(args.paths) == 1:
-            print(json.dumps(fits[args.paths[0]].to_dict(args.predict), indent=2))
+            (fit,) = fits.values()
+            print(json.dumps({**fit.to_dict(args.predict), "paths": list(args.paths)}, indent=2))
+        elif len(fits) == 1:
+            print(json.dumps(next(iter(fits.values())).to_dict(args.predict), indent=2))
         else:
             print(json.dumps([{**f.to_dict(args.predict), "path": p} for p, f in fits.items()], indent=2))
         return 0
     for p, f in fits.items():
-        print(summary(_label(p), f, args.predict, x_name=args.x, y_name=args.y))
+        print(summary(_label(p) if p in data else p, f, args.predict, x_name=args.x, y_name=args.y))
         print()
     if len(fits) > 1:
         print(comparison_table([(_label(p), f) for p, f in fits.items()]))

@@ -7,7 +7,7 @@ squares at every grid point, keep the lowest sum of squared residuals (`method="
 Departures from the paper:
 1. Search ranges (A.7). The paper's A grid is 0.450..0.800 step 0.005; here it runs from
    `max(y in window) - 0.1` (rounded down to the step) to 1.0, step 0.005, so the ceiling of any
-   pass-rate curve lies inside it. C_mid: 100 values log-spaced from the window start / 10 to
+   pass-rate curve lies inside it (a metric outside [0, 1], power law only: up to max + 10 x range). C_mid: 100 values log-spaced from the window start / 10 to
    100x the window end (the paper: "over the compute range"). Both can be set; a winner on the
    edge of either range is a warning.
 2. B at each grid point: a bounded 1-D least-squares search (golden section over log B in
@@ -37,7 +37,7 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.curves import PowerLaw, Sigmoid, power_law, sigmoid
+from scalerl.scaling.curves import PowerLaw, Sigmoid
 
 Model = Literal["sigmoid", "powerlaw"]
 Method = Literal["fast", "grid"]
@@ -177,9 +177,10 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
 
 
 def _ranges(d: _Data, a_range, c_mid_range) -> tuple[tuple[float, float], tuple[float, float]]:
-    if a_range is None:
-        a_lo = max(0.0, np.floor((d.y.max() - 0.1) / A_STEP) * A_STEP)
-        a_range = (a_lo, 1.0)
+    if a_range is None:  # a pass rate's ceiling is at most 1; other metrics get room above their max
+        is_rate = d.y.min() >= 0 and d.y.max() <= 1
+        a_lo = np.floor((d.y.max() - 0.1) / A_STEP) * A_STEP
+        a_range = (max(0.0, a_lo), 1.0) if is_rate else (a_lo, d.y.max() + 10 * np.ptp(d.y))
     if c_mid_range is None:
         c_mid_range = (d.x[0] / 10, d.x[-1] * 100)
     if not (a_range[0] < a_range[1] and 0 < c_mid_range[0] < c_mid_range[1]):

@@ -58,6 +58,11 @@ def plot_fits(runs: Sequence[Run], path: str | Path, linearised_path: str | Path
             lo, hi = f.predict_interval(grid)
             ax.fill_between(grid, lo, hi, color=c, alpha=0.15, lw=0)
         ax.axhline(f.A, color=c, ls=":", lw=1)
+    # the data and the ceilings set the y range (a power law dives to -inf before its window)
+    lows = [float(np.min(y)) for _, _, y, _ in runs]
+    highs = [max(float(np.max(y)), f.A) for _, _, y, f in runs]
+    pad = 0.05 * (max(highs) - min(lows))
+    ax.set_ylim(min(lows) - pad, max(highs) + pad)
     ax.set_xscale("log")
     ax.set_xlabel(f"{xlabel} (log scale)")
     ax.set_ylabel(ylabel)
