@@ -128,6 +128,15 @@ def test_ceiling_on_the_edge_warns():
     assert any("A = 0.600 is on the edge" in w for w in fit.warnings)
 
 
+def test_midpoint_on_the_edge_warns():
+    x, y = synthetic(0.61, 1.92, 2542, 0.40, 16000, 100, seed=0)
+    fit = fit_curve(x, y, fit_min=1500, n_bootstrap=0, c_mid_range=(100.0, 1000.0))  # truth 2542 outside
+    assert fit.C_mid == pytest.approx(1000.0, rel=1e-3)
+    assert any("C_mid = 1000 is on the edge" in w for w in fit.warnings)
+    clean = fit_curve(x, y, fit_min=1500, n_bootstrap=0)
+    assert not any("edge" in w for w in clean.warnings)
+
+
 def test_few_points_warn_and_too_few_fail():
     x, y = synthetic(0.61, 1.92, 2542, 0.40, 16000, 1000, seed=0)
     fit = fit_curve(x, y, fit_min=1500, fit_max=8000, n_bootstrap=0)  # 7 points
