@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.pipeline.run import run_training
+    from scalerl.pipeline.launch import run_training
 
     return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides,
                         run_dir=args.run_dir, max_steps=args.max_steps, resume=args.resume,

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from scalerl.types import Completion, Prompt
 
-MIN_POINTS = 4
+MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
 
 
 def evaluate(generator, prompts: Sequence[Prompt], samples: int,
@@ -35,19 +35,26 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
     }
 
 
-def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict[str, float] | None:
-    """Refit the sigmoid to (compute, pass rate) so far; None while too few points."""
+def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict:
+    """Refit the sigmoid to (compute, pass rate) so far; {} while too few points.
+
+    A fit that cannot be made (e.g. a flat curve) is reported in the row as `forecast/error`
+    rather than stopping the training run; the final fit (launch.final_fit) does raise.
+    """
+    from scalerl.errors import ScaleRLError
     from scalerl.scaling import fit_curve
 
     if not evals:
-        return None
-    c_max = evals[-1][0]
-    fit_min = fit_min_frac * c_max
+        return {}
+    fit_min = fit_min_frac * evals[-1][0]
     if sum(c >= fit_min and c > 0 for c, _ in evals) < MIN_POINTS:
-        return None
+        return {}
     x = [c for c, _ in evals]
     y = [r for _, r in evals]
-    fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap, seed=0)
+    try:
+        fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap, seed=0)
+    except ScaleRLError as exc:
+        return {"forecast/error": str(exc)}
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
     return {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
             "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse}

@@ -114,3 +114,34 @@ def parity_reward(prompt: Prompt, completion: Completion) -> None:
 def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, seed: int):
     """The generator-process setup for tests: (FakeGenerator, FakeTask, parity_reward, sampler seed)."""
     return FakeGenerator(vocab, length, slots, step_seconds, seed), FakeTask(), parity_reward, 0
+
+
+def build_tiny_random_parity(cfg_json: str, device: str, seed: int):
+    """Generator-process setup for tests: the real engine on `tiny-random`, the real task's
+    prompts, and `parity_reward` (a random model never solves the task)."""
+    from scalerl.config import Config
+    from scalerl.models import load_model
+    from scalerl.rollout import Engine
+    from scalerl.tasks import get_task
+
+    cfg = Config.model_validate_json(cfg_json)
+    model, tokenizer = load_model("tiny-random", device=device)
+    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
+    return engine, get_task(cfg.task, tokenizer), parity_reward, cfg.run.seed
+
+
+def tiny_random_components(cfg, device: str = "cpu"):
+    """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
+    from scalerl.models import load_model
+    from scalerl.pipeline.train import Components
+    from scalerl.rollout import Engine
+    from scalerl.tasks import get_task
+
+    model, tokenizer = load_model("tiny-random", device=device)
+
+    def make_generator(m, temperature, seed):
+        return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
+                      fp32_head=cfg.model.fp32_head, seed=seed)
+
+    return Components(model, tokenizer, get_task(cfg.task, tokenizer), parity_reward, make_generator,
+                      process_build=(build_tiny_random_parity, (cfg.model_dump_json(), device)))

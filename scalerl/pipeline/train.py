@@ -244,7 +244,7 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     totals = tr.meter.totals()
     tr.evals.append((totals["compute/device_hours"], row["val/pass_rate"]))
     row.update(totals)
-    row.update(live_forecast(tr.evals, cfg.eval.fit_min_frac) or {})
+    row.update(live_forecast(tr.evals, cfg.eval.fit_min_frac))
     row["time/eval"] = time.monotonic() - t0
     return {"step": tr.state.step, "kind": "eval", **row}
 
