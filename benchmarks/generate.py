@@ -149,11 +149,14 @@ def main() -> None:
     ap.add_argument("--seqs", type=int, default=None, help="sequences (default 64 on CPU, 256 on CUDA)")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--samples", type=int, default=8, help="samples per prompt (seqs / samples distinct prompts)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: all cores on an idle machine, 1 on a busy one: multi-threaded "
+                         "GEMMs on oversubscribed cores stall)")
     ap.add_argument("--repeats", type=int, default=1, help="alternate HF / ours this many times, keep the best")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    cores, load_avg = os.cpu_count() or 1, os.getloadavg()[0]
+    torch.set_num_threads(args.threads or (cores if load_avg < 0.5 * cores else 1))
     seqs = args.seqs or (256 if args.device.startswith("cuda") else 64)
 
     model, tokenizer = load(args.model, args.dtype, args.device)
@@ -165,7 +168,7 @@ def main() -> None:
                                                add_generation_prompt=True) for t in texts]
     prompt_len = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
     print(f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {args.dtype}) "
-          f"on {args.device}, {torch.get_num_threads()} threads; {seqs} seqs x {args.new_tokens} new tokens, "
+          f"on {args.device}, {torch.get_num_threads()} threads (load average {load_avg:.1f} on {cores} cores); {seqs} seqs x {args.new_tokens} new tokens, "
           f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
           "sampling T=1, top-p 1, EOS ignored")
     run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up both paths
