@@ -13,19 +13,19 @@ from scalerl.tasks.arith import ArithTask, completion_text, exact_check, problem
 
 def test_worked_example_scratchpad_and_answer():
     # 1234 + 5678 = 6912; columns from the least significant: 4+8=12, 3+7+1=11, 2+6+1=9, 1+5=6
-    assert problem_text((1234, 5678)) == "4321+8765="
-    assert completion_text((1234, 5678), 4) == "<think>4+8+0=12,3+7+1=11,2+6+1=09,1+5+0=06,</think>2196"
-    # 999 + 1 + 5 = 1005 (a 3-operand sum with a final carry), operand 1 padded to 3 digits
-    assert completion_text((999, 1, 5), 3) == "<think>9+1+5+0=15,9+0+0+1=10,9+0+0+1=10,</think>5001"
+    assert problem_text((1234, 5678)) == "a4b3c2d1+a8b7c6d5="
+    assert completion_text((1234, 5678), 4) == "<think>a4+8+0=12,b3+7+1=11,c2+6+1=09,d1+5+0=06,</think>a2b1c9d6"
+    # 999 + 1 + 5 = 1005 (a 3-operand sum with a final carry), small operands padded to 3 digits
+    assert completion_text((999, 1, 5), 3) == "<think>a9+1+5+0=15,b9+0+0+1=10,c9+0+0+1=10,</think>a5b0c0d1"
 
 
 def test_exact_check_reads_the_text_after_the_last_think_close():
-    assert exact_check("<think>x</think>2196", "2196")
-    assert exact_check("<think>x</think> 2196 </s><pad><pad>", "2196")
-    assert exact_check("<think>a</think>11</think>2196", "2196")
-    assert not exact_check("<think>x</think>2197", "2196")
-    assert not exact_check("<think>x</think>21960", "2196")
-    assert not exact_check("2196", "2196")            # no closed thinking part: no final answer
+    assert exact_check("<think>x</think>a2b1", "a2b1")
+    assert exact_check("<think>x</think> a2b1 </s><pad><pad>", "a2b1")
+    assert exact_check("<think>a</think>11</think>a2b1", "a2b1")
+    assert not exact_check("<think>x</think>a2b2", "a2b1")
+    assert not exact_check("<think>x</think>a2b1c0", "a2b1")
+    assert not exact_check("a2b1", "a2b1")            # no closed thinking part: no final answer
 
 
 def test_train_prompts_are_deterministic_and_seeded():
@@ -38,13 +38,14 @@ def test_train_prompts_are_deterministic_and_seeded():
 
 def test_answers_are_the_reversed_sums():
     for p in (ArithTask(seed=3).train_prompt(i) for i in range(200)):
-        ops = [int(x[::-1]) for x in p.text.rstrip("=").split("+")]
-        assert p.answer == str(sum(ops))[::-1]
+        ops = [int(x[1::2][::-1]) for x in p.text.rstrip("=").split("+")]   # drop letters, un-reverse
+        digits = str(sum(ops))[::-1]
+        assert p.answer == "".join("abcdefghijklmnopq"[i] + d for i, d in enumerate(digits))
         assert p.meta["target"].endswith("</think>" + p.answer)
 
 
 def _independent_is_val(text: str) -> bool:
-    ops = [str(int(x[::-1])) for x in text.rstrip("=").split("+")]
+    ops = [str(int(x[1::2][::-1])) for x in text.rstrip("=").split("+")]
     h = hashlib.sha256(("scalerl-arith-split-v1:" + ",".join(ops)).encode()).digest()[:8]
     return int.from_bytes(h, "big") / 2**64 < 0.05
 
@@ -83,7 +84,7 @@ def test_tail_does_not_fit_the_default_completion_budget():
 def test_difficulty_knob_in_the_name():
     p = ArithTask("arith-3x6").train_prompt(0)
     assert p.meta == {**p.meta, "operands": 3, "digits": 6}
-    assert len(p.text) == 3 * 6 + 2 + 1
+    assert len(p.text) == 3 * 12 + 2 + 1
     with pytest.raises(ScaleRLError, match="arith-<digits>"):
         ArithTask("arith-hard")
 

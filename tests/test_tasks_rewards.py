@@ -17,12 +17,12 @@ def _completion(text: str) -> Completion:
                       text=text, finish_reason="eos")
 
 
-PROMPT = Prompt(id="p", text="4321+8765=", answer="2196")
+PROMPT = Prompt(id="p", text="a4b3c2d1+a8b7c6d5=", answer="a2b1c9d6")
 
 
 def test_exact_rewards_plus_minus_one_and_zero_one():
     pm, zo = RewardFn(ArithTask(), RewardConfig()), RewardFn(ArithTask(), RewardConfig(pass_value=1, fail_value=0))
-    good, bad = _completion("<think>..</think>2196</s>"), _completion("<think>..</think>2195</s>")
+    good, bad = _completion("<think>..</think>a2b1c9d6</s>"), _completion("<think>..</think>a2b1c9d5</s>")
     for fn, expected in ((pm, (1.0, -1.0)), (zo, (1.0, 0.0))):
         fn(PROMPT, good)
         fn(PROMPT, bad)
@@ -33,7 +33,7 @@ def test_exact_rewards_plus_minus_one_and_zero_one():
 
 def test_adversarial_100kB_strings_fail_fast():
     fn = RewardFn(ArithTask(), RewardConfig())
-    attacks = ["</think>" * 12_800, "9" * 100_000, "<think>" + "2196" * 25_000, "</think>" + "2196" * 25_000]
+    attacks = ["</think>" * 12_800, "9" * 100_000, "<think>" + "a2b1c9d6" * 12_500, "</think>" + "a2b1c9d6" * 12_500]
     comps = [_completion(a) for a in attacks]
     t0 = time.perf_counter()
     for c in comps:

@@ -1,23 +1,29 @@
-"""Built-in task `arith`: multi-digit addition, numbers written least-significant digit first.
+"""Built-in task `arith`: multi-digit addition written least-significant digit first.
 
 A problem is a list of operands of a fixed number of digits. Every number (operands and
-answer) is written least-significant digit first ("reversed"), which a tiny transformer
-learns about 10x faster than the usual order (DESIGN.md section 3). The completion is a carry
-scratchpad inside `<think>...</think>`, then the reversed sum, then EOS:
+answer) is written least-significant digit first, which a tiny transformer learns about 10x
+faster than the usual order (DESIGN.md section 3), and each digit follows its column letter
+("index hints", Zhou et al. 2023, "What Algorithms can Transformers Learn?"), which turns
+"find digit i of operand k" into a content lookup a 1M-parameter model learns in a few
+hundred steps. The completion is a carry scratchpad inside `<think>...</think>`, then the
+answer, then EOS:
 
-    prompt      "4321+8765="                       (1234 + 5678)
-    completion  "<think>4+8+0=12,3+7+1=11,2+6+1=09,1+5+0=06,</think>2196"
+    prompt      "a4b3c2d1+a8b7c6d5="                         (1234 + 5678)
+    completion  "<think>a4+8+0=12,b3+7+1=11,c2+6+1=09,d1+5+0=06,</think>a2b1c9d6"
 
-Each scratchpad step is `digits + carry_in = two-digit column sum`; its last digit is the
-answer digit and its first the carry out; a non-zero final carry is appended to the answer.
+Each scratchpad step is `column, digits + carry_in = two-digit column sum`; its last digit is
+the answer digit and its first the carry out; a non-zero final carry is the answer's last
+digit (6912 is written a2b1c9d6; 1005 as a5b0c0d1).
 
-Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix. The
-default mix (`arith`) has a tail of 16-digit problems whose scratchpad (9 characters a
-column, 144 in all) is longer than the default thinking budget (interruption at 96..128
-thinking tokens) and, with the answer, than the default completion budget (160 tokens): the
-tiny model cannot solve them without learning to skip the scratchpad, which it does not do
-within a few minutes of RL. With the rest it reaches about 0.9 of its easy part, so the
-intended ceiling of the default task is about 0.8 x 0.85 = 0.6-0.7.
+Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix (the task
+name: `arith`, `arith-easy`, `arith-<D>`, `arith-<K>x<D>`). The default mix (`arith`) is 75%
+2-4 digit sums the tiny model learns within minutes of RL and a 25% tail of 16-digit sums
+whose scratchpad (10 characters a column, 160 in all) is longer than the default thinking
+budget (interruption at 96..128 thinking tokens) and, with the answer, than the default
+completion budget (160 tokens). Solving them would mean learning to add 16-digit numbers
+without the scratchpad, which the tiny model does not do within the default budget, so the
+intended ceiling of the default task is about 0.75 (what the RL run shows: see
+docs/models-and-tasks.md). The warm start never trains on the tail (targets over budget).
 
 Splits: a problem belongs to the validation split iff a salted hash of its operands falls in
 the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
@@ -45,6 +51,7 @@ VAL_SHARE = 0.05            # share of problem space held out for validation
 _SPLIT_SALT = "scalerl-arith-split-v1"
 _MAX_DRAWS = 10_000         # rejection-sampling bound (validation share is tiny)
 _ANSWER_WINDOW = 256        # the checker reads at most this many characters of the answer
+COLUMNS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"   # column letters (index hints)
 
 
 @dataclass(frozen=True)
@@ -81,36 +88,41 @@ def parse_mix(name: str) -> tuple[tuple[Level, float], ...]:
         raise ScaleRLError(
             f"task.name {name!r}: expected one of {sorted(MIXES)} or 'arith-<digits>' / 'arith-<operands>x<digits>'"
         ) from None
-    if not (2 <= level.operands <= 9 and 1 <= level.digits <= 64):
-        raise ScaleRLError(f"task.name {name!r}: operands must be 2..9 and digits 1..64")
+    if not (2 <= level.operands <= 9 and 1 <= level.digits <= 48):
+        raise ScaleRLError(f"task.name {name!r}: operands must be 2..9 and digits 1..48")
     return ((level, 1.0),)
 
 
 # ---------------------------------------------------------------- problem -> text
 def rev(n: int, width: int = 0) -> str:
-    """`n` written least-significant digit first, zero-padded to `width` digits."""
+    """`n`'s digits least-significant first, zero-padded to `width` digits."""
     return str(n).zfill(width)[::-1]
 
 
+def hinted(n: int, width: int = 0) -> str:
+    """`n` least-significant digit first, each digit after its column letter: 1234 -> a4b3c2d1."""
+    return "".join(COLUMNS[i] + d for i, d in enumerate(rev(n, width)))
+
+
 def scratchpad(operands: tuple[int, ...], digits: int) -> str:
-    """The carry scratchpad: one `a+b+c=SS,` step per column, least significant first."""
+    """The carry scratchpad: one `<column><a>+<b>+<carry>=<SS>,` step per column."""
     cols = [rev(x, digits) for x in operands]
     steps, carry = [], 0
     for i in range(digits):
         col = [int(c[i]) for c in cols]
         total = sum(col) + carry
-        steps.append("+".join(map(str, col)) + f"+{carry}={total:02d},")
+        steps.append(COLUMNS[i] + "+".join(map(str, col)) + f"+{carry}={total:02d},")
         carry = total // 10
     return "".join(steps)
 
 
 def completion_text(operands: tuple[int, ...], digits: int) -> str:
     """The target completion (without EOS): scratchpad in think tags, then the answer."""
-    return THINK_OPEN + scratchpad(operands, digits) + THINK_CLOSE + rev(sum(operands))
+    return THINK_OPEN + scratchpad(operands, digits) + THINK_CLOSE + hinted(sum(operands))
 
 
 def problem_text(operands: tuple[int, ...]) -> str:
-    return "+".join(rev(x) for x in operands) + "="
+    return "+".join(hinted(x) for x in operands) + "="
 
 
 # ---------------------------------------------------------------- sampling and splits
@@ -158,7 +170,7 @@ class ArithTask:
         return Prompt(
             id=f"{self.name}/s{self.seed}/{split}/{index}",
             text=self._template(problem_text(ops)),
-            answer=rev(sum(ops)),
+            answer=hinted(sum(ops)),
             meta={"operands": level.operands, "digits": level.digits, "target": completion_text(ops, level.digits)},
         )
 
