@@ -178,6 +178,20 @@ class PipelineConfig(_Section):
     k: int = Field(8, ge=1, description="max staleness (PipelineRL) / optimizer steps per batch (PPO-off-policy)")
     transport: Literal["auto", "process", "thread"] = Field(
         "auto", description="PipelineRL generator in its own process or a thread (auto: process on a multi-core CPU)")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: generator + trainer on this machine (see transport); ray: actors (see `ray`)")
+
+
+class RayConfig(_Section):
+    address: str | None = Field(None, description="Ray cluster address ('auto', 'HOST:6379'); none: start a local Ray")
+    generators: int = Field(2, ge=1, description="generator actors (each a full engine; prompts are sharded between them)")
+    trainers: int = Field(1, ge=1, description="data-parallel trainer workers (torch.distributed; rank 0 is the driver)")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a locally started Ray (default: all cores)")
+    generator_cpus: float = Field(1.0, ge=0, description="CPUs reserved per generator actor (also its torch threads)")
+    generator_gpus: float = Field(0.0, ge=0, description="GPUs per generator actor (0 on a CPU cluster)")
+    trainer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per trainer worker actor (ranks 1..W-1)")
+    trainer_gpus: float = Field(0.0, ge=0, description="GPUs per trainer worker actor")
+    max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
 
 
 class EvalConfig(_Section):
@@ -209,6 +223,7 @@ class Config(_Section):
     loss: LossConfig = Field(default_factory=CispoLoss, description="policy loss: cispo | ppo_clip | gspo | reinforce")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="AdamW and schedule")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="off-policy mode")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster, actors, resources")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="periodic held-out evaluation")
     run: RunConfig = Field(default_factory=RunConfig, description="steps, seeds, checkpoints")
 

@@ -146,6 +146,7 @@ class Trainer:
         kl = isinstance(cfg.loss, PPOClipLoss) and cfg.loss.kl_beta > 0
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if kl else None
+        self.step_fn: Callable = train_step  # the ray backend swaps in a data-parallel step (ray.trainers > 1)
 
     def restore(self) -> None:
         """Carry on from the last checkpoint; roll metrics.jsonl back to it."""
@@ -180,6 +181,10 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     P, G, k = cfg.batch.prompts, cfg.batch.generations, cfg.pipeline.k
     gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
+    if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.distributed)
+        from scalerl.distributed.backend import ray_mode
+
+        return ray_mode(tr, comps.process_build, gen_seed, sampler_state)
     reward = training_reward(comps.reward_fn, cfg)
     if cfg.pipeline.mode == "pipeline_rl":
         in_flight = -(-cfg.rollout.batch_slots // G)  # prompts decoding at once
@@ -320,7 +325,7 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
                         f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
                 continue
             t_train = time.monotonic()
-            loss_row = train_step(tr.model, tr.optim, mb.kept, cfg, tr.comps.tokenizer.pad_token_id,
+            loss_row = tr.step_fn(tr.model, tr.optim, mb.kept, cfg, tr.comps.tokenizer.pad_token_id,
                                   tr.state.step + 1, tr.ref_model)
             if loss_row is None:  # no trainable token (e.g. every completion empty): skip and count
                 tr.counters["skipped_batches"] += 1

@@ -1,0 +1,205 @@
+"""Data-parallel trainer step over W workers (torch.distributed: gloo on CPU, NCCL on GPU).
+
+W workers, each stepping on a shard of the step's groups, end with the same weights as one
+worker stepping on the whole batch (`scalerl.pipeline.step.train_step`), because:
+
+1. Advantages are computed once, on the whole batch (ScaleRL's batch-level normalisation
+   divides by the std of every advantage of the step; a shard's std would differ).
+2. Shards hold whole groups (round robin), so a prompt's tokens are never split.
+3. The loss is a mean over "aggregation units": prompts with a trainable token (`prompt`),
+   completions with one (`sample`), or tokens (`token`). Worker w scales its shard's loss by
+   U_w / U (its units over the batch's), so sum_w of the scaled losses is the whole-batch
+   loss whatever the shards' prompt and token counts, and the *sum* of the workers' gradients
+   is its gradient.
+4. One all-reduce (sum) of the flattened gradients plus the scaled loss; the grad-norm clip and
+   the AdamW step then run on identical gradients in every worker, so the weights stay equal.
+
+Departures from the single-worker step:
+1. `loss/*` metrics other than `loss/loss` are rank 0's shard's, not the batch's.
+2. The KL penalty (ppo_clip with kl_beta > 0) is not supported with more than one worker.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from scalerl.config import Config
+from scalerl.errors import ScaleRLError
+from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, loss_params
+from scalerl.types import Completion, Group
+
+
+@dataclass
+class Shard:
+    groups: list[Group]
+    advantages: torch.Tensor   # (P_w, G) rows of the whole batch's advantages
+    weight: float              # U_w / U
+
+
+def _trainable(c: Completion) -> int:
+    forced = c.forced_mask or [False] * len(c.tokens)
+    return sum(not f for f in forced)
+
+
+def aggregation_units(groups: list[Group], aggregation: str) -> int:
+    """How many terms the loss averages over: prompts / completions with a trainable token, or tokens."""
+    if aggregation == "prompt":
+        return sum(any(_trainable(c) for c in g.completions) for g in groups)
+    if aggregation == "sample":
+        return sum(_trainable(c) > 0 for g in groups for c in g.completions)
+    if aggregation == "token":
+        return sum(_trainable(c) for g in groups for c in g.completions)
+    raise ScaleRLError(f"unknown aggregation {aggregation!r} (expected prompt, sample or token)")
+
+
+def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | None:
+    """Whole-batch advantages, round-robin shards of groups, loss weights; None if nothing trains."""
+    from scalerl.rl.advantages import group_advantages
+
+    _, aggregation, _ = loss_params(cfg)
+    total = aggregation_units(groups, aggregation)
+    if total == 0:
+        return None
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
+    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)         # (P, G)
+    shards = []
+    for rank in range(world):
+        index = list(range(rank, len(groups), world))
+        part = [groups[i] for i in index]
+        shards.append(Shard(part, adv[index], aggregation_units(part, aggregation) / total))
+    return shards
+
+
+def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int) -> dict[str, float]:
+    """This worker's part of one data-parallel step (all ranks of the default group call it together)."""
+    from scalerl.rl.losses import policy_loss
+
+    kind, aggregation, params = loss_params(cfg)
+    if params.get("kl_beta", 0.0) > 0:
+        raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
+    model.train()
+    metrics: dict[str, float] = {}
+    tokens = 0.0
+    if shard.groups:
+        batch = collate(shard.groups, pad_id)
+        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
+        loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, shard.advantages.reshape(-1), batch.mask,
+                                    batch.prompt_ids, aggregation=aggregation, **params)
+        scaled = loss * shard.weight
+        tokens = float(batch.mask.sum().item())
+    else:  # an empty shard still takes part in the all-reduce, with zero gradients
+        scaled = sum((p * 0.0).sum() for p in optim.params)
+    optim.opt.zero_grad(set_to_none=True)
+    scaled.backward()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
+    extra = torch.tensor([scaled.item(), tokens], dtype=grads[0].dtype, device=grads[0].device)
+    flat = torch.cat([g.reshape(-1) for g in grads] + [extra])                          # (n_params + 2,)
+    if dist.is_initialized():
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for p in optim.params:
+        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    loss_total, tokens_total = flat[-2].item(), int(flat[-1].item())
+    if not torch.isfinite(flat[-2]):
+        raise ScaleRLError(f"non-finite loss ({loss_total}) at step {step}: training stopped; "
+                           "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+    grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
+    if not torch.isfinite(grad_norm):
+        raise ScaleRLError(f"non-finite gradient norm at step {step}: training stopped; the last good checkpoint is kept")
+    lr = optim.sched.get_last_lr()[0]
+    optim.opt.step()
+    optim.sched.step()
+    out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
+           "tokens/trained_step": tokens_total}
+    out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
+    out["loss/loss"] = loss_total
+    return out
+
+
+def free_address() -> str:
+    """tcp://<this node's IP>:<a free port> for `init_process_group`."""
+    import ray
+
+    host = ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    return f"tcp://{host}:{port}"
+
+
+class TrainerWorker:
+    """A trainer rank as a Ray actor: its own model + optimizer, kept equal to rank 0's."""
+
+    def __init__(self, cfg_json: str, rank: int, world: int, init_method: str, threads: int):
+        from scalerl.models import load_model, resolve_device
+
+        torch.set_num_threads(threads)
+        self.cfg = Config.model_validate_json(cfg_json)
+        device = resolve_device(self.cfg.model.device)
+        self.model, tokenizer = load_model(self.cfg.model.name, dtype=self.cfg.model.dtype, device=device)
+        self.pad_id = tokenizer.pad_token_id
+        self.optim = Optimizer(self.model, self.cfg)
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", init_method=init_method,
+                                rank=rank, world_size=world)
+
+    def load(self, weights: dict, optim_state: dict) -> None:
+        self.model.load_state_dict(weights)
+        self.optim.load_state_dict(optim_state)
+
+    def step(self, shard: Shard, step: int) -> dict[str, float]:
+        return shard_step(self.model, self.optim, shard, self.cfg, self.pad_id, step)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def close(self) -> None:
+        dist.destroy_process_group()
+
+
+def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1) -> list:
+    """Trainer worker actors for ranks first_rank..world-1 (they join the group as they start)."""
+    import ray
+
+    cls = ray.remote(TrainerWorker).options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus)
+    threads = max(1, int(cfg.ray.trainer_cpus))
+    return [cls.remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+
+
+class DataParallelStep:
+    """`train_step`'s drop-in over W ranks: rank 0 is this process (the loop's model), 1..W-1 actors."""
+
+    def __init__(self, model, optim: Optimizer, cfg: Config):
+        import ray
+
+        self.world = cfg.ray.trainers
+        init_method = free_address()
+        self.workers = start_workers(cfg, self.world, init_method)
+        device = next(model.parameters()).device
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=0,
+                                world_size=self.world)
+        weights = ray.put({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+        ray.get([w.load.remote(weights, optim.state_dict()) for w in self.workers])
+
+    def __call__(self, model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
+                 ref_model=None) -> dict[str, float] | None:
+        import ray
+
+        shards = plan_shards(groups, cfg, self.world)
+        if shards is None:
+            return None
+        pending = [w.step.remote(shards[rank], step) for rank, w in enumerate(self.workers, start=1)]
+        row = shard_step(model, optim, shards[0], cfg, pad_id, step)
+        ray.get(pending)
+        return row
+
+    def close(self) -> None:
+        import ray
+
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        dist.destroy_process_group()

@@ -1,0 +1,384 @@
+"""`RayRollouts`: the PipelineRL `RolloutSource` over N generator actors and a hub actor.
+
+    GeneratorWorker x N --admit(prompt)--> RolloutHub <--take()-- trainer (RayRollouts.get)
+        (engine, reward,   --deliver(group)->  queue of scored groups, leases, sampler states,
+         GroupAssembler)   <-weights ref----   latest weights (one ray.put per version)
+
+Each generator actor wraps the same pieces as the in-process transports (the engine or any
+`Generator` from the same `build` function as `ProcessRollouts`, the reward, `GroupAssembler`,
+`CurriculumSampler`) and streams continuously; the hub is the one place that decides:
+
+- Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
+  r (`ShardSampler`), so no prompt is drawn by two actors. Before starting one it asks the hub
+  (`admit`), which blocks while `max_queued` groups wait (back-pressure across all actors) or
+  the trainer paused, refuses retired prompts (No-Positive-Resampling), and records a lease.
+- Groups: `deliver` enqueues a group only against an open lease of the actor's *current*
+  incarnation and closes the lease: every group reaches the trainer whole and exactly once.
+  When an actor dies, Ray restarts it (`max_restarts`); the new incarnation `register`s, takes
+  over the open leases (the groups that were in flight) and regenerates them first; a late
+  delivery from the dead incarnation is refused (`ray/rejected_groups`).
+- Weights: `publish` puts the state dict in the object store once and hands the reference to
+  the hub; every actor waits on the hub for a newer version and applies it in flight
+  (`Generator.update_weights`); a restarted actor starts from the latest one.
+- Completion ids stay unique across actors and restarts: the engine's ids carry its seed, and
+  each (rank, incarnation) gets its own seed.
+
+Departures from the in-process transports (transport.py):
+1. Sampler state is kept per actor (`ranks`), plus the furthest position over all actors at the
+   top level (the in-process format), so a run can resume on either backend or with another
+   number of generators; then all actors restart from the furthest position, skipping (never
+   repeating) the prompts the slower shards had not reached.
+2. Prompts in flight or queued at a checkpoint are not regenerated after a resume (as in
+   process); only an actor restart within a run regenerates its in-flight groups.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+
+import ray
+import torch
+
+from scalerl.errors import ScaleRLError
+from scalerl.pipeline.transport import GroupAssembler
+from scalerl.types import Group, Prompt
+
+POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
+MAX_RETIRED_IN_A_ROW = 100_000
+
+
+# ==================================================================== prompt shards
+class ShardSampler:
+    """Every `world`-th prompt of a CurriculumSampler, from offset `rank`: disjoint shards.
+
+    The sampler itself ignores the curriculum (the hub refuses retired prompts), so that the
+    raw stream, and therefore the split, is the same in every actor.
+    """
+
+    def __init__(self, sampler, rank: int, world: int, state: dict):
+        self.sampler, self.rank, self.world = sampler, rank, world
+        sampler.load_state_dict(state)
+        self.drawn = int(state.get("drawn", 0))
+
+    def next(self) -> Prompt:
+        while True:
+            prompt = next(self.sampler)
+            index, self.drawn = self.drawn, self.drawn + 1
+            if index % self.world == self.rank:
+                return prompt
+
+    def state_dict(self) -> dict:
+        return {**self.sampler.state_dict(), "drawn": self.drawn}
+
+
+def split_sampler_state(state: dict, world: int) -> list[dict]:
+    """Per-actor start states from a checkpoint's sampler state (either backend's format)."""
+    ranks = state.get("ranks")
+    if ranks is not None and len(ranks) == world:
+        return [dict(r) for r in ranks]
+    base = {k: int(state[k]) for k in ("seed", "epoch", "position")}
+    return [{**base, "drawn": 0} for _ in range(world)]
+
+
+def merge_sampler_states(ranks: list[dict]) -> dict:
+    """The checkpoint form: the furthest position at the top level, every actor's under `ranks`."""
+    furthest = max(ranks, key=lambda s: (s["epoch"], s["position"]))
+    return {"seed": furthest["seed"], "epoch": furthest["epoch"], "position": furthest["position"],
+            "ranks": [dict(r) for r in ranks]}
+
+
+# ==================================================================== hub actor
+@dataclass
+class _Rank:
+    state: dict                      # ShardSampler state after the last admitted prompt
+    incarnation: int = 0             # 0: never registered; 1: first start; 2+: restarts
+    leases: dict[str, Prompt] = field(default_factory=dict)  # admitted, group not delivered yet
+    completions: int = 0             # completions delivered (in accepted groups)
+    idle_s: float = 0.0              # seconds blocked in admit (back-pressure or pause)
+    regenerated: int = 0             # leases a restarted incarnation took over from a dead one
+    retired_in_a_row: int = 0
+
+
+class RolloutHub:
+    """Leases, the group queue, the weights reference and the counters (a threaded Ray actor)."""
+
+    def __init__(self, states: list[dict], max_queued: int, weights: list, version: int):
+        self.ranks = [_Rank(state=s) for s in states]
+        self.max_queued = max_queued
+        self.queue: deque = deque()
+        self.retired: set[str] = set()
+        self.weights, self.version = weights, version   # [ObjectRef] (a list keeps the ref unresolved)
+        self.paused = False
+        self.closed = False
+        self.error: str | None = None
+        self.rejected = 0
+        self.cond = threading.Condition()
+
+    def register(self, rank: int) -> dict:
+        """A (re)started actor: new incarnation; it inherits the open leases of the dead one."""
+        with self.cond:
+            r = self.ranks[rank]
+            r.incarnation += 1
+            if r.incarnation > 1:
+                r.regenerated += len(r.leases)
+            return {"incarnation": r.incarnation, "state": dict(r.state), "pending": list(r.leases.values()),
+                    "weights": self.weights, "version": self.version}
+
+    def admit(self, rank: int, incarnation: int, prompt: Prompt, state: dict) -> str:
+        """'go' (leased), 'retired' (skip it), 'stop' (closed, or a stale incarnation), 'exhausted'."""
+        t0 = time.monotonic()
+        with self.cond:
+            r = self.ranks[rank]
+            self.cond.wait_for(lambda: self.closed or r.incarnation != incarnation
+                               or (not self.paused and len(self.queue) < self.max_queued))
+            r.idle_s += time.monotonic() - t0
+            if self.closed or r.incarnation != incarnation:
+                return "stop"
+            r.state = dict(state)
+            if prompt.id in self.retired:
+                r.retired_in_a_row += 1
+                return "exhausted" if r.retired_in_a_row >= MAX_RETIRED_IN_A_ROW else "retired"
+            r.retired_in_a_row = 0
+            r.leases[prompt.id] = prompt
+            return "go"
+
+    def deliver(self, rank: int, incarnation: int, group: Group) -> bool:
+        """Enqueue a scored group against its open lease; False (refused) for a dead incarnation."""
+        with self.cond:
+            r = self.ranks[rank]
+            if r.incarnation != incarnation or group.prompt.id not in r.leases:
+                self.rejected += 1
+                return False
+            del r.leases[group.prompt.id]
+            r.completions += len(group.completions)
+            self.queue.append(group)
+            self.cond.notify_all()
+            return True
+
+    def fail(self, rank: int, incarnation: int, text: str) -> None:
+        with self.cond:
+            self.error = f"generator actor {rank} (start {incarnation}) failed:\n{text}"
+            self.cond.notify_all()
+
+    def take(self, timeout: float) -> Group | str | None:
+        """The next group; the error text if an actor failed; None after `timeout` seconds."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.queue or self.error is not None or self.closed, timeout=timeout)
+            if self.error is not None:
+                return self.error
+            if not self.queue:
+                return None
+            group = self.queue.popleft()
+            self.cond.notify_all()   # room for a blocked admit
+            return group
+
+    def set_weights(self, weights: list, version: int) -> None:
+        with self.cond:
+            self.weights, self.version = weights, version
+            self.cond.notify_all()
+
+    def wait_weights(self, known: int, timeout: float) -> tuple[list, int] | None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.version != known or self.closed, timeout=timeout)
+            return None if self.version == known or self.closed else (self.weights, self.version)
+
+    def retire(self, prompt_id: str) -> None:
+        with self.cond:
+            self.retired.add(prompt_id)
+
+    def set_paused(self, paused: bool) -> None:
+        with self.cond:
+            self.paused = paused
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def sampler_states(self) -> list[dict]:
+        with self.cond:
+            return [dict(r.state) for r in self.ranks]
+
+    def open_leases(self, rank: int) -> list[str]:
+        with self.cond:
+            return sorted(self.ranks[rank].leases)
+
+    def counters(self) -> dict:
+        with self.cond:
+            return {"queue_depth": len(self.queue), "rejected": self.rejected,
+                    "completions": [r.completions for r in self.ranks], "idle_s": [r.idle_s for r in self.ranks],
+                    "restarts": [max(0, r.incarnation - 1) for r in self.ranks],
+                    "regenerated": sum(r.regenerated for r in self.ranks),
+                    "leases": [len(r.leases) for r in self.ranks]}
+
+
+# ==================================================================== generator actor
+def actor_seed(base: int, rank: int, incarnation: int) -> int:
+    """Distinct engine seed per (run seed, rank < 64, incarnation < 1024): unique completion ids."""
+    return (base * 64 + rank) * 1024 + incarnation
+
+
+class GeneratorWorker:
+    """One generator actor: streams its shard, scores groups, delivers them to the hub."""
+
+    def __init__(self, hub, rank: int, world: int, build, build_args: tuple, base_seed: int, n: int,
+                 threads: int):
+        from scalerl.rl.curriculum import CurriculumSampler
+
+        torch.set_num_threads(threads)
+        self.hub, self.rank = hub, rank
+        reg = ray.get(hub.register.remote(rank))
+        self.incarnation = reg["incarnation"]
+        self.generator, task, reward_fn, sampler_seed = build(*build_args, actor_seed(base_seed, rank, self.incarnation))
+        self.shard = ShardSampler(CurriculumSampler(task, None, seed=sampler_seed), rank, world, reg["state"])
+        self.assembler = GroupAssembler(n, reward_fn)
+        self.version = reg["version"]
+        self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
+        self.stop = threading.Event()
+        threading.Thread(target=self._stream, args=(reg["pending"],), name="scalerl-generator", daemon=True).start()
+        threading.Thread(target=self._follow_weights, name="scalerl-weights", daemon=True).start()
+
+    def ping(self) -> tuple[int, int]:
+        return self.rank, self.incarnation
+
+    def _prompts(self, pending: list[Prompt]):
+        for prompt in pending:                      # the dead incarnation's groups in flight
+            self.assembler.add_prompt(prompt)
+            yield prompt
+        while not self.stop.is_set():
+            prompt = self.shard.next()
+            verdict = ray.get(self.hub.admit.remote(self.rank, self.incarnation, prompt, self.shard.state_dict()))
+            if verdict == "exhausted":
+                raise ScaleRLError(f"{MAX_RETIRED_IN_A_ROW} consecutive training prompts were retired "
+                                   "(No-Positive-Resampling): the task looks saturated")
+            if verdict == "stop":
+                self.stop.set()
+                return
+            if verdict == "go":
+                self.assembler.add_prompt(prompt)
+                yield prompt
+
+    def _stream(self, pending: list[Prompt]) -> None:
+        try:
+            for completion in self.generator.stream(self._prompts(pending), self.assembler.n, stop=self.stop):
+                group = self.assembler.add(completion)
+                if group is not None:
+                    ray.get(self.hub.deliver.remote(self.rank, self.incarnation, group))
+        except BaseException:  # reported to the trainer, which raises it from RayRollouts.get
+            self.hub.fail.remote(self.rank, self.incarnation, traceback.format_exc())
+            self.stop.set()
+
+    def _follow_weights(self) -> None:
+        while not self.stop.is_set():
+            got = ray.get(self.hub.wait_weights.remote(self.version, POLL_S))
+            if got is not None:
+                refs, version = got
+                self.generator.update_weights(ray.get(refs[0]), version)
+                self.version = version
+
+
+# ==================================================================== trainer side
+@dataclass
+class RolloutSpec:
+    """What the actors are built from (all picklable)."""
+
+    build: object                 # build(*build_args, seed) -> (generator, task, reward_fn, sampler seed)
+    build_args: tuple
+    generators: int
+    n: int                        # completions per prompt (G)
+    max_queued: int               # finished groups waiting, over all actors, before admits block
+    base_seed: int
+    threads: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    max_restarts: int = 3
+
+
+class RayRollouts:
+    """`RolloutSource` (transport.py) over generator actors; see the module docstring."""
+
+    def __init__(self, spec: RolloutSpec, weights: dict[str, torch.Tensor], version: int, sampler_state: dict):
+        self.spec = spec
+        self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in weights.items()})
+        states = split_sampler_state(sampler_state, spec.generators)
+        hub_cls = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=4 * spec.generators + 8)
+        self.hub = hub_cls.remote(states, spec.max_queued, [self._weights_ref], version)
+        worker_cls = ray.remote(GeneratorWorker).options(
+            num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts, max_concurrency=2)
+        self.workers = [worker_cls.remote(self.hub, r, spec.generators, spec.build, spec.build_args,
+                                          spec.base_seed, spec.n, spec.threads) for r in range(spec.generators)]
+        self._pings: list = [None] * spec.generators
+        self._last: dict = {"idle_s": [0.0] * spec.generators}
+
+    def _check_alive(self) -> None:
+        """Raise if an actor is dead for good (restarts used up); a restarting one is fine."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        for i, worker in enumerate(self.workers):
+            if self._pings[i] is None:
+                self._pings[i] = worker.ping.remote()
+            ready, _ = ray.wait([self._pings[i]], timeout=0)
+            if not ready:
+                continue
+            ref, self._pings[i] = self._pings[i], None
+            try:
+                ray.get(ref)
+            except ActorUnavailableError:
+                continue
+            except ActorDiedError as exc:
+                raise RuntimeError(f"generator actor {i} died and used up its {self.spec.max_restarts} restarts "
+                                   f"(ray.max_restarts): {exc}") from None
+
+    def get(self, timeout: float | None = None) -> Group:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            item = ray.get(self.hub.take.remote(POLL_S))
+            if isinstance(item, Group):
+                return item
+            if isinstance(item, str):
+                raise RuntimeError(item)
+            self._check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"no rollout group arrived within {timeout} s")
+
+    def publish(self, state_dict: dict, version: int) -> None:
+        self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()})
+        ray.get(self.hub.set_weights.remote([self._weights_ref], version))
+
+    def retire(self, prompt_id: str) -> None:
+        ray.get(self.hub.retire.remote(prompt_id))
+
+    def sampler_state(self) -> dict:
+        return merge_sampler_states(ray.get(self.hub.sampler_states.remote()))
+
+    def pause(self) -> None:
+        ray.get(self.hub.set_paused.remote(True))
+
+    def resume(self) -> None:
+        ray.get(self.hub.set_paused.remote(False))
+
+    def counters(self) -> dict:
+        return ray.get(self.hub.counters.remote())
+
+    def step_metrics(self) -> dict[str, float]:
+        """`ray/*` metrics for one step: queue depth, idle time since the last call, per-actor counts."""
+        c = self.counters()
+        idle = [now - before for now, before in zip(c["idle_s"], self._last["idle_s"])]
+        self._last = c
+        out = {"ray/queue_depth": c["queue_depth"], "ray/gen_idle_seconds": sum(idle),
+               "ray/rejected_groups": c["rejected"], "ray/restarts": sum(c["restarts"]),
+               "ray/regenerated_groups": c["regenerated"]}
+        for r, count in enumerate(c["completions"]):
+            out[f"ray/completions/gen{r}"] = count
+        return out
+
+    def close(self) -> None:
+        ray.get(self.hub.close.remote())
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        ray.kill(self.hub, no_restart=True)

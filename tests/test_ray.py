@@ -1,0 +1,199 @@
+"""The Ray backend on a local CPU Ray: generator actors, an actor killed mid-run, data parallelism.
+
+One Ray instance for the module (num_cpus=2, no dashboard), shut down at the end.
+"""
+
+import copy
+import time
+
+import pytest
+import ray
+import torch
+from ray.exceptions import ActorUnavailableError
+
+from scalerl.config import load_config
+from scalerl.distributed import backend
+from scalerl.distributed.data_parallel import aggregation_units, plan_shards, start_workers
+from scalerl.distributed.rollouts import ShardSampler, merge_sampler_states, split_sampler_state
+from scalerl.pipeline import train as train_mod
+from scalerl.pipeline.fake import FakeTask, parity_reward, tiny_random_components
+from scalerl.pipeline.step import Optimizer, train_step
+from scalerl.pipeline.train import train
+from scalerl.rl.curriculum import CurriculumSampler
+from scalerl.run.metrics import read_rows
+from scalerl.types import Completion, Group, Prompt
+
+SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
+         "rollout.batch_slots=8", "eval.every=100", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=100",
+         "optim.warmup_steps=1", "pipeline.backend=ray", "ray.generators=2", "ray.generator_cpus=0.5",
+         "ray.trainer_cpus=0.5", "pipeline.k=2"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def small_cfg(extra=()):
+    cfg = load_config("scalerl", overrides=SMALL + list(extra))
+    cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget = 4, 6, 4
+    return cfg
+
+
+def record_trained(monkeypatch, on_step=None) -> tuple[list[str], list[str]]:
+    """(completion ids, prompt ids) of every group the trainer stepped on, in order."""
+    completions: list[str] = []
+    prompts: list[str] = []
+
+    def step(model, optim, groups, cfg, pad_id, step, ref_model=None):
+        completions.extend(c.id for g in groups for c in g.completions)
+        prompts.extend(g.prompt.id for g in groups)
+        if on_step is not None:
+            on_step(step)
+        return train_step(model, optim, groups, cfg, pad_id, step, ref_model)
+
+    monkeypatch.setattr(train_mod, "train_step", step)
+    return completions, prompts
+
+
+def test_two_generator_actors_train_with_bounded_staleness(tmp_path, monkeypatch):
+    cfg = small_cfg(["run.max_steps=4"])
+    trained, _ = record_trained(monkeypatch)
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["staleness/max"] for r in rows) <= 2
+    assert rows[-1]["ray/completions/gen0"] > 0 and rows[-1]["ray/completions/gen1"] > 0
+    assert all(r["ray/queue_depth"] >= 0 and r["ray/gen_idle_seconds"] >= 0 for r in rows)
+    assert len(trained) == len(set(trained)) > 0
+    # engine ids end in "@<seed>.<serial>": both actors' seeds appear among the trained completions
+    assert len({cid.rsplit("@", 1)[1].split(".")[0] for cid in trained}) == 2
+    assert rows[-1]["ray/restarts"] == 0
+
+
+def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, monkeypatch):
+    cfg = small_cfg(["run.max_steps=6"])
+    sources = []
+
+    class Recorded(backend.RayRollouts):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sources.append(self)
+
+    killed: dict = {}
+
+    def kill_at_step_2(step):
+        if step != 2:
+            return
+        source = sources[0]
+        deadline = time.monotonic() + 30
+        while not killed.get("in_flight") and time.monotonic() < deadline:  # kill it with groups in flight
+            killed["in_flight"] = ray.get(source.hub.open_leases.remote(0))
+        ray.kill(source.workers[0], no_restart=False)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for Ray to bring it back: a fresh process, incarnation 2
+            try:
+                killed["back"] = ray.get(source.workers[0].ping.remote(), timeout=120)
+            except ActorUnavailableError:
+                pass
+            if killed.get("back") == (0, 2):
+                return
+            time.sleep(0.2)
+
+    monkeypatch.setattr(backend, "RayRollouts", Recorded)
+    trained, prompts = record_trained(monkeypatch, kill_at_step_2)
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert killed["back"] == (0, 2)  # rank 0, second incarnation
+    assert rows[-1]["ray/restarts"] == 1
+    assert len(trained) == len(set(trained))
+    assert len(prompts) == len(set(prompts))  # no group delivered twice
+    # the groups the dead actor had in flight were regenerated (by the new incarnation, engine seed 2)
+    assert killed["in_flight"] and set(killed["in_flight"]) <= set(prompts)
+    assert rows[-1]["ray/regenerated_groups"] >= 1
+    assert any(cid.rsplit("@", 1)[1].startswith("2.") for cid in trained)
+    assert max(r["staleness/max"] for r in rows) <= 2
+
+
+def test_shards_are_disjoint_and_cover_the_stream():
+    task = FakeTask()
+    shards = [ShardSampler(CurriculumSampler(task, None, seed=0), r, 3, {"seed": 0, "epoch": 0, "position": 0})
+              for r in range(3)]
+    drawn = [[s.next().id for _ in range(4)] for s in shards]
+    assert drawn[1] == ["fake/train/1", "fake/train/4", "fake/train/7", "fake/train/10"]
+    assert sorted(int(i.rsplit("/", 1)[1]) for ids in drawn for i in ids) == list(range(12))
+    merged = merge_sampler_states([s.state_dict() for s in shards])
+    assert merged["position"] == 12  # rank 2 drew index 11 last: the furthest position is 12
+    assert split_sampler_state(merged, 3)[1]["drawn"] == 11  # same world: each actor resumes its own shard
+    assert split_sampler_state(merged, 2) == [{"seed": 0, "epoch": 0, "position": 12, "drawn": 0}] * 2
+
+
+# ------------------------------------------------------------------ data parallelism
+def _completion(pid: str, i: int, tokens: list[int], forced: int = 0) -> Completion:
+    t = len(tokens)
+    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[5, 6, 7][: 1 + i % 3], tokens=tokens,
+                      logprobs=[-3.0 + 0.1 * j for j in range(t)], versions=[0] * t, text="", finish_reason="eos",
+                      forced_mask=[j >= t - forced for j in range(t)])
+
+
+def _groups() -> list[Group]:
+    """3 prompts x 2 completions of unequal lengths, rewards with variance."""
+    lengths = [(3, 9), (2, 4), (7, 1)]
+    groups = []
+    for p, (a, b) in enumerate(lengths):
+        pid = f"p{p}"
+        cs = [_completion(pid, 0, [10 + p + j for j in range(a)]), _completion(pid, 1, [20 + j for j in range(b)], forced=p % 2)]
+        cs[0].reward, cs[1].reward = (1.0, -1.0) if p != 1 else (-1.0, 1.0)
+        cs[0].passed, cs[1].passed = cs[0].reward > 0, cs[1].reward > 0
+        groups.append(Group(Prompt(pid, "x", ""), cs))
+    return groups
+
+
+def test_aggregation_units_and_shard_weights_by_hand():
+    groups = _groups()
+    # trainable tokens: p0: 3 + 9, p1: 2 + (4 - 1 forced), p2: 7 + 1
+    assert aggregation_units(groups, "token") == 12 + 5 + 8
+    assert aggregation_units(groups, "sample") == 6
+    assert aggregation_units(groups, "prompt") == 3
+    cfg = load_config("scalerl", overrides=["loss.aggregation=token"])
+    shards = plan_shards(groups, cfg, 2)  # round robin: {p0, p2}, {p1}
+    assert [[g.prompt.id for g in s.groups] for s in shards] == [["p0", "p2"], ["p1"]]
+    assert [s.weight for s in shards] == pytest.approx([20 / 25, 5 / 25])
+
+
+@pytest.mark.parametrize("aggregation", ["prompt", "token"])
+def test_two_gloo_workers_match_one_worker_on_the_combined_batch(aggregation):
+    from scalerl.distributed.data_parallel import free_address
+    from scalerl.models import load_model
+
+    cfg = load_config("scalerl", overrides=["model.name=tiny-random", f"loss.aggregation={aggregation}",
+                                           "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0",
+                                           "ray.trainers=2", "ray.trainer_cpus=0.5"])
+    model, tokenizer = load_model("tiny-random")
+    torch.manual_seed(0)
+    with torch.no_grad():  # weights unlike the workers' freshly built ones, so the load is exercised
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    start = copy.deepcopy(model.state_dict())
+    groups = _groups()
+
+    optim = Optimizer(model, cfg)
+    workers = start_workers(cfg, 2, free_address(), first_rank=0)
+    ray.get([w.load.remote(start, optim.state_dict()) for w in workers])
+    one = train_step(model, optim, groups, cfg, tokenizer.pad_token_id, 1)
+    shards = plan_shards(groups, cfg, 2)
+    rows = ray.get([w.step.remote(shards[r], 1) for r, w in enumerate(workers)])
+    w0, w1 = ray.get([w.weights.remote() for w in workers])
+    for w in workers:
+        ray.kill(w)
+
+    assert rows[0]["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5, abs=1e-7)
+    assert rows[0]["tokens/trained_step"] == one["tokens/trained_step"]
+    moved = max((model.state_dict()[k] - start[k]).abs().max().item() for k in start)
+    assert moved > 1e-3  # the step did change the weights, well above the tolerance below
+    for name, ref in model.state_dict().items():
+        torch.testing.assert_close(w0[name], w1[name], rtol=0, atol=0)
+        torch.testing.assert_close(w0[name], ref, rtol=1e-5, atol=1e-6)
