@@ -194,3 +194,11 @@ def test_logprobs_equal_fresh_forward_on_cuda(tok):
             logits = model(ids).logits[0, len(c.prompt_tokens) - 1 : -1].float() / 0.7
         ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(c.prompt_tokens):, None])[:, 0].cpu()
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4)
+
+
+def test_inverse_cdf_never_picks_zero_probability_tokens():
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0]]).repeat(50000, 1)
+    from scalerl.rollout.sampling import inverse_cdf
+
+    tokens = inverse_cdf(probs, torch.Generator().manual_seed(1))
+    assert set(tokens.tolist()) == {1, 3} and abs((tokens == 3).float().mean().item() - 0.7) < 0.01  # sd 0.002

