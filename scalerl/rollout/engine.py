@@ -111,9 +111,6 @@ class Engine:
         self._interrupt = cfg.length if isinstance(cfg.length, InterruptConfig) else None
         self._phrase = None
         if self._interrupt is not None:
-            if self._interrupt.think_min > self._interrupt.think_max:
-                raise ScaleRLError(f"rollout.length: think_min ({self._interrupt.think_min}) must be <= "
-                                   f"think_max ({self._interrupt.think_max})")
             self._phrase = torch.tensor(self._encode(PHRASE, special=False), device=self.device)
             if tokenizer.unk_token_id is not None and bool((self._phrase == tokenizer.unk_token_id).any()):
                 raise ScaleRLError("rollout.length: the interruption phrase has characters this tokenizer "
