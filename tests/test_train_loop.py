@@ -20,9 +20,18 @@ from scalerl.pipeline.train import Components, train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread: on a shared 2-core machine a second one makes these small ops far slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-         "optim.warmup_steps=1", "pipeline.transport=thread"]
+         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
 
 
 def small_cfg(recipe="scalerl", extra=()):

@@ -9,6 +9,9 @@ Departures from the paper (Section 4 and Appendix A.3):
 3. Log-probabilities are recomputed only at completion positions: the hidden states of the
    full sequences are gathered at the positions that predict completion tokens before the
    (FP32) head, so the head never runs over prompt tokens.
+4. The batch is processed in length-sorted micro-batches of whole groups with gradient
+   accumulation; the weights make the accumulated loss equal to the one-batch loss (the paper
+   does not say how its trainer batches; this is about padding, not maths).
 """
 
 from __future__ import annotations
@@ -99,42 +102,102 @@ class Optimizer:
         self.sched.load_state_dict(d["sched"])
 
 
+MICRO_BATCH_TOKENS = 8192  # padded (sequence x length) tokens per forward/backward pass
+
+
+def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS) -> list[list[int]]:
+    """Group indices packed into micro-batches of similar length (whole groups, sorted by their
+    longest sequence), each at most `max_tokens` padded tokens unless one group alone is larger.
+    Completions of one prompt are alike in length while prompts differ a lot (a 2-digit sum vs an
+    interrupted 16-digit one), so this removes most of the padding of one big batch."""
+    def longest(g: Group) -> int:
+        return max(len(c.prompt_tokens) + len(c.tokens) for c in g.completions)
+
+    order = sorted(range(len(groups)), key=lambda i: longest(groups[i]))
+    out: list[list[int]] = []
+    for i in order:
+        rows = sum(len(groups[j].completions) for j in out[-1]) if out else 0
+        if out and (rows + len(groups[i].completions)) * longest(groups[i]) <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _weight(aggregation: str, groups: list[Group], part: list[int], n_tokens: list[int]) -> float:
+    """Share of a micro-batch in the whole-batch aggregate (the loss is a mean over prompts,
+    completions or tokens, so the micro-batch means combine with these weights exactly)."""
+    if aggregation == "prompt":
+        return len(part) / len(groups)
+    if aggregation == "sample":
+        return sum(len(groups[i].completions) for i in part) / sum(len(g.completions) for g in groups)
+    return sum(n_tokens[i] for i in part) / max(1, sum(n_tokens))
+
+
+def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Whole-batch loss metrics from micro-batch metrics: weighted means, sums of counts, max of maxima."""
+    out: dict[str, float] = {}
+    for key in parts[0][1]:
+        values = [(w, m[key]) for w, m in parts]
+        if key.endswith("_max"):
+            out[key] = max(v for _, v in values)
+        elif key in ("tokens", "completions", "prompts"):
+            out[key] = sum(v for _, v in values)
+        else:
+            out[key] = sum(w * v for w, v in values)
+    return out
+
+
 def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
                ref_model=None) -> dict[str, float] | None:
     """One optimizer step on already-filtered groups; None (no step) when no token is trainable.
 
-    Raises ScaleRLError on a non-finite loss or gradient, before touching the weights, so the
-    last checkpoint stays the last good state. `ref_model`: the frozen initial policy, needed
-    only for a KL penalty (ppo_clip with kl_beta > 0).
+    Advantages are computed over the whole batch (batch-level normalisation), then the loss is
+    accumulated over length-sorted micro-batches (`micro_batches`) with weights that make the sum
+    equal to the whole-batch loss. Raises ScaleRLError on a non-finite loss or gradient, before
+    the weights change, so the last checkpoint stays the last good state. `ref_model`: the
+    frozen initial policy, needed only for a KL penalty (ppo_clip with kl_beta > 0).
     """
     from scalerl.rl.advantages import group_advantages
     from scalerl.rl.losses import policy_loss
 
-    batch = collate(groups, pad_id)
-    adv = group_advantages(batch.rewards, cfg.advantage.norm, cfg.advantage.baseline).reshape(-1)  # (P, G) -> (N,)
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)                  # (P, G)
+    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)              # (P, G)
     kind, aggregation, params = loss_params(cfg)
-    if params.get("kl_beta", 0.0) > 0:
-        with torch.no_grad():
-            params["ref_logprobs"] = completion_logprobs(ref_model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
+    n_tokens = [sum(len(c.tokens) - sum(c.forced_mask) for c in g.completions) for g in groups]
     model.train()
-    logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
-    loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, adv, batch.mask, batch.prompt_ids,
-                                aggregation=aggregation, **params)
-    if metrics.get("tokens", 1.0) == 0:
-        return None
-    if not torch.isfinite(loss):
-        raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
-                           "the last good checkpoint is kept (lower optim.lr or check the rewards)")
     optim.opt.zero_grad(set_to_none=True)
-    loss.backward()
+    parts, total = [], 0.0
+    for part in micro_batches(groups, MICRO_BATCH_TOKENS):
+        batch = collate([groups[i] for i in part], pad_id)
+        mb_params = dict(params)
+        if params.get("kl_beta", 0.0) > 0:
+            with torch.no_grad():
+                mb_params["ref_logprobs"] = completion_logprobs(ref_model, batch, cfg.rollout.temperature,
+                                                                cfg.model.fp32_head)
+        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
+        loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, adv[part].reshape(-1), batch.mask,
+                                    batch.prompt_ids, aggregation=aggregation, **mb_params)   # adv (p, G) -> (p*G,)
+        if not torch.isfinite(loss):
+            optim.opt.zero_grad(set_to_none=True)
+            raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
+                               "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+        w = _weight(aggregation, groups, part, n_tokens)
+        (loss * w).backward()
+        total += w * loss.item()
+        parts.append((w, metrics))
+    metrics = _combine(parts)
+    if metrics["tokens"] == 0:
+        return None
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
     if not torch.isfinite(grad_norm):
+        optim.opt.zero_grad(set_to_none=True)
         raise ScaleRLError(f"non-finite gradient norm at step {step}: training stopped; the last good checkpoint is kept")
     lr = optim.sched.get_last_lr()[0]
     optim.opt.step()
     optim.sched.step()
-    out = {"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr,
-           "tokens/trained_step": int(batch.mask.sum().item())}
+    out = {"train/loss": total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
+           "train/micro_batches": len(parts), "tokens/trained_step": int(metrics["tokens"])}
     out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
     return out
 

@@ -1,0 +1,89 @@
+"""PipelineRL-8 vs PPO-off-policy-1 on the same configuration, one after the other.
+
+Prints, for each mode, the wall-clock (training steps only: evaluation excluded) and the
+device-hours spent to first reach a validation pass rate, the steps per hour, and the ratios
+(PPO / PipelineRL). The paper (Section 3.1, Fig. 4a) found PipelineRL reaches a similar ceiling
+with a much better efficiency B; here the question is how much faster it gets there on this
+machine.
+
+    .venv/bin/python benchmarks/async_vs_sync.py                      # default run, both modes
+    .venv/bin/python benchmarks/async_vs_sync.py --steps 60 --target 0.3 --set batch.prompts=16
+
+Timings depend on the machine's load: run it alone, and compare the two modes only within one
+invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from scalerl.config import load_config
+from scalerl.pipeline.train import train
+from scalerl.run.metrics import read_rows
+
+MODES = {"PipelineRL-8": ["pipeline.mode=pipeline_rl", "pipeline.k=8"],
+         "PPO-off-policy-1": ["pipeline.mode=ppo_off_policy", "pipeline.k=1"]}
+
+
+def run_mode(name: str, overrides: list[str], out: Path) -> list[dict]:
+    cfg = load_config("scalerl", overrides=overrides + MODES[name])
+    run_dir = out / name
+    run_dir.mkdir(parents=True)
+    print(f"== {name}: {cfg.run.max_steps} steps, {cfg.batch.prompts}x{cfg.batch.generations} per step -> {run_dir}",
+          flush=True)
+    train(cfg, run_dir, progress=True)
+    return read_rows(run_dir / "metrics.jsonl")
+
+
+def reach(rows: list[dict], target: float) -> dict:
+    """Wall-clock (sum of step times), device-hours and step at the first eval >= target."""
+    wall, out = 0.0, {"steps_per_hour": None, "wall_s": None, "device_hours": None, "step": None}
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    total_wall = sum(r["time/step"] for r in train_rows)
+    out["steps_per_hour"] = len(train_rows) / total_wall * 3600 if total_wall else None
+    out["final"] = [r["val/pass_rate"] for r in rows if r["kind"] == "eval"][-1]
+    for r in rows:
+        if r["kind"] == "train":
+            wall += r["time/step"]
+        elif r["val/pass_rate"] >= target and out["step"] is None:
+            out.update(wall_s=wall, device_hours=r["compute/device_hours"], step=r["step"])
+    return out
+
+
+def fmt(x, spec: str) -> str:
+    return "not reached" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps per mode (default: the recipe's)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="validation pass rate to reach (default: halfway from the start to the lower final)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path, default=None, help="keep the two run directories here")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides) + ([f"run.max_steps={args.steps}"] if args.steps else [])
+    out = args.out or Path(tempfile.mkdtemp(prefix="async_vs_sync-"))
+    runs = {name: run_mode(name, overrides, out) for name in MODES}
+    start = [r["val/pass_rate"] for r in runs["PipelineRL-8"] if r["kind"] == "eval"][0]
+    finals = [[r["val/pass_rate"] for r in rows if r["kind"] == "eval"][-1] for rows in runs.values()]
+    target = args.target if args.target is not None else start + 0.5 * (min(finals) - start)
+    res = {name: reach(rows, target) for name, rows in runs.items()}
+    print(f"\ntarget validation pass rate {target:.3f} (start {start:.3f}); runs in {out}")
+    print(f"{'mode':<18} {'final':>6} {'steps/hour':>11} {'wall s to target':>17} {'device-h to target':>19} {'step':>5}")
+    for name, r in res.items():
+        print(f"{name:<18} {r['final']:>6.3f} {fmt(r['steps_per_hour'], '11.0f')} {fmt(r['wall_s'], '17.1f')} "
+              f"{fmt(r['device_hours'], '19.5f')} {fmt(r['step'], '5d')}")
+    a, s = res["PipelineRL-8"], res["PPO-off-policy-1"]
+    for key, label in (("wall_s", "wall-clock to target"), ("device_hours", "device-hours to target"),
+                       ("steps_per_hour", "steps per hour")):
+        ratio = s[key] / a[key] if a[key] and s[key] else None
+        print(f"ratio PPO-off-policy-1 / PipelineRL-8, {label}: {fmt(ratio, '.2f')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The optimizer step: tensors built from groups, micro-batching that leaves the loss unchanged."""
+
+import random
+
+import pytest
+import torch
+
+from scalerl.config import load_config
+from scalerl.models import load_model
+from scalerl.pipeline import step as step_mod
+from scalerl.pipeline.step import Optimizer, collate, micro_batches, train_step
+from scalerl.types import Completion, Group, Prompt
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread: on a shared 2-core machine a second one makes these small ops far slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _completion(pid, i, prompt_tokens, tokens, forced=None, reward=1.0):
+    n = len(tokens)
+    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt_tokens, tokens=tokens,
+                      logprobs=[-1.0 - 0.1 * t for t in range(n)], versions=[0] * n, text="", finish_reason="eos",
+                      forced_mask=forced or [False] * n, reward=reward, passed=reward > 0)
+
+
+def test_collate_places_completion_tokens_after_their_prompt():
+    g = Group(Prompt("a", "", ""), [_completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True], reward=1.0),
+                                    _completion("a", 1, [7, 8, 9], [6], reward=-1.0)])
+    b = collate([g], pad_id=0)
+    assert b.input_ids.tolist() == [[7, 8, 9, 4, 5], [7, 8, 9, 6, 0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    # hidden state at position 2 (last prompt token) predicts the first completion token
+    assert b.positions.tolist() == [[2, 3], [2, 0]]
+    assert b.targets.tolist() == [[4, 5], [6, 0]]
+    assert b.mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]          # forced token and padding masked
+    assert b.gen_logprobs.tolist() == [[-1.0, 0.0], [-1.0, 0.0]]
+    assert b.rewards.tolist() == [[1.0, -1.0]]
+    assert b.prompt_ids.tolist() == [0, 0]
+
+
+def test_micro_batches_pack_similar_lengths_and_cover_every_group():
+    groups = [Group(Prompt(str(i), "", ""), [_completion(str(i), j, [1], [2] * n) for j in range(2)])
+              for i, n in enumerate([50, 3, 48, 4])]
+    parts = micro_batches(groups, max_tokens=2 * 2 * 51)
+    assert sorted(i for p in parts for i in p) == [0, 1, 2, 3]
+    assert parts == [[1, 3], [2, 0]]
+
+
+def _random_groups(P=6, G=4, seed=0):
+    rng = random.Random(seed)
+    groups = []
+    for p in range(P):
+        plen, base = rng.randint(3, 8), rng.choice([4, 30])
+        comps = []
+        for g in range(G):
+            n = base + rng.randint(0, 5)
+            comps.append(_completion(str(p), g, [rng.randrange(5, 60) for _ in range(plen)],
+                                     [rng.randrange(5, 60) for _ in range(n)], reward=rng.choice([1.0, -1.0])))
+        comps[0].reward, comps[1].reward = 1.0, -1.0  # every group has reward variance
+        groups.append(Group(Prompt(str(p), "", ""), comps))
+    return groups
+
+
+@pytest.mark.parametrize("aggregation", ["prompt", "sample", "token"])
+def test_micro_batching_gives_the_one_batch_loss_and_gradient(aggregation, monkeypatch):
+    cfg = load_config("scalerl", overrides=[f"loss.aggregation={aggregation}", "optim.lr=1e-30"])
+    groups = _random_groups()
+    results = []
+    for budget in (10**9, 1):  # one batch; one group per micro-batch
+        monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", budget)
+        model, _ = load_model("tiny-random")
+        row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append((row, grads))
+    (one, g1), (many, g2) = results
+    assert one["train/micro_batches"] == 1 and many["train/micro_batches"] == len(groups)
+    assert many["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5, abs=1e-7)
+    assert many["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-4)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
