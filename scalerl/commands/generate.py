@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
     picked = [f"model.name={args.model}"] * (args.model is not None) + [f"task.name={args.task}"] * (args.task is not None)
     cfg = load_config(args.recipe, args.config, [*picked, *args.overrides])
+    if cfg.run.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.run.threads)
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=cfg.model.device)
     task = get_task(cfg.task, tokenizer)
     prompts = (task.val_prompts(args.prompts) if args.split == "val"
