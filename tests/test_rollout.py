@@ -202,3 +202,19 @@ def test_inverse_cdf_never_picks_zero_probability_tokens():
 
     tokens = inverse_cdf(probs, torch.Generator().manual_seed(1))
     assert set(tokens.tolist()) == {1, 3} and abs((tokens == 3).float().mean().item() - 0.7) < 0.01  # sd 0.002
+
+
+def test_bf16_model_with_fp32_head_follows_weight_updates(tok):
+    model = tiny_llama(len(tok), seed=9).to(torch.bfloat16)
+    new = tiny_llama(len(tok), seed=10).to(torch.bfloat16)
+    cfg = RolloutConfig(max_new_tokens=8, batch_slots=2, length=NoLengthControl())
+    engine = Engine(model, tok, cfg, fp32_head=True)
+    engine.update_weights(new.state_dict(), 1)  # applied before the first step: every token is version 1
+    for c in engine.generate(prompts(TEXTS[:2]), n=1):
+        assert c.versions == [1] * len(c.tokens)
+        ids = torch.tensor([c.prompt_tokens + c.tokens])
+        with torch.no_grad():
+            hidden = new.model(ids).last_hidden_state[0, len(c.prompt_tokens) - 1 : -1]  # (L, H) bf16
+        ref = torch.log_softmax(hidden.float() @ new.lm_head.weight.float().T, -1)
+        ref = ref.gather(-1, torch.tensor(c.tokens)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=0.05)  # bf16 body: batched vs single rows

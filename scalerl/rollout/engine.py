@@ -165,6 +165,7 @@ class Engine:
         cache: SlotCache | None = None
         exhausted = False
         while not (stop is not None and stop.is_set()):
+            self._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
             batch = []
             for row in free:
@@ -185,7 +186,6 @@ class Engine:
                 state.select(keep)
                 cache.select_rows(keep)
                 held = [held[i] for i in keep.tolist()]
-            self._apply_pending()
             with torch.inference_mode():
                 done, reasons = self._step(state, cache)
             if bool(done.any()):
