@@ -143,7 +143,8 @@ def roofline(model, seqs: int, prompt_len: float, new_tokens: int, seconds: floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m | smollm2-shape-random | tiny | a checkpoint dir")
+    ap.add_argument("--model", default="smollm2-135m",
+                    help="smollm2-135m | smollm2-shape-random | tiny | a checkpoint dir")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--seqs", type=int, default=None, help="sequences (default 64 on CPU, 256 on CUDA)")
@@ -168,7 +169,8 @@ def main() -> None:
                                                add_generation_prompt=True) for t in texts]
     prompt_len = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
     print(f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {args.dtype}) "
-          f"on {args.device}, {torch.get_num_threads()} threads (load average {load_avg:.1f} on {cores} cores); {seqs} seqs x {args.new_tokens} new tokens, "
+          f"on {args.device}, {torch.get_num_threads()} threads (load average {load_avg:.1f} on {cores} cores); "
+          f"{seqs} seqs x {args.new_tokens} new tokens, "
           f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
           "sampling T=1, top-p 1, EOS ignored")
     run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up both paths

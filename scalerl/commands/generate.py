@@ -11,7 +11,8 @@ HELP = "sample completions for a task's prompts with the rollout engine and prin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="model name or checkpoint dir (sets model.name; default: the recipe's)")
+    p.add_argument("--model", default=None,
+                   help="model name or checkpoint dir (sets model.name; default: the recipe's)")
     p.add_argument("--task", default=None, help="task name (sets task.name; default: the recipe's)")
     p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
     p.add_argument("--prompts", type=int, default=4, help="how many prompts (default: %(default)s)")
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n < 1 or args.prompts < 1:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
-    picked = [f"model.name={args.model}"] * (args.model is not None) + [f"task.name={args.task}"] * (args.task is not None)
+    picked = [f"{key}={value}" for key, value in (("model.name", args.model), ("task.name", args.task))
+              if value is not None]
     cfg = load_config(args.recipe, args.config, [*picked, *args.overrides])
     if cfg.run.threads is not None:
         import torch

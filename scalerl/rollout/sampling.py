@@ -28,7 +28,8 @@ def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None) -
     total = cdf[:, -1:]
     u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1)  # first index with cdf > u: never a zero-probability token
+    # the first index with cdf > u: never a zero-probability token
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
 
 
 def sample(
