@@ -1,0 +1,136 @@
+"""Run a study: every (configuration, seed) in its own run directory, resumable.
+
+    <study_dir>/study.json                     the plan: variants, seeds, budget, overrides
+    <study_dir>/runs/<config>/seed<k>/         a `scalerl train` run directory (config.yaml,
+                                               metrics.jsonl, checkpoints/, tb/)
+    <study_dir>/runs/<config>/seed<k>/done.json  written when the run reached its budget
+
+A run with `done.json` is never redone; a run directory without it was interrupted and is
+continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
+(`scalerl.pipeline.train.train(..., resume=True)`). A run whose planned config differs from
+the one in its directory (other `--set` or budget this time) is an error, not a silent mix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from scalerl.config import Config, dump_config, load_config
+from scalerl.errors import ScaleRLError
+from scalerl.study.variants import Variant, fit_length_control
+
+DONE_FILE = "done.json"
+PLAN_FILE = "study.json"
+
+
+@dataclass
+class RunSpec:
+    variant: Variant
+    seed: int
+    run_dir: Path
+    cfg: Config
+    notes: list[str]
+
+
+def budget_overrides(budget: str | None) -> list[str]:
+    """`--budget`: `N` (optimizer steps per run) or `Xmin` (wall-clock minutes of training per run)."""
+    if budget is None:
+        return []
+    text = budget.strip().lower()
+    if re.fullmatch(r"\d+", text) and int(text) > 0:
+        return [f"run.max_steps={int(text)}"]
+    m = re.fullmatch(r"(\d+(?:\.\d*)?)\s*min", text)
+    if m and float(m.group(1)) > 0:
+        return [f"run.max_minutes={float(m.group(1))}", "run.max_steps=1000000"]
+    raise ScaleRLError(f"--budget {budget!r}: expected a number of optimizer steps (e.g. 200) or wall-clock "
+                       "minutes per run (e.g. 5min)")
+
+
+def plan_runs(variants: Sequence[Variant], seeds: int, study_dir: Path, overrides: Sequence[str] = (),
+              budget: str | None = None) -> list[RunSpec]:
+    """One RunSpec per (variant, seed); configs resolved and validated before anything runs."""
+    if seeds < 1:
+        raise ScaleRLError(f"--seeds {seeds}: expected at least 1")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ScaleRLError(f"study configurations must have distinct names, got {names}")
+    specs = []
+    for v in variants:
+        for seed in range(seeds):
+            sets = [*overrides, *v.overrides, *budget_overrides(budget), f"run.seed={seed}"]
+            cfg = load_config(v.recipe, None, sets)
+            notes = fit_length_control(cfg)
+            specs.append(RunSpec(v, seed, Path(study_dir) / "runs" / v.name / f"seed{seed}", cfg, notes))
+    return specs
+
+
+def is_done(run_dir: Path) -> bool:
+    return (Path(run_dir) / DONE_FILE).is_file()
+
+
+def _check_same_config(spec: RunSpec) -> None:
+    from scalerl.run.rundir import CONFIG_FILE
+
+    saved = (spec.run_dir / CONFIG_FILE).read_text()
+    if saved != dump_config(spec.cfg):
+        raise ScaleRLError(
+            f"{spec.run_dir / CONFIG_FILE} differs from the config this study now plans for "
+            f"{spec.variant.name} seed {spec.seed} (other --set, --budget or recipe than when it started); "
+            "rerun with the same options, or choose another --out")
+
+
+def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = False) -> str:
+    """Train one run to its budget unless done; return 'skipped', 'resumed' or 'started'."""
+    from scalerl.run.rundir import CONFIG_FILE, create_run_dir
+
+    if train_fn is None:
+        from scalerl.pipeline.train import train as train_fn
+    if (spec.run_dir / CONFIG_FILE).is_file():
+        _check_same_config(spec)
+        if is_done(spec.run_dir):
+            return "skipped"
+        status = "resumed"
+    else:
+        create_run_dir(spec.run_dir, dump_config(spec.cfg))
+        status = "started"
+    t0 = time.monotonic()
+    tr = train_fn(spec.cfg, spec.run_dir, resume=status == "resumed", progress=progress)
+    done = {"config": spec.variant.name, "seed": spec.seed, "steps": tr.state.step,
+            "seconds_this_session": time.monotonic() - t0, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "notes": spec.notes}
+    (spec.run_dir / DONE_FILE).write_text(json.dumps(done, indent=1))
+    return status
+
+
+def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: Sequence[str],
+               budget: str | None) -> None:
+    variants = list(dict.fromkeys(s.variant for s in specs))
+    plan = {"base": base, "budget": budget, "overrides": list(overrides),
+            "seeds": sorted({s.seed for s in specs}),
+            "configs": [{"name": v.name, "recipe": v.recipe, "swaps": v.swaps, "overrides": list(v.overrides)}
+                        for v in variants]}
+    Path(study_dir).mkdir(parents=True, exist_ok=True)
+    (Path(study_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+
+
+def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
+              log: Callable[[str], None] = print) -> dict[str, int]:
+    """Every run in order (finished ones skipped); returns how many were started/resumed/skipped."""
+    counts = {"started": 0, "resumed": 0, "skipped": 0}
+    for i, spec in enumerate(specs, 1):
+        label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
+        if is_done(spec.run_dir):
+            _check_same_config(spec)
+            counts["skipped"] += 1
+            log(f"{label}: finished earlier, skipped ({spec.run_dir})")
+            continue
+        log(f"{label}: training in {spec.run_dir}")
+        status = run_one(spec, train_fn, progress)
+        counts[status] += 1
+        log(f"{label}: {status} and finished")
+    return counts

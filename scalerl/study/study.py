@@ -1,0 +1,45 @@
+"""`ablate(...)`: plan, run (resumably) and report a study in one call; `scalerl ablate` wraps it."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Callable, Sequence
+
+from scalerl.study.report import fit_study, write_report
+from scalerl.study.runner import plan_runs, run_study, write_plan
+from scalerl.study.variants import plan_variants, variants_table
+
+
+def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
+           seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
+           x_col: str = "compute/device_hours", n_bootstrap: int = 100, report_only: bool = False,
+           train_fn: Callable | None = None, progress: bool = False, command: str = "",
+           log: Callable[[str], None] = print) -> dict:
+    """Run every (configuration, seed) not finished yet, then fit them and write the report.
+
+    `only` restricts the runs trained this time to the named configurations (the report still
+    covers every configuration that has metrics). Returns the report.json object.
+    """
+    from scalerl.errors import ScaleRLError
+
+    variants = plan_variants(base, leave_one_out, tuple(recipes))
+    unknown = set(only) - {v.name for v in variants}
+    if unknown:
+        raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "
+                           f"({', '.join(v.name for v in variants)})")
+    specs = plan_runs(variants, seeds, Path(out), overrides, budget)
+    write_plan(Path(out), specs, base, overrides, budget)
+    if not report_only:
+        todo = [s for s in specs if not only or s.variant.name in only]
+        counts = run_study(todo, train_fn, progress, log)
+        log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished")
+    configs = fit_study(specs, x_col, n_bootstrap)
+    report = write_report(Path(out), configs, base, x_col, variants_table(variants), command)
+    log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
+    return report
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The shell command that regenerates a study (for the report)."""
+    return "scalerl " + " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,92 @@
+"""The configurations of a study: recipes compared (paper Fig. 2) and leave-one-out variants
+of ScaleRL (paper Fig. 7, Section 4), each a readable list of `--set` overrides.
+
+Every leave-one-out variant swaps exactly one ScaleRL component for the alternative the paper
+tested against it; the overrides are applied after the base recipe and the user's `--set`.
+
+Departures from the paper:
+1. "CISPO -> DAPO loss" keeps ScaleRL's prompt-level aggregation and batch normalisation
+   and swaps only the objective for PPO-clip with DAPO's clip-higher (eps_low 0.2,
+   eps_high 0.28), as the paper's Fig. 7 does (its "DAPO loss" row).
+2. "PipelineRL -> PPO-off-policy" keeps k (the base's k = 8: eight optimizer steps per batch
+   of 8 x P groups), the paper's PPO-off-policy-8.
+3. Length-control windows that cannot act inside a small completion budget (thinking budget +
+   answer budget, or the penalty's max_len, over `rollout.max_new_tokens`) are scaled to
+   that budget by `fit_length_control`, keeping the presets' proportions (interrupt at
+   60-80% of the budget, 20% for the answer; penalty over the last 20% before the budget).
+   The paper's windows (10-12k thinking tokens of a 14k+2k budget, DAPO's 4k of 20k) are
+   in the same proportions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scalerl.config import Config, InterruptConfig, LengthPenaltyConfig
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration of a study: a recipe plus overrides, under a short name."""
+
+    name: str                        # run directory name and label in the report
+    recipe: str                      # preset the overrides apply to
+    overrides: tuple[str, ...] = ()  # `--set` overrides after the user's own
+    swaps: str = ""                  # what changed, in words (the report's table)
+
+
+# (name, what the paper swapped, overrides): ScaleRL component -> the paper's alternative.
+LEAVE_ONE_OUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("dapo-loss", "CISPO -> DAPO loss (PPO-clip, eps 0.2 / 0.28)",
+     ("loss.type=ppo_clip", "loss.eps_low=0.2", "loss.eps_high=0.28")),
+    ("token-agg", "prompt -> token aggregation", ("loss.aggregation=token",)),
+    ("prompt-norm", "batch -> prompt advantage normalisation", ("advantage.norm=prompt",)),
+    ("no-fp32-head", "FP32 LM head -> off", ("model.fp32_head=false",)),
+    ("no-zero-var-filter", "zero-variance filter -> off", ("filter.zero_variance=false",)),
+    ("no-npr", "No-Positive-Resampling -> off", ("curriculum.no_positive_resampling=false",)),
+    ("ppo-off-policy", "PipelineRL -> PPO-off-policy (same k)", ("pipeline.mode=ppo_off_policy",)),
+    ("length-penalty", "forced interruptions -> length penalty", ("rollout.length.type=penalty",)),
+)
+
+RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
+
+
+def plan_variants(base: str = "scalerl", leave_one_out: bool = False,
+                  recipes: tuple[str, ...] = ()) -> list[Variant]:
+    """The base first, then the other recipes, then the leave-one-out variants of the base."""
+    variants = [Variant(base, base, (), "base")]
+    variants += [Variant(r, r, (), f"recipe {r}") for r in recipes if r != base]
+    if leave_one_out:
+        variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in LEAVE_ONE_OUT]
+    return variants
+
+
+def fit_length_control(cfg: Config) -> list[str]:
+    """Scale length-control windows that cannot act within `rollout.max_new_tokens` (header, 3).
+
+    Changes `cfg` in place and returns what it changed (for the report); [] when it fits.
+    """
+    budget = cfg.rollout.max_new_tokens
+    length = cfg.rollout.length
+    if isinstance(length, InterruptConfig) and length.think_max + length.answer_budget > budget:
+        answer = max(1, budget // 5)
+        think_max = max(1, budget - answer)
+        think_min = max(1, min(think_max, round(budget * 0.6)))
+        cfg.rollout.length = InterruptConfig(think_min=think_min, think_max=think_max, answer_budget=answer)
+        return [f"rollout.length (interrupt) scaled to the {budget}-token budget: think {think_min}..{think_max}, "
+                f"answer {answer}"]
+    if isinstance(length, LengthPenaltyConfig) and length.max_len > budget:
+        tolerance = min(length.tolerance, max(1, budget // 5))
+        cfg.rollout.length = LengthPenaltyConfig(max_len=budget, tolerance=tolerance, penalty=length.penalty)
+        return [f"rollout.length (penalty) scaled to the {budget}-token budget: max_len {budget}, "
+                f"tolerance {tolerance}"]
+    return []
+
+
+def variants_table(variants: list[Variant]) -> str:
+    """Markdown table: name, recipe, what it swaps, the overrides."""
+    lines = ["| config | recipe | swaps | overrides |", "|---|---|---|---|"]
+    for v in variants:
+        sets = " ".join(f"`{o}`" for o in v.overrides) or "-"
+        lines.append(f"| {v.name} | {v.recipe} | {v.swaps} | {sets} |")
+    return "\n".join(lines)
