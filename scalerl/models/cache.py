@@ -42,7 +42,8 @@ def cached_build(key: str, build: Callable[[Path], None]) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
         try:
             build(tmp)
-            os.rename(tmp, final)
+            if not final.is_dir():             # a copy put in place by hand wins
+                os.rename(tmp, final)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)
