@@ -1,0 +1,224 @@
+"""`scalerl ablate`: the variant table, budgets, the report on known curves, and a tiny study
+that is interrupted, resumed without redoing finished runs, and reported."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from scalerl.cli import main
+from scalerl.config import load_config
+from scalerl.errors import ScaleRLError
+from scalerl.study import ablate, budget_overrides, fit_study, plan_runs, plan_variants, write_report
+from scalerl.study.runner import DONE_FILE
+from scalerl.study.variants import fit_length_control
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------ the variants
+def _diff(a: dict, b: dict, prefix: str = "") -> dict:
+    """{dotted key: (a value, b value)} for every leaf that differs."""
+    out = {}
+    for k in dict.fromkeys([*a, *b]):  # a union section switched variant has other keys
+        if isinstance(a.get(k), dict):
+            out.update(_diff(a[k], b[k], f"{prefix}{k}."))
+        elif a.get(k) != b.get(k):
+            out[f"{prefix}{k}"] = (a.get(k), b.get(k))
+    return out
+
+
+# What the paper swaps in each leave-one-out variant (Fig. 7), written out by hand.
+EXPECTED_SWAPS = {
+    "token-agg": {"loss.aggregation": ("prompt", "token")},
+    "prompt-norm": {"advantage.norm": ("batch", "prompt")},
+    "no-fp32-head": {"model.fp32_head": (True, False)},
+    "no-zero-var-filter": {"filter.zero_variance": (True, False)},
+    "no-npr": {"curriculum.no_positive_resampling": (True, False)},
+    "ppo-off-policy": {"pipeline.mode": ("pipeline_rl", "ppo_off_policy")},
+}
+
+
+def test_each_leave_one_out_variant_swaps_one_component(tmp_path):
+    specs = plan_runs(plan_variants("scalerl", leave_one_out=True), 1, tmp_path)
+    base = specs[0].cfg.model_dump(mode="json")
+    assert specs[0].variant.name == "scalerl"
+    diffs = {s.variant.name: _diff(base, s.cfg.model_dump(mode="json")) for s in specs[1:]}
+    assert len(diffs) == 8
+    for name, want in EXPECTED_SWAPS.items():
+        assert diffs[name] == want, name
+    # CISPO -> DAPO's loss: PPO-clip with eps 0.2 / 0.28, aggregation kept at prompt level
+    loss = specs[[s.variant.name for s in specs].index("dapo-loss")].cfg.loss.model_dump()
+    assert loss == {"type": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "kl_beta": 0.0, "aggregation": "prompt"}
+    assert set(diffs["dapo-loss"]) <= {"loss.type", "loss.eps_max", "loss.eps_low", "loss.eps_high", "loss.kl_beta"}
+    # interruptions -> length penalty: only the length-control section changes
+    assert {k.rsplit(".", 1)[0] for k in diffs["length-penalty"]} == {"rollout.length"}
+
+
+def test_recipes_and_seeds_get_their_own_run_dirs(tmp_path):
+    specs = plan_runs(plan_variants("scalerl", recipes=("grpo", "dapo")), 2, tmp_path, budget="7")
+    assert [(s.variant.name, s.seed) for s in specs] == [
+        ("scalerl", 0), ("scalerl", 1), ("grpo", 0), ("grpo", 1), ("dapo", 0), ("dapo", 1)]
+    assert len({s.run_dir for s in specs}) == 6
+    assert all(s.cfg.run.max_steps == 7 and s.cfg.run.seed == s.seed for s in specs)
+    assert specs[2].cfg.loss.type == "ppo_clip" and specs[2].cfg.loss.aggregation == "sample"  # grpo preset
+
+
+def test_length_windows_scaled_to_a_small_budget():
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=12"])
+    assert fit_length_control(cfg)
+    # answer 12 // 5 = 2; thinking up to 12 - 2 = 10; from round(0.6 * 12) = 7
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 10, 2)
+    cfg = load_config("dapo", overrides=["rollout.max_new_tokens=12"])
+    fit_length_control(cfg)
+    assert (cfg.rollout.length.max_len, cfg.rollout.length.tolerance) == (12, 2)
+    assert fit_length_control(load_config("scalerl")) == []  # the defaults fit their 160-token budget
+
+
+def test_budget_forms():
+    assert budget_overrides("40") == ["run.max_steps=40"]
+    assert budget_overrides("2.5min")[0] == "run.max_minutes=2.5"
+    for bad in ("0", "ten", "5h"):
+        with pytest.raises(ScaleRLError, match="--budget"):
+            budget_overrides(bad)
+
+
+# ------------------------------------------------------------------ the report on known curves
+def sigmoid(c, A, B, C_mid, R0):
+    return R0 + (A - R0) / (1 + (C_mid / c) ** B)
+
+
+TRUE_A = {"scalerl": 0.70, "prompt-norm": 0.71, "token-agg": 0.60}
+
+
+def _write_run(run_dir, A, B=1.5, C_mid=1.0, R0=0.1):
+    x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
+    y = np.where(x > 0, sigmoid(np.maximum(x, 1e-12), A, B, C_mid, R0), R0)
+    run_dir.mkdir(parents=True)
+    rows = [{"step": i, "kind": "eval", "compute/device_hours": float(c), "val/pass_rate": float(v)}
+            for i, (c, v) in enumerate(zip(x, y))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / DONE_FILE).write_text("{}")
+    return float(y[-1])
+
+
+def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
+    variants = [v for v in plan_variants("scalerl", leave_one_out=True) if v.name in TRUE_A]
+    specs = plan_runs(variants, 2, tmp_path)
+    finals = {}
+    for s in specs:  # seeds differ by +-0.005 in A: seed std 0.0071, so the margin is the paper's 0.02
+        finals[(s.variant.name, s.seed)] = _write_run(s.run_dir, TRUE_A[s.variant.name] + (0.005 if s.seed else -0.005))
+    configs = fit_study(specs, n_bootstrap=20)
+    data = write_report(tmp_path, configs, "scalerl", "compute/device_hours", "table")
+    assert [c["name"] for c in data["configs"]] == ["prompt-norm", "scalerl", "token-agg"]
+    for c in data["configs"]:
+        assert c["fit"]["A"] == pytest.approx(TRUE_A[c["name"]], abs=0.01)
+        assert c["fit"]["seeds"]["std"]["A"] == pytest.approx(0.01 / np.sqrt(2), abs=0.003)
+        for r in c["runs"]:
+            assert r["final_pass_rate"] == pytest.approx(finals[(c["name"], r["seed"])])
+            assert r["prediction_error"] == pytest.approx(r["predicted_final"] - r["final_pass_rate"])
+            assert abs(r["prediction_error"]) < 0.02  # noise-free curves: the first half predicts the end
+    by = {c["name"]: c for c in data["configs"]}
+    assert by["token-agg"]["vs_base"]["A_differs"] is True       # -0.10 is beyond +-0.02
+    assert by["prompt-norm"]["vs_base"]["A_differs"] is False    # +0.01 is within it
+    assert by["token-agg"]["vs_base"]["margin_A"] == pytest.approx(0.02)
+    assert by["scalerl"]["vs_base"] is None
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("| prompt-norm |") < md.index("| scalerl |") < md.index("| token-agg |")
+    assert (tmp_path / "fits.png").stat().st_size > 0 and (tmp_path / "fits_linearised.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ a tiny study, interrupted and resumed
+SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
+         "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
+         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
+STEPS = 5
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def _trainer(calls, interrupt_dir=None, after_steps=3):
+    """A train_fn on tiny-random with the parity reward (a random model has reward variance),
+    recording (run dir, resume); optionally interrupted inside `interrupt_dir`'s run."""
+    from scalerl.pipeline import train as train_mod
+    from scalerl.pipeline.fake import tiny_random_components
+
+    def train_fn(cfg, run_dir, resume=False, progress=False):
+        calls.append((run_dir.parent.name, resume))
+        real = train_mod.train_step
+        if run_dir.parent.name == interrupt_dir:
+            count = []
+
+            def step(*args, **kwargs):
+                if len(count) == after_steps:
+                    raise Interrupted("killed")
+                count.append(1)
+                return real(*args, **kwargs)
+
+            train_mod.train_step = step
+        try:
+            return train_mod.train(cfg, run_dir, resume=resume, comps=tiny_random_components(cfg), progress=False)
+        finally:
+            train_mod.train_step = real
+
+    return train_fn
+
+
+def test_tiny_study_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
+    from scalerl.run.metrics import read_rows
+
+    out = tmp_path / "study"
+    kwargs = dict(recipes=["grpo"], seeds=1, budget=str(STEPS), overrides=SMALL, n_bootstrap=10, log=lambda s: None)
+    calls = []
+    with pytest.raises(Interrupted):
+        ablate(out, train_fn=_trainer(calls, interrupt_dir="grpo"), **kwargs)
+    base_run, grpo_run = out / "runs" / "scalerl" / "seed0", out / "runs" / "grpo" / "seed0"
+    assert calls == [("scalerl", False), ("grpo", False)]
+    assert (base_run / DONE_FILE).is_file() and not (grpo_run / DONE_FILE).exists()
+    assert (grpo_run / "checkpoints" / "step_000002").is_dir()
+    base_metrics = (base_run / "metrics.jsonl").read_bytes()
+    before = [r for r in read_rows(grpo_run / "metrics.jsonl") if r["step"] <= 2]
+
+    calls.clear()
+    report = ablate(out, train_fn=_trainer(calls), **kwargs)
+    assert calls == [("grpo", True)]                                   # only the interrupted run, resumed
+    assert (base_run / "metrics.jsonl").read_bytes() == base_metrics  # the finished run untouched
+    rows = read_rows(grpo_run / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, STEPS + 1))
+    assert rows[:len(before)] == before                                # kept from before the interruption
+    assert json.loads((grpo_run / DONE_FILE).read_text())["steps"] == STEPS
+    assert {c["name"] for c in report["configs"]} == {"scalerl", "grpo"}
+    assert all(len(c["runs"]) == 1 and c["runs"][0]["evals"] == STEPS + 1 for c in report["configs"])
+    assert (out / "report.md").is_file() and json.loads((out / "report.json").read_text()) == report
+
+    # the CLI with the same options: nothing left to train, the report is rewritten
+    def no_training(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr("scalerl.pipeline.train.train", no_training)
+    (out / "report.md").unlink()
+    args = ["ablate", "--out", str(out), "--recipes", "grpo", "--budget", str(STEPS), "--bootstrap", "10"]
+    assert main(args + [a for o in SMALL for a in ("--set", o)]) == 0
+    assert (out / "report.md").is_file()
+
+
+def test_changed_options_are_refused(tmp_path, capsys):
+    out = tmp_path / "study"
+    specs = plan_runs(plan_variants("scalerl"), 1, out, SMALL, "3")
+    specs[0].run_dir.mkdir(parents=True)
+    from scalerl.config import dump_config
+
+    (specs[0].run_dir / "config.yaml").write_text(dump_config(specs[0].cfg))
+    (specs[0].run_dir / DONE_FILE).write_text("{}")
+    args = ["ablate", "--out", str(out), "--budget", "4"] + [a for o in SMALL for a in ("--set", o)]
+    assert main(args) == 2  # budget 4 now, 3 when the run was made: not mixed into the same directory
+    assert "differs from the config" in capsys.readouterr().err
