@@ -4,6 +4,7 @@ One Ray instance for the module (num_cpus=2, no dashboard), shut down at the end
 """
 
 import copy
+import json
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from scalerl.pipeline.fake import FakeTask, parity_reward, tiny_random_component
 from scalerl.pipeline.step import Optimizer, train_step
 from scalerl.pipeline.train import train
 from scalerl.rl.curriculum import CurriculumSampler
+from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 from scalerl.types import Completion, Group, Prompt
 
@@ -58,18 +60,30 @@ def record_trained(monkeypatch, on_step=None) -> tuple[list[str], list[str]]:
     return completions, prompts
 
 
-def test_two_generator_actors_train_with_bounded_staleness(tmp_path, monkeypatch):
-    cfg = small_cfg(["run.max_steps=4"])
-    trained, _ = record_trained(monkeypatch)
+def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, monkeypatch):
+    cfg = small_cfg(["run.max_steps=3", "run.checkpoint_every=1"])
+    trained, prompts = record_trained(monkeypatch)
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    first = len(trained)
+    state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+    assert [s["drawn"] for s in state["sampler"]["ranks"]] and len(state["sampler"]["ranks"]) == 2
+    cfg.run.max_steps = 5
+    train(cfg, tmp_path, resume=True, comps=tiny_random_components(cfg), progress=False)
+
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     assert max(r["staleness/max"] for r in rows) <= 2
-    assert rows[-1]["ray/completions/gen0"] > 0 and rows[-1]["ray/completions/gen1"] > 0
+    assert max(r["ray/completions/gen0"] for r in rows) > 0 and max(r["ray/completions/gen1"] for r in rows) > 0
     assert all(r["ray/queue_depth"] >= 0 and r["ray/gen_idle_seconds"] >= 0 for r in rows)
     assert len(trained) == len(set(trained)) > 0
-    # engine ids end in "@<seed>.<serial>": both actors' seeds appear among the trained completions
-    assert len({cid.rsplit("@", 1)[1].split(".")[0] for cid in trained}) == 2
+    # engine ids end in "@<seed>.<serial>", seed = (base * 64 + rank) * 1024 + start: both ranks
+    # contributed trained completions, and the resumed actors (base 3) have seeds of their own
+    seeds = {int(cid.rsplit("@", 1)[1].split(".")[0]) for cid in trained}
+    assert {(s // 1024) % 64 for s in seeds} == {0, 1}
+    assert {s // (64 * 1024) for s in seeds} == {0, 3}
+    assert first < len(trained)
+    # the resumed run carries on its actors' shards: no prompt is trained in both halves
+    assert len(prompts) == len(set(prompts))
     assert rows[-1]["ray/restarts"] == 0
 
 
@@ -77,10 +91,19 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
     cfg = small_cfg(["run.max_steps=6"])
     sources = []
 
+    delivered: list[str] = []
+    delivered_ids: list[str] = []
+
     class Recorded(backend.RayRollouts):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             sources.append(self)
+
+        def get(self, timeout=None):
+            group = super().get(timeout)
+            delivered.append(group.prompt.id)
+            delivered_ids.extend(c.id for c in group.completions)
+            return group
 
     killed: dict = {}
 
@@ -103,18 +126,18 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
             time.sleep(0.2)
 
     monkeypatch.setattr(backend, "RayRollouts", Recorded)
-    trained, prompts = record_trained(monkeypatch, kill_at_step_2)
+    trained, _ = record_trained(monkeypatch, kill_at_step_2)
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert killed["back"] == (0, 2)  # rank 0, second incarnation
     assert rows[-1]["ray/restarts"] == 1
     assert len(trained) == len(set(trained))
-    assert len(prompts) == len(set(prompts))  # no group delivered twice
-    # the groups the dead actor had in flight were regenerated (by the new incarnation, engine seed 2)
-    assert killed["in_flight"] and set(killed["in_flight"]) <= set(prompts)
+    assert len(delivered) == len(set(delivered))  # no group delivered twice
+    # the groups the dead actor had in flight were regenerated (by the new incarnation) and delivered
+    assert killed["in_flight"] and set(killed["in_flight"]) <= set(delivered)
     assert rows[-1]["ray/regenerated_groups"] >= 1
-    assert any(cid.rsplit("@", 1)[1].startswith("2.") for cid in trained)
+    assert any(cid.rsplit("@", 1)[1].startswith("2.") for cid in delivered_ids)  # engine seed of (rank 0, start 2)
     assert max(r["staleness/max"] for r in rows) <= 2
 
 

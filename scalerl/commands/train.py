@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 HELP = "train with a recipe (default: ScaleRL on the tiny model, ~5 min on a CPU) and forecast its curve"
 
@@ -17,11 +18,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimizer steps (run.max_steps)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ray = parser.add_argument_group("scale out (docs/ray.md)")
+    ray.add_argument("--backend", choices=["local", "ray"], help="pipeline.backend: local (default) or ray actors")
+    ray.add_argument("--ray-address", metavar="ADDRESS", help="ray.address of a running cluster (default: start a "
+                     "local Ray and stop it at the end)")
+    ray.add_argument("--generators", type=int, metavar="N", help="ray.generators: generator actors")
+    ray.add_argument("--trainers", type=int, metavar="W", help="ray.trainers: data-parallel trainer workers")
+
+
+def scale_out_overrides(args: argparse.Namespace) -> list[str]:
+    """--backend/--ray-address/--generators/--trainers as --set overrides (applied after the others)."""
+    address = None if args.ray_address is None else json.dumps(args.ray_address)  # a YAML string, never a number
+    pairs = [("pipeline.backend", args.backend), ("ray.address", address),
+             ("ray.generators", args.generators), ("ray.trainers", args.trainers)]
+    return [f"{key}={value}" for key, value in pairs if value is not None]
 
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.pipeline.launch import run_training
 
-    return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides,
+    return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides + scale_out_overrides(args),
                         run_dir=args.run_dir, max_steps=args.max_steps, resume=args.resume,
                         progress=not args.no_progress)

@@ -312,6 +312,7 @@ class RayRollouts:
             num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts, max_concurrency=2)
         self.workers = [worker_cls.remote(self.hub, r, spec.generators, spec.build, spec.build_args,
                                           spec.base_seed, spec.n, spec.threads) for r in range(spec.generators)]
+        ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
         self._pings: list = [None] * spec.generators
         self._last: dict = {"idle_s": [0.0] * spec.generators}
 
