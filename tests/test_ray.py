@@ -17,7 +17,7 @@ from scalerl.distributed import backend
 from scalerl.distributed.data_parallel import aggregation_units, plan_shards, start_workers
 from scalerl.distributed.rollouts import ShardSampler, merge_sampler_states, split_sampler_state
 from scalerl.pipeline import train as train_mod
-from scalerl.pipeline.fake import FakeTask, parity_reward, tiny_random_components
+from scalerl.pipeline.fake import FakeTask, tiny_random_components
 from scalerl.pipeline.step import Optimizer, train_step
 from scalerl.pipeline.train import train
 from scalerl.rl.curriculum import CurriculumSampler
@@ -187,12 +187,11 @@ def test_aggregation_units_and_shard_weights_by_hand():
     assert [s.weight for s in shards] == pytest.approx([20 / 25, 5 / 25])
 
 
-@pytest.mark.parametrize("aggregation", ["prompt", "token"])
-def test_two_gloo_workers_match_one_worker_on_the_combined_batch(aggregation):
+def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     from scalerl.distributed.data_parallel import free_address
     from scalerl.models import load_model
 
-    cfg = load_config("scalerl", overrides=["model.name=tiny-random", f"loss.aggregation={aggregation}",
+    cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
                                            "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0",
                                            "ray.trainers=2", "ray.trainer_cpus=0.5"])
     model, tokenizer = load_model("tiny-random")
@@ -220,3 +219,20 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch(aggregation):
     for name, ref in model.state_dict().items():
         torch.testing.assert_close(w0[name], w1[name], rtol=0, atol=0)
         torch.testing.assert_close(w0[name], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_flags_map_to_config_fields():
+    import argparse
+
+    from scalerl.commands import train as train_cmd
+
+    parser = argparse.ArgumentParser()
+    train_cmd.add_arguments(parser)
+    args = parser.parse_args(["--backend", "ray", "--ray-address", "10.0.0.1:6379", "--generators", "3",
+                              "--trainers", "2", "--set", "ray.generators=5"])
+    cfg = load_config("scalerl", overrides=args.overrides + train_cmd.scale_out_overrides(args))
+    assert (cfg.pipeline.backend, cfg.ray.address, cfg.ray.generators, cfg.ray.trainers) == ("ray", "10.0.0.1:6379", 3, 2)
+    # a host:port that YAML would read as a base-60 number stays a string
+    args = parser.parse_args(["--ray-address", "12:30"])
+    assert load_config("scalerl", overrides=train_cmd.scale_out_overrides(args)).ray.address == "12:30"
+    assert train_cmd.scale_out_overrides(parser.parse_args([])) == []
