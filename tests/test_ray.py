@@ -203,7 +203,8 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     groups = _groups()
 
     optim = Optimizer(model, cfg)
-    workers = start_workers(cfg, 2, free_address(), first_rank=0)
+    workers, joined = start_workers(cfg, 2, free_address(), first_rank=0)
+    ray.get(joined)
     ray.get([w.load.remote(start, optim.state_dict()) for w in workers])
     one = train_step(model, optim, groups, cfg, tokenizer.pad_token_id, 1)
     shards = plan_shards(groups, cfg, 2)

@@ -32,18 +32,37 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.modes import PipelineRL
 
 
+def cpus_needed(cfg: Config) -> float:
+    """CPUs the actors reserve: generators, and trainer ranks 1..W-1 (rank 0 is this process)."""
+    return cfg.ray.generators * cfg.ray.generator_cpus + (cfg.ray.trainers - 1) * cfg.ray.trainer_cpus
+
+
 class RaySession:
-    """Connects to a cluster or starts a local Ray; shuts down only what it started."""
+    """Connects to a cluster or starts a local Ray; shuts down only what it started.
+
+    A local Ray gets `ray.num_cpus` CPUs, by default the machine's cores or, if the actors
+    reserve more, that many (logical CPUs: the actors then share the cores). An explicit
+    `ray.num_cpus` too small for the actors is an error rather than a run that never starts.
+    """
 
     def __init__(self, cfg: Config):
+        import os
+
         self.started = False
         if ray.is_initialized():
             return
         if cfg.ray.address:
             ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
-        else:
-            ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True)
-            self.started = True
+            return
+        needed = cpus_needed(cfg)
+        if cfg.ray.num_cpus is not None and cfg.ray.num_cpus < needed:
+            raise ScaleRLError(
+                f"ray.num_cpus = {cfg.ray.num_cpus}: the actors reserve {needed:g} CPUs ({cfg.ray.generators} "
+                f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + {cfg.ray.trainers - 1} trainer workers "
+                f"x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); raise ray.num_cpus or lower those")
+        num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        self.started = True
 
     def close(self) -> None:
         if self.started:

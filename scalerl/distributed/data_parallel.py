@@ -32,6 +32,8 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, loss_params
 from scalerl.types import Completion, Group
 
+PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built
+
 
 @dataclass
 class Shard:
@@ -144,8 +146,15 @@ class TrainerWorker:
         self.model, tokenizer = load_model(self.cfg.model.name, dtype=self.cfg.model.dtype, device=device)
         self.pad_id = tokenizer.pad_token_id
         self.optim = Optimizer(self.model, self.cfg)
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", init_method=init_method,
-                                rank=rank, world_size=world)
+        self.backend = "nccl" if device.startswith("cuda") else "gloo"
+        self.rank, self.world, self.init_method = rank, world, init_method
+
+    def ready(self) -> int:
+        return self.rank
+
+    def join(self) -> None:
+        """Join the process group (returns once every rank has joined)."""
+        dist.init_process_group(self.backend, init_method=self.init_method, rank=self.rank, world_size=self.world)
 
     def load(self, weights: dict, optim_state: dict) -> None:
         self.model.load_state_dict(weights)
@@ -161,13 +170,24 @@ class TrainerWorker:
         dist.destroy_process_group()
 
 
-def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1) -> list:
-    """Trainer worker actors for ranks first_rank..world-1 (they join the group as they start)."""
+def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1) -> tuple[list, list]:
+    """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
+    (submitted once all are placed; a rank 0 outside them must join too before those return)."""
     import ray
+    from ray.exceptions import GetTimeoutError
 
     cls = ray.remote(TrainerWorker).options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus)
     threads = max(1, int(cfg.ray.trainer_cpus))
-    return [cls.remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+    workers = [cls.remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+    try:
+        ray.get([w.ready.remote() for w in workers], timeout=PLACE_TIMEOUT_S)
+    except GetTimeoutError:
+        for w in workers:
+            ray.kill(w)
+        raise ScaleRLError(f"{len(workers)} trainer worker actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
+                           f"ray.trainer_gpus {cfg.ray.trainer_gpus:g} each) were not placed within {PLACE_TIMEOUT_S} s: "
+                           "compare with the free resources in `ray status`") from None
+    return workers, [w.join.remote() for w in workers]
 
 
 class DataParallelStep:
@@ -178,10 +198,11 @@ class DataParallelStep:
 
         self.world = cfg.ray.trainers
         init_method = free_address()
-        self.workers = start_workers(cfg, self.world, init_method)
+        self.workers, joined = start_workers(cfg, self.world, init_method)
         device = next(model.parameters()).device
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=0,
                                 world_size=self.world)
+        ray.get(joined)
         weights = ray.put({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
         ray.get([w.load.remote(weights, optim.state_dict()) for w in self.workers])
 
