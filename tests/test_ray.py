@@ -8,9 +8,10 @@ import json
 import time
 
 import pytest
-import ray
 import torch
-from ray.exceptions import ActorUnavailableError
+
+ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
+from ray.exceptions import ActorUnavailableError  # noqa: E402
 
 from scalerl.config import load_config
 from scalerl.distributed import backend

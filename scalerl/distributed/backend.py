@@ -24,12 +24,16 @@ Departures from the in-process backend:
 
 from __future__ import annotations
 
-import ray
+from scalerl.distributed import require_ray
 
-from scalerl.config import Config
-from scalerl.distributed.rollouts import RayRollouts, RolloutSpec
-from scalerl.errors import ScaleRLError
-from scalerl.pipeline.modes import PipelineRL
+require_ray()
+
+import ray  # noqa: E402
+
+from scalerl.config import Config  # noqa: E402
+from scalerl.distributed.rollouts import RayRollouts, RolloutSpec  # noqa: E402
+from scalerl.errors import ScaleRLError  # noqa: E402
+from scalerl.pipeline.modes import PipelineRL  # noqa: E402
 
 
 def cpus_needed(cfg: Config) -> float:
