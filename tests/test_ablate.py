@@ -62,6 +62,14 @@ def test_each_leave_one_out_variant_swaps_one_component(tmp_path):
     assert {k.rsplit(".", 1)[0] for k in diffs["length-penalty"]} == {"rollout.length"}
 
 
+def test_variants_that_change_nothing_are_left_out(tmp_path):
+    from scalerl.study.study import drop_no_ops
+
+    specs = drop_no_ops(plan_runs(plan_variants("grpo", leave_one_out=True), 1, tmp_path), "grpo", lambda s: None)
+    # grpo already has group-std advantages, no FP32 head, no filter, no curriculum: 4 swaps are no-ops
+    assert [s.variant.name for s in specs] == ["grpo", "dapo-loss", "token-agg", "ppo-off-policy", "length-penalty"]
+
+
 def test_recipes_and_seeds_get_their_own_run_dirs(tmp_path):
     specs = plan_runs(plan_variants("scalerl", recipes=("grpo", "dapo")), 2, tmp_path, budget="7")
     assert [(s.variant.name, s.seed) for s in specs] == [

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per run: optimizer steps (e.g. 200) or wall-clock training minutes (e.g. 5min)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override applied to every configuration (before the variant's own), repeatable")
-    parser.add_argument("--out", default="studies/ablate", metavar="DIR",
+    parser.add_argument("--out", default="runs/study", metavar="DIR",
                         help="study directory (default: %(default)s); rerun with the same DIR to resume")
     parser.add_argument("--only", default="", metavar="A,B,...", help="train only these configurations this time")
     parser.add_argument("--x", dest="x_col", default="compute/device_hours",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Callable, Sequence
 
 from scalerl.study.report import fit_study, write_report
-from scalerl.study.runner import plan_runs, run_study, write_plan
+from scalerl.study.runner import RunSpec, plan_runs, run_study, write_plan
 from scalerl.study.variants import plan_variants, variants_table
 
 
@@ -28,16 +29,32 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     if unknown:
         raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "
                            f"({', '.join(v.name for v in variants)})")
-    specs = plan_runs(variants, seeds, Path(out), overrides, budget)
+    specs = drop_no_ops(plan_runs(variants, seeds, Path(out), overrides, budget), base, log)
     write_plan(Path(out), specs, base, overrides, budget)
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
         counts = run_study(todo, train_fn, progress, log)
         log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished")
     configs = fit_study(specs, x_col, n_bootstrap)
-    report = write_report(Path(out), configs, base, x_col, variants_table(variants), command)
+    planned = {s.variant.name for s in specs}
+    report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
+                          command)
     log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
     return report
+
+
+def drop_no_ops(specs: list[RunSpec], base: str, log: Callable[[str], None]) -> list[RunSpec]:
+    """Leave out variants whose config is the base's (e.g. `no-npr` of a base without the curriculum)."""
+    def key(spec: RunSpec) -> tuple:
+        d = spec.cfg.model_dump(mode="json")
+        d.pop("recipe")
+        return spec.seed, json.dumps(d, sort_keys=True)
+
+    base_keys = {key(s) for s in specs if s.variant.name == base}
+    same = {s.variant.name for s in specs if s.variant.name != base and key(s) in base_keys}
+    for name in sorted(same):
+        log(f"{name}: the same config as the base {base!r} (nothing to swap), left out")
+    return [s for s in specs if s.variant.name not in same]
 
 
 def command_line(argv: Sequence[str]) -> str:
