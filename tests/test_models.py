@@ -79,6 +79,7 @@ def test_cache_build_is_atomic_and_happens_once(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         cached_build("k", broken)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.lock"]     # nothing half-built left
+    (tmp_path / ".k.killed").mkdir()                                   # as a SIGKILLed build leaves it
 
     def slow_build(d):
         calls.append(1)
@@ -92,6 +93,7 @@ def test_cache_build_is_atomic_and_happens_once(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert len(calls) == 1 and len(set(results)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.lock"]
     assert (results[0] / "weights").read_text() == "w"
 
 

@@ -2,7 +2,8 @@
 
 A build writes into a temporary folder beside its target and renames it into place, so a
 killed build never leaves a half-written entry; an exclusive `flock` on `<key>.lock` makes a
-second process wait for the first build and then reuse it instead of building again.
+second process wait for the first build and then reuse it instead of building again; the
+temporary folder of a killed build is removed by the next build of that key.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def cached_build(key: str, build: Callable[[Path], None]) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():                       # another process built it while we waited
             return final
+        for stale in root.glob(f".{key}.*"):     # left by a build that was killed (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
         try:
             build(tmp)
