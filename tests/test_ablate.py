@@ -230,3 +230,29 @@ def test_changed_options_are_refused(tmp_path, capsys):
     args = ["ablate", "--out", str(out), "--budget", "4"] + [a for o in SMALL for a in ("--set", o)]
     assert main(args) == 2  # budget 4 now, 3 when the run was made: not mixed into the same directory
     assert "differs from the config" in capsys.readouterr().err
+
+
+def test_a_failed_run_is_recorded_and_the_study_goes_on(tmp_path):
+    from types import SimpleNamespace
+
+    def train_fn(cfg, run_dir, resume=False, progress=False):
+        if cfg.recipe == "grpo":
+            raise ScaleRLError("non-finite loss at step 3")
+        _write_run_rows(run_dir)
+        return SimpleNamespace(state=SimpleNamespace(step=cfg.run.max_steps))
+
+    def _write_run_rows(run_dir):
+        x = np.geomspace(0.05, 8.0, 12)
+        rows = [{"step": i, "kind": "eval", "compute/device_hours": float(c),
+                 "val/pass_rate": float(sigmoid(c, 0.7, 1.5, 1.0, 0.1))} for i, c in enumerate(x)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    report = ablate(tmp_path, recipes=["grpo", "dapo"], budget="3", train_fn=train_fn, n_bootstrap=5,
+                    log=lambda s: None)
+    runs = tmp_path / "runs"
+    assert json.loads((runs / "grpo" / "seed0" / "failed.json").read_text())["error"] == "non-finite loss at step 3"
+    assert (runs / "dapo" / "seed0" / DONE_FILE).is_file()  # the run after the failed one still ran
+    by = {c["name"]: c for c in report["configs"]}
+    assert by["grpo"]["fit"] is None and by["dapo"]["fit"]["A"] == pytest.approx(0.7, abs=0.01)
+    assert by["grpo"]["runs"][0]["failed"] == "non-finite loss at step 3"
+    assert "failed: non-finite loss at step 3" in (tmp_path / "report.md").read_text()

@@ -40,8 +40,13 @@ def run(args: argparse.Namespace) -> int:
     recipes = _names(args.recipes)
     for name in [args.base, *recipes]:
         recipe_path(name)  # a clear error for an unknown recipe before anything runs
-    ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes, seeds=args.seeds,
+    report = ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes, seeds=args.seeds,
            budget=args.budget, overrides=args.overrides, only=_names(args.only), x_col=args.x_col,
            n_bootstrap=args.bootstrap, report_only=args.report_only, progress=args.progress,
            command=command_line(sys.argv[1:]))
+    failed = [f"{c['name']} seed {r['seed']}" for c in report["configs"] for r in c["runs"] if r["failed"]]
+    if failed:
+        print(f"scalerl: {len(failed)} run(s) failed ({', '.join(failed)}): see failed.json in their run directories "
+              "and report.md; rerun the same command to retry them", file=sys.stderr)
+        return 1
     return 0

@@ -30,7 +30,7 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling import FitResult, fit_curve, fit_seeds, plot_fits, read_metrics
-from scalerl.study.runner import RunSpec, is_done
+from scalerl.study.runner import RunSpec, failure, is_done
 
 PAPER_MARGIN = 0.02
 Y_COLUMN = "val/pass_rate"
@@ -43,6 +43,7 @@ class RunFit:
     x: np.ndarray
     y: np.ndarray
     finished: bool
+    failed: str | None = None              # the training error that stopped the run
     fit: FitResult | None = None
     predicted_final: float | None = None   # first-half fit at the final compute
     error: str | None = None               # why a fit could not be made
@@ -69,7 +70,7 @@ def _fit_min(x: np.ndarray, frac: float) -> float:
 def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstrap: int) -> RunFit:
     """The run's own fit and its first-half prediction of the final evaluation."""
     x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
-    run = RunFit(name, seed, x, y, is_done(path))
+    run = RunFit(name, seed, x, y, is_done(path), failure(path))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=_fit_min(x, frac), n_bootstrap=n_bootstrap, seed=seed)
         half = x <= x[-1] / 2
@@ -126,6 +127,9 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = "compute/device_hours",
         if (spec.run_dir / "metrics.jsonl").is_file():
             c.runs.append(fit_run(spec.variant.name, spec.seed, spec.run_dir, x_col,
                                   spec.cfg.eval.fit_min_frac, n_bootstrap))
+        elif failure(spec.run_dir) is not None:  # failed before its first evaluation: still reported
+            c.runs.append(RunFit(spec.variant.name, spec.seed, np.empty(0), np.empty(0), False,
+                                 failure(spec.run_dir), error="no evaluations"))
     frac = specs[0].cfg.eval.fit_min_frac if specs else 0.1
     return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap) for c in configs.values()]
 
@@ -177,16 +181,17 @@ def _verdict(d: dict) -> str:
 
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
-    lines = ["| config | seed | finished | evals | final pass rate | predicted from first half | error | within 0.02 |",
+    lines = ["| config | seed | run | evals | final pass rate | predicted from first half | error | within 0.02 |",
              "|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             final = f"{r.y[-1]:.3f}" if len(r.y) else "-"
+            state = "finished" if r.finished else f"failed: {r.failed}" if r.failed else "unfinished"
             if r.predicted_final is None:
-                lines.append(f"| {c.name} | {r.seed} | {r.finished} | {len(r.y)} | {final} | {r.error} | | |")
+                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.error} | | |")
                 continue
             err = r.predicted_final - float(r.y[-1])
-            lines.append(f"| {c.name} | {r.seed} | {r.finished} | {len(r.y)} | {final} | {r.predicted_final:.3f} "
+            lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.predicted_final:.3f} "
                          f"| {err:+.3f} | {'yes' if abs(err) <= PAPER_MARGIN else 'no'} |")
     return "\n".join(lines)
 
@@ -198,7 +203,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
         entry = {"name": c.name, "swaps": c.swaps, "notes": c.notes, "error": c.error,
                  "fit": c.fit.to_dict() if c.fit is not None else None,
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
-                 "runs": [{"seed": r.seed, "finished": r.finished, "evals": len(r.y),
+                 "runs": [{"seed": r.seed, "finished": r.finished, "failed": r.failed, "evals": len(r.y),
                            "final_compute": float(r.x[-1]) if len(r.x) else None,
                            "final_pass_rate": float(r.y[-1]) if len(r.y) else None,
                            "A": r.fit.A if r.fit else None, "B": r.fit.B if r.fit else None,

@@ -4,11 +4,15 @@
     <study_dir>/runs/<config>/seed<k>/         a `scalerl train` run directory (config.yaml,
                                                metrics.jsonl, checkpoints/, tb/)
     <study_dir>/runs/<config>/seed<k>/done.json  written when the run reached its budget
+    <study_dir>/runs/<config>/seed<k>/failed.json  the error that stopped it (retried next time)
 
 A run with `done.json` is never redone; a run directory without it was interrupted and is
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
 (`scalerl.pipeline.train.train(..., resume=True)`). A run whose planned config differs from
 the one in its directory (other `--set` or budget this time) is an error, not a silent mix.
+A run that stops with a training error (`ScaleRLError`: a non-finite loss, no group with
+reward variance for 50 batches, ...) is recorded in `failed.json` and reported; the study goes
+on with the other runs and the command exits non-zero at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.study.variants import Variant, fit_length_control
 
 DONE_FILE = "done.json"
+FAILED_FILE = "failed.json"
 PLAN_FILE = "study.json"
 
 
@@ -71,6 +76,12 @@ def plan_runs(variants: Sequence[Variant], seeds: int, study_dir: Path, override
 
 def is_done(run_dir: Path) -> bool:
     return (Path(run_dir) / DONE_FILE).is_file()
+
+
+def failure(run_dir: Path) -> str | None:
+    """The error that stopped the run last time, if it did."""
+    path = Path(run_dir) / FAILED_FILE
+    return json.loads(path.read_text())["error"] if path.is_file() else None
 
 
 def _check_same_config(spec: RunSpec) -> None:
@@ -121,16 +132,26 @@ def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: 
 def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
               log: Callable[[str], None] = print) -> dict[str, int]:
     """Every run in order (finished ones skipped); returns how many were started/resumed/skipped."""
-    counts = {"started": 0, "resumed": 0, "skipped": 0}
+    counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
     for i, spec in enumerate(specs, 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
+        if (spec.run_dir / "config.yaml").is_file():
+            _check_same_config(spec)  # before anything else: a mismatch stops the study, it is not a run failure
         if is_done(spec.run_dir):
-            _check_same_config(spec)
             counts["skipped"] += 1
             log(f"{label}: finished earlier, skipped ({spec.run_dir})")
             continue
         log(f"{label}: training in {spec.run_dir}")
-        status = run_one(spec, train_fn, progress)
+        (spec.run_dir / FAILED_FILE).unlink(missing_ok=True)
+        try:
+            status = run_one(spec, train_fn, progress)
+        except ScaleRLError as exc:
+            if not (spec.run_dir / "config.yaml").is_file():
+                raise  # the run could not even be set up (e.g. a bad directory): a study-wide problem
+            (spec.run_dir / FAILED_FILE).write_text(json.dumps({"error": str(exc)}, indent=1))
+            counts["failed"] += 1
+            log(f"{label}: FAILED: {exc}")
+            continue
         counts[status] += 1
         log(f"{label}: {status} and finished")
     return counts

@@ -34,7 +34,8 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
         counts = run_study(todo, train_fn, progress, log)
-        log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished")
+        log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
+            f"{counts['failed']} failed")
     configs = fit_study(specs, x_col, n_bootstrap)
     planned = {s.variant.name for s in specs}
     report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
