@@ -69,7 +69,10 @@ def _fit_min(x: np.ndarray, frac: float) -> float:
 
 def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstrap: int) -> RunFit:
     """The run's own fit and its first-half prediction of the final evaluation."""
-    x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
+    try:
+        x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
+    except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
+        return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
     run = RunFit(name, seed, x, y, is_done(path), failure(path))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=_fit_min(x, frac), n_bootstrap=n_bootstrap, seed=seed)

@@ -68,7 +68,10 @@ def plan_runs(variants: Sequence[Variant], seeds: int, study_dir: Path, override
     for v in variants:
         for seed in range(seeds):
             sets = [*overrides, *v.overrides, *budget_overrides(budget), f"run.seed={seed}"]
-            cfg = load_config(v.recipe, None, sets)
+            try:
+                cfg = load_config(v.recipe, None, sets)
+            except ScaleRLError as exc:  # name the configuration: the same --set applies to all of them
+                raise ScaleRLError(f"configuration {v.name!r} (recipe {v.recipe!r}): {exc}") from None
             notes = fit_length_control(cfg)
             specs.append(RunSpec(v, seed, Path(study_dir) / "runs" / v.name / f"seed{seed}", cfg, notes))
     return specs
