@@ -5,6 +5,7 @@ One Ray instance for the module (num_cpus=2, no dashboard), shut down at the end
 
 import copy
 import json
+import threading
 import time
 
 import pytest
@@ -89,7 +90,7 @@ def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, 
 
 
 def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, monkeypatch):
-    cfg = small_cfg(["run.max_steps=6"])
+    cfg = small_cfg(["run.max_steps=8"])
     sources = []
 
     delivered: list[str] = []
@@ -108,12 +109,10 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
 
     killed: dict = {}
 
-    def kill_at_step_2(step):
-        if step != 2:
-            return
+    def kill_with_groups_in_flight() -> None:
         source = sources[0]
-        deadline = time.monotonic() + 30
-        while not killed.get("in_flight") and time.monotonic() < deadline:  # kill it with groups in flight
+        deadline = time.monotonic() + 60
+        while not killed.get("in_flight") and time.monotonic() < deadline:  # while actor 0 is decoding
             killed["in_flight"] = ray.get(source.hub.open_leases.remote(0))
         ray.kill(source.workers[0], no_restart=False)
         deadline = time.monotonic() + 120
@@ -126,11 +125,19 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
                 return
             time.sleep(0.2)
 
+    killer = threading.Thread(target=kill_with_groups_in_flight)
+
+    def on_step(step):  # the trainer keeps going while actor 0 is killed; at step 5 it waits for the restart
+        if step == 2:
+            killer.start()
+        if step == 5:
+            killer.join()
+
     monkeypatch.setattr(backend, "RayRollouts", Recorded)
-    trained, _ = record_trained(monkeypatch, kill_at_step_2)
+    trained, _ = record_trained(monkeypatch, on_step)
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert killed["back"] == (0, 2)  # rank 0, second incarnation
     assert rows[-1]["ray/restarts"] == 1
     assert len(trained) == len(set(trained))

@@ -166,9 +166,6 @@ class TrainerWorker:
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
-    def close(self) -> None:
-        dist.destroy_process_group()
-
 
 def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1) -> tuple[list, list]:
     """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
@@ -196,6 +193,8 @@ class DataParallelStep:
     def __init__(self, model, optim: Optimizer, cfg: Config):
         import ray
 
+        if loss_params(cfg)[2].get("kl_beta", 0.0) > 0:
+            raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
         self.world = cfg.ray.trainers
         init_method = free_address()
         self.workers, joined = start_workers(cfg, self.world, init_method)
