@@ -192,6 +192,8 @@ class RayConfig(_Section):
     trainer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per trainer worker actor (ranks 1..W-1)")
     trainer_gpus: float = Field(0.0, ge=0, description="GPUs per trainer worker actor")
     max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
+    placement: Literal["none", "pack", "spread"] = Field(
+        "none", description="none: per-actor resource requests; pack/spread: one placement group for all actors")
 
 
 class EvalConfig(_Section):

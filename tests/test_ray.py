@@ -90,7 +90,7 @@ def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, 
 
 
 def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, monkeypatch):
-    cfg = small_cfg(["run.max_steps=8"])
+    cfg = small_cfg(["run.max_steps=8", "ray.placement=pack"])
     sources = []
 
     delivered: list[str] = []
@@ -147,6 +147,8 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
     assert rows[-1]["ray/regenerated_groups"] >= 1
     assert any(cid.rsplit("@", 1)[1].startswith("2.") for cid in delivered_ids)  # engine seed of (rank 0, start 2)
     assert max(r["staleness/max"] for r in rows) <= 2
+    groups = ray.util.placement_group_table().values()
+    assert [g["strategy"] for g in groups] == ["PACK"] and all(g["state"] == "REMOVED" for g in groups)
 
 
 def test_shards_are_disjoint_and_cover_the_stream():

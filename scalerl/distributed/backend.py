@@ -24,6 +24,9 @@ Departures from the in-process backend:
 
 from __future__ import annotations
 
+import contextlib
+from typing import Callable
+
 from scalerl.distributed import require_ray
 
 require_ray()
@@ -31,6 +34,7 @@ require_ray()
 import ray  # noqa: E402
 
 from scalerl.config import Config  # noqa: E402
+from scalerl.distributed.placement import Placement  # noqa: E402
 from scalerl.distributed.rollouts import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
 from scalerl.pipeline.modes import PipelineRL  # noqa: E402
@@ -79,12 +83,11 @@ def max_queued(cfg: Config) -> int:
 
 
 class RayPipelineRL(PipelineRL):
-    """PipelineRL-k over `RayRollouts`; owns the Ray session and the data-parallel step."""
+    """PipelineRL-k over `RayRollouts`; closes the source, then what `ray_mode` started (last first)."""
 
-    def __init__(self, source: RayRollouts, k: int, session: RaySession, dp_step=None):
+    def __init__(self, source: RayRollouts, k: int, closers: list[Callable[[], None]]):
         super().__init__(source, k)
-        self.session = session
-        self.dp_step = dp_step
+        self.closers = closers
 
     def collect(self, version, new_filler, observe):
         batches = super().collect(version, new_filler, observe)
@@ -92,12 +95,10 @@ class RayPipelineRL(PipelineRL):
         return batches
 
     def close(self) -> None:
-        try:
+        with contextlib.ExitStack() as stack:   # every closer runs, even if one raises
+            for close in self.closers:
+                stack.callback(close)
             super().close()
-            if self.dp_step is not None:
-                self.dp_step.close()
-        finally:
-            self.session.close()
 
 
 def ray_mode(tr, build: tuple, gen_seed: int, sampler_state: dict) -> tuple[RayPipelineRL, RayRollouts]:
@@ -107,25 +108,23 @@ def ray_mode(tr, build: tuple, gen_seed: int, sampler_state: dict) -> tuple[RayP
         raise ScaleRLError(f"pipeline.backend 'ray' runs pipeline.mode 'pipeline_rl' only, got {cfg.pipeline.mode!r}")
     if build is None:
         raise ScaleRLError("pipeline.backend 'ray': these components cannot be rebuilt in a Ray actor")
-    session = RaySession(cfg)
-    try:
+    with contextlib.ExitStack() as undo:        # on an error, stop what was started (last first)
+        session = RaySession(cfg)
+        undo.callback(session.close)
+        placement = Placement(cfg)
+        undo.callback(placement.close)
         spec = RolloutSpec(build=build[0], build_args=build[1], generators=cfg.ray.generators,
                            n=cfg.batch.generations, max_queued=max_queued(cfg), base_seed=gen_seed,
                            threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
-                           gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts)
+                           gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,
+                           options=[placement.generator(r) for r in range(cfg.ray.generators)])
         source = RayRollouts(spec, tr.model.state_dict(), tr.state.step, sampler_state)
-    except BaseException:
-        session.close()
-        raise
-    dp_step = None
-    if cfg.ray.trainers > 1:
-        from scalerl.distributed.data_parallel import DataParallelStep
+        undo.callback(source.close)
+        closers = [session.close, placement.close]
+        if cfg.ray.trainers > 1:
+            from scalerl.distributed.data_parallel import DataParallelStep
 
-        try:
-            dp_step = DataParallelStep(tr.model, tr.optim, cfg)
-        except BaseException:
-            source.close()
-            session.close()
-            raise
-        tr.step_fn = dp_step
-    return RayPipelineRL(source, cfg.pipeline.k, session, dp_step), source
+            tr.step_fn = DataParallelStep(tr.model, tr.optim, cfg, options=placement.trainer)
+            closers.append(tr.step_fn.close)
+        undo.pop_all()
+    return RayPipelineRL(source, cfg.pipeline.k, closers), source

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, loss_params
 from scalerl.types import Completion, Group
 
-PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built
+PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
 
 
 @dataclass
@@ -167,15 +168,17 @@ class TrainerWorker:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
 
-def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1) -> tuple[list, list]:
+def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1,
+                  options: Callable[[int], dict] | None = None) -> tuple[list, list]:
     """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
     (submitted once all are placed; a rank 0 outside them must join too before those return)."""
     import ray
     from ray.exceptions import GetTimeoutError
 
-    cls = ray.remote(TrainerWorker).options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus)
+    cls = ray.remote(TrainerWorker)
     threads = max(1, int(cfg.ray.trainer_cpus))
-    workers = [cls.remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+    workers = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus, **(options(rank) if options else {}))
+               .remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=PLACE_TIMEOUT_S)
     except GetTimeoutError:
@@ -190,14 +193,14 @@ def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1
 class DataParallelStep:
     """`train_step`'s drop-in over W ranks: rank 0 is this process (the loop's model), 1..W-1 actors."""
 
-    def __init__(self, model, optim: Optimizer, cfg: Config):
+    def __init__(self, model, optim: Optimizer, cfg: Config, options: Callable[[int], dict] | None = None):
         import ray
 
         if loss_params(cfg)[2].get("kl_beta", 0.0) > 0:
             raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
         self.world = cfg.ray.trainers
         init_method = free_address()
-        self.workers, joined = start_workers(cfg, self.world, init_method)
+        self.workers, joined = start_workers(cfg, self.world, init_method, options=options)
         device = next(model.parameters()).device
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=0,
                                 world_size=self.world)

@@ -297,6 +297,7 @@ class RolloutSpec:
     cpus: float = 1.0
     gpus: float = 0.0
     max_restarts: int = 3
+    options: list[dict] = field(default_factory=list)   # extra Ray options per rank (placement)
 
 
 class RayRollouts:
@@ -308,10 +309,11 @@ class RayRollouts:
         states = split_sampler_state(sampler_state, spec.generators)
         hub_cls = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=4 * spec.generators + 8)
         self.hub = hub_cls.remote(states, spec.max_queued, [self._weights_ref], version)
-        worker_cls = ray.remote(GeneratorWorker).options(
-            num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts, max_concurrency=2)
-        self.workers = [worker_cls.remote(self.hub, r, spec.generators, spec.build, spec.build_args,
-                                          spec.base_seed, spec.n, spec.threads) for r in range(spec.generators)]
+        worker_cls = ray.remote(GeneratorWorker)
+        self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
+                                           max_concurrency=2, **(spec.options[r] if spec.options else {}))
+                        .remote(self.hub, r, spec.generators, spec.build, spec.build_args, spec.base_seed, spec.n,
+                                spec.threads) for r in range(spec.generators)]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
         self._pings: list = [None] * spec.generators
         self._last: dict = {"idle_s": [0.0] * spec.generators}
