@@ -247,3 +247,38 @@ def test_cli_flags_map_to_config_fields():
     args = parser.parse_args(["--ray-address", "12:30"])
     assert load_config("scalerl", overrides=train_cmd.scale_out_overrides(args)).ray.address == "12:30"
     assert train_cmd.scale_out_overrides(parser.parse_args([])) == []
+
+
+def test_hub_leases_deliver_each_group_once_and_refuse_a_dead_start():
+    from scalerl.distributed.rollouts import RolloutHub
+
+    def group(pid: str) -> Group:
+        cs = [_completion(pid, i, [10, 11]) for i in range(2)]
+        return Group(Prompt(pid, "x", ""), cs)
+
+    state = {"seed": 0, "epoch": 0, "position": 0, "drawn": 0}
+    hub = RolloutHub([dict(state)], max_queued=1, weights=["w0"], version=0)   # a plain object: no Ray needed
+    assert hub.register(0)["incarnation"] == 1
+    a, b = group("a"), group("b")
+    assert hub.admit(0, 1, a.prompt, {**state, "position": 1}) == "go"
+    restarted = hub.register(0)  # actor 0 died with "a" in flight and came back
+    assert restarted["incarnation"] == 2 and restarted["pending"] == [a.prompt] and restarted["state"]["position"] == 1
+    assert hub.deliver(0, 1, a) is False   # the dead start's late delivery is refused
+    assert hub.admit(0, 1, b.prompt, state) == "stop"
+    assert hub.deliver(0, 2, a) is True    # the regenerated group is accepted once
+    assert hub.deliver(0, 2, a) is False
+    # back-pressure: with one group queued (max_queued=1) the next admit waits for the trainer
+    waiting = threading.Thread(target=lambda: hub.admit(0, 2, b.prompt, state))
+    waiting.start()
+    waiting.join(timeout=0.3)
+    assert waiting.is_alive()
+    assert hub.take(0.0) is a
+    waiting.join(timeout=5)
+    assert not waiting.is_alive() and hub.open_leases(0) == ["b"]
+    assert hub.take(0.0) is None
+    hub.retire("c")
+    assert hub.admit(0, 2, Prompt("c", "x", ""), state) == "retired"
+    c = hub.counters()
+    assert (c["completions"], c["restarts"], c["regenerated"], c["rejected"]) == ([2], [1], 1, 2)
+    hub.fail(0, 2, "Traceback: boom")
+    assert "boom" in hub.take(0.0)
