@@ -16,6 +16,8 @@ from scalerl.errors import ScaleRLError
 from scalerl.run.metrics import METRICS_FILE
 from scalerl.run.rundir import CONFIG_FILE, create_run_dir, default_run_dir, open_run_dir
 
+MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
+
 
 def resolve_config(recipe: str | None, config_file: str | None, overrides: list[str], run_dir: Path | None,
                    resume: bool, max_steps: int | None) -> Config:
@@ -43,15 +45,15 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     from scalerl.scaling import fit_curve, plot_fits, read_metrics
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, "compute/device_hours", "val/pass_rate")
-    if len(x) < 5:
-        raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least 5 "
-                           "(raise run.max_steps or lower eval.every)")
+    if len(x) < MIN_FIT_EVALS:
+        raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
+                           f"{MIN_FIT_EVALS} (raise run.max_steps or lower eval.every)")
     fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min_frac * float(x[-1]))
     half = x <= x[-1] / 2
     out = fit.to_dict()
     out["warnings"] = list(out.get("warnings", [])) + list(warns)
     out["final"] = {"compute": float(x[-1]), "pass_rate": float(y[-1]), "start_pass_rate": float(y[0])}
-    if half.sum() >= 5:
+    if (half & (x > 0)).sum() >= 5:
         half_fit = fit_curve(x[half], y[half], model="sigmoid", fit_min=fit_min_frac * float(x[half][-1]))
         predicted = float(half_fit.predict([x[-1]])[0])
         out["first_half_fit"] = {"A": half_fit.A, "B": half_fit.B, "C_mid": half_fit.C_mid,
@@ -83,6 +85,7 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
                  progress: bool = True) -> int:
     from scalerl.config import dump_config
     from scalerl.pipeline.train import train
+    from scalerl.scaling import read_metrics
 
     path = Path(run_dir) if run_dir else None
     cfg = resolve_config(recipe, config_file, list(overrides), path, resume, max_steps)
@@ -92,6 +95,11 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
         path = create_run_dir(path or default_run_dir(cfg.recipe), dump_config(cfg))
     print(f"run directory: {path}")
     train(cfg, path, resume=resume, progress=progress)
+    n_evals = len(read_metrics(path / METRICS_FILE, "compute/device_hours", "val/pass_rate")[0])
+    if n_evals < MIN_FIT_EVALS:
+        print(f"{n_evals} evaluations: too few for the sigmoid fit (needs {MIN_FIT_EVALS}; lower eval.every "
+              f"or raise run.max_steps). Metrics: {path / METRICS_FILE}")
+        return 0
     out = final_fit(path, cfg.eval.fit_min_frac)
     print_fit(out)
     print(f"metrics: {path / METRICS_FILE}  fit: {path / 'fit.json'}, {path / 'fit.png'}")

@@ -23,6 +23,7 @@ A Ray transport (later) implements the same Protocol with actors and the same re
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -210,8 +211,13 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
                 except queue.Empty:
                     break
 
+        parent = os.getppid()
+
         def watcher() -> None:
             while not stop.is_set():
+                if os.getppid() != parent:  # the trainer died (even by kill -9): stop, never linger
+                    stop.set()
+                    break
                 sync()
                 time.sleep(0.005)
 
