@@ -12,8 +12,9 @@ batch normalisation).
 Printed per side: seconds per optimizer step, completion tokens per second (completions of the
 trained batch / step time), validation pass rate after the steps (both sides' final weights
 evaluated by the same function: `scalerl.pipeline.evaluate.evaluate` with the scalerl engine,
-same prompts, same samples), achieved model FLOP/s (8 N per completion token: 2 N to
-generate it and 6 N to train on it, prompt tokens not counted, N = all parameters) as a
+same prompts, same samples), achieved model FLOP/s (8 N per token of the 64 sequences, prompt and
+completion: 2 N to generate or prefill it, 6 N to train on it; N = all parameters; the same
+analytic count on both sides, whatever each does with shared prompts or recomputation) as a
 fraction of this machine's matmul peak in the side's compute dtype, measured here in the same
 run, and the ratios scalerl / TRL (TRL: the faster of fp32 and bf16).
 
@@ -157,7 +158,18 @@ def evaluate_model(model, tokenizer, cfg) -> float:
     return row["val/pass_rate"]
 
 
-def summarise(name: str, r: dict, peaks: dict, steady: bool) -> dict:
+def mean_prompt_tokens(cfg, n: int) -> float:
+    """Mean prompt length in tokens over the first `n` training prompts of the task."""
+    from scalerl.models import load_model
+    from scalerl.tasks import get_task
+
+    _, tokenizer = load_model("smollm2-135m")
+    task = get_task(cfg.task, tokenizer)
+    return sum(len(tokenizer(task.train_prompt(i).text, add_special_tokens=False).input_ids)
+               for i in range(n)) / n
+
+
+def summarise(name: str, r: dict, peaks: dict, steady: bool, prompt_len: float) -> dict:
     """Per-side figures over every step (start-up included), or with step 1 left out (`steady`).
 
     Over few steps PipelineRL's steady figure flatters it (the generator runs ahead during
@@ -165,16 +177,16 @@ def summarise(name: str, r: dict, peaks: dict, steady: bool) -> dict:
     """
     keep = slice(1, None) if steady and len(r["step_s"]) > 1 else slice(None)
     secs, toks = sum(r["step_s"][keep]), sum(r["tokens"][keep])
-    flops = 8.0 * r["n_params"] * toks
+    flops = 8.0 * r["n_params"] * (toks + P * G * prompt_len * len(r["step_s"][keep]))
     peak = peaks[r["dtype"]]
     return {"name": name, "s_per_step": secs / len(r["step_s"][keep]), "tok_per_s": toks / secs,
             "pass_rate": r["pass_rate"], "flop_s": flops / secs, "mfu": flops / secs / peak}
 
 
-def print_table(results: dict, peaks: dict, steady: bool) -> None:
+def print_table(results: dict, peaks: dict, steady: bool, prompt_len: float) -> None:
     title = "steps 2.. (step 1 left out)" if steady else "all steps (start-up included)"
     print(f"\n-- {title}\n{'side':<14} {'s/step':>9} {'tok/s':>10} {'val pass':>10} {'GFLOP/s':>10} {'of peak':>8}")
-    rows = {name: summarise(name, r, peaks, steady) for name, r in results.items()}
+    rows = {name: summarise(name, r, peaks, steady, prompt_len) for name, r in results.items()}
     for name, s in rows.items():
         print(f"{name:<14} {s['s_per_step']:9.1f} {s['tok_per_s']:10.1f} {s['pass_rate']:10.3f} "
               f"{s['flop_s'] / 1e9:10.2f} {s['mfu']:8.1%}   steps: "
@@ -213,8 +225,10 @@ def main() -> None:
             results[f"TRL {dtype}"] = r
     print(f"\nvalidation pass rate before training (scalerl's step-0 evaluation): "
           f"{results['scalerl']['pass_rate_start']:.3f}")
+    prompt_len = mean_prompt_tokens(cfg, P * a.steps)
+    print(f"mean prompt length {prompt_len:.1f} tokens (chat template included)")
     for steady in (False, True):
-        print_table(results, peaks, steady)
+        print_table(results, peaks, steady, prompt_len)
     print("settings that differ: aggregation prompt (scalerl) vs token (TRL cispo); advantage norm batch vs group; "
           "lr schedule constant vs linear decay; gradient checkpointing off vs on (TRL default); PipelineRL-8 "
           "(generation overlapped) vs on-policy; FP32 head on scalerl; TRL bf16 = autocast mixed precision")
