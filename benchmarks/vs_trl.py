@@ -160,10 +160,12 @@ def evaluate_model(model, tokenizer, cfg) -> float:
 
 def mean_prompt_tokens(cfg, n: int) -> float:
     """Mean prompt length in tokens over the first `n` training prompts of the task."""
-    from scalerl.models import load_model
+    from transformers import AutoTokenizer
+
+    from scalerl.models import checkpoint_dir
     from scalerl.tasks import get_task
 
-    _, tokenizer = load_model("smollm2-135m")
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir("smollm2-135m"))
     task = get_task(cfg.task, tokenizer)
     return sum(len(tokenizer(task.train_prompt(i).text, add_special_tokens=False).input_ids)
                for i in range(n)) / n
