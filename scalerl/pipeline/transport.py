@@ -233,6 +233,7 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
                 with queued.get_lock():
                     queued.value += 1
                 out_q.put(("group", group, locked.state_dict()))
+        out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
     except BaseException:  # sent to the trainer, which raises it
         out_q.put(("error", traceback.format_exc(), None))
 
