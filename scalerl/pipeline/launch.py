@@ -59,7 +59,8 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
         out["first_half_fit"] = {"A": half_fit.A, "B": half_fit.B, "C_mid": half_fit.C_mid,
                                  "predicted_final": predicted, "error": predicted - float(y[-1])}
     (Path(run_dir) / "fit.json").write_text(json.dumps(out, indent=1))
-    plot_fits([("validation pass rate", x, y, fit)], Path(run_dir) / "fit.png")
+    plot_fits([("validation pass rate", x, y, fit)], Path(run_dir) / "fit.png", xlabel="compute (device-hours)",
+              ylabel="validation pass rate (mean@k)")
     out["_fit"] = fit
     return out
 

@@ -344,8 +344,8 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
                               "see train/truncation_rate in metrics.jsonl", stacklevel=1)
             tr.counters["train_seconds"] = time.monotonic() - t_start
             metrics.write({"step": tr.state.step, "kind": "train", **row})
-            postfix.update(pass_=f"{row['train/pass_rate']:.2f}", reward=f"{row['train/reward_mean']:.2f}",
-                           tok_s=f"{row['tokens/per_second']:.0f}")
+            postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",
+                            "tok/s": f"{row['tokens/per_second']:.0f}"})
             pause_start = time.monotonic()
             done = tr.state.step >= cfg.run.max_steps
             if tr.state.step % cfg.eval.every == 0 or done:
