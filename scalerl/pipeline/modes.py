@@ -13,9 +13,10 @@ Staleness of a group = trainer version - min(policy versions of its tokens).
   of P; the generator gets the new weights only after those k steps.
 
 Departures from the paper:
-1. PipelineRL's bound is enforced on both sides: the generator starts no prompt while about P*k
-   finished groups wait (back-pressure) and the trainer drops any group staler than k. The
-   paper's trainer waits instead; dropping cannot deadlock when data was already too old.
+1. PipelineRL's bound is enforced on both sides: the generator starts no prompt while about
+   P * min(k, 2) finished groups wait (back-pressure, see train.QUEUE_STEPS) and the trainer
+   drops any group staler than k. The paper's trainer waits instead; dropping cannot deadlock
+   when data was already too old.
 """
 
 from __future__ import annotations

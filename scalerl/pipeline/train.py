@@ -33,6 +33,11 @@ from scalerl.run.metrics import MetricsWriter, roll_back
 
 TRUNCATION_WARN = 0.10
 WARN_EVERY = 50  # steps between two truncation warnings
+# PipelineRL back-pressure: the generator keeps at most this many steps of finished groups
+# waiting. k stays the hard bound on staleness; a deeper queue adds staleness, not throughput
+# (both stages are busy either way). Measured on the default run: letting the queue grow to
+# k = 8 steps pushed staleness to 7 and the validation pass rate dipped by 0.07.
+QUEUE_STEPS = 2
 MAX_EMPTY_BATCHES = 50
 
 
@@ -188,7 +193,7 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     reward = training_reward(comps.reward_fn, cfg)
     if cfg.pipeline.mode == "pipeline_rl":
         in_flight = -(-cfg.rollout.batch_slots // G)  # prompts decoding at once
-        max_queued = max(1, P * k - in_flight)
+        max_queued = max(1, P * min(k, QUEUE_STEPS) - in_flight)
         if _use_process(cfg, device, comps):
             build, args = comps.process_build
             source = ProcessRollouts(build, (*args, gen_seed), tr.model.state_dict(), tr.state.step,
