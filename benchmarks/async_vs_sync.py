@@ -39,17 +39,26 @@ def run_mode(name: str, overrides: list[str], out: Path) -> list[dict]:
 
 
 def reach(rows: list[dict], target: float) -> dict:
-    """Wall-clock (sum of step times), device-hours and step at the first eval >= target."""
-    wall, out = 0.0, {"steps_per_hour": None, "wall_s": None, "device_hours": None, "step": None}
+    """Wall-clock (sum of step times), device-hours and step where the validation curve first
+    crosses `target`, interpolated linearly between the two evaluations around the crossing."""
     train_rows = [r for r in rows if r["kind"] == "train"]
     total_wall = sum(r["time/step"] for r in train_rows)
-    out["steps_per_hour"] = len(train_rows) / total_wall * 3600 if total_wall else None
-    out["final"] = [r["val/pass_rate"] for r in rows if r["kind"] == "eval"][-1]
+    out = {"steps_per_hour": len(train_rows) / total_wall * 3600 if total_wall else None,
+           "final": [r["val/pass_rate"] for r in rows if r["kind"] == "eval"][-1],
+           "wall_s": None, "device_hours": None, "step": None}
+    wall, prev = 0.0, None  # prev: (wall, device-hours, step, pass rate) at the previous evaluation
     for r in rows:
         if r["kind"] == "train":
             wall += r["time/step"]
-        elif r["val/pass_rate"] >= target and out["step"] is None:
-            out.update(wall_s=wall, device_hours=r["compute/device_hours"], step=r["step"])
+            continue
+        now = (wall, r["compute/device_hours"], r["step"], r["val/pass_rate"])
+        if now[3] >= target:
+            f = 1.0 if prev is None or now[3] == prev[3] else (target - prev[3]) / (now[3] - prev[3])
+            a = prev or now
+            out.update(wall_s=a[0] + f * (now[0] - a[0]), device_hours=a[1] + f * (now[1] - a[1]),
+                       step=a[2] + f * (now[2] - a[2]))
+            break
+        prev = now
     return out
 
 
@@ -73,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     target = args.target if args.target is not None else start + 0.5 * (min(finals) - start)
     res = {name: reach(rows, target) for name, rows in runs.items()}
     print(f"\ntarget validation pass rate {target:.3f} (start {start:.3f}); runs in {out}")
-    print(f"{'mode':<18} {'final':>6} {'steps/hour':>11} {'wall s to target':>17} {'device-h to target':>19} {'step':>5}")
+    print(f"{'mode':<18} {'final':>6} {'steps/hour':>11} {'wall s to target':>17} {'device-h to target':>19} "
+          f"{'step':>5}")
     for name, r in res.items():
         print(f"{name:<18} {r['final']:>6.3f} {fmt(r['steps_per_hour'], '11.0f')} {fmt(r['wall_s'], '17.1f')} "
-              f"{fmt(r['device_hours'], '19.5f')} {fmt(r['step'], '5d')}")
+              f"{fmt(r['device_hours'], '19.5f')} {fmt(r['step'], '5.1f')}")
     a, s = res["PipelineRL-8"], res["PPO-off-policy-1"]
     for key, label in (("wall_s", "wall-clock to target"), ("device_hours", "device-hours to target"),
                        ("steps_per_hour", "steps per hour")):
