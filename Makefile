@@ -2,7 +2,7 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: demo test test-slow test-gpu bench clean-venv
+.PHONY: venv demo demo-fit test test-slow test-gpu clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The main job on its built-in default: ScaleRL on the tiny model, CPU, then the fit and forecast.
 demo: $(STAMP)
+	.venv/bin/scalerl train
+
+# The forecasting part alone, on the shipped example run (seconds).
+demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
 test: $(STAMP)
