@@ -159,7 +159,7 @@ LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss], F
 
 # ---------------------------------------------------------------- optimizer, pipeline, eval, run
 class OptimConfig(_Section):
-    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (paper 8B: 5e-7)")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate (paper 8B: 5e-7; 2e-4 suits the tiny model)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas, each in [0, 1)")
     eps: float = Field(1e-15, gt=0, description="AdamW epsilon (paper: 1e-15)")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (paper: 0.01)")
