@@ -14,7 +14,7 @@ defaults, keeping the fields every variant shares (for losses: `aggregation`), s
 leave-one-out ablation changes one thing at a time.
 
 Departures from the paper: none in the schema itself; the tiny-model defaults (batch 32 x 8,
-lr 1e-4, 160-token budget) are scaled down from the paper's 48 x 16, 5e-7 and 16k tokens
+lr 2e-4, 160-token budget) are scaled down from the paper's 48 x 16, 5e-7 and 16k tokens
 (Section 2) so that the default run fits a laptop CPU.
 """
 
