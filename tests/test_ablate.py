@@ -15,12 +15,7 @@ from scalerl.study.runner import DONE_FILE
 from scalerl.study.variants import fit_length_control
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------ the variants

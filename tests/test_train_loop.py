@@ -21,13 +21,7 @@ from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine a second one makes these small ops far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",

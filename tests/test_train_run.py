@@ -19,13 +19,7 @@ from scalerl.run.rundir import create_run_dir, open_run_dir
 from scalerl.types import Prompt
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine a second one makes these small ops far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_existing_run_dir_is_refused(tmp_path):

@@ -12,13 +12,7 @@ from scalerl.pipeline.step import Optimizer, collate, micro_batches, train_step
 from scalerl.types import Completion, Group, Prompt
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine a second one makes these small ops far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _completion(pid, i, prompt_tokens, tokens, forced=None, reward=1.0):

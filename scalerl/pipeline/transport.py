@@ -18,7 +18,7 @@ the trainer. (Gating on finished groups, not on prompts started, cannot deadlock
 that blocks on the prompt iterator stalls its in-flight sequences, but the trainer can always
 take the groups already queued.) With `max_queued` about P*k the data stays within about k
 policy versions of the trainer; the trainer still checks staleness and drops groups beyond k.
-A Ray transport (later) implements the same Protocol with actors and the same records.
+`scalerl.distributed.rollouts.RayRollouts` implements the same Protocol with Ray actors and the same records.
 """
 
 from __future__ import annotations
