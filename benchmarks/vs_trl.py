@@ -7,7 +7,9 @@ same maximum completion length (32), same loss (CISPO, eps_max = TRL's epsilon_h
 same learning rate (TRL's default, 1e-6), the same number of optimizer steps. TRL runs twice,
 fp32 and bf16 (its `bf16=True` mixed precision), with its defaults otherwise, as its users
 would run it; scalerl runs its ScaleRL recipe (PipelineRL-8, FP32 head, prompt aggregation,
-batch normalisation).
+batch normalisation) with `model.compute_dtype=bf16` (mixed precision on fp32 master weights,
+like TRL's bf16=True; `--scalerl-compute fp32` for all-fp32), training each group's prompt
+once for its 8 completions (`model.share_prompt`, exact).
 
 Printed per side: seconds per optimizer step, completion tokens per second (completions of the
 trained batch / step time), validation pass rate after the steps (both sides' final weights
@@ -15,8 +17,9 @@ evaluated by the same function: `scalerl.pipeline.evaluate.evaluate` with the sc
 same prompts, same samples), achieved model FLOP/s (8 N per token of the 64 sequences, prompt and
 completion: 2 N to generate or prefill it, 6 N to train on it; N = all parameters; the same
 analytic count on both sides, whatever each does with shared prompts or recomputation) as a
-fraction of this machine's matmul peak in the side's compute dtype, measured here in the same
-run, and the ratios scalerl / TRL (TRL: the faster of fp32 and bf16).
+fraction of this machine's matmul peak in the side's compute dtype (scalerl bf16: the bf16
+peak), measured here in the same run, and the ratios scalerl / TRL (TRL: the faster of fp32
+and bf16).
 
 Settings that differ (printed too): aggregation (scalerl: prompt; TRL cispo: token),
 advantage normalisation (scalerl: batch std; TRL: group std), learning-rate schedule
@@ -24,10 +27,14 @@ advantage normalisation (scalerl: batch std; TRL: group std), learning-rate sche
 on; scalerl off), off-policy mode (scalerl: PipelineRL-8, generation overlapped with
 training; TRL: on-policy, generate then train), zero-variance filter (off on scalerl here so
 both sides train on all 64 completions: with an untrained model every group can fail and
-the filter would leave nothing to train on), length control (none on either side).
+the filter would leave nothing to train on), length control (none on either side), compute
+(scalerl bf16 mixed precision with the FP32 head, its generator decoding a bf16 copy; TRL fp32
+and bf16 autocast), shared prompts (scalerl's trainer runs each prompt once for its group;
+TRL every completion as a full sequence).
 
     .venv/bin/python benchmarks/vs_trl.py                 # 3 steps each (TRL ~70 s/step fp32 here)
     .venv/bin/python benchmarks/vs_trl.py --steps 5 --skip-bf16
+    .venv/bin/python benchmarks/vs_trl.py --only scalerl --steps 3 --set model.share_prompt=false
 
 Timings depend on the machine's load: compare sides only within one invocation.
 """
@@ -58,16 +65,17 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 2.0) -> floa
     return best
 
 
-def scalerl_config(task: str, steps: int, eval_prompts: int, eval_samples: int, threads: int):
+def scalerl_config(task: str, steps: int, eval_prompts: int, eval_samples: int, threads: int,
+                   compute: str = "bf16", extra: tuple[str, ...] = ()):
     from scalerl.config import load_config
 
     return load_config("scalerl", overrides=[
-        "model.name=smollm2-135m", "model.dtype=fp32", f"task.name={task}", f"batch.prompts={P}",
+        "model.name=smollm2-135m", "model.dtype=fp32", f"model.compute_dtype={compute}", f"task.name={task}", f"batch.prompts={P}",
         f"batch.generations={G}", f"rollout.max_new_tokens={MAX_LEN}", "rollout.length.type=none",
         f"loss.eps_max={EPS_MAX}", f"optim.lr={LR}", "optim.warmup_steps=0", "filter.zero_variance=false",
         f"run.max_steps={steps}", f"eval.every={steps}", f"eval.prompts={eval_prompts}",
         f"eval.samples={eval_samples}", "eval.temperature=1.0", f"run.checkpoint_every={steps}",
-        f"run.threads={threads}"])
+        f"run.threads={threads}", *extra])
 
 
 def run_scalerl(cfg, out: Path) -> dict:
@@ -81,7 +89,8 @@ def run_scalerl(cfg, out: Path) -> dict:
     evals = [r for r in rows if r["kind"] == "eval"]
     return {"step_s": [r["time/step"] for r in steps], "tokens": [r["tokens/generated"] for r in steps],
             "pass_rate": evals[-1]["val/pass_rate"], "pass_rate_start": evals[0]["val/pass_rate"],
-            "n_params": sum(p.numel() for p in tr.model.parameters()), "dtype": torch.float32}
+            "n_params": sum(p.numel() for p in tr.model.parameters()),
+            "dtype": torch.bfloat16 if cfg.model.compute_dtype == "bf16" else torch.float32}
 
 
 class _StepTimer:
@@ -193,7 +202,10 @@ def print_table(results: dict, peaks: dict, steady: bool, prompt_len: float) -> 
         print(f"{name:<14} {s['s_per_step']:9.1f} {s['tok_per_s']:10.1f} {s['pass_rate']:10.3f} "
               f"{s['flop_s'] / 1e9:10.2f} {s['mfu']:8.1%}   steps: "
               f"{', '.join(f'{t:.1f}' for t in results[name]['step_s'])} s")
-    trl = min((v for k, v in rows.items() if k.startswith("TRL")), key=lambda v: v["s_per_step"])
+    trls = [v for k, v in rows.items() if k.startswith("TRL")]
+    if not trls or "scalerl" not in rows:
+        return
+    trl = min(trls, key=lambda v: v["s_per_step"])
     ours = rows["scalerl"]
     print(f"scalerl / {trl['name']} (the faster TRL): completion tokens/s x{ours['tok_per_s'] / trl['tok_per_s']:.2f}, "
           f"seconds/step x{ours['s_per_step'] / trl['s_per_step']:.2f}, achieved FLOP/s "
@@ -208,9 +220,15 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip-bf16", action="store_true", help="TRL in fp32 only")
+    ap.add_argument("--only", choices=["scalerl", "trl"], help="run one side only (no ratios)")
+    ap.add_argument("--scalerl-compute", choices=["bf16", "fp32"], default="bf16",
+                    help="scalerl's model.compute_dtype (default bf16: mixed precision, as TRL's bf16=True)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra scalerl config override (repeatable), e.g. model.share_prompt=false")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    cfg = scalerl_config(a.task, a.steps, a.eval_prompts, a.eval_samples, a.threads)
+    cfg = scalerl_config(a.task, a.steps, a.eval_prompts, a.eval_samples, a.threads, a.scalerl_compute,
+                         tuple(a.overrides))
     peaks = {torch.float32: matmul_peak(torch.float32), torch.bfloat16: matmul_peak(torch.bfloat16)}
     print(f"machine: {os.cpu_count()} cores, {a.threads} torch threads, load average {os.getloadavg()[0]:.1f}; "
           f"matmul peak fp32 {peaks[torch.float32] / 1e9:.1f} GFLOP/s, bf16 {peaks[torch.bfloat16] / 1e9:.1f} GFLOP/s")
@@ -218,22 +236,29 @@ def main() -> None:
           f"eps_max {EPS_MAX}, lr {LR}, {a.steps} steps per side", flush=True)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        print("== scalerl (fp32, PipelineRL-8)", flush=True)
-        results["scalerl"] = run_scalerl(cfg, Path(tmp) / "scalerl")
-        for dtype in ["fp32"] + ([] if a.skip_bf16 else ["bf16"]):
+        if a.only != "trl":
+            print(f"== scalerl ({a.scalerl_compute} compute, fp32 weights, PipelineRL-8)", flush=True)
+            results["scalerl"] = run_scalerl(cfg, Path(tmp) / "scalerl")
+        for dtype in ([] if a.only == "scalerl" else ["fp32"] + ([] if a.skip_bf16 else ["bf16"])):
             print(f"== TRL GRPOTrainer ({dtype})", flush=True)
             r = run_trl(cfg, dtype, a.steps, Path(tmp) / f"trl-{dtype}", a.threads)
             r["pass_rate"] = evaluate_model(r.pop("model"), r.pop("tokenizer"), cfg)
             results[f"TRL {dtype}"] = r
-    print(f"\nvalidation pass rate before training (scalerl's step-0 evaluation): "
-          f"{results['scalerl']['pass_rate_start']:.3f}")
+    if "scalerl" in results:
+        print(f"\nvalidation pass rate before training (scalerl's step-0 evaluation): "
+              f"{results['scalerl']['pass_rate_start']:.3f}")
     prompt_len = mean_prompt_tokens(cfg, P * a.steps)
     print(f"mean prompt length {prompt_len:.1f} tokens (chat template included)")
     for steady in (False, True):
         print_table(results, peaks, steady, prompt_len)
     print("settings that differ: aggregation prompt (scalerl) vs token (TRL cispo); advantage norm batch vs group; "
           "lr schedule constant vs linear decay; gradient checkpointing off vs on (TRL default); PipelineRL-8 "
-          "(generation overlapped) vs on-policy; FP32 head on scalerl; TRL bf16 = autocast mixed precision")
+          "(generation overlapped) vs on-policy; FP32 head on scalerl; "
+          f"scalerl compute {cfg.model.compute_dtype} (bf16: autocast mixed precision on fp32 master weights, "
+          "FP32 head, generator decodes a bf16 copy of the weights; its FLOP/s against the bf16 peak), TRL bf16 = "
+          "its bf16=True autocast mixed precision; scalerl's trainer runs each group's prompt once "
+          f"for its {G} completions (model.share_prompt={str(cfg.model.share_prompt).lower()}, exact), TRL every "
+          "completion as a full sequence")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,15 @@ class _Section(BaseModel):
 # ---------------------------------------------------------------- model
 class ModelConfig(_Section):
     name: str = Field("tiny", description="'tiny' (built-in, warm-started), 'smollm2-135m', or a HF checkpoint dir")
-    dtype: Literal["fp32", "bf16"] = Field("fp32", description="parameter dtype of generator and trainer")
+    dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
+    compute_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: mixed precision, fp32 master weights, trainer forward/backward under bf16 autocast, "
+                            "generator decodes a bf16 copy (the head stays fp32 with fp32_head)")
     fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2)")
+    share_prompt: bool = Field(
+        True, description="trainer runs each group's prompt once, its K/V shared by the G completions (exact; "
+                          "false: every completion as a full sequence)")
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'")
 
 

@@ -29,8 +29,12 @@ def inputs(dtype=torch.float32, N=3, T=7, H=16, V=1000, seed=0):
     return h, w, b, t
 
 
+@pytest.mark.parametrize("keep", [True, False])  # log-softmax kept for the backward, or recomputed there
 @pytest.mark.parametrize("chunk", [1, 5, 1024])
-def test_fp32_matches_fp64_reference_values_and_grads(chunk):
+def test_fp32_matches_fp64_reference_values_and_grads(chunk, keep, monkeypatch):
+    from scalerl.rl import logprobs
+
+    monkeypatch.setattr(logprobs, "SAVE_BYTES", logprobs.SAVE_BYTES if keep else 0)
     h, w, b, t = inputs()
     lp, ent = token_logprobs(h, w, t, temperature=0.7, chunk_size=chunk, head_bias=b, return_entropy=True)
     assert lp.dtype == torch.float32 and lp.shape == (3, 7)

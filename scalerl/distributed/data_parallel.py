@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, loss_params
+from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options, loss_params
 from scalerl.types import Completion, Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
@@ -89,7 +89,7 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     tokens = 0.0
     if shard.groups:
         batch = collate(shard.groups, pad_id)
-        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, cfg.model.fp32_head)
+        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
         loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, shard.advantages.reshape(-1), batch.mask,
                                     batch.prompt_ids, aggregation=aggregation, **params)
         scaled = loss * shard.weight

@@ -67,6 +67,18 @@ def training_reward(reward_fn: Callable, cfg: Config) -> Callable:
     return shaped
 
 
+def decode_dtype(cfg: Config) -> str:
+    """The generator's weight dtype: bf16 under mixed precision (`model.compute_dtype=bf16`: it
+    decodes a bf16 copy of the trainer's fp32 weights, cast as they are published), else `model.dtype`."""
+    return "bf16" if cfg.model.compute_dtype == "bf16" else cfg.model.dtype
+
+
+def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
+    """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`."""
+    m = copy.deepcopy(model)
+    return m.to(torch.bfloat16) if decode_dtype(cfg) == "bf16" else m
+
+
 def build_generator(cfg_json: str, device: str, seed: int):
     """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
     from scalerl.models import load_model
@@ -75,7 +87,7 @@ def build_generator(cfg_json: str, device: str, seed: int):
     from scalerl.tasks.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
-    model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
+    model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
     task = get_task(cfg.task, tokenizer)
     engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
     return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed
@@ -201,13 +213,13 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
         else:
             sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
             sampler.load_state_dict(sampler_state)
-            generator = comps.make_generator(copy.deepcopy(tr.model), cfg.rollout.temperature, gen_seed)
+            generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
             generator.update_weights(tr.model.state_dict(), tr.state.step)
             source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, max_queued)
         return PipelineRL(source, k), source
     sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
     sampler.load_state_dict(sampler_state)
-    generator = comps.make_generator(copy.deepcopy(tr.model), cfg.rollout.temperature, gen_seed)
+    generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
     generator.update_weights(tr.model.state_dict(), tr.state.step)
     return PPOOffPolicy(generator, LockedSampler(sampler), reward, k, P, G, threads.decode), None
 

@@ -38,6 +38,7 @@ THINK_END = "</think>"
 GREEDY_BELOW = 1e-4  # temperatures below this decode greedily
 _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted")
 _NEVER = 1 << 40
+_HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
 
 @dataclass
@@ -142,7 +143,9 @@ class Engine:
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Stage new weights (copied now, so the caller may keep training); they are applied at
-        the next decode-step boundary and tokens from then on carry `version`."""
+        the next decode-step boundary and tokens from then on carry `version`. Each is cast to
+        this engine's dtype (a bf16 engine decodes fp32 trainer weights in bf16); the fp32 head
+        (`fp32_head` on a bf16 engine) takes the published head weight before that cast."""
         staged = {}
         for name, value in state_dict.items():
             if name not in self._targets:
@@ -152,6 +155,8 @@ class Engine:
                 raise ScaleRLError(f"update_weights: {name!r} has shape {tuple(value.shape)}, "
                                    f"expected {tuple(target.shape)}")
             staged[name] = value.detach().to(device=target.device, dtype=target.dtype, copy=True)
+            if self._w32 is not None and target is self._head.weight and _HEAD32 not in staged:
+                staged[_HEAD32] = value.detach().to(device=target.device, dtype=torch.float32, copy=True)
         with self._lock:
             if self._pending is not None:  # a newer update supersedes (and extends) an unapplied one
                 staged = {**self._pending[0], **staged}
@@ -340,9 +345,10 @@ class Engine:
         weights, version = pending
         with torch.no_grad():
             for name, value in weights.items():
-                self._targets[name].copy_(value)
-            if self._w32 is not None:
-                self._w32.copy_(self._head.weight)
+                if name != _HEAD32:
+                    self._targets[name].copy_(value)
+            if self._w32 is not None:  # the fp32 head from the published weights themselves when they came in fp32
+                self._w32.copy_(weights.get(_HEAD32, self._head.weight))
         self._version = version
 
     def _encode(self, text: str, special: bool) -> list[int]:

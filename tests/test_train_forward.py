@@ -1,0 +1,159 @@
+"""The trainer forward: each group's prompt run once (exact), bf16 mixed precision, bf16 generator."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scalerl.config import load_config
+from scalerl.errors import ScaleRLError
+from scalerl.models import load_model
+from scalerl.pipeline.forward import completion_logprobs
+from scalerl.pipeline.step import Optimizer, collate, micro_batches, train_step
+from scalerl.types import Completion, Group, Prompt
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# prompt lengths: 1 (no context to share: all-padding prompt row), 2, 5, 11 (left padding of
+# every length in between); completion lengths per group differ, down to 0 and 1 tokens
+PROMPT_LENS = [1, 2, 5, 11]
+COMPLETION_LENS = [[3, 0, 7, 1], [9, 2, 2, 5], [1, 12, 4, 6], [8, 8, 3, 0]]
+
+
+def _groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLETION_LENS) -> list[Group]:
+    rng = random.Random(seed)
+    groups = []
+    for p, (plen, lens) in enumerate(zip(prompt_lens, completion_lens)):
+        prompt = [rng.randrange(3, 60) for _ in range(plen)]
+        comps = []
+        for g, n in enumerate(lens):
+            forced = [rng.random() < 0.2 for _ in range(n)]
+            comps.append(Completion(
+                id=f"{p}/{g}", prompt_id=str(p), prompt_tokens=list(prompt), tokens=[rng.randrange(3, 60) for _ in range(n)],
+                logprobs=[-rng.uniform(0.5, 4.0) for _ in range(n)], versions=[0] * n, text="", finish_reason="eos",
+                forced_mask=forced, reward=1.0 if g % 2 == 0 else -1.0, passed=g % 2 == 0))
+        groups.append(Group(Prompt(str(p), "", ""), comps))
+    return groups
+
+
+def _step(groups, overrides, budget=None, monkeypatch=None):
+    from scalerl.pipeline import step as step_mod
+
+    if budget is not None:
+        monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", budget)
+    cfg = load_config("scalerl", overrides=["optim.lr=1e-30", "optim.grad_clip=1e30", "rollout.temperature=0.7",
+                                            *overrides])
+    model, _ = load_model("tiny-random")
+    row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
+    return row, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+# one micro-batch (prompts of every length together) or one group each; the CPU's grouped
+# attention or the model's own sdpa kernel (what runs on CUDA)
+@pytest.mark.parametrize("budget,attention", [(10**9, "grouped"), (1, "grouped"), (10**9, "sdpa")])
+def test_shared_prompt_gives_the_unshared_loss_and_every_gradient(budget, attention, monkeypatch):
+    from scalerl.pipeline import forward
+
+    if attention == "sdpa":
+        monkeypatch.setattr(forward, "GROUPED_DEVICES", ())
+    groups = _groups()
+    shared, g_shared = _step(groups, ["model.share_prompt=true"], budget, monkeypatch)
+    full, g_full = _step(groups, ["model.share_prompt=false"], budget, monkeypatch)
+    assert shared["tokens/trained_step"] == full["tokens/trained_step"] > 0
+    assert shared["train/loss"] == pytest.approx(full["train/loss"], rel=1e-5)
+    assert g_shared.keys() == g_full.keys() and len(g_full) == len(list(load_model("tiny-random")[0].parameters()))
+    for name, g in g_full.items():
+        assert g.norm() > 0, name
+        rel = ((g_shared[name] - g).norm() / g.norm()).item()
+        assert rel < 1e-5, f"{name}: relative gradient difference {rel:.2e}"
+
+
+def test_shared_logprobs_match_each_sequence_run_alone():
+    """Independent reference: the HF model's own logits over each unpadded prompt + completion."""
+    groups = _groups(seed=1)
+    model, _ = load_model("tiny-random")
+    batch = collate(groups, pad_id=0)
+    with torch.no_grad():
+        got = completion_logprobs(model, batch, temperature=0.7, fp32_head=True, share_prompt=True)
+        for i, c in enumerate(c for g in groups for c in g.completions):
+            ids = torch.tensor([c.prompt_tokens + c.tokens])
+            logits = model(input_ids=ids).logits[0].float() / 0.7                       # (p + t, V)
+            p, t = len(c.prompt_tokens), len(c.tokens)
+            want = F.log_softmax(logits[p - 1: p - 1 + t], dim=-1).gather(1, torch.tensor(c.tokens)[:, None])[:, 0]
+            on = batch.mask[i, :t] > 0
+            torch.testing.assert_close(got[i, :t][on], want[on], rtol=1e-5, atol=1e-5)
+            assert not got[i, :t][~on].any() and not got[i, t:].any()  # 0 where masked (forced, padding)
+
+
+def test_groups_with_different_prompts_fall_back_to_full_sequences():
+    groups = _groups(seed=2)
+    groups[1].completions[2].prompt_tokens = [7, 7, 7]  # not the group's prompt: nothing to share
+    model, _ = load_model("tiny-random")
+    batch = collate(groups, pad_id=0)
+    assert not batch.same_prompt
+    with torch.no_grad():
+        auto = completion_logprobs(model, batch, 0.7, True, share_prompt=True)
+        full = completion_logprobs(model, batch, 0.7, True, share_prompt=False)
+    torch.testing.assert_close(auto, full, rtol=0, atol=0)
+
+
+def test_shared_micro_batches_count_each_prompt_once():
+    groups = _groups(prompt_lens=[40, 40, 40, 40], completion_lens=[[2] * 4] * 4)
+    # full sequences: 4 rows x 42 = 168 tokens a group; shared: 40 + 4 x 2 = 48
+    assert len(micro_batches(groups, max_tokens=4 * 48, shared=True)) == 1
+    assert len(micro_batches(groups, max_tokens=4 * 48, shared=False)) == 4
+
+
+def test_bf16_compute_keeps_fp32_weights_and_fp32_head():
+    groups = _groups(seed=3)
+    model, _ = load_model("tiny-random")
+    batch = collate(groups, pad_id=0)
+    with torch.no_grad():
+        ref = completion_logprobs(model, batch, 0.7, True, compute_dtype="fp32")
+    got = completion_logprobs(model, batch, 0.7, True, compute_dtype="bf16")
+    assert got.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
+    diff = ((got - ref) * batch.mask).abs().max().item()
+    assert 0 < diff < 0.1  # bf16 matmuls in the trunk: close to fp32, not equal
+    (got * batch.mask).sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+
+
+def test_bf16_engine_decodes_a_bf16_copy_with_the_published_fp32_head():
+    from scalerl.pipeline.train import generator_copy
+    from scalerl.rollout import Engine
+
+    cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16"])
+    model, tokenizer = load_model("tiny-random")
+    engine = Engine(generator_copy(model, cfg), tokenizer, cfg.rollout, fp32_head=True)
+    assert engine.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert model.get_input_embeddings().weight.dtype == torch.float32  # the trainer's copy is untouched
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1e-3 * torch.randn_like(p))  # not representable in bf16
+    engine.update_weights(model.state_dict(), 1)
+    engine._apply_pending()
+    head = model.get_output_embeddings().weight
+    assert torch.equal(engine._w32, head)                                   # fp32 head: exact
+    assert torch.equal(engine.model.get_output_embeddings().weight, head.to(torch.bfloat16))
+    out = engine.generate([Prompt("p", "1+2=", "3")], 2)
+    assert len(out) == 2 and all(c.versions == [1] * len(c.tokens) for c in out)
+
+
+def test_compute_dtype_is_checked():
+    with pytest.raises(ScaleRLError, match="compute_dtype"):
+        load_config("scalerl", overrides=["model.compute_dtype=fp16"])
+
+
+def test_prompt_cache_expands_rows_in_any_order():
+    from scalerl.pipeline.forward import _PromptCache
+
+    for rows in ([0, 0, 0, 1, 1, 1], [1, 0, 1, 0, 0, 1]):  # collate's blocks (broadcast) / any order (index_select)
+        cache = _PromptCache(2)
+        kv = [torch.randn(2, 3, 5, 4) for _ in range(4)]
+        for i, layer in enumerate(cache.layers):
+            layer.update(kv[2 * i], kv[2 * i + 1])
+        cache.expand(torch.tensor(rows))
+        for i, layer in enumerate(cache.layers):
+            assert torch.equal(layer.keys, kv[2 * i][rows]) and torch.equal(layer.values, kv[2 * i + 1][rows])
+            assert layer.get_seq_length() == 5
