@@ -63,11 +63,15 @@ def test_validation_never_overlaps_training(name):
     assert ArithTask(name, seed=5).val_prompts(1)[0].text != val[0].text or name == "arith-2"
 
 
-def test_difficulty_mix_frequencies_follow_the_weights():
-    counts = Counter(ArithTask("arith").train_prompt(i).meta["digits"] for i in range(10_000))
-    expected = {2: 0.20, 3: 0.25, 4: 0.30, 16: 0.25}
-    for digits, share in expected.items():
-        assert abs(counts[digits] / 10_000 - share) < 0.02
+@pytest.mark.parametrize("name, expected", [
+    ("arith", {"2x3": 0.62, "2x16": 0.38}),
+    ("arith-mixed", {"2x2": 0.20, "2x3": 0.25, "2x4": 0.30, "2x16": 0.25}),
+])
+def test_difficulty_mix_frequencies_follow_the_weights(name, expected):
+    counts = Counter(ArithTask(name).train_prompt(i).meta["subset"] for i in range(10_000))
+    assert set(counts) == set(expected)
+    for subset, share in expected.items():
+        assert abs(counts[subset] / 10_000 - share) < 0.02
 
 
 def test_tail_does_not_fit_the_default_completion_budget():

@@ -19,13 +19,17 @@ MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
 
 def evaluate(generator, prompts: Sequence[Prompt], samples: int,
              reward_fn: Callable[[Prompt, Completion], None]) -> dict[str, float]:
-    """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`."""
+    """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`.
+
+    Prompts whose `meta` names a `"subset"` (arith: `2x3` = two 3-digit operands) also get
+    `val/pass_rate/<subset>`, the same mean over that subset's completions.
+    """
     by_id = {p.id: p for p in prompts}
     completions = generator.generate(list(prompts), samples)
     for c in completions:
         reward_fn(by_id[c.prompt_id], c)
     n = max(1, len(completions))
-    return {
+    row = {
         "val/pass_rate": sum(bool(c.passed) for c in completions) / n,
         "val/reward_mean": sum(c.reward or 0.0 for c in completions) / n,
         "val/length_mean": sum(len(c.tokens) for c in completions) / n,
@@ -33,6 +37,15 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
         "val/completions": len(completions),
         "tokens/val_generated": sum(len(c.tokens) for c in completions),
     }
+    # per-subset pass rates (e.g. arith difficulty levels), for prompts that name one
+    subsets: dict[str, list[bool]] = {}
+    for c in completions:
+        subset = by_id[c.prompt_id].meta.get("subset")
+        if subset is not None:
+            subsets.setdefault(str(subset), []).append(bool(c.passed))
+    for name, passed in sorted(subsets.items()):
+        row[f"val/pass_rate/{name}"] = sum(passed) / len(passed)
+    return row
 
 
 def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict:

@@ -134,9 +134,13 @@ def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: 
 
 def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
               log: Callable[[str], None] = print) -> dict[str, int]:
-    """Every run in order (finished ones skipped); returns how many were started/resumed/skipped."""
+    """Every run (finished ones skipped); returns how many were started/resumed/skipped/failed.
+
+    Seed-major order: seed 0 of every configuration, then seed 1 of every one, ..., so a study
+    stopped part-way (it resumes later) already has every configuration to compare.
+    """
     counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
-    for i, spec in enumerate(specs, 1):
+    for i, spec in enumerate(sorted(specs, key=lambda s: s.seed), 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
         if (spec.run_dir / "config.yaml").is_file():
             _check_same_config(spec)  # before anything else: a mismatch stops the study, it is not a run failure
