@@ -126,7 +126,7 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling, dropo
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = F.dropout(probs, p=dropout, training=module.training)
     out = torch.matmul(probs.view(B, h, r * T, -1), value)                                  # (B, h, r*T, d)
-    return out.view(B, H, T, d).transpose(1, 2).contiguous(), None                          # (B, T, H, d)
+    return out.view(B, H, T, -1).transpose(1, 2).contiguous(), None                         # (B, T, H, d_v)
 
 
 AttentionInterface.register(GROUPED, _grouped_attention)
