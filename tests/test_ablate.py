@@ -109,15 +109,16 @@ def _write_run(run_dir, A, B=1.5, C_mid=1.0, R0=0.1):
             for i, (c, v) in enumerate(zip(x, y))]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / DONE_FILE).write_text("{}")
-    return float(y[-1])
+    return float(y[-1]), float(y[-3:].mean())  # the last evaluation, the mean of the last three
 
 
 def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
     variants = [v for v in plan_variants("scalerl", leave_one_out=True) if v.name in TRUE_A]
     specs = plan_runs(variants, 2, tmp_path)
-    finals = {}
+    finals, ends = {}, {}
     for s in specs:  # seeds differ by +-0.005 in A: seed std 0.0071, so the margin is the paper's 0.02
-        finals[(s.variant.name, s.seed)] = _write_run(s.run_dir, TRUE_A[s.variant.name] + (0.005 if s.seed else -0.005))
+        key = (s.variant.name, s.seed)
+        finals[key], ends[key] = _write_run(s.run_dir, TRUE_A[s.variant.name] + (0.005 if s.seed else -0.005))
     configs = fit_study(specs, n_bootstrap=20)
     data = write_report(tmp_path, configs, "scalerl", "compute/device_hours", "table")
     assert [c["name"] for c in data["configs"]] == ["prompt-norm", "scalerl", "token-agg"]
@@ -127,13 +128,29 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
         for r in c["runs"]:
             assert r["final_pass_rate"] == pytest.approx(finals[(c["name"], r["seed"])])
             assert r["prediction_error"] == pytest.approx(r["predicted_final"] - r["final_pass_rate"])
+            # the first 16 of 31 evaluations: up to geomspace(0.05, 8, 30)[14] of the final 8.0
+            assert r["first_half_compute_frac"] == pytest.approx(0.05 * 160 ** (14 / 29) / 8.0)
             assert abs(r["prediction_error"]) < 0.02  # noise-free curves: the first half predicts the end
     by = {c["name"]: c for c in data["configs"]}
     assert by["token-agg"]["vs_base"]["A_differs"] is True       # -0.10 is beyond +-0.02
     assert by["prompt-norm"]["vs_base"]["A_differs"] is False    # +0.01 is within it
     assert by["token-agg"]["vs_base"]["margin_A"] == pytest.approx(0.02)
     assert by["scalerl"]["vs_base"] is None
+    # the model-free comparison: mean and seed std of the last evaluations, and its difference from the base
+    for c in data["configs"]:
+        mine = [ends[(c["name"], s)] for s in (0, 1)]
+        assert c["end_pass_rate"]["mean"] == pytest.approx(np.mean(mine))
+        assert c["end_pass_rate"]["std"] == pytest.approx(abs(mine[0] - mine[1]) / np.sqrt(2))
+        assert c["A_on_edge"] is False
+    d_end = np.mean([ends[("token-agg", s)] for s in (0, 1)]) - np.mean([ends[("scalerl", s)] for s in (0, 1)])
+    assert by["token-agg"]["vs_base"]["dEnd"] == pytest.approx(d_end)
+    assert by["token-agg"]["vs_base"]["end_differs"] is bool(abs(d_end) > 0.02)
+    errs = [r["prediction_error"] for c in data["configs"] for r in c["runs"]]
+    assert data["predictability"]["runs"] == 6
+    assert data["predictability"]["mean_abs_error"] == pytest.approx(np.mean(np.abs(errs)))
+    assert data["predictability"]["within"] == sum(abs(e) <= 0.02 for e in errs)
     md = (tmp_path / "report.md").read_text()
+    assert "6 runs: mean |error|" in md and f"{np.mean(mine):.3f} +- " in md
     assert md.index("| prompt-norm |") < md.index("| scalerl |") < md.index("| token-agg |")
     assert (tmp_path / "fits.png").stat().st_size > 0 and (tmp_path / "fits_linearised.png").stat().st_size > 0
 

@@ -17,7 +17,6 @@ from scalerl.run.metrics import METRICS_FILE
 from scalerl.run.rundir import CONFIG_FILE, create_run_dir, default_run_dir, open_run_dir
 
 MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
-WINDOW_POINTS = MIN_FIT_EVALS - 1
 
 
 def resolve_config(recipe: str | None, config_file: str | None, overrides: list[str], run_dir: Path | None,
@@ -41,34 +40,23 @@ def resolve_config(recipe: str | None, config_file: str | None, overrides: list[
     return cfg
 
 
-def _fit_min(x, fit_min_frac: float, warns: list) -> float:
-    """Start of the fit window: the first `fit_min_frac` of the compute left out, but never so
-    much that fewer than WINDOW_POINTS evaluations (of non-zero compute) remain in it."""
-    fit_min = fit_min_frac * float(x[-1])
-    positive = x[x > 0]
-    if (positive >= fit_min).sum() < WINDOW_POINTS <= len(positive):
-        fit_min = float(positive[-WINDOW_POINTS])
-        warns.append(f"the fit window starts at {fit_min:.4g} instead of eval.fit_min_frac = {fit_min_frac} of the "
-                     f"compute, to keep {WINDOW_POINTS} evaluations in it (evaluate more often to avoid this)")
-    return fit_min
-
-
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     """Fit the sigmoid to the run's validation curve; write fit.json and fit.png."""
-    from scalerl.scaling import fit_curve, plot_fits, read_metrics
+    from scalerl.scaling import fit_curve, plot_fits, read_metrics, window_start
+    from scalerl.scaling.fit import MIN_POINTS
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, "compute/device_hours", "val/pass_rate")
     warns = list(warns)
     if len(x) < MIN_FIT_EVALS:
         raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
                            f"{MIN_FIT_EVALS} (raise run.max_steps or lower eval.every)")
-    fit = fit_curve(x, y, model="sigmoid", fit_min=_fit_min(x, fit_min_frac, warns))
+    fit = fit_curve(x, y, model="sigmoid", fit_min=window_start(x, fit_min_frac, warns))
     half = x <= x[-1] / 2
     out = fit.to_dict()
     out["warnings"] = list(out.get("warnings", [])) + list(warns)
     out["final"] = {"compute": float(x[-1]), "pass_rate": float(y[-1]), "start_pass_rate": float(y[0])}
-    if (half & (x > 0)).sum() >= WINDOW_POINTS:
-        half_fit = fit_curve(x[half], y[half], model="sigmoid", fit_min=_fit_min(x[half], fit_min_frac, []))
+    if (half & (x > 0)).sum() >= MIN_POINTS:
+        half_fit = fit_curve(x[half], y[half], model="sigmoid", fit_min=window_start(x[half], fit_min_frac))
         predicted = float(half_fit.predict([x[-1]])[0])
         out["first_half_fit"] = {"A": half_fit.A, "B": half_fit.B, "C_mid": half_fit.C_mid,
                                  "predicted_final": predicted, "error": predicted - float(y[-1])}

@@ -4,10 +4,10 @@ Torch-free: numpy, scipy and matplotlib only. See docs/forecasting.md.
 """
 
 from scalerl.scaling.curves import PowerLaw, Sigmoid, linearise, power_law, sigmoid
-from scalerl.scaling.fit import FitResult, fit_curve, fit_seeds
+from scalerl.scaling.fit import FitResult, fit_curve, fit_seeds, window_start
 from scalerl.scaling.plots import plot_fits
 from scalerl.scaling.readers import read_metrics
 from scalerl.scaling.report import comparison_table, summary
 
 __all__ = ["FitResult", "PowerLaw", "Sigmoid", "comparison_table", "fit_curve", "fit_seeds", "linearise",
-           "plot_fits", "power_law", "read_metrics", "sigmoid", "summary"]
+           "plot_fits", "power_law", "read_metrics", "sigmoid", "summary", "window_start"]

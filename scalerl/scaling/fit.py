@@ -52,6 +52,21 @@ WIDE_A = 0.06  # an A interval wider than this is flagged (the paper calls +-0.0
 _CHUNK = 2_000_000  # grid points x data points evaluated at once (memory ~16 MB per array)
 
 
+def window_start(x, frac: float, warns: list | None = None, points: int = MIN_POINTS) -> float:
+    """Start of a fit window that leaves out the first `frac` of the compute, but never so much
+    that fewer than `points` evaluations of non-zero compute remain in it (when there are that
+    many at all: with fewer, the fit's own error says so). A moved start is noted in `warns`."""
+    x = np.asarray(x, dtype=float)
+    start = frac * float(x[-1])
+    positive = x[x > 0]
+    if (positive >= start).sum() < points <= len(positive):
+        start = float(positive[-points])
+        if warns is not None:
+            warns.append(f"the fit window starts at {start:.4g} instead of {frac} of the compute, to keep "
+                         f"{points} evaluations in it (evaluate more often to avoid this)")
+    return start
+
+
 @dataclass
 class FitResult:
     """One fitted curve. `ci` holds 90% bootstrap intervals; `boot` the replicas' parameters."""

@@ -1,7 +1,8 @@
 """The study report: fits per configuration, predictability per run, differences from the base.
 
 For every run: a sigmoid fitted to its validation curve (x = compute, y = `val/pass_rate`),
-and the predictability check: a sigmoid fitted on the first half of its compute, whose
+and the predictability check: a sigmoid fitted on the first half of its evaluations (steps; the
+report gives the share of the compute they cover, about half), whose
 prediction of the final evaluation is compared with the measured value (the paper's
 standard: within 0.02). For every configuration: one fit of all its seeds' points
 (`scalerl.scaling.fit_seeds`, which also fits each seed to measure the spread of A, B, C_mid),
@@ -29,10 +30,11 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling import FitResult, fit_curve, fit_seeds, plot_fits, read_metrics
+from scalerl.scaling import FitResult, fit_curve, fit_seeds, plot_fits, read_metrics, window_start
 from scalerl.study.runner import RunSpec, failure, is_done
 
 PAPER_MARGIN = 0.02
+END_EVALS = 3  # the end pass rate averages this many last evaluations
 Y_COLUMN = "val/pass_rate"
 
 
@@ -46,6 +48,7 @@ class RunFit:
     failed: str | None = None              # the training error that stopped the run
     fit: FitResult | None = None
     predicted_final: float | None = None   # first-half fit at the final compute
+    half_frac: float | None = None         # the share of the final compute the first half covers
     error: str | None = None               # why a fit could not be made
 
 
@@ -62,9 +65,13 @@ class ConfigFit:
         s = self.fit.seed_spread() if self.fit is not None else None
         return None if s is None else s["std"][param]
 
+    def finals(self) -> np.ndarray:
+        """Each finished run's end pass rate (mean of its last END_EVALS evaluations): the
+        model-free comparison, less noisy than one evaluation."""
+        return np.array([float(r.y[-END_EVALS:].mean()) for r in self.runs if r.finished and len(r.y)])
 
-def _fit_min(x: np.ndarray, frac: float) -> float:
-    return frac * float(x[-1])
+    def a_on_edge(self) -> bool:
+        return self.fit is not None and any("A = " in w and "edge" in w for w in self.fit.warnings)
 
 
 def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstrap: int) -> RunFit:
@@ -75,9 +82,10 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
     run = RunFit(name, seed, x, y, is_done(path), failure(path))
     try:
-        run.fit = fit_curve(x, y, "sigmoid", fit_min=_fit_min(x, frac), n_bootstrap=n_bootstrap, seed=seed)
-        half = x <= x[-1] / 2
-        half_fit = fit_curve(x[half], y[half], "sigmoid", fit_min=_fit_min(x[half], frac), n_bootstrap=0)
+        run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
+        half = np.arange(len(x)) <= (len(x) - 1) // 2  # the first half of the evaluations (steps)
+        run.half_frac = float(x[half][-1] / x[-1])
+        half_fit = fit_curve(x[half], y[half], "sigmoid", fit_min=window_start(x[half], frac), n_bootstrap=0)
         run.predicted_final = float(half_fit.predict([x[-1]])[0])
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
@@ -86,14 +94,15 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int) -> ConfigFit:
     cfg = ConfigFit(name, swaps, runs)
-    usable = [r for r in runs if len(r.x)]
+    finished = [r for r in runs if r.finished and len(r.x)]
+    usable = finished or [r for r in runs if len(r.x)]  # unfinished seeds only while none has finished
     try:
         if len(usable) >= 2:
             fit_min = frac * max(float(r.x[-1]) for r in usable)
             cfg.fit = fit_seeds([(r.x, r.y) for r in usable], "sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap)
         elif usable:
             r = usable[0]
-            cfg.fit = fit_curve(r.x, r.y, "sigmoid", fit_min=_fit_min(r.x, frac), n_bootstrap=n_bootstrap)
+            cfg.fit = fit_curve(r.x, r.y, "sigmoid", fit_min=window_start(r.x, frac), n_bootstrap=n_bootstrap)
         else:
             cfg.error = "no evaluations yet"
     except ScaleRLError as exc:
@@ -117,6 +126,12 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": abs(d_a) > margin_a, "dB": d_b,
            "margin_B": max(spreads_b) if spreads_b else None}
     out["B_differs"] = None if out["margin_B"] is None else abs(d_b) > out["margin_B"]
+    fb, fo = base.finals(), other.finals()
+    if len(fb) and len(fo):
+        spreads_f = [float(np.std(f, ddof=1)) for f in (fb, fo) if len(f) >= 2]
+        out["dEnd"] = float(fo.mean() - fb.mean())
+        out["margin_end"] = max([PAPER_MARGIN, *spreads_f])
+        out["end_differs"] = abs(out["dEnd"]) > out["margin_end"]
     return out
 
 
@@ -153,12 +168,12 @@ def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
     """The main table, sorted by A then B: fits with 90% intervals, seed spread, verdict."""
     by_name = {c.name: c for c in configs}
     head = ("| config | swaps | A | A 90% | A seed std | B | B 90% | B seed std | C_mid | C_mid 90% | seeds "
-            "| vs base |")
+            "| end pass rate | vs base |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in sorted(configs, key=sort_key):
         n = f"{len(c.runs)}"
         if c.fit is None:
-            lines.append(f"| {c.name} | {c.swaps} | no fit: {c.error} | | | | | | | | {n} | |")
+            lines.append(f"| {c.name} | {c.swaps} | no fit: {c.error} | | | | | | | | {n} | {_final(c)} | |")
             continue
         f = c.fit
         if c.name == base:
@@ -166,10 +181,18 @@ def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
         else:
             d = compare(by_name[base], c) if base in by_name else {"judged": False}
             verdict = _verdict(d)
-        lines.append(f"| {c.name} | {c.swaps} | {f.A:.3f} | {_ci(f, 'A', '.3f')} | {_spread(c, 'A', '.3f')} "
+        edge = " (edge)" if c.a_on_edge() else ""
+        lines.append(f"| {c.name} | {c.swaps} | {f.A:.3f}{edge} | {_ci(f, 'A', '.3f')} | {_spread(c, 'A', '.3f')} "
                      f"| {f.B:.2f} | {_ci(f, 'B', '.2f')} | {_spread(c, 'B', '.2f')} | {f.C_mid:.4g} "
-                     f"| {_ci(f, 'C_mid', '.3g')} | {n} | {verdict} |")
+                     f"| {_ci(f, 'C_mid', '.3g')} | {n} | {_final(c)} | {verdict} |")
     return "\n".join(lines)
+
+
+def _final(c: ConfigFit) -> str:
+    f = c.finals()
+    if not len(f):
+        return "-"
+    return f"{f.mean():.3f}" + (f" +- {np.std(f, ddof=1):.3f}" if len(f) >= 2 else "")
 
 
 def _verdict(d: dict) -> str:
@@ -180,38 +203,60 @@ def _verdict(d: dict) -> str:
         b = f"B {d['dB']:+.2f} (no seed spread)"
     else:
         b = f"B {d['dB']:+.2f} ({'beyond' if d['B_differs'] else 'within'} +-{d['margin_B']:.2f})"
-    return f"{a}; {b}"
+    if "dEnd" not in d:
+        return f"{a}; {b}"
+    fin = f"end {d['dEnd']:+.3f} ({'beyond' if d['end_differs'] else 'within'} +-{d['margin_end']:.3f})"
+    return f"{a}; {b}; {fin}"
 
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
-    lines = ["| config | seed | run | evals | final pass rate | predicted from first half | error | within 0.02 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | seed | run | evals | final pass rate | predicted from first half | first half covers "
+             "| error | within 0.02 |", "|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             final = f"{r.y[-1]:.3f}" if len(r.y) else "-"
             state = "finished" if r.finished else f"failed: {r.failed}" if r.failed else "unfinished"
             if r.predicted_final is None:
-                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.error} | | |")
+                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.error} | | | |")
                 continue
             err = r.predicted_final - float(r.y[-1])
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.predicted_final:.3f} "
-                         f"| {err:+.3f} | {'yes' if abs(err) <= PAPER_MARGIN else 'no'} |")
+                         f"| {r.half_frac:.0%} of the compute | {err:+.3f} | {'yes' if abs(err) <= PAPER_MARGIN else 'no'} |")
+    s = predictability_summary(configs)
+    if s is not None:
+        lines += ["", f"{s['runs']} runs: mean |error| {s['mean_abs_error']:.3f}, largest {s['max_abs_error']:.3f}, "
+                      f"mean signed error {s['mean_error']:+.3f}; {s['within']} of {s['runs']} within "
+                      f"{PAPER_MARGIN}."]
     return "\n".join(lines)
+
+
+def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
+    """How well first-half fits predicted the final evaluation, over every run that has a prediction."""
+    errs = np.array([r.predicted_final - float(r.y[-1]) for c in configs for r in c.runs
+                     if r.predicted_final is not None])
+    if not errs.size:
+        return None
+    return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
+            "max_abs_error": float(np.abs(errs).max()), "mean_error": float(errs.mean()),
+            "within": int((np.abs(errs) <= PAPER_MARGIN).sum())}
 
 
 def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
     by_name = {c.name: c for c in configs}
-    out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN, "configs": []}
+    out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
+           "predictability": predictability_summary(configs), "configs": []}
     for c in sorted(configs, key=sort_key):
         entry = {"name": c.name, "swaps": c.swaps, "notes": c.notes, "error": c.error,
-                 "fit": c.fit.to_dict() if c.fit is not None else None,
+                 "fit": c.fit.to_dict() if c.fit is not None else None, "A_on_edge": c.a_on_edge(),
+                 "end_pass_rate": {"mean": float(c.finals().mean()), "std": float(np.std(c.finals(), ddof=1))
+                                     if len(c.finals()) >= 2 else None} if len(c.finals()) else None,
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
                  "runs": [{"seed": r.seed, "finished": r.finished, "failed": r.failed, "evals": len(r.y),
                            "final_compute": float(r.x[-1]) if len(r.x) else None,
                            "final_pass_rate": float(r.y[-1]) if len(r.y) else None,
                            "A": r.fit.A if r.fit else None, "B": r.fit.B if r.fit else None,
                            "C_mid": r.fit.C_mid if r.fit else None,
-                           "predicted_final": r.predicted_final,
+                           "predicted_final": r.predicted_final, "first_half_compute_frac": r.half_frac,
                            "prediction_error": (r.predicted_final - float(r.y[-1]))
                            if r.predicted_final is not None else None,
                            "error": r.error} for r in c.runs]}
@@ -239,8 +284,12 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
     md += [f"## Fits (x = `{x_col}`, y = `{Y_COLUMN}`), sorted by A then B", "",
            table_markdown(configs, base), "",
            f"Margin: a difference in A counts when it exceeds the larger of +-{PAPER_MARGIN} (paper) and the "
-           "measured seed std of A of either side; B is judged against the measured seed std of B only.", ""]
-    md += ["## Predictability: fit on the first half of the compute vs the final evaluation", "",
+           "measured seed std of A of either side; B is judged against the measured seed std of B only. "
+           f"`end pass rate` is the mean (+- seed std) over finished runs of their last {END_EVALS} evaluations' mean, "
+           "judged like A; "
+           "it needs no fit, so it is the comparison to trust when A is on the edge of its range (the "
+           "curve has not bent enough to pin its ceiling).", ""]
+    md += ["## Predictability: fit on the first half of the evaluations vs the final evaluation", "",
            predictability_markdown(configs), ""]
     if plotted:
         md += ["## Plots", "", "![fitted curves](fits.png)", "", "![linearised view](fits_linearised.png)", ""]
