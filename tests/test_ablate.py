@@ -155,6 +155,34 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
     assert (tmp_path / "fits.png").stat().st_size > 0 and (tmp_path / "fits_linearised.png").stat().st_size > 0
 
 
+def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_path):
+    """A curve still rising as a power law (y = 0.1 + 0.3 (C/8)^0.5) pins no ceiling: its fit runs
+    A to the edge of the range, and the report shows the difference in A without judging it."""
+    variants = [v for v in plan_variants("scalerl", recipes=["grpo"], leave_one_out=True)
+                if v.name in ("scalerl", "grpo", "token-agg")]
+    specs = plan_runs(variants, 1, tmp_path)
+    for spec in specs:
+        if spec.variant.name == "grpo":
+            x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
+            y = np.where(x > 0, 0.1 + 0.3 * np.sqrt(np.maximum(x, 0) / 8.0), 0.1)
+            spec.run_dir.mkdir(parents=True)
+            spec.run_dir.joinpath("metrics.jsonl").write_text("".join(
+                json.dumps({"step": i, "kind": "eval", "compute/device_hours": float(c), "val/pass_rate": float(v)})
+                + "\n" for i, (c, v) in enumerate(zip(x, y))))
+            (spec.run_dir / DONE_FILE).write_text("{}")
+        else:
+            _write_run(spec.run_dir, TRUE_A.get(spec.variant.name, 0.7))
+    data = write_report(tmp_path, fit_study(specs, n_bootstrap=5), "scalerl", "compute/device_hours", "table")
+    by = {c["name"]: c for c in data["configs"]}
+    assert by["grpo"]["A_on_edge"] is True and by["grpo"]["fit"]["A"] == pytest.approx(1.0, abs=1e-6)
+    assert by["grpo"]["vs_base"]["A_differs"] is None
+    assert by["token-agg"]["A_on_edge"] is False and by["token-agg"]["vs_base"]["A_differs"] is True
+    assert "not judged: A on the edge" in (tmp_path / "report.md").read_text()
+    for name in ("fits_recipes", "fits_leave_one_out"):  # the paper's Fig. 2 and Fig. 7, each with the base
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+        assert (tmp_path / f"{name}_linearised.png").stat().st_size > 0
+
+
 # ------------------------------------------------------------------ a tiny study, interrupted and resumed
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",

@@ -123,8 +123,9 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     spreads_b = [s for s in (base.spread("B"), other.spread("B")) if s is not None]
     margin_a = max([PAPER_MARGIN, *spreads_a])
     d_a, d_b = other.fit.A - base.fit.A, other.fit.B - base.fit.B
-    out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": abs(d_a) > margin_a, "dB": d_b,
-           "margin_B": max(spreads_b) if spreads_b else None}
+    edge = base.a_on_edge() or other.a_on_edge()  # a ceiling the data do not pin down is not compared
+    out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": None if edge else abs(d_a) > margin_a,
+           "dB": d_b, "margin_B": max(spreads_b) if spreads_b else None}
     out["B_differs"] = None if out["margin_B"] is None else abs(d_b) > out["margin_B"]
     fb, fo = base.finals(), other.finals()
     if len(fb) and len(fo):
@@ -198,7 +199,10 @@ def _final(c: ConfigFit) -> str:
 def _verdict(d: dict) -> str:
     if not d.get("judged"):
         return "not judged (no base fit)"
-    a = f"A {d['dA']:+.3f} ({'beyond' if d['A_differs'] else 'within'} +-{d['margin_A']:.3f})"
+    if d["A_differs"] is None:
+        a = f"A {d['dA']:+.3f} (not judged: A on the edge)"
+    else:
+        a = f"A {d['dA']:+.3f} ({'beyond' if d['A_differs'] else 'within'} +-{d['margin_A']:.3f})"
     if d["B_differs"] is None:
         b = f"B {d['dB']:+.2f} (no seed spread)"
     else:
@@ -264,6 +268,15 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
     return out
 
 
+def _plot_groups(configs: Sequence[ConfigFit], base: str) -> dict[str, set[str]]:
+    """Recipes compared with the base, and the base's leave-one-out variants (each with the base)."""
+    groups: dict[str, set[str]] = {}
+    for c in configs:
+        if c.name != base:
+            groups.setdefault("recipes" if c.swaps.startswith("recipe ") else "leave_one_out", {base}).add(c.name)
+    return groups
+
+
 def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col: str,
                  variants_md: str, command: str = "") -> dict:
     """report.md, report.json, fits.png and fits_linearised.png in `study_dir`."""
@@ -275,6 +288,12 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
     if plotted:
         plot_fits(plotted, study_dir / "fits.png", study_dir / "fits_linearised.png", xlabel=x_col,
                   ylabel=Y_COLUMN)
+    groups = _plot_groups(configs, base)
+    for group, names in groups.items():  # the paper's two figures: recipes (Fig. 2), leave-one-out (Fig. 7)
+        part = [p for p in plotted if p[0] in names]
+        if len(groups) > 1 and part:
+            plot_fits(part, study_dir / f"fits_{group}.png", study_dir / f"fits_{group}_linearised.png",
+                      xlabel=x_col, ylabel=Y_COLUMN)
     notes = sorted({n for c in configs for n in c.notes})
     md = [f"# Study report (base: {base})", ""]
     if command:
@@ -293,5 +312,8 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            predictability_markdown(configs), ""]
     if plotted:
         md += ["## Plots", "", "![fitted curves](fits.png)", "", "![linearised view](fits_linearised.png)", ""]
+        for group in _plot_groups(configs, base) if len(_plot_groups(configs, base)) > 1 else ():
+            md += [f"![{group}: fitted curves](fits_{group}.png)", "",
+                   f"![{group}: linearised view](fits_{group}_linearised.png)", ""]
     (study_dir / "report.md").write_text("\n".join(md))
     return data
