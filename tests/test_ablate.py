@@ -145,6 +145,17 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
     d_end = np.mean([ends[("token-agg", s)] for s in (0, 1)]) - np.mean([ends[("scalerl", s)] for s in (0, 1)])
     assert by["token-agg"]["vs_base"]["dEnd"] == pytest.approx(d_end)
     assert by["token-agg"]["vs_base"]["end_differs"] is bool(abs(d_end) > 0.02)
+    # at equal compute: every run ends at 8.0, so the window [6, 8] holds the evaluations in it
+    x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
+    window = (x >= 0.75 * 8.0) & (x <= 8.0)
+    for c in data["configs"]:
+        at = [np.mean(sigmoid(x[window], TRUE_A[c["name"]] + d, 1.5, 1.0, 0.1)) for d in (-0.005, 0.005)]
+        assert c["at_base_compute"]["compute"] == pytest.approx(8.0)
+        assert c["at_base_compute"]["mean"] == pytest.approx(np.mean(at))
+        assert c["at_base_compute"]["std"] == pytest.approx(abs(at[0] - at[1]) / np.sqrt(2))
+    assert by["token-agg"]["vs_base"]["dAtBase"] == pytest.approx(
+        by["token-agg"]["at_base_compute"]["mean"] - by["scalerl"]["at_base_compute"]["mean"])
+    assert by["token-agg"]["vs_base"]["at_base_differs"] is True and by["prompt-norm"]["vs_base"]["at_base_differs"] is False
     errs = [r["prediction_error"] for c in data["configs"] for r in c["runs"]]
     assert data["predictability"]["runs"] == 6
     assert data["predictability"]["mean_abs_error"] == pytest.approx(np.mean(np.abs(errs)))

@@ -35,6 +35,7 @@ from scalerl.study.runner import RunSpec, failure, is_done
 
 PAPER_MARGIN = 0.02
 END_EVALS = 3  # the end pass rate averages this many last evaluations
+AT_COMPUTE_WINDOW = 0.75  # the pass rate at compute C averages the evaluations in [0.75 C, C]
 Y_COLUMN = "val/pass_rate"
 
 
@@ -69,6 +70,20 @@ class ConfigFit:
         """Each finished run's end pass rate (mean of its last END_EVALS evaluations): the
         model-free comparison, less noisy than one evaluation."""
         return np.array([float(r.y[-END_EVALS:].mean()) for r in self.runs if r.finished and len(r.y)])
+
+    def at_compute(self, C: float) -> np.ndarray:
+        """Each finished run's pass rate at compute C (mean of its evaluations in [0.75 C, C]):
+        the model-free comparison at equal compute; runs with no evaluation there are left out."""
+        out = []
+        for r in self.runs:
+            inside = (r.x >= AT_COMPUTE_WINDOW * C) & (r.x <= C * (1 + 1e-9))
+            if r.finished and inside.any():
+                out.append(float(r.y[inside].mean()))
+        return np.array(out)
+
+    def final_compute(self) -> float | None:
+        xs = [float(r.x[-1]) for r in self.runs if r.finished and len(r.x)]
+        return float(np.mean(xs)) if xs else None
 
     def a_on_edge(self) -> bool:
         return self.fit is not None and any("A = " in w and "edge" in w for w in self.fit.warnings)
@@ -133,6 +148,13 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
         out["dEnd"] = float(fo.mean() - fb.mean())
         out["margin_end"] = max([PAPER_MARGIN, *spreads_f])
         out["end_differs"] = abs(out["dEnd"]) > out["margin_end"]
+    C = base.final_compute()
+    ab, ao = (base.at_compute(C), other.at_compute(C)) if C is not None else (np.empty(0), np.empty(0))
+    if len(ab) and len(ao):
+        spreads_c = [float(np.std(v, ddof=1)) for v in (ab, ao) if len(v) >= 2]
+        out["dAtBase"] = float(ao.mean() - ab.mean())
+        out["margin_at_base"] = max([PAPER_MARGIN, *spreads_c])
+        out["at_base_differs"] = abs(out["dAtBase"]) > out["margin_at_base"]
     return out
 
 
@@ -168,13 +190,15 @@ def _spread(c: ConfigFit, param: str, fmt: str) -> str:
 def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
     """The main table, sorted by A then B: fits with 90% intervals, seed spread, verdict."""
     by_name = {c.name: c for c in configs}
+    base_c = by_name[base].final_compute() if base in by_name else None
     head = ("| config | swaps | A | A 90% | A seed std | B | B 90% | B seed std | C_mid | C_mid 90% | seeds "
-            "| end pass rate | vs base |")
+            "| end pass rate | at base compute | vs base |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in sorted(configs, key=sort_key):
         n = f"{len(c.runs)}"
         if c.fit is None:
-            lines.append(f"| {c.name} | {c.swaps} | no fit: {c.error} | | | | | | | | {n} | {_final(c)} | |")
+            lines.append(f"| {c.name} | {c.swaps} | no fit: {c.error} | | | | | | | | {n} | {_final(c)} "
+                         f"| {_at(c, base_c)} | |")
             continue
         f = c.fit
         if c.name == base:
@@ -185,7 +209,7 @@ def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
         edge = " (edge)" if c.a_on_edge() else ""
         lines.append(f"| {c.name} | {c.swaps} | {f.A:.3f}{edge} | {_ci(f, 'A', '.3f')} | {_spread(c, 'A', '.3f')} "
                      f"| {f.B:.2f} | {_ci(f, 'B', '.2f')} | {_spread(c, 'B', '.2f')} | {f.C_mid:.4g} "
-                     f"| {_ci(f, 'C_mid', '.3g')} | {n} | {_final(c)} | {verdict} |")
+                     f"| {_ci(f, 'C_mid', '.3g')} | {n} | {_final(c)} | {_at(c, base_c)} | {verdict} |")
     return "\n".join(lines)
 
 
@@ -194,6 +218,13 @@ def _final(c: ConfigFit) -> str:
     if not len(f):
         return "-"
     return f"{f.mean():.3f}" + (f" +- {np.std(f, ddof=1):.3f}" if len(f) >= 2 else "")
+
+
+def _at(c: ConfigFit, C: float | None) -> str:
+    v = c.at_compute(C) if C is not None else np.empty(0)
+    if not len(v):
+        return "-"
+    return f"{v.mean():.3f}" + (f" +- {np.std(v, ddof=1):.3f}" if len(v) >= 2 else "")
 
 
 def _verdict(d: dict) -> str:
@@ -210,6 +241,9 @@ def _verdict(d: dict) -> str:
     if "dEnd" not in d:
         return f"{a}; {b}"
     fin = f"end {d['dEnd']:+.3f} ({'beyond' if d['end_differs'] else 'within'} +-{d['margin_end']:.3f})"
+    if "dAtBase" in d:
+        fin += (f"; at base compute {d['dAtBase']:+.3f} "
+                f"({'beyond' if d['at_base_differs'] else 'within'} +-{d['margin_at_base']:.3f})")
     return f"{a}; {b}; {fin}"
 
 
@@ -245,6 +279,14 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
             "within": int((np.abs(errs) <= PAPER_MARGIN).sum())}
 
 
+def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
+    v = c.at_compute(C) if C is not None else np.empty(0)
+    if not len(v):
+        return None
+    return {"compute": C, "mean": float(v.mean()), "std": float(np.std(v, ddof=1)) if len(v) >= 2 else None,
+            "runs": len(v)}
+
+
 def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
     by_name = {c.name: c for c in configs}
     out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
@@ -254,6 +296,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
                  "fit": c.fit.to_dict() if c.fit is not None else None, "A_on_edge": c.a_on_edge(),
                  "end_pass_rate": {"mean": float(c.finals().mean()), "std": float(np.std(c.finals(), ddof=1))
                                      if len(c.finals()) >= 2 else None} if len(c.finals()) else None,
+                 "at_base_compute": _at_dict(c, by_name[base].final_compute() if base in by_name else None),
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
                  "runs": [{"seed": r.seed, "finished": r.finished, "failed": r.failed, "evals": len(r.y),
                            "final_compute": float(r.x[-1]) if len(r.x) else None,
@@ -305,8 +348,9 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            f"Margin: a difference in A counts when it exceeds the larger of +-{PAPER_MARGIN} (paper) and the "
            "measured seed std of A of either side; B is judged against the measured seed std of B only. "
            f"`end pass rate` is the mean (+- seed std) over finished runs of their last {END_EVALS} evaluations' mean, "
-           "judged like A; "
-           "it needs no fit, so it is the comparison to trust when A is on the edge of its range (the "
+           "judged like A; `at base compute` is the same at equal compute: each finished run's mean pass rate "
+           f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
+           "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
            "curve has not bent enough to pin its ceiling).", ""]
     md += ["## Predictability: fit on the first half of the evaluations vs the final evaluation", "",
            predictability_markdown(configs), ""]
