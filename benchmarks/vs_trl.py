@@ -32,7 +32,7 @@ the filter would leave nothing to train on), length control (none on either side
 and bf16 autocast), shared prompts (scalerl's trainer runs each prompt once for its group;
 TRL every completion as a full sequence).
 
-    .venv/bin/python benchmarks/vs_trl.py                 # 3 steps each (TRL ~70 s/step fp32 here)
+    .venv/bin/python benchmarks/vs_trl.py                 # 6 steps each, ~10 min (TRL ~50 s/step fp32 here)
     .venv/bin/python benchmarks/vs_trl.py --steps 5 --skip-bf16
     .venv/bin/python benchmarks/vs_trl.py --only scalerl --steps 3 --set model.share_prompt=false
 
@@ -214,7 +214,7 @@ def print_table(results: dict, peaks: dict, steady: bool, prompt_len: float) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=3, help="optimizer steps per side (default 3)")
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per side (default 6)")
     ap.add_argument("--task", default="arith-easy", help="built-in task (default arith-easy)")
     ap.add_argument("--eval-prompts", type=int, default=16)
     ap.add_argument("--eval-samples", type=int, default=4)
