@@ -213,18 +213,18 @@ def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
     return "\n".join(lines)
 
 
-def _final(c: ConfigFit) -> str:
-    f = c.finals()
-    if not len(f):
-        return "-"
-    return f"{f.mean():.3f}" + (f" +- {np.std(f, ddof=1):.3f}" if len(f) >= 2 else "")
-
-
-def _at(c: ConfigFit, C: float | None) -> str:
-    v = c.at_compute(C) if C is not None else np.empty(0)
+def _mean_std(v: np.ndarray) -> str:
     if not len(v):
         return "-"
     return f"{v.mean():.3f}" + (f" +- {np.std(v, ddof=1):.3f}" if len(v) >= 2 else "")
+
+
+def _final(c: ConfigFit) -> str:
+    return _mean_std(c.finals())
+
+
+def _at(c: ConfigFit, C: float | None) -> str:
+    return _mean_std(c.at_compute(C) if C is not None else np.empty(0))
 
 
 def _verdict(d: dict) -> str:
@@ -332,9 +332,10 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
         plot_fits(plotted, study_dir / "fits.png", study_dir / "fits_linearised.png", xlabel=x_col,
                   ylabel=Y_COLUMN)
     groups = _plot_groups(configs, base)
-    for group, names in groups.items():  # the paper's two figures: recipes (Fig. 2), leave-one-out (Fig. 7)
+    groups = groups if len(groups) > 1 else {}  # the paper's two figures: recipes (Fig. 2), leave-one-out (Fig. 7)
+    for group, names in groups.items():
         part = [p for p in plotted if p[0] in names]
-        if len(groups) > 1 and part:
+        if part:
             plot_fits(part, study_dir / f"fits_{group}.png", study_dir / f"fits_{group}_linearised.png",
                       xlabel=x_col, ylabel=Y_COLUMN)
     notes = sorted({n for c in configs for n in c.notes})
@@ -356,7 +357,7 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            predictability_markdown(configs), ""]
     if plotted:
         md += ["## Plots", "", "![fitted curves](fits.png)", "", "![linearised view](fits_linearised.png)", ""]
-        for group in _plot_groups(configs, base) if len(_plot_groups(configs, base)) > 1 else ():
+        for group in groups:
             md += [f"![{group}: fitted curves](fits_{group}.png)", "",
                    f"![{group}: linearised view](fits_{group}_linearised.png)", ""]
     (study_dir / "report.md").write_text("\n".join(md))
