@@ -40,10 +40,10 @@ def test_pass_rate_overall_and_per_subset():
 def test_final_fit_window_keeps_five_evaluations():
     import numpy as np
 
-    from scalerl.scaling import window_start as _fit_min  # the window rule of train and of the study report
+    from scalerl.scaling import window_start  # the window rule of train and of the study report
 
     warns = []
     x = np.array([0.0, 1, 2, 3, 4, 5, 6])
-    assert _fit_min(x, 0.2, warns) == 0.2 * 6 and warns == []          # 1.2: points 2..6 remain
-    assert _fit_min(x, 0.5, warns) == 2.0 and "instead of 0.5 of the compute" in warns[0]  # 3 would leave 4
-    assert _fit_min(np.array([0.0, 1, 2, 3]), 0.5, []) == 1.5             # too few anyway: left to the fit's error
+    assert window_start(x, 0.2, warns) == 0.2 * 6 and warns == []          # 1.2: points 2..6 remain
+    assert window_start(x, 0.5, warns) == 2.0 and "instead of 0.5 of the compute" in warns[0]  # 3 would leave 4
+    assert window_start(np.array([0.0, 1, 2, 3]), 0.5, []) == 1.5             # too few anyway: left to the fit's error

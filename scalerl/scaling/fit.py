@@ -85,6 +85,7 @@ class FitResult:
     D: float | None = None
     boot: np.ndarray = field(default_factory=lambda: np.empty((0, 4)), repr=False)
     seed_fits: list["FitResult"] = field(default_factory=list, repr=False)
+    a_on_edge: bool = False  # A at an end of its search range: the data do not pin the ceiling down
 
     def curve(self) -> Sigmoid | PowerLaw:
         if self.model == "sigmoid":
@@ -208,7 +209,7 @@ def _diagnose(res: FitResult, d: _Data, a_rng, c_rng) -> list[str]:
     if d.x.size < FEW_POINTS:
         w.append(f"only {d.x.size} points in the fit window; the fit is poorly constrained "
                  f"({FEW_POINTS} or more recommended)")
-    if min(abs(res.A - a_rng[0]), abs(res.A - a_rng[1])) < A_STEP / 2:
+    if res.a_on_edge:
         w.append(f"A = {res.A:.3f} is on the edge of its search range [{a_rng[0]:.3f}, {a_rng[1]:.3f}]: "
                  "the data do not pin the ceiling down")
     if "A" in res.ci and res.ci["A"][1] - res.ci["A"][0] > WIDE_A:
@@ -376,7 +377,8 @@ def fit_curve(x, y, model: Model = "sigmoid", fit_min: float | None = None, fit_
                     R0=float(est[3]) if model == "sigmoid" else None,
                     D=float(est[2]) if model == "powerlaw" else None,
                     rmse=float(np.sqrt(est[-1] / d.x.size)), n_points=int(d.x.size), ci=ci,
-                    warnings=[], window=(float(d.x[0]), float(d.x[-1])), method=method, boot=boot)
+                    warnings=[], window=(float(d.x[0]), float(d.x[-1])), method=method, boot=boot,
+                    a_on_edge=bool(min(abs(est[0] - a_rng[0]), abs(est[0] - a_rng[1])) < A_STEP / 2))
     res.warnings.extend(_diagnose(res, d, a_rng, c_rng))
     return res
 

@@ -86,7 +86,7 @@ class ConfigFit:
         return float(np.mean(xs)) if xs else None
 
     def a_on_edge(self) -> bool:
-        return self.fit is not None and any("A = " in w and "edge" in w for w in self.fit.warnings)
+        return self.fit is not None and self.fit.a_on_edge
 
 
 def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstrap: int) -> RunFit:
@@ -142,19 +142,15 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": None if edge else abs(d_a) > margin_a,
            "dB": d_b, "margin_B": max(spreads_b) if spreads_b else None}
     out["B_differs"] = None if out["margin_B"] is None else abs(d_b) > out["margin_B"]
-    fb, fo = base.finals(), other.finals()
-    if len(fb) and len(fo):
-        spreads_f = [float(np.std(f, ddof=1)) for f in (fb, fo) if len(f) >= 2]
-        out["dEnd"] = float(fo.mean() - fb.mean())
-        out["margin_end"] = max([PAPER_MARGIN, *spreads_f])
-        out["end_differs"] = abs(out["dEnd"]) > out["margin_end"]
     C = base.final_compute()
-    ab, ao = (base.at_compute(C), other.at_compute(C)) if C is not None else (np.empty(0), np.empty(0))
-    if len(ab) and len(ao):
-        spreads_c = [float(np.std(v, ddof=1)) for v in (ab, ao) if len(v) >= 2]
-        out["dAtBase"] = float(ao.mean() - ab.mean())
-        out["margin_at_base"] = max([PAPER_MARGIN, *spreads_c])
-        out["at_base_differs"] = abs(out["dAtBase"]) > out["margin_at_base"]
+    at = (lambda c: c.at_compute(C)) if C is not None else (lambda c: np.empty(0))
+    for key, margin, differs, values in (("dEnd", "margin_end", "end_differs", ConfigFit.finals),
+                                         ("dAtBase", "margin_at_base", "at_base_differs", at)):
+        vb, vo = values(base), values(other)
+        if len(vb) and len(vo):  # judged like A: the larger of the paper's margin and either side's seed std
+            out[key] = float(vo.mean() - vb.mean())
+            out[margin] = max([PAPER_MARGIN, *(float(np.std(v, ddof=1)) for v in (vb, vo) if len(v) >= 2)])
+            out[differs] = abs(out[key]) > out[margin]
     return out
 
 
@@ -279,12 +275,15 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
             "within": int((np.abs(errs) <= PAPER_MARGIN).sum())}
 
 
-def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
-    v = c.at_compute(C) if C is not None else np.empty(0)
+def _stats(v: np.ndarray) -> dict | None:
     if not len(v):
         return None
-    return {"compute": C, "mean": float(v.mean()), "std": float(np.std(v, ddof=1)) if len(v) >= 2 else None,
-            "runs": len(v)}
+    return {"mean": float(v.mean()), "std": float(np.std(v, ddof=1)) if len(v) >= 2 else None}
+
+
+def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
+    v = c.at_compute(C) if C is not None else np.empty(0)
+    return None if not len(v) else {"compute": C, **_stats(v), "runs": len(v)}
 
 
 def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
@@ -294,8 +293,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
     for c in sorted(configs, key=sort_key):
         entry = {"name": c.name, "swaps": c.swaps, "notes": c.notes, "error": c.error,
                  "fit": c.fit.to_dict() if c.fit is not None else None, "A_on_edge": c.a_on_edge(),
-                 "end_pass_rate": {"mean": float(c.finals().mean()), "std": float(np.std(c.finals(), ddof=1))
-                                     if len(c.finals()) >= 2 else None} if len(c.finals()) else None,
+                 "end_pass_rate": _stats(c.finals()),
                  "at_base_compute": _at_dict(c, by_name[base].final_compute() if base in by_name else None),
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
                  "runs": [{"seed": r.seed, "finished": r.finished, "failed": r.failed, "evals": len(r.y),
