@@ -72,6 +72,7 @@ class Group:
 
     prompt: Prompt
     completions: list[Completion]
+    draw: int = 0             # the generator's draw index: groups reach the trainer in draw order
 
     @property
     def rewards(self) -> list[float]:

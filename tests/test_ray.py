@@ -249,36 +249,37 @@ def test_cli_flags_map_to_config_fields():
     assert train_cmd.scale_out_overrides(parser.parse_args([])) == []
 
 
-def test_hub_leases_deliver_each_group_once_and_refuse_a_dead_start():
+def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_start():
     from scalerl.distributed.rollouts import RolloutHub
+    from scalerl.pipeline.transport import Window
 
-    def group(pid: str) -> Group:
+    def group(pid: str, draw: int) -> Group:
         cs = [_completion(pid, i, [10, 11]) for i in range(2)]
-        return Group(Prompt(pid, "x", ""), cs)
+        return Group(Prompt(pid, "x", ""), cs, draw=draw)
 
     state = {"seed": 0, "epoch": 0, "position": 0, "drawn": 0}
-    hub = RolloutHub([dict(state)], max_queued=1, weights=["w0"], version=0)   # a plain object: no Ray needed
+    hub = RolloutHub([dict(state)], Window(prompts_per_step=1, k=1), weights=["w0"], version=0)  # no Ray needed
     assert hub.register(0)["incarnation"] == 1
-    a, b = group("a"), group("b")
-    assert hub.admit(0, 1, a.prompt, {**state, "position": 1}) == "go"
+    a, b = group("a", 0), group("b", 1)
+    assert hub.admit(0, 1, a.prompt, {**state, "position": 1}, 0) == ("go", 0)
     restarted = hub.register(0)  # actor 0 died with "a" in flight and came back
-    assert restarted["incarnation"] == 2 and restarted["pending"] == [a.prompt] and restarted["state"]["position"] == 1
+    assert restarted["incarnation"] == 2 and restarted["pending"] == [(0, a.prompt)]
+    assert restarted["state"]["position"] == 1
     assert hub.deliver(0, 1, a) is False   # the dead start's late delivery is refused
-    assert hub.admit(0, 1, b.prompt, state) == "stop"
+    assert hub.admit(0, 1, b.prompt, state, 0) == ("stop", -1)
+    assert hub.admit(0, 2, b.prompt, state, 0) == ("go", 1)   # the window: draws 0 and 1 (P * (k + 1) = 2)
+    assert hub.admit(0, 2, Prompt("c", "x", ""), state, 0) == ("wait", -1)
+    assert hub.deliver(0, 2, b) is True    # draw 1 finished first ...
+    assert hub.take(0.0) is None           # ... but the trainer takes draw 0 first and waits for it
     assert hub.deliver(0, 2, a) is True    # the regenerated group is accepted once
     assert hub.deliver(0, 2, a) is False
-    # back-pressure: with one group queued (max_queued=1) the next admit waits for the trainer
-    waiting = threading.Thread(target=lambda: hub.admit(0, 2, b.prompt, state))
-    waiting.start()
-    waiting.join(timeout=0.3)
-    assert waiting.is_alive()
-    assert hub.take(0.0) is a
-    waiting.join(timeout=5)
-    assert not waiting.is_alive() and hub.open_leases(0) == ["b"]
-    assert hub.take(0.0) is None
-    hub.retire("c")
-    assert hub.admit(0, 2, Prompt("c", "x", ""), state) == "retired"
+    assert hub.take(0.0) is a and hub.take(0.0) is b
+    assert hub.admit(0, 2, Prompt("c", "x", ""), state, 0) == ("go", 2)  # taken + P: the escape on the newest weights
+    hub.set_weights(["w1"], 1)             # horizon 2 + 2 = 4
+    assert hub.admit(0, 2, Prompt("d", "x", ""), state, 1) == ("go", 3)
+    assert hub.admit(0, 2, Prompt("e", "x", ""), state, 1) == ("wait", -1)
+    assert hub.open_leases(0) == ["c", "d"]
     c = hub.counters()
-    assert (c["completions"], c["restarts"], c["regenerated"], c["rejected"]) == ([2], [1], 1, 2)
+    assert (c["completions"], c["restarts"], c["regenerated"], c["rejected"]) == ([4], [1], 1, 2)
     hub.fail(0, 2, "Traceback: boom")
     assert "boom" in hub.take(0.0)

@@ -9,7 +9,7 @@ import torch
 from scalerl.errors import ScaleRLError
 from scalerl.pipeline.fake import FakeGenerator
 from scalerl.pipeline.modes import PipelineRL, staleness
-from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts
+from scalerl.pipeline.transport import InOrder, LockedSampler, ProcessRollouts, ThreadedRollouts, Window
 from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.rl.filters import BatchFiller
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -84,17 +84,18 @@ def test_checkpoint_roundtrip_keeps_last_good(tmp_path):
     assert torch.equal(torch.rand(1), expected_draw)  # RNG restored
 
 
-def test_compute_meter_sums_device_seconds_and_flops():
+def test_compute_meter_books_wall_clock_times_devices_and_every_generated_token():
     m = ComputeMeter(n_params=1000)
-    row = m.add(StepCompute(gen_seconds=2.0, train_seconds=2.0, gen_devices=1, train_devices=1,
-                            tokens_generated=50, tokens_trained=40))
+    row = m.add(StepCompute(wall_seconds=2.0, devices=2, tokens_generated=50, tokens_trained=40))
     assert row["compute/device_hours"] == pytest.approx(4.0 / 3600)
     assert row["compute/flops"] == 2 * 1000 * 50 + 6 * 1000 * 40
+    m.add_generated(30)  # a skipped batch: its generation is compute too
     m2 = ComputeMeter(n_params=1000)
     m2.load_state_dict(m.state_dict())  # a resumed run carries the counters on
-    row = m2.add(StepCompute(1.0, 0.5, 2, 2, 10, 10))
-    assert row["compute/device_hours"] == pytest.approx((4.0 + 3.0) / 3600)
-    assert row["compute/tokens_generated"] == 60
+    row = m2.add(StepCompute(1.5, 1, 10, 10))
+    assert row["compute/device_hours"] == pytest.approx((4.0 + 1.5) / 3600)
+    assert row["compute/tokens_generated"] == 90
+    assert row["compute/flops"] == 2 * 1000 * 90 + 6 * 1000 * 50
 
 
 class _Task:
@@ -107,27 +108,59 @@ def _score(prompt, c):
     c.reward = 1.0 if c.passed else -1.0
 
 
-def test_pipeline_rl_never_trains_staler_than_k_and_applies_weights_in_flight():
-    k, P, G = 2, 2, 4
-    gen = FakeGenerator(vocab=range(3, 20), length=(3, 9), slots=8, step_seconds=0.001)
-    src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), G, _score, max_queued=P * k)
+def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps: int = 15):
+    gen = FakeGenerator(vocab=range(3, 20), length=(3, 9), slots=8, step_seconds=token_s)
+    src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), G, _score, Window(P, k), 0)
     mode = PipelineRL(src, k)
-    version, ages, mixed = 0, [], 0
+    version, ages, mixed, draws = 0, [], 0, []
     try:
-        for _ in range(15):
+        for _ in range(steps):
             (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            assert mb.stale_dropped == 0
             ages += [staleness(g, version) for g in mb.kept]
+            draws += [g.draw for g in mb.groups]
             mixed += sum(len(set(c.versions)) > 1 for g in mb.groups for c in g.completions)
             assert all(len(g.completions) == G for g in mb.groups)
-            time.sleep(0.03)  # a slow trainer
+            time.sleep(train_s)
             version += 1
             mode.after_step({}, version)
     finally:
         mode.close()
-    assert max(ages) <= k
-    assert max(ages) >= 1      # the generator really ran ahead of the trainer
+    assert draws == list(range(len(draws)))  # the trainer takes groups in draw order
+    assert gen.updates == list(range(1, steps + 1))
+    return ages, mixed
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_pipeline_rl_staleness_reaches_k_and_never_exceeds_it_with_a_slow_trainer(k):
+    ages, _ = _run_pipeline(k, P=2, G=4, token_s=0.0005, train_s=0.03, steps=k + 6)
+    assert max(ages) == k
+
+
+def test_pipeline_rl_applies_weights_in_flight_with_a_slow_generator():
+    ages, mixed = _run_pipeline(2, P=2, G=4, token_s=0.004, train_s=0.0)
+    assert max(ages) <= 2
     assert mixed > 0           # some completions span several policy versions (in-flight update)
-    assert gen.updates == list(range(1, 16))
+
+
+def test_window_rule_on_known_numbers():
+    w = Window(prompts_per_step=4, k=2)
+    w.publish(0, taken=0)                       # horizon 0 + 4 * 3 = 12
+    assert w.may_start(11, applied=0, published=0, taken=0)
+    assert not w.may_start(12, applied=0, published=0, taken=0)
+    w.publish(1, taken=6)                       # a dynamic-sampling step took 6 draws: horizon 18
+    assert not w.may_start(12, applied=0, published=1, taken=6)   # the generator still decodes version 0
+    assert w.may_start(17, applied=1, published=1, taken=6)
+    assert not w.may_start(18, applied=1, published=1, taken=6)
+    w.publish(2, taken=6)                       # horizon 18; then empty batches are skipped: taken 20, no new version
+    assert w.may_start(22, applied=2, published=2, taken=20)      # the escape: the draws the trainer needs next
+    assert not w.may_start(24, applied=2, published=2, taken=20)  # ... and no further
+    assert not w.may_start(22, applied=1, published=2, taken=20)  # only on the newest weights
+    order = InOrder()
+    from scalerl.types import Group
+    for d in (2, 0, 1):
+        order.push(Group(prompt=Prompt("p", "", ""), completions=[], draw=d))
+    assert order.pop().draw == 0 and order.pop().draw == 1 and order.pop().draw == 2 and order.pop() is None
 
 
 def test_generator_error_reaches_the_trainer():
@@ -136,7 +169,7 @@ def test_generator_error_reaches_the_trainer():
             raise RuntimeError("engine exploded")
             yield
 
-    src = ThreadedRollouts(Broken(vocab=[1]), LockedSampler(CurriculumSampler(_Task())), 2, _score, max_queued=4)
+    src = ThreadedRollouts(Broken(vocab=[1]), LockedSampler(CurriculumSampler(_Task())), 2, _score, Window(2, 2), 0)
     with pytest.raises(RuntimeError, match="exploded"):
         src.get(timeout=5)
     src.close()
@@ -148,7 +181,7 @@ def test_process_transport_streams_groups_and_applies_published_weights():
     k, P, G = 2, 2, 3
     weights = {"w": torch.zeros(3)}
     src = ProcessRollouts(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002, 0), weights, 0,
-                          {"seed": 0, "epoch": 0, "position": 0}, None, G, P * k, 1)
+                          {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1)
     mode = PipelineRL(src, k)
     seen = []
     try:

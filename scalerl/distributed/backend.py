@@ -21,9 +21,8 @@ Departures from the paper (Section 3.1, PipelineRL-k) and from the in-process ba
    The in-flight semantics are the same: the next decode step uses the new version.
 2. PPO-off-policy mode is not distributed (it alternates generation and training, so actors
    would idle half the time): `pipeline.mode: ppo_off_policy` with this backend is an error.
-3. The back-pressure bound counts the in-flight prompts of every actor:
-   max_queued = max(1, P * k - N * ceil(batch_slots / G)); the trainer still drops any group
-   staler than k, as in-process.
+3. The PipelineRL-k rule is the in-process one (`scalerl.pipeline.transport.Window`), kept by
+   the hub over the draws of every actor.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from scalerl.distributed.placement import Placement  # noqa: E402
 from scalerl.distributed.rollouts import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
 from scalerl.pipeline.modes import PipelineRL  # noqa: E402
+from scalerl.pipeline.transport import Window  # noqa: E402
 
 
 def cpus_needed(cfg: Config) -> float:
@@ -81,11 +81,6 @@ class RaySession:
             ray.shutdown()
 
 
-def max_queued(cfg: Config) -> int:
-    in_flight = -(-cfg.rollout.batch_slots // cfg.batch.generations)
-    return max(1, cfg.batch.prompts * cfg.pipeline.k - cfg.ray.generators * in_flight)
-
-
 class RayPipelineRL(PipelineRL):
     """PipelineRL-k over `RayRollouts`; closes the source, then what `ray_mode` started (last first)."""
 
@@ -118,7 +113,7 @@ def ray_mode(tr, build: tuple, gen_seed: int, sampler_state: dict) -> tuple[RayP
         placement = Placement(cfg)
         undo.callback(placement.close)
         spec = RolloutSpec(build=build[0], build_args=build[1], generators=cfg.ray.generators,
-                           n=cfg.batch.generations, max_queued=max_queued(cfg), base_seed=gen_seed,
+                           n=cfg.batch.generations, window=Window(cfg.batch.prompts, cfg.pipeline.k), base_seed=gen_seed,
                            threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
                            gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,
                            options=[placement.generator(r) for r in range(cfg.ray.generators)])

@@ -10,13 +10,17 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
 
 - Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
   r (`ShardSampler`), so no prompt is drawn by two actors. Before starting one it asks the hub
-  (`admit`), which blocks while `max_queued` groups wait (back-pressure across all actors) or
-  the trainer paused, refuses retired prompts (No-Positive-Resampling), and records a lease.
-- Groups: `deliver` enqueues a group only against an open lease of the actor's *current*
-  incarnation and closes the lease: every group reaches the trainer whole and exactly once.
+  (`admit`), which answers at once: 'wait' while the PipelineRL-k `Window` (transport.py) or a
+  pause holds every start back (the actor keeps decoding what it has in flight and asks again),
+  'retired' for a retired prompt (No-Positive-Resampling), or 'go' with the draw number, the
+  same numbering and the same rule as the in-process transports, and a lease.
+- Groups: `deliver` stores a group only against an open lease of the actor's *current*
+  incarnation and closes the lease; the trainer `take`s groups in draw order: every group
+  reaches the trainer whole, exactly once and in order.
   When an actor dies, Ray restarts it (`max_restarts`); the new incarnation `register`s, takes
-  over the open leases (the groups that were in flight) and regenerates them first; a late
-  delivery from the dead incarnation is refused (`ray/rejected_groups`).
+  over the open leases (the groups that were in flight, with their draw numbers) and
+  regenerates them first; a late delivery from the dead incarnation is refused
+  (`ray/rejected_groups`).
 - Weights: `publish` puts the state dict in the object store once and hands the reference to
   the hub; every actor waits on the hub for a newer version and applies it in flight
   (`Generator.update_weights`); a restarted actor starts from the latest one.
@@ -37,14 +41,13 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections import deque
 from dataclasses import dataclass, field
 
 import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.transport import GroupAssembler
+from scalerl.pipeline.transport import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
 POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
@@ -96,20 +99,25 @@ def merge_sampler_states(ranks: list[dict]) -> dict:
 class _Rank:
     state: dict                      # ShardSampler state after the last admitted prompt
     incarnation: int = 0             # 0: never registered; 1: first start; 2+: restarts
-    leases: dict[str, Prompt] = field(default_factory=dict)  # admitted, group not delivered yet
+    leases: dict[int, Prompt] = field(default_factory=dict)  # draw -> prompt, group not delivered yet
     completions: int = 0             # completions delivered (in accepted groups)
-    idle_s: float = 0.0              # seconds blocked in admit (back-pressure or pause)
+    idle_s: float = 0.0              # seconds the actor was held back (window or pause) before a start
+    waiting_since: float | None = None
     regenerated: int = 0             # leases a restarted incarnation took over from a dead one
     retired_in_a_row: int = 0
 
 
 class RolloutHub:
-    """Leases, the group queue, the weights reference and the counters (a threaded Ray actor)."""
+    """Leases, draws, the groups waiting for the trainer, the weights reference and the counters
+    (a threaded Ray actor)."""
 
-    def __init__(self, states: list[dict], max_queued: int, weights: list, version: int):
+    def __init__(self, states: list[dict], window: Window, weights: list, version: int):
         self.ranks = [_Rank(state=s) for s in states]
-        self.max_queued = max_queued
-        self.queue: deque = deque()
+        self.window = window
+        window.publish(version, 0)
+        self.admitted = 0                # the next draw number
+        self.taken = 0                   # draws handed to the trainer (in order)
+        self.groups: dict[int, Group] = {}
         self.retired: set[str] = set()
         self.weights, self.version = weights, version   # [ObjectRef] (a list keeps the ref unresolved)
         self.paused = False
@@ -125,37 +133,43 @@ class RolloutHub:
             r.incarnation += 1
             if r.incarnation > 1:
                 r.regenerated += len(r.leases)
-            return {"incarnation": r.incarnation, "state": dict(r.state), "pending": list(r.leases.values()),
+            return {"incarnation": r.incarnation, "state": dict(r.state), "pending": sorted(r.leases.items()),
                     "weights": self.weights, "version": self.version}
 
-    def admit(self, rank: int, incarnation: int, prompt: Prompt, state: dict) -> str:
-        """'go' (leased), 'retired' (skip it), 'stop' (closed, or a stale incarnation), 'exhausted'."""
-        t0 = time.monotonic()
+    def admit(self, rank: int, incarnation: int, prompt: Prompt, state: dict, applied: int) -> tuple[str, int]:
+        """At once: ('go', draw) (leased), ('wait', -1) (the window or a pause holds it back: ask
+        again), ('retired', -1) (skip it), ('stop', -1) (closed, or a stale incarnation),
+        ('exhausted', -1). `applied`: the policy version the actor decodes with."""
+        now = time.monotonic()
         with self.cond:
             r = self.ranks[rank]
-            self.cond.wait_for(lambda: self.closed or r.incarnation != incarnation
-                               or (not self.paused and len(self.queue) < self.max_queued))
-            r.idle_s += time.monotonic() - t0
             if self.closed or r.incarnation != incarnation:
-                return "stop"
+                return "stop", -1
+            if self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken):
+                r.waiting_since = r.waiting_since or now
+                return "wait", -1
+            if r.waiting_since is not None:
+                r.idle_s += now - r.waiting_since
+                r.waiting_since = None
             r.state = dict(state)
             if prompt.id in self.retired:
                 r.retired_in_a_row += 1
-                return "exhausted" if r.retired_in_a_row >= MAX_RETIRED_IN_A_ROW else "retired"
+                return ("exhausted" if r.retired_in_a_row >= MAX_RETIRED_IN_A_ROW else "retired"), -1
             r.retired_in_a_row = 0
-            r.leases[prompt.id] = prompt
-            return "go"
+            draw, self.admitted = self.admitted, self.admitted + 1
+            r.leases[draw] = prompt
+            return "go", draw
 
     def deliver(self, rank: int, incarnation: int, group: Group) -> bool:
-        """Enqueue a scored group against its open lease; False (refused) for a dead incarnation."""
+        """Store a scored group against its open lease; False (refused) for a dead incarnation."""
         with self.cond:
             r = self.ranks[rank]
-            if r.incarnation != incarnation or group.prompt.id not in r.leases:
+            if r.incarnation != incarnation or group.draw not in r.leases:
                 self.rejected += 1
                 return False
-            del r.leases[group.prompt.id]
+            del r.leases[group.draw]
             r.completions += len(group.completions)
-            self.queue.append(group)
+            self.groups[group.draw] = group
             self.cond.notify_all()
             return True
 
@@ -165,19 +179,20 @@ class RolloutHub:
             self.cond.notify_all()
 
     def take(self, timeout: float) -> Group | str | None:
-        """The next group; the error text if an actor failed; None after `timeout` seconds."""
+        """The next group in draw order; the error text if an actor failed; None after `timeout` s."""
         with self.cond:
-            self.cond.wait_for(lambda: self.queue or self.error is not None or self.closed, timeout=timeout)
+            self.cond.wait_for(lambda: self.taken in self.groups or self.error is not None or self.closed,
+                               timeout=timeout)
             if self.error is not None:
                 return self.error
-            if not self.queue:
-                return None
-            group = self.queue.popleft()
-            self.cond.notify_all()   # room for a blocked admit
+            group = self.groups.pop(self.taken, None)
+            if group is not None:
+                self.taken += 1
             return group
 
     def set_weights(self, weights: list, version: int) -> None:
         with self.cond:
+            self.window.publish(version, self.taken)
             self.weights, self.version = weights, version
             self.cond.notify_all()
 
@@ -206,11 +221,11 @@ class RolloutHub:
 
     def open_leases(self, rank: int) -> list[str]:
         with self.cond:
-            return sorted(self.ranks[rank].leases)
+            return sorted(p.id for p in self.ranks[rank].leases.values())
 
     def counters(self) -> dict:
         with self.cond:
-            return {"queue_depth": len(self.queue), "rejected": self.rejected,
+            return {"queue_depth": len(self.groups), "rejected": self.rejected,
                     "completions": [r.completions for r in self.ranks], "idle_s": [r.idle_s for r in self.ranks],
                     "restarts": [max(0, r.incarnation - 1) for r in self.ranks],
                     "regenerated": sum(r.regenerated for r in self.ranks),
@@ -246,24 +261,27 @@ class GeneratorWorker:
     def ping(self) -> tuple[int, int]:
         return self.rank, self.incarnation
 
-    def _prompts(self, pending: list[Prompt]):
-        for prompt in pending:                      # the dead incarnation's groups in flight
-            self.assembler.add_prompt(prompt)
-            yield prompt
+    def _prompts(self, pending: list[tuple[int, Prompt]]):
+        for draw, prompt in pending:                # the dead incarnation's groups in flight
+            yield self.assembler.add_prompt(prompt, draw)
+        held = None                                 # a prompt drawn from the shard, not yet admitted
         while not self.stop.is_set():
-            prompt = self.shard.next()
-            verdict = ray.get(self.hub.admit.remote(self.rank, self.incarnation, prompt, self.shard.state_dict()))
+            prompt = held or self.shard.next()
+            verdict, draw = ray.get(self.hub.admit.remote(self.rank, self.incarnation, prompt,
+                                                          self.shard.state_dict(), self.generator.version))
+            held = prompt if verdict == "wait" else None
             if verdict == "exhausted":
                 raise ScaleRLError(f"{MAX_RETIRED_IN_A_ROW} consecutive training prompts were retired "
                                    "(No-Positive-Resampling): the task looks saturated")
             if verdict == "stop":
                 self.stop.set()
                 return
-            if verdict == "go":
-                self.assembler.add_prompt(prompt)
-                yield prompt
+            if verdict == "wait":
+                yield None                          # the engine decodes what is in flight, then asks again
+            elif verdict == "go":
+                yield self.assembler.add_prompt(prompt, draw)
 
-    def _stream(self, pending: list[Prompt]) -> None:
+    def _stream(self, pending: list[tuple[int, Prompt]]) -> None:
         try:
             for completion in self.generator.stream(self._prompts(pending), self.assembler.n, stop=self.stop):
                 group = self.assembler.add(completion)
@@ -291,7 +309,7 @@ class RolloutSpec:
     build_args: tuple
     generators: int
     n: int                        # completions per prompt (G)
-    max_queued: int               # finished groups waiting, over all actors, before admits block
+    window: Window                # the PipelineRL-k admission rule (transport.py)
     base_seed: int
     threads: int = 1
     cpus: float = 1.0
@@ -308,7 +326,7 @@ class RayRollouts:
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in weights.items()})
         states = split_sampler_state(sampler_state, spec.generators)
         hub_cls = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=4 * spec.generators + 8)
-        self.hub = hub_cls.remote(states, spec.max_queued, [self._weights_ref], version)
+        self.hub = hub_cls.remote(states, spec.window, [self._weights_ref], version)
         worker_cls = ray.remote(GeneratorWorker)
         self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
                                            max_concurrency=2, **(spec.options[r] if spec.options else {}))
@@ -336,6 +354,8 @@ class RayRollouts:
             except ActorDiedError as exc:
                 raise RuntimeError(f"generator actor {i} died and used up its {self.spec.max_restarts} restarts "
                                    f"(ray.max_restarts): {exc}") from None
+
+    def ready(self) -> None: ...  # the actors were built (and pinged) in __init__
 
     def get(self, timeout: float | None = None) -> Group:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -77,10 +77,15 @@ class FakeGenerator:
                     except StopIteration:
                         exhausted = True
                         break
+                    if p is None:  # no prompt may start now (Generator.stream): decode what is in flight
+                        break
                     waiting = [self._new(p, i) for i in range(n)]
                 active.append(waiting.pop(0))
             if not active:
-                return
+                if exhausted:
+                    return
+                time.sleep(0.002)
+                continue
             for s in self._decode(active):
                 active.remove(s)
                 yield self._finish(s)

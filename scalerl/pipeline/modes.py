@@ -7,16 +7,18 @@ sampling), which decides when a mini-batch is full and which groups it trains on
 Staleness of a group = trainer version - min(policy versions of its tokens).
 
 - `PipelineRL(k)`: the generator streams continuously (see transport.py) and applies each new
-  version in flight; one mini-batch per call; a group staler than k is dropped and counted,
-  never trained on.
+  version in flight; one mini-batch per call, its groups taken in draw order. The transport's
+  `Window` keeps every group within k versions of the trainer, so the staleness check here
+  should never fire; if it does (a bug, or a source that does not keep the rule) the group is
+  dropped and counted (`staleness/dropped`), never trained on.
 - `PPOOffPolicy(k)`: generate k*P groups with frozen weights and cut them into k mini-batches
   of P; the generator gets the new weights only after those k steps.
 
 Departures from the paper:
-1. PipelineRL's bound is enforced on both sides: the generator starts no prompt while about
-   P * min(k, 2) finished groups wait (back-pressure, see train.QUEUE_STEPS) and the trainer
-   drops any group staler than k. The paper's trainer waits instead; dropping cannot deadlock
-   when data was already too old.
+1. PipelineRL's trainer waits for a draw still in flight instead of taking a later, finished
+   one (strict draw order): it never trains on data staler than k and never drops a group, at
+   the price of waiting for the slowest group of the oldest draws. The paper's trainer waits
+   only when it would otherwise exceed k.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class MiniBatch:
     gen_seconds: float = 0.0        # generation wall-clock attributed to it (PPO mode)
     wait_seconds: float = 0.0       # trainer waited this long for data
     stale_dropped: int = 0
-    tokens_generated: int = 0
+    tokens_generated: int = 0       # every token generated for it: trained, filtered out or dropped
     filler: dict[str, float] = field(default_factory=dict)
 
 
@@ -56,17 +58,21 @@ class PipelineRL:
 
     def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:
         t0 = time.monotonic()
-        filler, groups, dropped = new_filler(), [], 0
+        filler, groups, dropped = new_filler(), [], []
         while not filler.full:
             group = self.source.get()
             if staleness(group, version) > self.k:
-                dropped += 1
+                dropped.append(group)
                 continue
             observe(group)
             groups.append(group)
             filler.add(group)
-        return [MiniBatch(groups, filler.groups, wait_seconds=time.monotonic() - t0, stale_dropped=dropped,
-                          tokens_generated=n_tokens(groups), filler=filler.metrics())]
+        return [MiniBatch(groups, filler.groups, wait_seconds=time.monotonic() - t0, stale_dropped=len(dropped),
+                          tokens_generated=n_tokens(groups) + n_tokens(dropped), filler=filler.metrics())]
+
+    def ready(self) -> None:
+        """Wait until the source can generate (start-up is not compute)."""
+        self.source.ready()
 
     def after_step(self, state_dict: dict, version: int) -> None:
         self.source.publish(state_dict, version)
@@ -98,19 +104,19 @@ class PPOOffPolicy:
         self.G = generations
 
     def _generate(self, n_prompts: int) -> list[Group]:
-        prompts = [self.sampler.next() for _ in range(n_prompts)]
-        by_id = {p.id: p for p in prompts}
-        grouped: dict[str, list] = {p.id: [] for p in prompts}
+        """n_prompts draws, scored; one group per draw (the same prompt drawn twice: two groups)."""
+        from scalerl.pipeline.transport import GroupAssembler
+
+        assembler = GroupAssembler(self.G, self.reward_fn)
+        prompts = [assembler.add_prompt(self.sampler.next()) for _ in range(n_prompts)]
         threads = torch.get_num_threads()
         torch.set_num_threads(self.decode_threads or threads)
         try:
             completions = self.generator.generate(prompts, self.G)
         finally:
             torch.set_num_threads(threads)
-        for c in completions:
-            self.reward_fn(by_id[c.prompt_id], c)
-            grouped[c.prompt_id].append(c)
-        return [Group(by_id[pid], cs) for pid, cs in grouped.items()]
+        groups = [g for g in map(assembler.add, completions) if g is not None]
+        return sorted(groups, key=lambda g: g.draw)
 
     def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:
         t0 = time.monotonic()
@@ -129,9 +135,12 @@ class PPOOffPolicy:
                 groups.append(group)
                 filler.add(group)
             out.append(MiniBatch(groups, filler.groups, tokens_generated=n_tokens(groups), filler=filler.metrics()))
+        out[-1].tokens_generated += n_tokens(pool)  # generated but left over: still compute
         for mb in out:
             mb.gen_seconds = gen_seconds / self.k
         return out
+
+    def ready(self) -> None: ...
 
     def after_step(self, state_dict: dict, version: int) -> None: ...
 

@@ -26,18 +26,13 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.evaluate import evaluate, live_forecast
 from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
 from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts
+from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts, Window
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
 
 TRUNCATION_WARN = 0.10
 WARN_EVERY = 50  # steps between two truncation warnings
-# PipelineRL back-pressure: the generator keeps at most this many steps of finished groups
-# waiting. k stays the hard bound on staleness; a deeper queue adds staleness, not throughput
-# (both stages are busy either way). Measured on the default run: letting the queue grow to
-# k = 8 steps pushed staleness to 7 and the validation pass rate dipped by 0.07.
-QUEUE_STEPS = 2
 MAX_EMPTY_BATCHES = 50
 
 
@@ -114,26 +109,39 @@ def build_components(cfg: Config, device: str) -> Components:
 class Threads:
     train: int          # torch threads of the trainer
     decode: int         # torch threads of generation and evaluation
-    gen_devices: float  # devices held by the generator (compute accounting)
-    train_devices: float
+    devices: float      # devices the run holds (compute accounting: device-hours = wall-clock x devices)
 
 
 def split_threads(cfg: Config, device: str) -> Threads:
-    """How the cores are divided (on a GPU both stages share the one device).
+    """How the cores are divided, and how many devices the run holds.
 
-    On a CPU a device is a core. Decoding runs on one torch thread per generator: the tiny
-    model's decode step is Python-bound and intra-op threads only add synchronisation (measured
-    slower with 2 threads than with 1, see docs/training.md). PipelineRL gives the generator
-    process half the cores (at least 1) and the trainer the rest; PPO-off-policy holds all
-    cores for both of its alternating phases.
+    On a GPU both stages share the one device, which counts once. On a CPU a device is a core.
+    Decoding runs on one torch thread per generator: the tiny model's decode step is
+    Python-bound and intra-op threads only add synchronisation (measured slower with 2 threads
+    than with 1, see docs/training.md). PipelineRL gives the generator process half the cores
+    (at least 1) and the trainer the rest; PPO-off-policy holds all cores for both of its
+    alternating phases. On Ray the actors' reserved devices count too (`ray_devices`).
     """
     total = cfg.run.threads or os.cpu_count() or 1
     if device != "cpu":
-        return Threads(total, total, 1.0, 1.0)
-    if cfg.pipeline.mode == "pipeline_rl" and total >= 2:
+        threads = Threads(total, total, 1.0)
+    elif cfg.pipeline.mode == "pipeline_rl" and total >= 2 and cfg.pipeline.backend == "local":
         gen = total // 2
-        return Threads(total - gen, gen, float(gen), float(total - gen))
-    return Threads(total, 1, float(total), float(total))
+        threads = Threads(total - gen, gen, float(total))
+    else:
+        threads = Threads(total, 1, float(total))
+    if cfg.pipeline.backend == "ray":
+        threads.devices = ray_devices(cfg, device, threads.train)
+    return threads
+
+
+def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
+    """Devices a Ray run holds: the driver's (its GPU, or its trainer threads) plus what every
+    generator and trainer-worker actor reserves. GPUs are counted when the run uses any, else cores."""
+    r = cfg.ray
+    if device != "cpu" or r.generator_gpus > 0 or r.trainer_gpus > 0:
+        return float(device != "cpu") + r.generators * r.generator_gpus + (r.trainers - 1) * r.trainer_gpus
+    return float(driver_threads) + r.generators * r.generator_cpus + (r.trainers - 1) * r.trainer_cpus
 
 
 def _use_process(cfg: Config, device: str, comps: Components) -> bool:
@@ -158,7 +166,8 @@ class Trainer:
         self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
         self.state = TrainState(generator_seed=cfg.run.seed)
-        self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0}
+        self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
+                                           "groups_drawn": 0}
         self.evals: list[tuple[float, float]] = []
         kl = isinstance(cfg.loss, PPOClipLoss) and cfg.loss.kl_beta > 0
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
@@ -204,18 +213,17 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
         return ray_mode(tr, comps.process_build, gen_seed, sampler_state)
     reward = training_reward(comps.reward_fn, cfg)
     if cfg.pipeline.mode == "pipeline_rl":
-        in_flight = -(-cfg.rollout.batch_slots // G)  # prompts decoding at once
-        max_queued = max(1, P * min(k, QUEUE_STEPS) - in_flight)
+        window = Window(P, k)
         if _use_process(cfg, device, comps):
             build, args = comps.process_build
             source = ProcessRollouts(build, (*args, gen_seed), tr.model.state_dict(), tr.state.step,
-                                     sampler_state, tr.curriculum, G, max_queued, threads.decode)
+                                     sampler_state, tr.curriculum, G, window, threads.decode)
         else:
             sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
             sampler.load_state_dict(sampler_state)
             generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
             generator.update_weights(tr.model.state_dict(), tr.state.step)
-            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, max_queued)
+            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, window, tr.state.step)
         return PipelineRL(source, k), source
     sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
     sampler.load_state_dict(sampler_state)
@@ -271,26 +279,32 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     return {"step": tr.state.step, "kind": "eval", **row}
 
 
-def _step_row(tr: Trainer, mb, loss_row: dict, interval: float, train_s: float, gen_devices: float,
-              train_devices: float, pipeline: bool) -> dict:
+def _step_row(tr: Trainer, mb, loss_row: dict, interval: float, train_s: float, devices: float) -> dict:
     """The metrics row of one optimizer step."""
     ages = [staleness(g, tr.state.step - 1) for g in mb.kept]
-    gen_s = interval if pipeline else mb.gen_seconds
-    train_hold = interval if pipeline else train_s
     row = dict(loss_row)
     row.update(group_stats(mb.groups))
-    row.update(tr.meter.add(StepCompute(gen_s, train_hold, gen_devices, train_devices,
-                                        mb.tokens_generated, loss_row["tokens/trained_step"])))
+    row.update(tr.meter.add(StepCompute(interval, devices, mb.tokens_generated, loss_row["tokens/trained_step"])))
     row.update(mb.filler)
+    drawn = tr.counters["groups_drawn"]
     row.update({
         "staleness/mean": sum(ages) / len(ages), "staleness/max": max(ages),
         "staleness/dropped": tr.counters["stale_dropped"],
+        "staleness/dropped_share": tr.counters["stale_dropped"] / max(1.0, drawn),
         "train/skipped_batches": tr.counters["skipped_batches"],
         "curriculum/retired": tr.curriculum.n_retired if tr.curriculum is not None else 0,
         "time/step": interval, "time/train": train_s, "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
         "tokens/per_second": mb.tokens_generated / max(interval, 1e-9), "version": tr.state.step,
     })
     return row
+
+
+def _check_rewards(mb, step: int) -> None:
+    """Stop when the checker failed on every answer of a batch: nothing could ever pass."""
+    errors = [c.reward_error for g in mb.groups for c in g.completions]
+    if errors and all(e is not None for e in errors):
+        raise ScaleRLError(f"step {step}: the answer checker failed on all {len(errors)} answers of the batch "
+                           f"(first error: {errors[0]}); fix the checker or the dataset's answers")
 
 
 def _observer(tr: Trainer, source) -> Callable:
@@ -306,7 +320,6 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
     from scalerl.rl.filters import BatchFiller
 
     cfg = tr.cfg
-    pipeline = isinstance(mode, PipelineRL)
     val_prompts = tr.comps.task.val_prompts(cfg.eval.prompts)
     bar = tqdm(total=cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
     postfix: dict[str, str] = {}
@@ -325,15 +338,19 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
     t_budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes else float("inf")
     t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
     observe = _observer(tr, source)
+    mode.ready()  # the generator's start-up is not compute: the clock starts once it can generate
     last = time.monotonic()
     empty_in_a_row, warned_at = 0, -WARN_EVERY
     while tr.state.step < cfg.run.max_steps and time.monotonic() - t_start < t_budget:
         for mb in mode.collect(tr.state.step, lambda: BatchFiller.from_config(cfg), observe):
             if tr.state.step >= cfg.run.max_steps:
                 break
+            _check_rewards(mb, tr.state.step + 1)
             tr.counters["stale_dropped"] += mb.stale_dropped
+            tr.counters["groups_drawn"] += len(mb.groups) + mb.stale_dropped
             tr.counters["zero_variance_dropped"] += mb.filler.get("batch/zero_variance_dropped", 0)
             if not mb.kept:
+                tr.meter.add_generated(mb.tokens_generated)  # its wall-clock goes into the next step's
                 tr.counters["skipped_batches"] += 1
                 empty_in_a_row += 1
                 if empty_in_a_row >= MAX_EMPTY_BATCHES:
@@ -345,14 +362,14 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
             loss_row = tr.step_fn(tr.model, tr.optim, mb.kept, cfg, tr.comps.tokenizer.pad_token_id,
                                   tr.state.step + 1, tr.ref_model)
             if loss_row is None:  # no trainable token (e.g. every completion empty): skip and count
+                tr.meter.add_generated(mb.tokens_generated)
                 tr.counters["skipped_batches"] += 1
                 continue
             empty_in_a_row = 0
             tr.state.step += 1
             mode.after_step(tr.model.state_dict(), tr.state.step)
             now = time.monotonic()
-            row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.gen_devices, threads.train_devices,
-                            pipeline)
+            row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.devices)
             last = now
             if row["train/truncation_rate"] > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
                 warned_at = tr.state.step

@@ -1,8 +1,8 @@
-"""Transports between the generator and the trainer (PipelineRL), behind one small Protocol.
+"""Transports between the generator and the trainer (PipelineRL-k), behind one small Protocol.
 
-A `RolloutSource` carries scored groups (all G completions of one prompt, rewards filled) from
-the generator to the trainer, with back-pressure, and the trainer's weights + policy version
-back to the generator, which applies them in flight. Two in-machine implementations:
+A `RolloutSource` carries scored groups (all G completions of one draw of a prompt, rewards
+filled) from the generator to the trainer, and the trainer's weights + policy version back to
+the generator, which applies them in flight. Two in-machine implementations:
 
 - `ThreadedRollouts`: the generator streams in a background thread of this process. Right for
   a GPU (one CUDA context) and for tests.
@@ -12,17 +12,27 @@ back to the generator, which applies them in flight. Two in-machine implementati
   decode loop is Python-bound: in one process the two stages fight over the GIL and torch's
   process-global thread pool; in two they run truly in parallel (docs/training.md has the
   measurement).
+`scalerl.distributed.rollouts.RayRollouts` implements the same Protocol with Ray actors, the
+same records and the same `Window`.
 
-Back-pressure: the generator starts no new prompt while `max_queued` finished groups wait for
-the trainer. (Gating on finished groups, not on prompts started, cannot deadlock: an engine
-that blocks on the prompt iterator stalls its in-flight sequences, but the trainer can always
-take the groups already queued.) With `max_queued` about P*k the data stays within about k
-policy versions of the trainer; the trainer still checks staleness and drops groups beyond k.
-`scalerl.distributed.rollouts.RayRollouts` implements the same Protocol with Ray actors and the same records.
+PipelineRL-k, one rule for every transport (paper Section 3.1; docs/design.md):
+- Every start of a prompt is a *draw*, numbered 0, 1, 2, ... by the transport; the trainer
+  takes groups strictly in draw order (`InOrder`), waiting for a draw still in flight rather
+  than taking a later one, so no group is overtaken and none is dropped.
+- `Window`: the generator may start draw n only if n < D(u) + P*(k+1), where u is the policy
+  version it decodes with and D(u) the number of draws the trainer had taken when it published
+  u. Each step takes at least P draws, so draw n is taken by version u + k at the latest: its
+  staleness (trainer version - oldest token version) is at most k, and reaches k when the
+  trainer is the slower stage. One escape keeps DAPO's dynamic sampling (more than P draws in a
+  step) and skipped empty batches from deadlocking: when the generator holds the newest
+  version, it may also start the draws the trainer needs next (n < taken + P; staleness <= 1).
+- The engine never blocks on the window: the prompt iterator yields None ("nothing may start
+  now") and the engine keeps decoding what is in flight.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
@@ -32,12 +42,63 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
+from scalerl.errors import ScaleRLError
 from scalerl.types import Completion, Group, Prompt
 
 
+class Window:
+    """The PipelineRL-k admission rule (see the module docstring): which draw may start."""
+
+    KEEP = 64  # versions whose horizon is remembered (a generator never lags further)
+
+    def __init__(self, prompts_per_step: int, k: int):
+        self.P, self.k = prompts_per_step, k
+        self.horizons: dict[int, int] = {}
+
+    def horizon(self, taken: int) -> int:
+        """The first draw that may not start on a version published when `taken` draws were taken."""
+        return taken + self.P * (self.k + 1)
+
+    def record(self, version: int, horizon: int) -> None:
+        self.horizons[version] = horizon
+        for old in [v for v in self.horizons if v < version - self.KEEP]:
+            del self.horizons[old]
+
+    def publish(self, version: int, taken: int) -> None:
+        self.record(version, self.horizon(taken))
+
+    def may_start(self, draw: int, applied: int, published: int, taken: int) -> bool:
+        """Draw `draw` may start on the generator's weights `applied`; the trainer has published
+        `published` and taken `taken` draws."""
+        horizon = self.horizons.get(applied)
+        if horizon is not None and draw < horizon:
+            return True
+        return applied == published and draw < taken + self.P
+
+
+class InOrder:
+    """Trainer side: hands groups out in draw order, whatever order they finish in."""
+
+    def __init__(self) -> None:
+        self.next = 0                      # draws taken so far = the next draw to hand out
+        self.waiting: dict[int, Group] = {}
+
+    def push(self, group: Group) -> None:
+        self.waiting[group.draw] = group
+
+    def pop(self) -> Group | None:
+        group = self.waiting.pop(self.next, None)
+        if group is not None:
+            self.next += 1
+        return group
+
+
 class RolloutSource(Protocol):
+    def ready(self) -> None:
+        """Block until the generator can generate (its start-up is over)."""
+
     def get(self, timeout: float | None = None) -> Group:
-        """The next scored group (blocks; raises the generator's error if it failed)."""
+        """The next scored group in draw order (blocks; raises the generator's error if it failed)."""
 
     def publish(self, state_dict: dict, version: int) -> None:
         """Hand new weights to the generator; it applies them in flight."""
@@ -73,39 +134,49 @@ class LockedSampler:
 
 
 class GroupAssembler:
-    """Collects streamed completions into groups of `n` per prompt and scores them."""
+    """Collects streamed completions into groups of `n` per draw and scores them.
+
+    The engine sees each draw's prompt under its own id (`<prompt id>#<draw>`), so the same
+    prompt may be in flight twice (a small dataset, a pool nearly exhausted by the curriculum)
+    without two groups merging; the group carries the original prompt and its draw number.
+    """
 
     def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], None]):
         self.n = n
         self.reward_fn = reward_fn
-        self.prompts: dict[str, Prompt] = {}
+        self.next_draw = 0
+        self.draws: dict[str, tuple[int, Prompt]] = {}
         self.partial: dict[str, list[Completion]] = {}
 
-    def add_prompt(self, prompt: Prompt) -> None:
-        self.prompts[prompt.id] = prompt
-        self.partial[prompt.id] = []
+    def add_prompt(self, prompt: Prompt, draw: int | None = None) -> Prompt:
+        """Register a draw of `prompt` (the next one, or `draw` when re-running a known one);
+        returns the prompt as the engine must see it."""
+        if draw is None:
+            draw, self.next_draw = self.next_draw, self.next_draw + 1
+        key = f"{prompt.id}#{draw}"
+        self.draws[key] = (draw, prompt)
+        self.partial[key] = []
+        return dataclasses.replace(prompt, id=key)
 
     def add(self, completion: Completion) -> Group | None:
-        prompt = self.prompts[completion.prompt_id]
+        draw, prompt = self.draws[completion.prompt_id]
         self.reward_fn(prompt, completion)
         done = self.partial[completion.prompt_id]
         done.append(completion)
         if len(done) < self.n:
             return None
-        del self.partial[completion.prompt_id], self.prompts[completion.prompt_id]
-        return Group(prompt=prompt, completions=done)
+        del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
+        return Group(prompt=prompt, completions=done, draw=draw)
 
 
-def _gated_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start: Callable[[], bool],
-                   stop) -> Iterator[Prompt]:
+def _window_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start: Callable[[int], bool],
+                    stop) -> Iterator[Prompt | None]:
+    """The engine's prompt iterator: the next draw when `may_start(draw)`, else None (wait)."""
     while not stop.is_set():
-        while not stop.is_set() and not may_start():
-            time.sleep(0.005)
-        if stop.is_set():
-            return
-        prompt = sampler.next()
-        assembler.add_prompt(prompt)
-        yield prompt
+        if not may_start(assembler.next_draw):
+            yield None
+            continue
+        yield assembler.add_prompt(sampler.next())
 
 
 # ==================================================================== threads
@@ -113,11 +184,14 @@ class ThreadedRollouts:
     """PipelineRL generator in a background thread of this process."""
 
     def __init__(self, generator, sampler: LockedSampler, n: int,
-                 reward_fn: Callable[[Prompt, Completion], None], max_queued: int):
+                 reward_fn: Callable[[Prompt, Completion], None], window: Window, version: int):
         self.generator = generator
         self.sampler = sampler
         self.assembler = GroupAssembler(n, reward_fn)
-        self.max_queued = max_queued
+        self.window = window
+        self.published = version
+        self.order = InOrder()
+        window.publish(version, 0)
         self._groups: queue.Queue[Group | None] = queue.Queue()
         self._paused = threading.Event()
         self._stop = threading.Event()
@@ -125,12 +199,13 @@ class ThreadedRollouts:
         self._thread = threading.Thread(target=self._run, name="scalerl-generator", daemon=True)
         self._thread.start()
 
-    def _may_start(self) -> bool:
-        return not self._paused.is_set() and self._groups.qsize() < self.max_queued
+    def _may_start(self, draw: int) -> bool:
+        return not self._paused.is_set() and self.window.may_start(draw, self.generator.version, self.published,
+                                                                   self.order.next)
 
     def _run(self) -> None:
         try:
-            prompts = _gated_prompts(self.sampler, self.assembler, self._may_start, self._stop)
+            prompts = _window_prompts(self.sampler, self.assembler, self._may_start, self._stop)
             for completion in self.generator.stream(prompts, self.assembler.n, stop=self._stop):
                 group = self.assembler.add(completion)
                 if group is not None:
@@ -140,20 +215,26 @@ class ThreadedRollouts:
         finally:
             self._groups.put(None)  # wakes a waiting get()
 
+    def ready(self) -> None: ...
+
     def get(self, timeout: float | None = None) -> Group:
-        try:
-            group = self._groups.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
-        if group is None:
-            self._groups.put(None)
-            if self._error is not None:
-                raise self._error
-            raise RuntimeError("the generator stopped")
+        while (group := self.order.pop()) is None:
+            try:
+                got = self._groups.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
+            if got is None:
+                self._groups.put(None)
+                if self._error is not None:
+                    raise self._error
+                raise RuntimeError("the generator stopped")
+            self.order.push(got)
         return group
 
     def publish(self, state_dict: dict, version: int) -> None:
+        self.window.publish(version, self.order.next)
         self.generator.update_weights(state_dict, version)
+        self.published = version
 
     def retire(self, prompt_id: str) -> None: ...  # the sampler reads the trainer's curriculum directly
 
@@ -183,10 +264,22 @@ class _RetiredSet:
         return prompt_id in self.ids
 
 
+def _watch_parent(parent: int, stop) -> None:
+    """Set `stop` when the trainer process is gone (even by kill -9), from the child's first moment."""
+    def watch() -> None:
+        while not stop.is_set():
+            if os.getppid() != parent:
+                stop.set()
+                os._exit(0)  # nothing of this process is worth keeping once the trainer is gone
+            time.sleep(0.05)
+    threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
+
+
 def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_state: dict,
-                    curriculum: tuple[float, list[str]] | None, n: int, max_queued: int, shared: dict,
-                    version, lock, queued, paused, stop, out_q, retire_q) -> None:
+                    curriculum: tuple[float, list[str]] | None, n: int, window: Window, shared: dict,
+                    sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups; apply weights as they come."""
+    _watch_parent(parent, stop)
     torch.set_num_threads(threads)
     try:
         from scalerl.rl.curriculum import CurriculumSampler
@@ -197,92 +290,122 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
         assembler = GroupAssembler(n, reward_fn)
-        applied = [-1]
+        version, horizon, taken = sync_state["version"], sync_state["horizon"], sync_state["taken"]
+        staged = [-1]
 
         def sync() -> None:
-            v = version.value
-            if v != applied[0]:
+            if version.value != staged[0]:
                 with lock:
+                    window.record(version.value, horizon.value)
                     generator.update_weights(shared, version.value)
-                    applied[0] = version.value
+                    staged[0] = version.value
             while retired is not None:
                 try:
                     retired.ids.add(retire_q.get_nowait())
                 except queue.Empty:
                     break
 
-        parent = os.getppid()
-
-        def watcher() -> None:
+        def follow() -> None:
             while not stop.is_set():
-                if os.getppid() != parent:  # the trainer died (even by kill -9): stop, never linger
-                    stop.set()
-                    break
                 sync()
                 time.sleep(0.005)
 
         sync()
-        threading.Thread(target=watcher, daemon=True).start()
+        threading.Thread(target=follow, name="scalerl-weights", daemon=True).start()
+        out_q.put(("ready", None, None))
 
-        def may_start() -> bool:
-            return not paused.is_set() and queued.value < max_queued
+        def may_start(draw: int) -> bool:
+            return not paused.is_set() and window.may_start(draw, generator.version, version.value, taken.value)
 
-        for completion in generator.stream(_gated_prompts(locked, assembler, may_start, stop), n, stop=stop):
+        for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop):
             group = assembler.add(completion)
             if group is not None:
-                with queued.get_lock():
-                    queued.value += 1
                 out_q.put(("group", group, locked.state_dict()))
         out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
-    except BaseException:  # sent to the trainer, which raises it
+    except ScaleRLError as exc:  # a user-facing error (e.g. every prompt retired): its one line
+        out_q.put(("user_error", str(exc), None))
+    except BaseException:  # a bug: the trainer raises it with this traceback
         out_q.put(("error", traceback.format_exc(), None))
 
 
 class ProcessRollouts:
-    """PipelineRL generator in a separate process (see the module docstring)."""
+    """PipelineRL generator in a separate process (see the module docstring).
+
+    The process is not a daemon, so that it may start helpers of its own (math-verify's checker
+    workers); it exits when `close()` stops it, and by itself as soon as the trainer process is
+    gone, from its first moment on (`_watch_parent`).
+    """
+
+    START_S = 600.0  # the generator process's start-up (imports, model build) must end within this
 
     def __init__(self, build: Callable, build_args: tuple, weights: dict[str, torch.Tensor], version: int,
-                 sampler_state: dict, curriculum, n: int, max_queued: int, threads: int):
+                 sampler_state: dict, curriculum, n: int, window: Window, threads: int):
         ctx = torch.multiprocessing.get_context("spawn")
+        self.window = window
+        self.order = InOrder()
         self._shared = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in weights.items()}
-        self._version = ctx.Value("q", version, lock=False)
+        self._sync = {"version": ctx.Value("q", version, lock=False),
+                      "horizon": ctx.Value("q", window.horizon(0), lock=False),
+                      "taken": ctx.Value("q", 0, lock=False)}
         self._lock = ctx.Lock()
-        self._queued = ctx.Value("i", 0)
         self._paused = ctx.Event()
         self._stop = ctx.Event()
         self._out = ctx.Queue()
         self._retire = ctx.Queue()
         self._sampler_state = dict(sampler_state)
+        self._ready = False
         cur = (curriculum.threshold, sorted(curriculum.state_dict()["retired"])) if curriculum is not None else None
         self._proc = ctx.Process(
-            target=_generator_main, name="scalerl-generator", daemon=True,
-            args=(build, build_args, threads, sampler_state, cur, n, max_queued, self._shared, self._version,
-                  self._lock, self._queued, self._paused, self._stop, self._out, self._retire))
+            target=_generator_main, name="scalerl-generator", daemon=False,
+            args=(build, build_args, threads, sampler_state, cur, n, window, self._shared, self._sync,
+                  self._lock, self._paused, self._stop, self._out, self._retire, os.getpid()))
         self._proc.start()
 
-    def get(self, timeout: float | None = None) -> Group:
+    def _receive(self, timeout: float | None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 kind, payload, sampler_state = self._out.get(timeout=1.0)
-                break
             except queue.Empty:
                 if not self._proc.is_alive():
-                    raise RuntimeError(f"the generator process died (exit code {self._proc.exitcode})") from None
+                    raise ScaleRLError(f"the generator process died (exit code {self._proc.exitcode}; "
+                                       "killed, or out of memory?): the run stopped at its last checkpoint, "
+                                       "carry on with --resume") from None
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
-        if kind == "error":
-            raise RuntimeError(f"the generator process failed:\n{payload}")
-        with self._queued.get_lock():
-            self._queued.value -= 1
-        self._sampler_state = sampler_state
-        return payload
+                continue
+            if kind == "user_error":
+                raise ScaleRLError(payload)
+            if kind == "error":
+                raise RuntimeError(f"the generator process failed:\n{payload}")
+            return kind, payload, sampler_state
+
+    def ready(self) -> None:
+        """Wait until the generator process has built its model (start-up is not compute)."""
+        while not self._ready:
+            kind, payload, _ = self._receive(self.START_S)
+            if kind == "ready":
+                self._ready = True
+            else:
+                self.order.push(payload)
+
+    def get(self, timeout: float | None = None) -> Group:
+        while (group := self.order.pop()) is None:
+            kind, payload, sampler_state = self._receive(timeout)
+            if kind == "ready":
+                self._ready = True
+                continue
+            self._sampler_state = sampler_state
+            self.order.push(payload)
+        self._sync["taken"].value = self.order.next
+        return group
 
     def publish(self, state_dict: dict, version: int) -> None:
         with self._lock, torch.no_grad():
             for name, target in self._shared.items():
                 target.copy_(state_dict[name])
-            self._version.value = version
+            self._sync["horizon"].value = self.window.horizon(self.order.next)
+            self._sync["version"].value = version
 
     def retire(self, prompt_id: str) -> None:
         self._retire.put(prompt_id)

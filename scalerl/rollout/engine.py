@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -38,6 +39,8 @@ THINK_END = "</think>"
 GREEDY_BELOW = 1e-4  # temperatures below this decode greedily
 _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted")
 _NEVER = 1 << 40
+_END = object()           # the prompt iterator ran out
+IDLE_SLEEP_S = 0.005      # wait between two asks when nothing is in flight and no prompt may start
 _HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
 
@@ -137,7 +140,9 @@ class Engine:
 
     def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None) -> Iterator[Completion]:
         """Continuous batching over `prompts` (possibly endless): yields completions as they
-        finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped)."""
+        finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped).
+        `prompts` may yield None: no prompt may start now; the engine keeps decoding the
+        sequences in flight (or waits, when none is) and asks again at the next step."""
         for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop):
             yield completion
 
@@ -172,11 +177,14 @@ class Engine:
         while not (stop is not None and stop.is_set()):
             self._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
-            batch = []
+            batch, idle = [], False
             for row in free:
-                req = next(requests, None)
-                if req is None:
+                req = next(requests, _END)
+                if req is _END:
                     exhausted = True
+                    break
+                if req is None:  # no prompt may start now (PipelineRL-k window): decode what is in flight
+                    idle = True
                     break
                 batch.append((row, req))
                 held[row] = req
@@ -185,7 +193,10 @@ class Engine:
                     cache = self._admit(state, cache, batch)
             n_active = int(state.active.sum())
             if n_active == 0:
-                return
+                if not idle:
+                    return
+                time.sleep(IDLE_SLEEP_S)  # nothing in flight and no prompt may start: wait for the trainer
+                continue
             if exhausted and n_active <= len(held) // 2:
                 keep = state.active.nonzero().flatten()
                 state.select(keep)
@@ -202,6 +213,9 @@ class Engine:
 
     def _requests(self, prompts: Iterable[Prompt], n: int) -> Iterator[_Request]:
         for prompt in prompts:
+            if prompt is None:  # the source has no prompt that may start now (see `stream`)
+                yield None
+                continue
             tokens = self._encode(prompt.text, special=True)
             if not tokens:
                 raise ScaleRLError(f"prompt {prompt.id!r}: the text tokenises to nothing")
