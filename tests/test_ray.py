@@ -283,3 +283,28 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
     assert (c["completions"], c["restarts"], c["regenerated"], c["rejected"]) == ([4], [1], 1, 2)
     hub.fail(0, 2, "Traceback: boom")
     assert "boom" in hub.take(0.0)
+
+
+def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path, monkeypatch):
+    """One PipelineRL-k rule: with a slow trainer both transports sit at the window (staleness k)."""
+    real_step = train_step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.3)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "train_step", slow_step)
+    ages = {}
+    for backend_name in ("local", "ray"):
+        cfg = small_cfg([f"pipeline.backend={backend_name}", "ray.generators=1", "run.max_steps=8",
+                         "pipeline.transport=thread", "filter.zero_variance=false"])
+        run = tmp_path / backend_name
+        run.mkdir()
+        train(cfg, run, comps=tiny_random_components(cfg), progress=False)
+        rows = [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
+        assert rows[-1]["staleness/dropped"] == 0
+        ages[backend_name] = [r["staleness/max"] for r in rows]
+    for name, seq in ages.items():
+        assert max(seq) == 2, (name, seq)                     # k = 2 reached, never exceeded
+    # after the first k steps (the window filling up) every step trains at the bound on both
+    assert ages["local"][3:] == ages["ray"][3:] == [2] * 5, ages

@@ -1,0 +1,128 @@
+"""PipelineRL-k, draws and compute through the real loop (`train`), with fake generators."""
+
+import time
+
+import pytest
+
+from scalerl.errors import ScaleRLError
+from scalerl.pipeline import train as train_mod
+from scalerl.pipeline.fake import parity_reward
+from scalerl.pipeline.train import ray_devices, split_threads, train
+from scalerl.run.metrics import read_rows
+from scalerl.types import Prompt
+
+from test_train_loop import fake_components, small_cfg
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _train_rows(run):
+    return [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, tmp_path, monkeypatch):
+    cfg = small_cfg(extra=[f"run.max_steps={k + 5}", f"pipeline.k={k}", "filter.zero_variance=false",
+                           "eval.every=100", "run.checkpoint_every=100"])
+    comps, gens = fake_components(cfg, step_seconds=0.0005)
+    real_step = train_mod.train_step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.06)  # a trainer slower than the generator: the generator waits at the window
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "train_step", slow_step)
+    train(cfg, tmp_path, comps=comps, progress=False)
+    rows = _train_rows(tmp_path)
+    assert len(rows) == k + 5
+    assert max(r["staleness/max"] for r in rows) == k
+    assert rows[-1]["staleness/dropped"] == 0 and rows[-1]["staleness/dropped_share"] == 0.0
+
+
+class _TwoPrompts:
+    """A task with two training prompts, drawn over and over (ids repeat)."""
+
+    name = "two"
+
+    def train_prompt(self, index: int) -> Prompt:
+        return Prompt(id=f"two/{index % 2}", text=f"{index % 2}=", answer="")
+
+    def val_prompts(self, n: int) -> list[Prompt]:
+        return [Prompt(id=f"two/val/{i}", text=f"{i}=", answer="") for i in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["pipeline_rl", "ppo_off_policy"])
+def test_the_same_prompt_in_flight_twice_trains_as_two_groups(mode, tmp_path, monkeypatch):
+    cfg = small_cfg(extra=["run.max_steps=3", "batch.prompts=4", f"pipeline.mode={mode}", "pipeline.k=2",
+                           "filter.zero_variance=false", "eval.every=100", "curriculum.no_positive_resampling=false"])
+    comps, _ = fake_components(cfg)
+    comps.task = _TwoPrompts()
+    seen = []
+    real_step = train_mod.train_step
+
+    def record(model, optim, groups, *args, **kwargs):
+        seen.append([(g.prompt.id, len(g.completions)) for g in groups])
+        return real_step(model, optim, groups, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "train_step", record)
+    train(cfg, tmp_path, comps=comps, progress=False)
+    assert len(_train_rows(tmp_path)) == 3
+    for step in seen:  # 4 groups of G = 4 each, two of each prompt: never merged into one group of 8
+        assert sorted(step) == [("two/0", 4), ("two/0", 4), ("two/1", 4), ("two/1", 4)]
+
+
+def test_a_batch_whose_every_check_failed_stops_the_run_naming_the_error(tmp_path):
+    cfg = small_cfg(extra=["run.max_steps=3", "eval.every=100"])
+    comps, _ = fake_components(cfg)
+
+    def broken_checker(prompt, completion):
+        completion.passed, completion.reward = False, -1.0
+        completion.reward_error = "AssertionError: daemonic processes are not allowed to have children"
+
+    comps.reward_fn = broken_checker
+    with pytest.raises(ScaleRLError, match=r"step 1: the answer checker failed on all 8 answers.*daemonic"):
+        train(cfg, tmp_path, comps=comps, progress=False)
+
+
+def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_path):
+    cfg = small_cfg(extra=["run.max_steps=4", "eval.every=100"])   # run.threads=1: one core for both stages
+    comps, _ = fake_components(cfg)
+    train(cfg, tmp_path, comps=comps, progress=False)
+    rows = _train_rows(tmp_path)
+    total = 0.0
+    for r in rows:
+        assert r["compute/devices"] == 1.0
+        assert r["compute/step_device_seconds"] == pytest.approx(r["time/step"])
+        total += r["time/step"]
+        assert r["compute/device_hours"] == pytest.approx(total / 3600)
+    assert split_threads(cfg, "cuda").devices == 1.0          # one GPU, both stages: counted once
+    assert split_threads(small_cfg(extra=["run.threads=2", "pipeline.transport=process"]), "cpu").devices == 2.0
+
+
+def test_ray_counts_every_actors_devices():
+    cfg = small_cfg(extra=["ray.generators=3", "ray.generator_cpus=2", "ray.trainers=2", "ray.trainer_cpus=1"])
+    assert ray_devices(cfg, "cpu", driver_threads=1) == 1 + 3 * 2 + 1 * 1
+    gpu = small_cfg(extra=["ray.generators=2", "ray.generator_gpus=1", "ray.trainers=3", "ray.trainer_gpus=1"])
+    assert ray_devices(gpu, "cuda", driver_threads=8) == 1 + 2 * 1 + 2 * 1
+
+
+def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
+    cfg = small_cfg(extra=["run.max_steps=3", "eval.every=100"])
+    comps, _ = fake_components(cfg)
+    calls = {"n": 0}
+
+    def every_other_batch_all_fail(prompt, completion):  # zero-variance batches are skipped, but cost compute
+        parity_reward(prompt, completion)
+        if (calls["n"] // 8) % 2 == 0:
+            completion.passed, completion.reward = False, -1.0
+        calls["n"] += 1
+
+    comps.reward_fn = every_other_batch_all_fail
+    train(cfg, tmp_path, comps=comps, progress=False)
+    rows = _train_rows(tmp_path)
+    assert rows[-1]["train/skipped_batches"] >= 1
+    per_step = sum(r["tokens/generated"] for r in rows)
+    assert rows[-1]["compute/tokens_generated"] > per_step   # the skipped batches' tokens are in the total
+    n = sum(p.numel() for p in comps.model.parameters())
+    assert rows[-1]["compute/flops"] == pytest.approx(2 * n * rows[-1]["compute/tokens_generated"]
+                                                      + 6 * n * rows[-1]["compute/tokens_trained"])
