@@ -77,6 +77,9 @@ class PipelineRL:
     def after_step(self, state_dict: dict, version: int) -> None:
         self.source.publish(state_dict, version)
 
+    def retire(self, prompt_id: str) -> None:
+        self.source.retire(prompt_id)
+
     def after_round(self, state_dict: dict, version: int) -> None: ...
 
     def sampler_state(self) -> dict:
@@ -94,8 +97,9 @@ class PipelineRL:
 
 class PPOOffPolicy:
     def __init__(self, generator, sampler, reward_fn, k: int, prompts_per_step: int, generations: int,
-                 decode_threads: int | None = None):
+                 decode_threads: int | None = None, retired=None):
         self.generator = generator
+        self.retired = retired          # the sampler's view of the curriculum (a transport.RetiredSet)
         self.decode_threads = decode_threads
         self.sampler = sampler
         self.reward_fn = reward_fn
@@ -143,6 +147,10 @@ class PPOOffPolicy:
     def ready(self) -> None: ...
 
     def after_step(self, state_dict: dict, version: int) -> None: ...
+
+    def retire(self, prompt_id: str) -> None:
+        if self.retired is not None:
+            self.retired.add(prompt_id)
 
     def after_round(self, state_dict: dict, version: int) -> None:
         self.generator.update_weights(state_dict, version)

@@ -26,7 +26,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.evaluate import evaluate, live_forecast
 from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
 from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, ThreadedRollouts, Window
+from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, RetiredSet, ThreadedRollouts, Window
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
@@ -219,17 +219,19 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
             source = ProcessRollouts(build, (*args, gen_seed), tr.model.state_dict(), tr.state.step,
                                      sampler_state, tr.curriculum, G, window, threads.decode)
         else:
-            sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
+            retired = RetiredSet.of(tr.curriculum)
+            sampler = CurriculumSampler(comps.task, retired, seed=cfg.run.seed)
             sampler.load_state_dict(sampler_state)
             generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
             generator.update_weights(tr.model.state_dict(), tr.state.step)
-            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, window, tr.state.step)
+            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, window, tr.state.step, retired)
         return PipelineRL(source, k), source
-    sampler = CurriculumSampler(comps.task, tr.curriculum, seed=cfg.run.seed)
+    retired = RetiredSet.of(tr.curriculum)
+    sampler = CurriculumSampler(comps.task, retired, seed=cfg.run.seed)
     sampler.load_state_dict(sampler_state)
     generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
     generator.update_weights(tr.model.state_dict(), tr.state.step)
-    return PPOOffPolicy(generator, LockedSampler(sampler), reward, k, P, G, threads.decode), None
+    return PPOOffPolicy(generator, LockedSampler(sampler), reward, k, P, G, threads.decode, retired), None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
@@ -307,10 +309,11 @@ def _check_rewards(mb, step: int) -> None:
                            f"(first error: {errors[0]}); fix the checker or the dataset's answers")
 
 
-def _observer(tr: Trainer, source) -> Callable:
+def _observer(tr: Trainer, mode) -> Callable:
+    """The curriculum's pass history; a retired prompt goes back to the generator as one message."""
     def observe(group) -> None:
-        if tr.curriculum is not None and tr.curriculum.update(group) and source is not None:
-            source.retire(group.prompt.id)
+        if tr.curriculum is not None and tr.curriculum.update(group):
+            mode.retire(group.prompt.id)
     return observe
 
 
@@ -337,7 +340,7 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
         tr.checkpoint(metrics, mode.sampler_state())
     t_budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes else float("inf")
     t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
-    observe = _observer(tr, source)
+    observe = _observer(tr, mode)
     mode.ready()  # the generator's start-up is not compute: the clock starts once it can generate
     last = time.monotonic()
     empty_in_a_row, warned_at = 0, -WARN_EVERY

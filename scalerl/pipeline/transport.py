@@ -117,6 +117,28 @@ class RolloutSource(Protocol):
     def close(self) -> None: ...
 
 
+class RetiredSet:
+    """The generator side's view of No-Positive-Resampling: the prompt ids the trainer retired,
+    sent back as `retire` messages on every transport; the sampler skips them."""
+
+    def __init__(self, threshold: float, retired: list[str] | None = None):
+        self.threshold = threshold
+        self.ids = set(retired or ())
+
+    @classmethod
+    def of(cls, curriculum) -> RetiredSet | None:
+        """The trainer's curriculum as the generator starts from it (None: no curriculum)."""
+        if curriculum is None:
+            return None
+        return cls(curriculum.threshold, sorted(curriculum.state_dict()["retired"]))
+
+    def add(self, prompt_id: str) -> None:
+        self.ids.add(prompt_id)
+
+    def is_retired(self, prompt_id: str) -> bool:
+        return prompt_id in self.ids
+
+
 class LockedSampler:
     """A `scalerl.rl.curriculum.CurriculumSampler` safe to call from several threads."""
 
@@ -184,9 +206,11 @@ class ThreadedRollouts:
     """PipelineRL generator in a background thread of this process."""
 
     def __init__(self, generator, sampler: LockedSampler, n: int,
-                 reward_fn: Callable[[Prompt, Completion], None], window: Window, version: int):
+                 reward_fn: Callable[[Prompt, Completion], None], window: Window, version: int,
+                 retired: RetiredSet | None = None):
         self.generator = generator
         self.sampler = sampler
+        self.retired = retired          # the sampler's view of the curriculum
         self.assembler = GroupAssembler(n, reward_fn)
         self.window = window
         self.published = version
@@ -236,7 +260,9 @@ class ThreadedRollouts:
         self.generator.update_weights(state_dict, version)
         self.published = version
 
-    def retire(self, prompt_id: str) -> None: ...  # the sampler reads the trainer's curriculum directly
+    def retire(self, prompt_id: str) -> None:
+        if self.retired is not None:
+            self.retired.add(prompt_id)
 
     def sampler_state(self) -> dict:
         return self.sampler.state_dict()
@@ -253,17 +279,6 @@ class ThreadedRollouts:
 
 
 # ==================================================================== processes
-class _RetiredSet:
-    """The generator process's view of the curriculum: the retired ids the trainer sent."""
-
-    def __init__(self, threshold: float, retired: list[str]):
-        self.threshold = threshold
-        self.ids = set(retired)
-
-    def is_retired(self, prompt_id: str) -> bool:
-        return prompt_id in self.ids
-
-
 def _watch_parent(parent: int, stop) -> None:
     """Set `stop` when the trainer process is gone (even by kill -9), from the child's first moment."""
     def watch() -> None:
@@ -276,7 +291,7 @@ def _watch_parent(parent: int, stop) -> None:
 
 
 def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_state: dict,
-                    curriculum: tuple[float, list[str]] | None, n: int, window: Window, shared: dict,
+                    retired: RetiredSet | None, n: int, window: Window, shared: dict,
                     sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups; apply weights as they come."""
     _watch_parent(parent, stop)
@@ -285,7 +300,6 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
         from scalerl.rl.curriculum import CurriculumSampler
 
         generator, task, reward_fn, seed = build(*build_args)
-        retired = _RetiredSet(*curriculum) if curriculum is not None else None
         sampler = CurriculumSampler(task, retired, seed=seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
@@ -301,7 +315,7 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
                     staged[0] = version.value
             while retired is not None:
                 try:
-                    retired.ids.add(retire_q.get_nowait())
+                    retired.add(retire_q.get_nowait())
                 except queue.Empty:
                     break
 
@@ -354,10 +368,9 @@ class ProcessRollouts:
         self._retire = ctx.Queue()
         self._sampler_state = dict(sampler_state)
         self._ready = False
-        cur = (curriculum.threshold, sorted(curriculum.state_dict()["retired"])) if curriculum is not None else None
         self._proc = ctx.Process(
             target=_generator_main, name="scalerl-generator", daemon=False,
-            args=(build, build_args, threads, sampler_state, cur, n, window, self._shared, self._sync,
+            args=(build, build_args, threads, sampler_state, RetiredSet.of(curriculum), n, window, self._shared, self._sync,
                   self._lock, self._paused, self._stop, self._out, self._retire, os.getpid()))
         self._proc.start()
 
