@@ -10,6 +10,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rl.advantages import group_advantages, nonzero_variance_mask
 from scalerl.rl.filters import BatchFiller, zero_variance_filter
 from scalerl.rl.length_penalty import overlong_penalty, shaped_reward
+from scalerl.config import CispoLoss
 from scalerl.rl.losses import policy_loss
 from scalerl.types import Completion, Group, Prompt
 
@@ -98,14 +99,14 @@ def test_zero_variance_group_contributes_nothing_and_is_not_counted():
     rewards = torch.tensor([[1.0, -1.0], [1.0, 1.0]])
     adv = group_advantages(rewards, "prompt").reshape(-1)                    # (4,) = [1, -1, 0, 0]
     lp = torch.tensor([[-1.0], [-2.0], [-3.0], [-4.0]], requires_grad=True)
-    loss, m = policy_loss("cispo", lp, lp.detach(), adv, torch.ones(4, 1), [0, 0, 1, 1], "prompt")
+    loss, m = policy_loss(CispoLoss(), lp, lp.detach(), adv, torch.ones(4, 1), [0, 0, 1, 1])
     loss.backward()
     assert lp.grad[2:].tolist() == [[0.0], [0.0]]                            # exactly zero
     # unfiltered, the dead group still counts as a prompt: -(((1*-1) + (-1*-2))/2 + 0) / 2
     assert loss.item() == pytest.approx(-((-1 + 2) / 2) / 2)
     kept, dropped = zero_variance_filter([make_group("a", [1, -1]), make_group("b", [1, 1])])
     assert dropped == 1 and len(kept) == 1
-    loss_f, m_f = policy_loss("cispo", lp[:2], lp[:2].detach(), adv[:2], torch.ones(2, 1), [0, 0], "prompt")
+    loss_f, m_f = policy_loss(CispoLoss(), lp[:2], lp[:2].detach(), adv[:2], torch.ones(2, 1), [0, 0])
     assert loss_f.item() == pytest.approx(-(-1 + 2) / 2) and m_f["prompts"] == 1.0
 
 

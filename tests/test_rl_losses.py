@@ -5,8 +5,20 @@ import math
 import pytest
 import torch
 
+from typing import get_args
+
+from pydantic import ValidationError
+
+from scalerl.config import CispoLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
 from scalerl.errors import ScaleRLError
 from scalerl.rl.losses import LOSSES, policy_loss
+
+CONFIGS = {"cispo": CispoLoss, "ppo_clip": PPOClipLoss, "gspo": GSPOLoss, "reinforce": ReinforceLoss}
+
+
+def loss(kind, *args, aggregation="prompt", ref_logprobs=None, **params):
+    """policy_loss with the config of `kind` built from `aggregation` and `params`."""
+    return policy_loss(CONFIGS[kind](aggregation=aggregation, **params), *args, ref_logprobs=ref_logprobs)
 
 # Three completions: two of prompt 0, one of prompt 1; lengths 2, 2, 3 (7 tokens).
 # Per-token trainer log-probs LP, importance ratios RHO (pi / pi_gen), advantages A.
@@ -63,9 +75,9 @@ HAND = {
 @pytest.mark.parametrize("aggregation", ["prompt", "sample", "token"])
 @pytest.mark.parametrize("kind,params", list(HAND))
 def test_loss_values_by_hand(kind, params, aggregation):
-    loss, metrics = policy_loss(kind, *batch(), PROMPTS, aggregation=aggregation, **dict(params))
+    loss_v, metrics = loss(kind, *batch(), PROMPTS, aggregation=aggregation, **dict(params))
     expected = -reference_aggregate(HAND[(kind, params)], aggregation)
-    assert loss.item() == pytest.approx(expected, rel=1e-9)
+    assert loss_v.item() == pytest.approx(expected, rel=1e-9)
     assert metrics["loss"] == pytest.approx(expected, rel=1e-9)
     assert metrics["tokens"] == 7.0 and metrics["prompts"] == 2.0
     assert all(isinstance(v, float) for v in metrics.values())
@@ -73,19 +85,19 @@ def test_loss_values_by_hand(kind, params, aggregation):
 
 def test_cispo_worked_values_literal():
     # token: (-3 + 3.5 - 1.75) / 7;  prompt: ((-3 + 3.5) / 4 + (-1.75) / 3) / 2
-    assert policy_loss("cispo", *batch(), PROMPTS, "token", eps_max=5)[0].item() == pytest.approx(1.25 / 7)
-    assert policy_loss("cispo", *batch(), PROMPTS, "prompt", eps_max=5)[0].item() == pytest.approx(0.229166666, rel=1e-6)
+    assert loss("cispo", *batch(), PROMPTS, aggregation="token", eps_max=5)[0].item() == pytest.approx(1.25 / 7)
+    assert loss("cispo", *batch(), PROMPTS, aggregation="prompt", eps_max=5)[0].item() == pytest.approx(0.229166666, rel=1e-6)
 
 
 def test_metrics_by_hand():
-    _, m = policy_loss("ppo_clip", *batch(), PROMPTS, "token", eps_low=0.2, eps_high=0.28)
+    _, m = loss("ppo_clip", *batch(), PROMPTS, aggregation="token", eps_low=0.2, eps_high=0.28)
     ratios = [2.0, 0.5, 8.0, 1.0, 1.0, 1.1, 0.7]
     assert m["ratio_mean"] == pytest.approx(sum(ratios) / 7)
     assert m["ratio_max"] == pytest.approx(8.0)
     # only the rho=2, A=+1 token is clipped away (rho=8 has A<0: min keeps the unclipped term)
     assert m["clip_frac"] == pytest.approx(1 / 7)
     assert m["adv_abs_mean"] == pytest.approx((1 + 1 + 0.5) / 3)
-    _, m = policy_loss("cispo", *batch(), PROMPTS, "token", eps_max=5)
+    _, m = loss("cispo", *batch(), PROMPTS, aggregation="token", eps_max=5)
     assert m["clip_frac"] == pytest.approx(1 / 7)   # rho=8 > 5 is truncated
 
 
@@ -93,17 +105,17 @@ def test_ppo_k3_kl_penalty_by_hand():
     lp = torch.tensor([[-1.0]], dtype=torch.float64, requires_grad=True)
     ref = torch.tensor([[-1.0 + math.log(2)]], dtype=torch.float64)
     adv, mask = torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64)
-    loss, m = policy_loss("ppo_clip", lp, lp.detach(), adv, mask, [0], "token", kl_beta=0.1, ref_logprobs=ref)
+    value, m = loss("ppo_clip", lp, lp.detach(), adv, mask, [0], aggregation="token", kl_beta=0.1, ref_logprobs=ref)
     k3 = 2 - math.log(2) - 1            # exp(d) - d - 1 with d = log 2
     assert m["kl"] == pytest.approx(k3)
-    assert loss.item() == pytest.approx(-(1.0 - 0.1 * k3))
+    assert value.item() == pytest.approx(-(1.0 - 0.1 * k3))
 
 
 # ---------------------------------------------------------------- gradients
 def grad_of(kind, aggregation="token", **params):
     lp, gen, adv, mask = batch()
-    loss, _ = policy_loss(kind, lp, gen, adv, mask, PROMPTS, aggregation, **params)
-    loss.backward()
+    value, _ = loss(kind, lp, gen, adv, mask, PROMPTS, aggregation=aggregation, **params)
+    value.backward()
     return lp.grad
 
 
@@ -131,8 +143,8 @@ def test_gspo_clips_whole_sequences():
     #        even the one whose own ratio (3) is far outside the window.
     lp, gen, adv, mask = batch(lp=[[-1.0, -1.0], [-1.0, -1.0]], rho=[[1.5, 1.0], [3.0, 1 / 3]],
                                adv=[1.0, 1.0], mask=[[1, 1], [1, 1]])
-    loss, m = policy_loss("gspo", lp, gen, adv, mask, [0, 1], "sample", eps_low=0.1, eps_high=0.1)
-    loss.backward()
+    value, m = loss("gspo", lp, gen, adv, mask, [0, 1], aggregation="sample", eps_low=0.1, eps_high=0.1)
+    value.backward()
     assert lp.grad[0].tolist() == [0.0, 0.0]
     # d(-(1/2) s A)/d lp_t = -(1/2) * s * A * (1/2) with s = 1
     assert lp.grad[1].tolist() == pytest.approx([-0.25, -0.25])
@@ -153,8 +165,8 @@ def prompt_vs_token(long_len):
     mask = [[1] * T, [1] * T, [1] + [0] * (T - 1), [1] + [0] * (T - 1)]
     args = batch(lp=lp, rho=[[1.0] * T] * 4, adv=[1.0, 1.0, -1.0, -1.0], mask=mask)
     prompts = [0, 0, 1, 1]
-    return (policy_loss("reinforce", *args, prompts, "prompt")[0].item(),
-            policy_loss("reinforce", *args, prompts, "token")[0].item())
+    return (loss("reinforce", *args, prompts, aggregation="prompt")[0].item(),
+            loss("reinforce", *args, prompts, aggregation="token")[0].item())
 
 
 def test_prompt_aggregation_weighs_prompts_equally_token_does_not():
@@ -166,19 +178,19 @@ def test_prompt_aggregation_weighs_prompts_equally_token_does_not():
 
 
 def test_string_and_tensor_prompt_ids_agree():
-    a = policy_loss("cispo", *batch(), ["x", "x", "y"], "prompt")[0]
-    b = policy_loss("cispo", *batch(), torch.tensor([7, 7, 3]), "prompt")[0]
+    a = loss("cispo", *batch(), ["x", "x", "y"])[0]
+    b = loss("cispo", *batch(), torch.tensor([7, 7, 3]))[0]
     assert a.item() == pytest.approx(b.item())
 
 
 # ---------------------------------------------------------------- empty and bad input
 def test_empty_batch_is_a_defined_zero():
     lp = torch.zeros(0, 4, requires_grad=True)
-    loss, m = policy_loss("cispo", lp, torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, 4), torch.zeros(0, dtype=torch.long))
-    assert loss.item() == 0.0 and m["tokens"] == 0.0
-    loss.backward()                                       # no division by zero, nothing to update
+    value, m = loss("cispo", lp, torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, 4), torch.zeros(0, dtype=torch.long))
+    assert value.item() == 0.0 and m["tokens"] == 0.0
+    value.backward()                                       # no division by zero, nothing to update
     lp2 = torch.full((2, 3), float("nan"), requires_grad=True)   # all masked: NaNs ignored
-    loss2, m2 = policy_loss("ppo_clip", lp2, torch.zeros(2, 3), torch.ones(2), torch.zeros(2, 3), [0, 1])
+    loss2, m2 = loss("ppo_clip", lp2, torch.zeros(2, 3), torch.ones(2), torch.zeros(2, 3), [0, 1])
     assert loss2.item() == 0.0 and m2["tokens"] == 0.0
 
 
@@ -186,9 +198,9 @@ def test_nan_at_masked_position_is_ignored():
     lp, gen, adv, mask = batch()
     lp.data[0, 2] = float("nan")
     gen[1, 2] = float("inf")
-    loss, _ = policy_loss("cispo", lp, gen, adv, mask, PROMPTS, "token")
-    assert loss.item() == pytest.approx(1.25 / 7)
-    loss.backward()
+    value, _ = loss("cispo", lp, gen, adv, mask, PROMPTS, aggregation="token")
+    assert value.item() == pytest.approx(1.25 / 7)
+    value.backward()
     assert torch.isfinite(lp.grad).all()
 
 
@@ -204,24 +216,28 @@ def test_bad_inputs_name_the_value(change, match):
     args = list(batch())
     change(args)
     with pytest.raises(ScaleRLError, match=match):
-        policy_loss("cispo", *args, PROMPTS)
+        loss("cispo", *args, PROMPTS)
 
 
-@pytest.mark.parametrize("kind,agg,params,match", [
-    ("cispoo", "prompt", {}, r"unknown loss 'cispoo'.*did you mean 'cispo'"),
-    ("cispo", "tokens", {}, r"unknown aggregation 'tokens'.*did you mean 'token'"),
-    ("cispo", "prompt", {"eps_max": 0.0}, r"eps_max must be > 0, got 0.0"),
-    ("cispo", "prompt", {"eps_max": -1.0}, r"eps_max must be > 0, got -1.0"),
-    ("ppo_clip", "prompt", {"eps_low": 1.0}, r"eps_low must be < 1, got 1.0"),
-    ("ppo_clip", "prompt", {"eps_high": 0.0}, r"eps_high must be > 0, got 0.0"),
-    ("ppo_clip", "prompt", {"kl_beta": 0.1}, r"kl_beta = 0.1 needs ref_logprobs"),
-    ("gspo", "prompt", {"eps_low": -1e-3}, r"eps_low must be > 0, got -0.001"),
-    ("cispo", "prompt", {"eps": 5}, r"unknown parameter 'eps' \(expected: eps_max\)"),
+@pytest.mark.parametrize("kind,params,match", [
+    ("cispo", {"aggregation": "tokens"}, r"aggregation"),
+    ("cispo", {"eps_max": 0.0}, r"eps_max"),
+    ("cispo", {"eps_max": -1.0}, r"eps_max"),
+    ("ppo_clip", {"eps_low": 1.0}, r"eps_low"),
+    ("ppo_clip", {"eps_high": 0.0}, r"eps_high"),
+    ("gspo", {"eps_low": -1e-3}, r"eps_low"),
+    ("cispo", {"eps": 5}, r"eps"),
 ])
-def test_bad_kind_and_params(kind, agg, params, match):
-    with pytest.raises(ScaleRLError, match=match):
-        policy_loss(kind, *batch(), PROMPTS, agg, **params)
+def test_a_loss_config_checks_its_own_bounds_once(kind, params, match):
+    """Bounds live in the config (checked when it is built); the loss does not check them again."""
+    with pytest.raises(ValidationError, match=match):
+        CONFIGS[kind](**params)
 
 
-def test_registry_has_the_four_losses():
-    assert set(LOSSES) == {"cispo", "ppo_clip", "gspo", "reinforce"}
+def test_kl_without_reference_logprobs_is_refused():
+    with pytest.raises(ScaleRLError, match=r"kl_beta = 0.1 needs ref_logprobs"):
+        loss("ppo_clip", *batch(), PROMPTS, kl_beta=0.1)
+
+
+def test_every_loss_config_has_its_loss_registered():
+    assert set(LOSSES) == set(get_args(get_args(LossConfig)[0])) == set(CONFIGS.values())

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options, loss_params
+from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options
 from scalerl.types import Completion, Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
@@ -63,7 +63,7 @@ def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | N
     """Whole-batch advantages, round-robin shards of groups, loss weights; None if nothing trains."""
     from scalerl.rl.advantages import group_advantages
 
-    _, aggregation, _ = loss_params(cfg)
+    aggregation = cfg.loss.aggregation
     total = aggregation_units(groups, aggregation)
     if total == 0:
         return None
@@ -79,10 +79,9 @@ def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | N
 
 def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int) -> dict[str, float]:
     """This worker's part of one data-parallel step (all ranks of the default group call it together)."""
-    from scalerl.rl.losses import policy_loss
+    from scalerl.rl.losses import policy_loss, uses_reference
 
-    kind, aggregation, params = loss_params(cfg)
-    if params.get("kl_beta", 0.0) > 0:
+    if uses_reference(cfg.loss):
         raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
     model.train()
     metrics: dict[str, float] = {}
@@ -90,8 +89,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     if shard.groups:
         batch = collate(shard.groups, pad_id)
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, shard.advantages.reshape(-1), batch.mask,
-                                    batch.prompt_ids, aggregation=aggregation, **params)
+        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, shard.advantages.reshape(-1), batch.mask,
+                                    batch.prompt_ids)
         scaled = loss * shard.weight
         tokens = float(batch.mask.sum().item())
     else:  # an empty shard still takes part in the all-reduce, with zero gradients
@@ -196,7 +195,9 @@ class DataParallelStep:
     def __init__(self, model, optim: Optimizer, cfg: Config, options: Callable[[int], dict] | None = None):
         import ray
 
-        if loss_params(cfg)[2].get("kl_beta", 0.0) > 0:
+        from scalerl.rl.losses import uses_reference
+
+        if uses_reference(cfg.loss):
             raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
         self.world = cfg.ray.trainers
         init_method = free_address()

@@ -57,12 +57,6 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
                  same_prompt)
 
 
-def loss_params(cfg: Config) -> tuple[str, str, dict]:
-    """(kind, aggregation, extra params) of the configured loss."""
-    params = cfg.loss.model_dump()
-    return params.pop("type"), params.pop("aggregation"), params
-
-
 class Optimizer:
     """AdamW (paper: eps 1e-15, weight decay 0.01) with linear warm-up then constant lr."""
 
@@ -150,25 +144,25 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     frozen initial policy, needed only for a KL penalty (ppo_clip with kl_beta > 0).
     """
     from scalerl.rl.advantages import group_advantages
-    from scalerl.rl.losses import policy_loss
+    from scalerl.rl.losses import policy_loss, uses_reference
 
     rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)                  # (P, G)
     adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)              # (P, G)
-    kind, aggregation, params = loss_params(cfg)
+    aggregation = cfg.loss.aggregation
+    kl = uses_reference(cfg.loss)
     n_tokens = [sum(len(c.tokens) - sum(c.forced_mask) for c in g.completions) for g in groups]
     model.train()
     optim.opt.zero_grad(set_to_none=True)
     parts, total = [], 0.0
     for part in micro_batches(groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
         batch = collate([groups[i] for i in part], pad_id)
-        mb_params = dict(params)
-        if params.get("kl_beta", 0.0) > 0:
+        ref = None
+        if kl:
             with torch.no_grad():
-                mb_params["ref_logprobs"] = completion_logprobs(ref_model, batch, cfg.rollout.temperature,
-                                                                **forward_options(cfg))
+                ref = completion_logprobs(ref_model, batch, cfg.rollout.temperature, **forward_options(cfg))
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        loss, metrics = policy_loss(kind, logprobs, batch.gen_logprobs, adv[part].reshape(-1), batch.mask,
-                                    batch.prompt_ids, aggregation=aggregation, **mb_params)   # adv (p, G) -> (p*G,)
+        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, adv[part].reshape(-1), batch.mask,
+                                    batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
             optim.opt.zero_grad(set_to_none=True)
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "

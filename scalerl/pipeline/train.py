@@ -21,11 +21,12 @@ from typing import Callable
 
 import torch
 
-from scalerl.config import Config, PPOClipLoss
+from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.pipeline.evaluate import evaluate, live_forecast
 from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
 from scalerl.pipeline.step import Optimizer, group_stats, train_step
+from scalerl.rl.losses import uses_reference
 from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, RetiredSet, ThreadedRollouts, Window
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
@@ -169,7 +170,7 @@ class Trainer:
         self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
                                            "groups_drawn": 0}
         self.evals: list[tuple[float, float]] = []
-        kl = isinstance(cfg.loss, PPOClipLoss) and cfg.loss.kl_beta > 0
+        kl = uses_reference(cfg.loss)
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if kl else None
         self.step_fn: Callable = train_step  # the ray backend swaps in a data-parallel step (ray.trainers > 1)

@@ -25,8 +25,3 @@ def check_finite(name: str, x: torch.Tensor, where: torch.Tensor | None = None) 
     if bool(bad.any()):
         index = tuple(int(i) for i in bad.nonzero()[0])
         raise ScaleRLError(f"{name}: non-finite value {x[index].item()} at index {index}")
-
-
-def check_positive(owner: str, name: str, value: float) -> None:
-    if not value > 0:
-        raise ScaleRLError(f"{owner}: {name} must be > 0, got {value}")

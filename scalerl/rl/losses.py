@@ -31,16 +31,15 @@ Departures from the paper:
 
 from __future__ import annotations
 
-import difflib
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 import torch
 
+from scalerl.config import CispoLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
 from scalerl.errors import ScaleRLError
-from scalerl.rl._checks import check_finite, check_ndim, check_positive, check_shape
+from scalerl.rl._checks import check_finite, check_ndim, check_shape
 
 
 @dataclass(frozen=True)
@@ -67,21 +66,16 @@ class TokenTerms:
 
 
 LossFn = Callable[..., TokenTerms]
-LOSSES: dict[str, LossFn] = {}
+LOSSES: dict[type, LossFn] = {}
+"""Each loss is registered against its config class (`scalerl.config`) and called with it; the
+config checks the bounds of its parameters when it is built."""
 
 
-def register(name: str) -> Callable[[LossFn], LossFn]:
+def register(config_cls: type) -> Callable[[LossFn], LossFn]:
     def add(fn: LossFn) -> LossFn:
-        LOSSES[name] = fn
+        LOSSES[config_cls] = fn
         return fn
     return add
-
-
-def _clip_bounds(owner: str, eps_low: float, eps_high: float) -> None:
-    check_positive(owner, "eps_low", eps_low)
-    check_positive(owner, "eps_high", eps_high)
-    if eps_low >= 1:
-        raise ScaleRLError(f"{owner}: eps_low must be < 1, got {eps_low}")
 
 
 def _clipped_away(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
@@ -89,49 +83,43 @@ def _clipped_away(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_hi
     return ((ratio > 1 + eps_high) & (adv > 0)) | ((ratio < 1 - eps_low) & (adv < 0))
 
 
-@register("cispo")
-def cispo(x: LossInputs, eps_max: float = 5.0) -> TokenTerms:
-    check_positive("loss 'cispo'", "eps_max", eps_max)
+@register(CispoLoss)
+def cispo(x: LossInputs, cfg: CispoLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
     ratio = x.log_ratio.exp()
-    weight = ratio.clamp(max=eps_max).detach()                                 # sg(min(rho, eps_max))
-    return TokenTerms(weight * x.adv * x.logprobs, ratio > eps_max)
+    weight = ratio.clamp(max=cfg.eps_max).detach()                             # sg(min(rho, eps_max))
+    return TokenTerms(weight * x.adv * x.logprobs, ratio > cfg.eps_max)
 
 
-@register("ppo_clip")
-def ppo_clip(x: LossInputs, eps_low: float = 0.2, eps_high: float = 0.2, kl_beta: float = 0.0,
-             ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
-    _clip_bounds("loss 'ppo_clip'", eps_low, eps_high)
-    if kl_beta < 0:
-        raise ScaleRLError(f"loss 'ppo_clip': kl_beta must be >= 0, got {kl_beta}")
-    if kl_beta > 0 and ref_logprobs is None:
-        raise ScaleRLError(f"loss 'ppo_clip': kl_beta = {kl_beta} needs ref_logprobs (reference-policy log-probs)")
+@register(PPOClipLoss)
+def ppo_clip(x: LossInputs, cfg: PPOClipLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
+    if cfg.kl_beta > 0 and ref_logprobs is None:
+        raise ScaleRLError(f"loss 'ppo_clip': kl_beta = {cfg.kl_beta} needs ref_logprobs (reference-policy log-probs)")
     ratio = x.log_ratio.exp()
-    objective = torch.minimum(ratio * x.adv, ratio.clamp(1 - eps_low, 1 + eps_high) * x.adv)
+    objective = torch.minimum(ratio * x.adv, ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * x.adv)
     extra = {}
-    if ref_logprobs is not None:
+    if cfg.kl_beta > 0:
         check_shape("ref_logprobs", ref_logprobs, tuple(x.logprobs.shape))
         check_finite("ref_logprobs", ref_logprobs, x.mask > 0)
         d = torch.where(x.mask > 0, ref_logprobs.to(x.logprobs.dtype), 0.0) - x.logprobs
         extra["kl"] = d.exp() - d - 1                                          # k3, >= 0
-        objective = objective - kl_beta * extra["kl"]
-    return TokenTerms(objective, _clipped_away(ratio, x.adv, eps_low, eps_high), extra)
+        objective = objective - cfg.kl_beta * extra["kl"]
+    return TokenTerms(objective, _clipped_away(ratio, x.adv, cfg.eps_low, cfg.eps_high), extra)
 
 
-@register("gspo")
-def gspo(x: LossInputs, eps_low: float = 3e-4, eps_high: float = 4e-4) -> TokenTerms:
-    _clip_bounds("loss 'gspo'", eps_low, eps_high)
+@register(GSPOLoss)
+def gspo(x: LossInputs, cfg: GSPOLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
     lengths = x.mask.sum(dim=1).clamp_min(1)                                   # (N,)
     seq_ratio = ((x.log_ratio * x.mask).sum(dim=1) / lengths).exp()            # (N,) exp(mean_t log rho)
     adv = x.advantages
-    seq = torch.minimum(seq_ratio * adv, seq_ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
-    clipped = _clipped_away(seq_ratio, adv, eps_low, eps_high)
+    seq = torch.minimum(seq_ratio * adv, seq_ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
+    clipped = _clipped_away(seq_ratio, adv, cfg.eps_low, cfg.eps_high)
     shape = x.logprobs.shape
     return TokenTerms(seq.unsqueeze(1).expand(shape), clipped.unsqueeze(1).expand(shape),  # (N,) -> (N, T)
                       {"seq_ratio": seq_ratio.detach().unsqueeze(1).expand(shape)})
 
 
-@register("reinforce")
-def reinforce(x: LossInputs) -> TokenTerms:
+@register(ReinforceLoss)
+def reinforce(x: LossInputs, cfg: ReinforceLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
     return TokenTerms(x.adv * x.logprobs, torch.zeros_like(x.mask, dtype=torch.bool))
 
 
@@ -161,21 +149,6 @@ AGGREGATIONS: dict[str, Aggregator] = {"prompt": _prompt_mean, "sample": _sample
 
 
 # ---------------------------------------------------------------- entry point
-def _lookup(kind: str, table: dict, what: str):
-    if kind not in table:
-        hint = difflib.get_close_matches(str(kind), list(table), n=1)
-        more = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise ScaleRLError(f"unknown {what} {kind!r} (expected one of {', '.join(table)}){more}")
-    return table[kind]
-
-
-def _check_params(kind: str, fn: LossFn, params: dict) -> None:
-    allowed = [p for p in inspect.signature(fn).parameters if p != "x"]
-    unknown = [p for p in params if p not in allowed]
-    if unknown:
-        raise ScaleRLError(f"loss {kind!r}: unknown parameter {unknown[0]!r} (expected: {', '.join(allowed) or 'none'})")
-
-
 def group_index(prompt_ids: torch.Tensor | Sequence[Hashable], n: int) -> torch.Tensor:
     """(N,) prompt ids (ints or any hashables) -> (N,) dense indices 0..P-1."""
     if isinstance(prompt_ids, torch.Tensor):
@@ -204,18 +177,27 @@ def _empty(logprobs: torch.Tensor, on: torch.Tensor, n: int) -> tuple[torch.Tens
                   "tokens": 0.0, "completions": float(n), "prompts": 0.0}
 
 
-def policy_loss(kind: str, logprobs: torch.Tensor, gen_logprobs: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, prompt_ids: torch.Tensor | Sequence[Hashable], aggregation: str = "prompt",
-                **params) -> tuple[torch.Tensor, dict[str, float]]:
+def uses_reference(cfg: LossConfig) -> bool:
+    """Whether the loss needs the reference (initial) policy's log-probs: PPO-clip's KL penalty."""
+    return isinstance(cfg, PPOClipLoss) and cfg.kl_beta > 0
+
+
+def policy_loss(cfg: LossConfig, logprobs: torch.Tensor, gen_logprobs: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, prompt_ids: torch.Tensor | Sequence[Hashable],
+                ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss to minimise (-aggregated objective) and plain-float metrics.
 
-    Shapes: logprobs, gen_logprobs, mask (N, T); advantages, prompt_ids (N,). Extra `params` go
-    to the loss (cispo: eps_max; ppo_clip: eps_low, eps_high, kl_beta, ref_logprobs; gspo:
-    eps_low, eps_high). No unmasked token at all gives a zero loss with metrics["tokens"] == 0.
+    `cfg` is the loss's config (`CispoLoss`, `PPOClipLoss`, `GSPOLoss`, `ReinforceLoss`): it picks
+    the loss and carries its parameters and aggregation. Shapes: logprobs, gen_logprobs, mask,
+    ref_logprobs (N, T); advantages, prompt_ids (N,). `ref_logprobs` (the reference policy's)
+    is needed only for a KL penalty. No unmasked token at all gives a zero loss with
+    metrics["tokens"] == 0.
     """
-    fn = _lookup(kind, LOSSES, "loss")
-    aggregate = _lookup(aggregation, AGGREGATIONS, "aggregation")
-    _check_params(kind, fn, params)
+    fn = LOSSES.get(type(cfg))
+    if fn is None:
+        raise ScaleRLError(f"no loss is registered for {type(cfg).__name__} "
+                           f"(expected one of {', '.join(c.__name__ for c in LOSSES)})")
+    aggregate = AGGREGATIONS[cfg.aggregation]
     check_ndim("logprobs", logprobs, 2)
     N, T = logprobs.shape
     check_shape("gen_logprobs", gen_logprobs, (N, T))
@@ -231,6 +213,6 @@ def policy_loss(kind: str, logprobs: torch.Tensor, gen_logprobs: torch.Tensor, a
     dtype = logprobs.dtype
     x = LossInputs(torch.where(on, logprobs, 0.0), torch.where(on, gen_logprobs.to(dtype), 0.0),
                    advantages.to(dtype).detach(), on.to(dtype))
-    terms = fn(x, **params)
+    terms = fn(x, cfg, ref_logprobs)
     loss = -aggregate(terms.objective, x.mask, group)
     return loss, _metrics(x, terms, loss, group)
