@@ -16,11 +16,11 @@ from ray.exceptions import ActorUnavailableError  # noqa: E402
 
 from scalerl.config import load_config
 from scalerl.distributed import backend
-from scalerl.distributed.data_parallel import aggregation_units, plan_shards, start_workers
+from scalerl.distributed.data_parallel import start_workers
 from scalerl.distributed.rollouts import ShardSampler, merge_sampler_states, split_sampler_state
 from scalerl.pipeline import train as train_mod
 from scalerl.pipeline.fake import FakeTask, tiny_random_components
-from scalerl.pipeline.step import Optimizer, train_step
+from scalerl.pipeline.step import Optimizer, aggregation_units, plan_shards, train_step
 from scalerl.pipeline.train import train
 from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import latest_checkpoint
@@ -194,7 +194,7 @@ def test_aggregation_units_and_shard_weights_by_hand():
     cfg = load_config("scalerl", overrides=["loss.aggregation=token"])
     shards = plan_shards(groups, cfg, 2)  # round robin: {p0, p2}, {p1}
     assert [[g.prompt.id for g in s.groups] for s in shards] == [["p0", "p2"], ["p1"]]
-    assert [s.weight for s in shards] == pytest.approx([20 / 25, 5 / 25])
+    assert [aggregation_units(s.groups, "token") / s.total_units for s in shards] == pytest.approx([20 / 25, 5 / 25])
 
 
 def test_two_gloo_workers_match_one_worker_on_the_combined_batch():

@@ -77,3 +77,66 @@ def test_micro_batching_gives_the_one_batch_loss_and_gradient(aggregation, monke
     assert many["train/grad_norm"] == pytest.approx(one["train/grad_norm"], rel=1e-4)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def _groups_with_untrainable_completions():
+    """_random_groups plus a completion that is all injected tokens (no trainable token) and a
+    group whose every completion is so (it counts as no unit in any aggregation)."""
+    groups = _random_groups(P=5)
+    c = groups[0].completions[2]
+    c.forced_mask = [True] * len(c.tokens)
+    dead = [_completion("dead", g, [9, 9, 9], [11, 12], forced=[True, True], reward=(1.0, -1.0)[g % 2])
+            for g in range(4)]
+    return groups + [Group(Prompt("dead", "", ""), dead)]
+
+
+def _two_workers(groups, cfg):
+    """shard_step on two model copies in two threads, with an in-process all-reduce."""
+    import threading
+
+    from scalerl.pipeline.step import plan_shards, shard_step
+
+    shards = plan_shards(groups, cfg, 2)
+    barrier, flats, rows, models = threading.Barrier(2), [None, None], [None, None], [None, None]
+
+    def reduce_for(rank):
+        def reduce(flat):
+            flats[rank] = flat.clone()
+            barrier.wait()
+            flat.copy_(flats[0] + flats[1])
+        return reduce
+
+    for rank in range(2):  # loaded one after the other: the random init draws from the global RNG
+        models[rank], _ = load_model("tiny-random")
+
+    def run(rank):
+        rows[rank] = shard_step(models[rank], Optimizer(models[rank], cfg), shards[rank], cfg, 0, 1,
+                                reduce=reduce_for(rank))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rows, models
+
+
+@pytest.mark.parametrize("aggregation", ["prompt", "sample", "token"])
+def test_one_step_for_one_or_two_workers_and_any_micro_batch_size(aggregation, monkeypatch):
+    """Loss and gradients equal whether the batch is one micro-batch, one group per micro-batch,
+    or two data-parallel workers (one function, one weighting rule), untrainable completions included."""
+    cfg = load_config("scalerl", overrides=[f"loss.aggregation={aggregation}", "optim.lr=1e-30"])
+    groups = _groups_with_untrainable_completions()
+    model, _ = load_model("tiny-random")
+    one = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
+    g_one = [p.grad.clone() for p in model.parameters()]
+    monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", 1)
+    rows, models = _two_workers(groups, cfg)
+    assert rows[0]["train/loss"] == rows[1]["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5, abs=1e-7)
+    assert rows[0]["tokens/trained_step"] == one["tokens/trained_step"]
+    for m in models:
+        for a, p in zip(g_one, m.parameters()):
+            torch.testing.assert_close(p.grad, a, rtol=1e-4, atol=1e-7)
+    # units by hand: 5 live prompts; 5 x 4 completions less the one without a trainable token
+    from scalerl.pipeline.step import aggregation_units
+    assert aggregation_units(groups, "prompt") == 5 and aggregation_units(groups, "sample") == 19

@@ -1,7 +1,9 @@
 """Data-parallel trainer step over W workers (torch.distributed: gloo on CPU, NCCL on GPU).
 
 W workers, each stepping on a shard of the step's groups, end with the same weights as one
-worker stepping on the whole batch (`scalerl.pipeline.step.train_step`), because:
+worker stepping on the whole batch, because they run the same step
+(`scalerl.pipeline.step.shard_step`, micro-batches and memory bound included) with an
+all-reduce of the gradients as its reducer, and:
 
 1. Advantages are computed once, on the whole batch (ScaleRL's batch-level normalisation
    divides by the std of every advantage of the step; a shard's std would differ).
@@ -22,7 +24,6 @@ Departures from the single-worker step:
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -30,97 +31,15 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options
-from scalerl.types import Completion, Group
+from scalerl.pipeline.step import Optimizer, plan_shards, shard_step
+from scalerl.types import Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
 
 
-@dataclass
-class Shard:
-    groups: list[Group]
-    advantages: torch.Tensor   # (P_w, G) rows of the whole batch's advantages
-    weight: float              # U_w / U
-
-
-def _trainable(c: Completion) -> int:
-    forced = c.forced_mask or [False] * len(c.tokens)
-    return sum(not f for f in forced)
-
-
-def aggregation_units(groups: list[Group], aggregation: str) -> int:
-    """How many terms the loss averages over: prompts / completions with a trainable token, or tokens."""
-    if aggregation == "prompt":
-        return sum(any(_trainable(c) for c in g.completions) for g in groups)
-    if aggregation == "sample":
-        return sum(_trainable(c) > 0 for g in groups for c in g.completions)
-    if aggregation == "token":
-        return sum(_trainable(c) for g in groups for c in g.completions)
-    raise ScaleRLError(f"unknown aggregation {aggregation!r} (expected prompt, sample or token)")
-
-
-def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | None:
-    """Whole-batch advantages, round-robin shards of groups, loss weights; None if nothing trains."""
-    from scalerl.rl.advantages import group_advantages
-
-    aggregation = cfg.loss.aggregation
-    total = aggregation_units(groups, aggregation)
-    if total == 0:
-        return None
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
-    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)         # (P, G)
-    shards = []
-    for rank in range(world):
-        index = list(range(rank, len(groups), world))
-        part = [groups[i] for i in index]
-        shards.append(Shard(part, adv[index], aggregation_units(part, aggregation) / total))
-    return shards
-
-
-def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int) -> dict[str, float]:
-    """This worker's part of one data-parallel step (all ranks of the default group call it together)."""
-    from scalerl.rl.losses import policy_loss, uses_reference
-
-    if uses_reference(cfg.loss):
-        raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
-    model.train()
-    metrics: dict[str, float] = {}
-    tokens = 0.0
-    if shard.groups:
-        batch = collate(shard.groups, pad_id)
-        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, shard.advantages.reshape(-1), batch.mask,
-                                    batch.prompt_ids)
-        scaled = loss * shard.weight
-        tokens = float(batch.mask.sum().item())
-    else:  # an empty shard still takes part in the all-reduce, with zero gradients
-        scaled = sum((p * 0.0).sum() for p in optim.params)
-    optim.opt.zero_grad(set_to_none=True)
-    scaled.backward()
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
-    extra = torch.tensor([scaled.item(), tokens], dtype=grads[0].dtype, device=grads[0].device)
-    flat = torch.cat([g.reshape(-1) for g in grads] + [extra])                          # (n_params + 2,)
-    if dist.is_initialized():
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    offset = 0
-    for p in optim.params:
-        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
-    loss_total, tokens_total = flat[-2].item(), int(flat[-1].item())
-    if not torch.isfinite(flat[-2]):
-        raise ScaleRLError(f"non-finite loss ({loss_total}) at step {step}: training stopped; "
-                           "the last good checkpoint is kept (lower optim.lr or check the rewards)")
-    grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
-    if not torch.isfinite(grad_norm):
-        raise ScaleRLError(f"non-finite gradient norm at step {step}: training stopped; the last good checkpoint is kept")
-    lr = optim.sched.get_last_lr()[0]
-    optim.opt.step()
-    optim.sched.step()
-    out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
-           "tokens/trained_step": tokens_total}
-    out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
-    out["loss/loss"] = loss_total
-    return out
+def all_reduce(flat: torch.Tensor) -> None:
+    """The data-parallel `Reducer` of `shard_step`: sum over every rank, in place."""
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
 
 
 def free_address() -> str:
@@ -161,7 +80,7 @@ class TrainerWorker:
         self.optim.load_state_dict(optim_state)
 
     def step(self, shard: Shard, step: int) -> dict[str, float]:
-        return shard_step(self.model, self.optim, shard, self.cfg, self.pad_id, step)
+        return shard_step(self.model, self.optim, shard, self.cfg, self.pad_id, step, reduce=all_reduce)
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -217,7 +136,7 @@ class DataParallelStep:
         if shards is None:
             return None
         pending = [w.step.remote(shards[rank], step) for rank, w in enumerate(self.workers, start=1)]
-        row = shard_step(model, optim, shards[0], cfg, pad_id, step)
+        row = shard_step(model, optim, shards[0], cfg, pad_id, step, reduce=all_reduce)
         ray.get(pending)
         return row
 

@@ -16,14 +16,18 @@ Departures from the paper (Section 4 and Appendix A.3):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.pipeline.forward import Batch, completion_logprobs, forward_options
-from scalerl.types import Group
+from scalerl.types import Completion, Group
 
-__all__ = ["Batch", "Optimizer", "collate", "completion_logprobs", "forward_options", "micro_batches", "train_step"]
+__all__ = ["Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
+           "micro_batches", "plan_shards", "shard_step", "train_step"]
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:
@@ -109,18 +113,52 @@ def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, sha
     return out
 
 
-def _weight(aggregation: str, groups: list[Group], part: list[int], n_tokens: list[int]) -> float:
-    """Share of a micro-batch in the whole-batch aggregate (the loss is a mean over prompts,
-    completions or tokens, so the micro-batch means combine with these weights exactly)."""
+@dataclass
+class Shard:
+    """One worker's part of a step: whole groups, their rows of the whole batch's advantages,
+    and the aggregation units of the whole batch (so that the workers' losses add up to it)."""
+
+    groups: list[Group]
+    advantages: torch.Tensor   # (P_w, G) rows of the whole batch's advantages
+    total_units: int           # aggregation units of the whole batch (aggregation_units)
+
+
+def trainable_tokens(c: Completion) -> int:
+    """Tokens of a completion the loss trains on (injected interruption tokens are not)."""
+    return len(c.tokens) - sum(c.forced_mask)
+
+
+def aggregation_units(groups: list[Group], aggregation: str) -> int:
+    """How many terms the loss averages over: prompts with a trainable token (`prompt`),
+    completions with one (`sample`), or trainable tokens (`token`). A completion or group
+    without a trainable token is no unit: the losses' means skip it (rl/losses.py)."""
     if aggregation == "prompt":
-        return len(part) / len(groups)
+        return sum(any(trainable_tokens(c) for c in g.completions) for g in groups)
     if aggregation == "sample":
-        return sum(len(groups[i].completions) for i in part) / sum(len(g.completions) for g in groups)
-    return sum(n_tokens[i] for i in part) / max(1, sum(n_tokens))
+        return sum(trainable_tokens(c) > 0 for g in groups for c in g.completions)
+    if aggregation == "token":
+        return sum(trainable_tokens(c) for g in groups for c in g.completions)
+    raise ScaleRLError(f"unknown aggregation {aggregation!r} (expected prompt, sample or token)")
+
+
+def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | None:
+    """Whole-batch advantages, then `world` round-robin shards of whole groups; None if nothing trains."""
+    from scalerl.rl.advantages import group_advantages
+
+    total = aggregation_units(groups, cfg.loss.aggregation)
+    if total == 0:
+        return None
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
+    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)         # (P, G)
+    return [Shard([groups[i] for i in range(rank, len(groups), world)], adv[rank::world], total)
+            for rank in range(world)]
 
 
 def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-    """Whole-batch loss metrics from micro-batch metrics: weighted means, sums of counts, max of maxima."""
+    """Loss metrics of micro-batches combined: weighted means, sums of counts, max of maxima."""
+    if not parts:
+        return {}
+    weight = sum(w for w, _ in parts) or 1.0
     out: dict[str, float] = {}
     for key in parts[0][1]:
         values = [(w, m[key]) for w, m in parts]
@@ -129,61 +167,89 @@ def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
         elif key in ("tokens", "completions", "prompts"):
             out[key] = sum(v for _, v in values)
         else:
-            out[key] = sum(w * v for w, v in values)
+            out[key] = sum(w * v for w, v in values) / weight
     return out
+
+
+Reducer = Callable[[torch.Tensor], None]
+
+
+def no_reduce(flat: torch.Tensor) -> None:
+    """One worker: its gradients are the batch's."""
 
 
 def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
                ref_model=None) -> dict[str, float] | None:
-    """One optimizer step on already-filtered groups; None (no step) when no token is trainable.
+    """One optimizer step on already-filtered groups, one worker; None (no step) when no token
+    is trainable. `DataParallelStep` (scalerl.distributed) runs `shard_step` on W workers."""
+    shards = plan_shards(groups, cfg, 1)
+    return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 
-    Advantages are computed over the whole batch (batch-level normalisation), then the loss is
-    accumulated over length-sorted micro-batches (`micro_batches`) with weights that make the sum
-    equal to the whole-batch loss. Raises ScaleRLError on a non-finite loss or gradient, before
-    the weights change, so the last checkpoint stays the last good state. `ref_model`: the
-    frozen initial policy, needed only for a KL penalty (ppo_clip with kl_beta > 0).
-    """
-    from scalerl.rl.advantages import group_advantages
+
+def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float]:
+    """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens)."""
     from scalerl.rl.losses import policy_loss, uses_reference
 
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)                  # (P, G)
-    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)              # (P, G)
-    aggregation = cfg.loss.aggregation
     kl = uses_reference(cfg.loss)
-    n_tokens = [sum(len(c.tokens) - sum(c.forced_mask) for c in g.completions) for g in groups]
-    model.train()
-    optim.opt.zero_grad(set_to_none=True)
-    parts, total = [], 0.0
-    for part in micro_batches(groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
-        batch = collate([groups[i] for i in part], pad_id)
+    parts, total, tokens = [], 0.0, 0.0
+    for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
+        groups = [shard.groups[i] for i in part]
+        batch = collate(groups, pad_id)
         ref = None
         if kl:
             with torch.no_grad():
                 ref = completion_logprobs(ref_model, batch, cfg.rollout.temperature, **forward_options(cfg))
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, adv[part].reshape(-1), batch.mask,
-                                    batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
+        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, shard.advantages[part].reshape(-1),
+                                    batch.mask, batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
-            optim.opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                                "the last good checkpoint is kept (lower optim.lr or check the rewards)")
-        w = _weight(aggregation, groups, part, n_tokens)
+        w = aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
         (loss * w).backward()
         total += w * loss.item()
+        tokens += metrics["tokens"]
         parts.append((w, metrics))
-    metrics = _combine(parts)
-    if metrics["tokens"] == 0:
-        return None
+    return parts, total, tokens
+
+
+def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model=None,
+               reduce: Reducer = no_reduce) -> dict[str, float]:
+    """This worker's part of one optimizer step (every worker of a data-parallel step calls it).
+
+    The loss is accumulated over length-sorted micro-batches (`micro_batches`), each weighted by
+    its aggregation units over the whole batch's, so that the sum over micro-batches and
+    workers is the whole-batch loss and its gradient (batch-level normalisation: the
+    advantages come from the whole batch). `reduce` sums the flattened gradients, loss and
+    token count over the workers (an all-reduce; nothing for one worker); clipping and AdamW
+    then run on identical gradients everywhere. Raises ScaleRLError on a non-finite loss or
+    gradient, before the weights change, so the last checkpoint stays the last good state.
+    `ref_model`: the frozen initial policy, needed only for a KL penalty.
+    """
+    model.train()
+    optim.opt.zero_grad(set_to_none=True)
+    parts, total, tokens = _backward(model, shard, cfg, pad_id, step, ref_model)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([total, tokens])])  # (n_params + 2,)
+    reduce(flat)
+    offset = 0
+    for p in optim.params:
+        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    loss_total, tokens_total = flat[-2].item(), int(flat[-1].item())
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
-    if not torch.isfinite(grad_norm):
+    if not (torch.isfinite(flat[-2]) and torch.isfinite(grad_norm)):
         optim.opt.zero_grad(set_to_none=True)
-        raise ScaleRLError(f"non-finite gradient norm at step {step}: training stopped; the last good checkpoint is kept")
+        raise ScaleRLError(f"non-finite loss or gradient norm at step {step}: training stopped; "
+                           "the last good checkpoint is kept")
     lr = optim.sched.get_last_lr()[0]
     optim.opt.step()
     optim.sched.step()
-    out = {"train/loss": total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
-           "train/micro_batches": len(parts), "tokens/trained_step": int(metrics["tokens"])}
-    out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
+    out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
+           "train/micro_batches": len(parts), "tokens/trained_step": tokens_total}
+    out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
+    out["loss/loss"] = loss_total
     return out
 
 
