@@ -154,7 +154,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def _verify_checksums(path: Path) -> None:
+def verify_checksums(path: Path) -> None:
     sums_file = path / CHECKSUMS
     if not sums_file.exists():
         return  # written before checksums existed: loading is the check
@@ -206,7 +206,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> tuple[dict, TrainStat
     before touching the RNG (the model's weights may be partly overwritten: load another).
     """
     path = Path(path)
-    _verify_checksums(path)
+    verify_checksums(path)
     state = read_state(path)
     rng = _torch_load(path / "rng.pt")
     if not isinstance(rng, dict) or set(rng) != {"python", "numpy", "torch"}:

@@ -19,19 +19,25 @@ import torch
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.checkpoint import (DamagedCheckpoint, TrainState, checkpoints, load_checkpoint, read_state,
-                                    remove_partial, set_aside)
+                                    remove_partial, set_aside, verify_checksums)
 from scalerl.run.metrics import METRICS_FILE, check_metrics
 
 RESTART = "--restart starts the run over under its config.yaml (what it wrote moves to previous-N/)"
 
 
 def newest_step(run_dir: Path) -> int:
-    """The step of the newest checkpoint whose state.json reads (0 if none): where a resume would start."""
+    """The step of the newest checkpoint that passes its checksums (0 if none): where a resume would start.
+
+    Also checks metrics.jsonl against it, so a damaged file stops the resume before anything is written.
+    """
     for path in reversed(checkpoints(run_dir)):
         try:
-            return read_state(path).step
+            verify_checksums(path)
+            state = read_state(path)
         except DamagedCheckpoint:
             continue
+        check_metrics(run_dir, state.metrics_offset, f"checkpoint {path.name}")
+        return state.step
     return 0
 
 
