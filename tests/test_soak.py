@@ -1,0 +1,101 @@
+"""Soak (slow tier): a run killed with -9 at 10 random moments, start-up included, and resumed each time.
+
+Compared with an uninterrupted run of the same seed and command: the same train steps and
+evaluations, no row twice, compute never going back, and no process of a killed run (the
+generator process, multiprocessing's helpers) still alive afterwards.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scalerl.run.metrics import read_rows
+
+psutil = pytest.importorskip("psutil")
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 16
+SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
+        "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
+        "optim.warmup_steps=1", "pipeline.transport=process", "run.threads=2", "run.seed=3"]
+# `scalerl train` on tiny-random with the parity reward (a model that never passes would stall the loop)
+CLI = ("import sys, scalerl.pipeline.train as t\n"
+       "from scalerl.pipeline.fake import tiny_random_components\n"
+       "t.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
+       "from scalerl.cli import main\n"
+       "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _command(run: Path) -> list[str]:
+    args = ["train", "--no-progress", "--run-dir", str(run), "--max-steps", str(STEPS)]
+    if (run / "config.yaml").exists():
+        args.append("--resume")
+    else:
+        args += [a for s in SETS for a in ("--set", s)]
+    return [sys.executable, "-c", CLI, *args]
+
+
+def _launch(run: Path, log) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen(_command(run), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def _descendants(pid: int) -> list:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _survivors(procs: list, grace: float = 20.0) -> list:
+    """The processes of `procs` still alive after `grace` seconds (their parent was killed)."""
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _check(rows: list[dict]) -> tuple[list[int], list[int]]:
+    keys = [(r["step"], r["kind"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a metrics row written twice"
+    hours = [r["compute/device_hours"] for r in rows if r["kind"] == "train"]
+    assert all(a < b for a, b in zip(hours, hours[1:])), "compute went back"
+    return [s for s, k in keys if k == "train"], [s for s, k in keys if k == "eval"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the process transport needs 2 cores")
+def test_kill_9_at_ten_random_moments_then_resume_matches_an_uninterrupted_run(tmp_path):
+    with open(tmp_path / "reference.log", "w") as log:
+        t0 = time.monotonic()
+        ref = _launch(tmp_path / "reference", log)
+        assert ref.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-2000:]
+        duration = time.monotonic() - t0
+    run, rng, left_behind, kills = tmp_path / "soak", random.Random(17), [], 0
+    with open(tmp_path / "soak.log", "w") as log:
+        while kills < 10:
+            proc = _launch(run, log)
+            time.sleep(rng.uniform(0.0, 0.5 * duration))   # start-up (imports, model, generator) is ~1/3 of it
+            children = _descendants(proc.pid)
+            if proc.poll() is not None:                    # finished before the kill: the moment fell after the end
+                assert proc.returncode == 0, (tmp_path / "soak.log").read_text()[-2000:]
+                break
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            left_behind += _survivors(children)
+        final = _launch(run, log)
+        assert final.wait(timeout=600) == 0, (tmp_path / "soak.log").read_text()[-2000:]
+    orphans = [f"{p.pid} ({' '.join(p.cmdline())[:80]})" for p in left_behind if p.is_running()]
+    for p in left_behind:                                  # clean up before asserting
+        p.kill()
+    assert kills == 10
+    ref_train, ref_eval = _check(read_rows(tmp_path / "reference" / "metrics.jsonl"))
+    train, evals = _check(read_rows(run / "metrics.jsonl"))
+    assert ref_train == train == list(range(1, STEPS + 1))
+    assert evals == ref_eval
+    assert not orphans, f"processes left behind by killed runs: {orphans}"
