@@ -99,3 +99,27 @@ def test_kill_9_at_ten_random_moments_then_resume_matches_an_uninterrupted_run(t
     assert ref_train == train == list(range(1, STEPS + 1))
     assert evals == ref_eval
     assert not orphans, f"processes left behind by killed runs: {orphans}"
+
+
+@pytest.mark.slow
+def test_second_train_resume_on_a_running_run_is_refused_and_the_first_finishes_alone(tmp_path):
+    """The issue's case: `train --resume` on a run that is still going (two real training processes)."""
+    run = tmp_path / "run"
+    with open(tmp_path / "first.log", "w") as log:
+        first = _launch(run, log)
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:
+            assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "first.log").read_text()
+            time.sleep(0.2)
+        config = (run / "config.yaml").read_bytes()
+        second = subprocess.run(_command(run), env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run ended before the second tried: the test proves nothing"
+        assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-2000:]
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [f"scalerl: error: run directory {run} is in use by PID "
+                                                  f"{first.pid}: one run writes to a directory at a time; wait for "
+                                                  "it to finish or stop it, or choose another --run-dir"]
+    assert (run / "config.yaml").read_bytes() == config
+    train, _ = _check(read_rows(run / "metrics.jsonl"))
+    assert train == list(range(1, STEPS + 1))
