@@ -134,7 +134,7 @@ def _reopen(config_file, overrides, run_dir, max_steps, restart, log) -> Iterato
             log(note)
         if restart:
             aside = set_aside_outputs(path)
-            log(f"restart: starting over from step 0" + (f"; what the run wrote is kept in {aside}" if aside else ""))
+            log("restart: starting over from step 0" + (f"; what the run wrote is kept in {aside}" if aside else ""))
         elif not (path / CHECKPOINT_DIR).is_dir() and has_rows(path):
             raise ScaleRLError(f"cannot resume {path}: its {CHECKPOINT_DIR}/ folder is missing but metrics.jsonl has "
                                "rows, so it cannot continue where it stopped; pass --restart to start it over from "
