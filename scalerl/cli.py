@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from scalerl import __version__
 from scalerl.errors import ScaleRLError
+
+# Failures of the machine rather than of scalerl: one line, like a ScaleRLError (a full disk
+# anywhere, e.g. in a TensorBoard write; a directory that cannot be written).
+USER_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 # name -> module under scalerl.commands; order is the order of `scalerl --help`.
 COMMANDS: dict[str, str] = {
@@ -55,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except ScaleRLError as exc:
         print(f"scalerl: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in USER_OS_ERRORS:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"scalerl: error: {exc.strerror}{where}: free space or fix the permissions, then rerun "
+              "(a training run continues with --resume)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("scalerl: interrupted", file=sys.stderr)

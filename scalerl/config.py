@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -110,9 +111,22 @@ class RolloutConfig(_Section):
 
 
 # ---------------------------------------------------------------- batch, advantages, filters, curriculum
+MAX_PROMPTS = 65_536          # per step: 30x the largest batch of the paper (2048); catches typos such as 1e12
+MAX_GENERATIONS = 1_024       # per prompt (paper: 16)
+MAX_COMPLETIONS = 1_048_576   # prompts x generations per step
+
+
 class BatchConfig(_Section):
-    prompts: int = Field(32, ge=1, description="prompts per optimizer step (after filtering)")
-    generations: int = Field(8, ge=2, description="completions per prompt (G)")
+    prompts: int = Field(32, ge=1, le=MAX_PROMPTS, description="prompts per optimizer step (after filtering)")
+    generations: int = Field(8, ge=2, le=MAX_GENERATIONS, description="completions per prompt (G)")
+
+    @model_validator(mode="after")
+    def _completions(self) -> BatchConfig:
+        if self.prompts * self.generations > MAX_COMPLETIONS:
+            raise ValueError(f"batch.prompts x batch.generations = {self.prompts} x {self.generations} = "
+                             f"{self.prompts * self.generations:,} completions per step: more than the "
+                             f"{MAX_COMPLETIONS:,} allowed")
+        return self
 
 
 class AdvantageConfig(_Section):
@@ -216,7 +230,23 @@ class RunConfig(_Section):
     max_steps: int = Field(80, ge=1, description="optimizer steps to run")
     max_minutes: float | None = Field(None, gt=0, description="stop after this much wall-clock training time")
     checkpoint_every: int = Field(25, ge=1, description="save a checkpoint every N optimizer steps")
-    threads: int | None = Field(None, ge=1, description="torch threads (default: split the cores between generator and trainer)")
+    threads: int | None = Field(None, ge=1, description="torch threads (default: split the cores between generator "
+                                "and trainer); at most the cores this process may use")
+
+    @model_validator(mode="after")
+    def _threads_within_cores(self) -> RunConfig:
+        cores = available_cores()
+        if self.threads is not None and self.threads > cores:
+            raise ValueError(f"run.threads = {self.threads}: this machine gives the process {cores} core(s); "
+                             f"expected at most {cores} (leave it unset to use them all)")
+        return self
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), the bound of `run.threads`."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Config(_Section):
@@ -236,6 +266,25 @@ class Config(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig, description="periodic held-out evaluation")
     run: RunConfig = Field(default_factory=RunConfig, description="steps, seeds, checkpoints")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_counts(cls, data: Any) -> Any:
+        """`batch.prompts: true` is a mistake, not 1: a boolean is refused wherever a number is expected."""
+        if isinstance(data, dict):
+            for path in _bool_numbers(Config, data):
+                raise ValueError(f"{path} = {_lookup(data, path)!r}: expected a number, not a boolean")
+        return data
+
+    @model_validator(mode="after")
+    def _finite_and_distinct(self) -> Config:
+        for path, value in _floats(self):
+            if not math.isfinite(value):
+                raise ValueError(f"{path} = {value!r}: expected a finite number")
+        if self.reward.pass_value <= self.reward.fail_value:
+            raise ValueError(f"reward.pass_value = {self.reward.pass_value!r} must be greater than reward.fail_value "
+                             f"= {self.reward.fail_value!r} (equal rewards give no group a learning signal)")
+        return self
+
     @model_validator(mode="after")
     def _eval_within_val(self) -> Config:
         if self.eval.prompts > self.task.val_size:
@@ -244,6 +293,41 @@ class Config(_Section):
 
 
 # ================================================================ schema walking
+def _is_number(annotation: Any) -> bool:
+    options = typing.get_args(annotation) if typing.get_origin(annotation) is Union else (annotation,)
+    return any(a in (int, float) for a in options)
+
+
+def _bool_numbers(cls: type[BaseModel], data: dict, prefix: str = "") -> list[str]:
+    """Dotted paths in raw `data` where a number field holds a boolean."""
+    out = []
+    for name, field in cls.model_fields.items():
+        value = data.get(name)
+        variants, section = _variants(field.annotation), _section(field.annotation)
+        if isinstance(value, dict) and variants is not None:
+            sub = variants.get(value.get("type", field.get_default(call_default_factory=True).type))
+            out += _bool_numbers(sub, value, f"{prefix}{name}.") if sub is not None else []
+        elif isinstance(value, dict) and section is not None:
+            out += _bool_numbers(section, value, f"{prefix}{name}.")
+        elif isinstance(value, bool) and _is_number(field.annotation):
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def _floats(model: BaseModel, prefix: str = "") -> list[tuple[str, float]]:
+    """(dotted path, value) of every float in a validated config, tuples included."""
+    out = []
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out += _floats(value, f"{prefix}{name}.")
+        elif isinstance(value, float):
+            out.append((f"{prefix}{name}", value))
+        elif isinstance(value, tuple):
+            out += [(f"{prefix}{name}", v) for v in value if isinstance(v, float)]
+    return out
+
+
 def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
     """{type tag: class} when `annotation` is a union of config sections, else None."""
     if typing.get_origin(annotation) is not Union:
@@ -402,7 +486,9 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ScaleRLError(f"config file {str(path)!r} not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ScaleRLError(f"{path}: not UTF-8 text (byte {exc.start}): a config file is UTF-8 YAML") from None
     except yaml.YAMLError as exc:
         raise ScaleRLError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if data is None:

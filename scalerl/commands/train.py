@@ -16,7 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one field, e.g. --set batch.prompts=16 --set model.name=smollm2-135m")
     parser.add_argument("--run-dir", metavar="DIR", help="run directory (default runs/<recipe>-<timestamp>)")
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimizer steps (run.max_steps)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest intact "
+                        "checkpoint, under its recorded config.yaml (--max-steps / --set changes are printed and recorded)")
+    parser.add_argument("--restart", action="store_true", help="start the run in --run-dir over from step 0 under its "
+                        "config.yaml; what it wrote (checkpoints, metrics) is kept in <run-dir>/previous-N/")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     ray = parser.add_argument_group("scale out (docs/ray.md)")
     ray.add_argument("--backend", choices=["local", "ray"], help="pipeline.backend: local (default) or ray actors")
@@ -39,4 +42,4 @@ def run(args: argparse.Namespace) -> int:
 
     return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides + scale_out_overrides(args),
                         run_dir=args.run_dir, max_steps=args.max_steps, resume=args.resume,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, restart=args.restart)

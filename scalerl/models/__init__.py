@@ -72,10 +72,23 @@ def head_weight(model):
 
 
 def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' or 'cpu'; a device this machine does not have is a one-line ScaleRLError."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ScaleRLError(f"model.device = {device!r}: expected 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
+    if kind.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ScaleRLError(f"model.device = {device!r}: no CUDA GPU is visible on this machine "
+                               "(use model.device=cpu, or auto)")
+        if kind.index is not None and kind.index >= count:
+            raise ScaleRLError(f"model.device = {device!r}: this machine has {count} CUDA GPU(s), "
+                               f"cuda:0..cuda:{count - 1}")
     return device
 
 

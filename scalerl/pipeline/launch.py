@@ -14,30 +14,8 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.metrics import METRICS_FILE
-from scalerl.run.rundir import CONFIG_FILE, create_run_dir, default_run_dir, open_run_dir
 
 MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
-
-
-def resolve_config(recipe: str | None, config_file: str | None, overrides: list[str], run_dir: Path | None,
-                   resume: bool, max_steps: int | None) -> Config:
-    from scalerl.config import load_config
-
-    if resume:
-        if run_dir is None:
-            raise ScaleRLError("--resume needs --run-dir DIR (the run to continue)")
-        if config_file is not None:
-            raise ScaleRLError("--resume continues the run with its own config.yaml; drop --config "
-                               "(use --set KEY=VALUE or --max-steps to change a field)")
-        open_run_dir(run_dir)
-        cfg = load_config(recipe=None, config_file=Path(run_dir) / CONFIG_FILE, overrides=tuple(overrides))
-    else:
-        cfg = load_config(recipe=recipe, config_file=config_file, overrides=tuple(overrides))
-    if max_steps is not None:
-        if max_steps < 1:
-            raise ScaleRLError(f"--max-steps {max_steps}: expected a positive number of steps")
-        cfg.run.max_steps = max_steps
-    return cfg
 
 
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
@@ -85,25 +63,30 @@ def print_fit(out: dict) -> None:
 
 def run_training(recipe: str | None = None, config_file: str | None = None, overrides: list[str] = (),
                  run_dir: str | None = None, max_steps: int | None = None, resume: bool = False,
-                 progress: bool = True) -> int:
-    from scalerl.config import dump_config
+                 progress: bool = True, restart: bool = False) -> int:
     from scalerl.pipeline.train import train
+    from scalerl.run.session import open_run
+
+    with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run:
+        print(f"run directory: {run.path}")
+        train(run.cfg, run.path, resume=run.resume, progress=progress)
+        fit_run(run.path, run.cfg.eval.fit_min_frac)
+    return 0
+
+
+def fit_run(path: Path, fit_min_frac: float) -> None:
+    """The final fit of a trained run; when it cannot be made, fit.json says why (the training still succeeded)."""
     from scalerl.scaling import read_metrics
 
-    path = Path(run_dir) if run_dir else None
-    cfg = resolve_config(recipe, config_file, list(overrides), path, resume, max_steps)
-    if resume and path is not None:  # --set / --max-steps on resume: record what the run now follows
-        (path / CONFIG_FILE).write_text(dump_config(cfg))
-    else:
-        path = create_run_dir(path or default_run_dir(cfg.recipe), dump_config(cfg))
-    print(f"run directory: {path}")
-    train(cfg, path, resume=resume, progress=progress)
-    n_evals = len(read_metrics(path / METRICS_FILE, "compute/device_hours", "val/pass_rate")[0])
-    if n_evals < MIN_FIT_EVALS:
-        print(f"{n_evals} evaluations: too few for the sigmoid fit (needs {MIN_FIT_EVALS}; lower eval.every "
-              f"or raise run.max_steps). Metrics: {path / METRICS_FILE}")
-        return 0
-    out = final_fit(path, cfg.eval.fit_min_frac)
+    try:
+        n_evals = len(read_metrics(path / METRICS_FILE, "compute/device_hours", "val/pass_rate")[0])
+        if n_evals < MIN_FIT_EVALS:
+            raise ScaleRLError(f"{n_evals} evaluations: too few for the sigmoid fit (needs {MIN_FIT_EVALS}; lower "
+                               "eval.every or raise run.max_steps)")
+        out = final_fit(path, fit_min_frac)
+    except ScaleRLError as exc:
+        (path / "fit.json").write_text(json.dumps({"fitted": False, "reason": str(exc)}, indent=1))
+        print(f"no fit: {exc}. Metrics: {path / METRICS_FILE}; reason recorded in {path / 'fit.json'}")
+        return
     print_fit(out)
     print(f"metrics: {path / METRICS_FILE}  fit: {path / 'fit.json'}, {path / 'fit.png'}")
-    return 0

@@ -26,11 +26,12 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.evaluate import evaluate, live_forecast
 from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
 from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.rl.losses import uses_reference
 from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, RetiredSet, ThreadedRollouts, Window
-from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from scalerl.rl.losses import uses_reference
+from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
+from scalerl.run.resume import restore_checkpoint
 
 TRUNCATION_WARN = 0.10
 WARN_EVERY = 50  # steps between two truncation warnings
@@ -176,13 +177,19 @@ class Trainer:
         self.step_fn: Callable = train_step  # the ray backend swaps in a data-parallel step (ray.trainers > 1)
 
     def restore(self) -> None:
-        """Carry on from the last checkpoint; roll metrics.jsonl back to it."""
-        ckpt = latest_checkpoint(self.run_dir)
-        if ckpt is None:
+        """Carry on from the newest intact checkpoint (damaged ones are named and set aside, metrics.jsonl
+        is checked up to it, see scalerl.run.resume); roll metrics.jsonl back to it."""
+        found = restore_checkpoint(self.run_dir, self.model)
+        if found is None:
             roll_back(self.run_dir, 0)
             return
-        opt_state, self.state = load_checkpoint(ckpt, self.model)
-        self.optim.load_state_dict(opt_state)
+        opt_state, self.state, ckpt = found
+        try:
+            self.optim.load_state_dict(opt_state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ScaleRLError(f"{ckpt / 'optimizer.pt'} does not fit this run's optimizer ({exc}): was "
+                               "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
+                               "parameters)") from None
         if self.curriculum is not None:
             self.curriculum.load_state_dict(self.state.curriculum)
         self.meter.load_state_dict(self.state.compute)

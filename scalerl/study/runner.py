@@ -10,6 +10,9 @@ A run with `done.json` is never redone; a run directory without it was interrupt
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
 (`scalerl.pipeline.train.train(..., resume=True)`). A run whose planned config differs from
 the one in its directory (other `--set` or budget this time) is an error, not a silent mix.
+Each run holds its directory's lock (scalerl.run.lock) while it trains: a second `ablate`
+(or a `train --resume`) on the same run is refused with the holder's PID, and that refusal
+stops the study rather than being recorded as the run's failure.
 A run that stops with a training error (`ScaleRLError`: a non-finite loss, no group with
 reward variance for 50 batches, ...) is recorded in `failed.json` and reported; the study goes
 on with the other runs and the command exits non-zero at the end.
@@ -26,6 +29,7 @@ from typing import Callable, Sequence
 
 from scalerl.config import Config, dump_config, load_config
 from scalerl.errors import ScaleRLError
+from scalerl.run.lock import RunDirInUse
 from scalerl.study.variants import Variant, fit_length_control
 
 DONE_FILE = "done.json"
@@ -99,11 +103,22 @@ def _check_same_config(spec: RunSpec) -> None:
 
 
 def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = False) -> str:
-    """Train one run to its budget unless done; return 'skipped', 'resumed' or 'started'."""
+    """Train one run to its budget unless done; return 'skipped', 'resumed' or 'started' (its directory locked)."""
+    from scalerl.run.lock import RunLock
+    from scalerl.run.rundir import prepare_dir
+
+    if not spec.run_dir.is_dir():
+        prepare_dir(spec.run_dir)
+    with RunLock(spec.run_dir):
+        return _run_locked(spec, train_fn, progress)
+
+
+def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str:
     from scalerl.run.rundir import CONFIG_FILE, create_run_dir
 
     if train_fn is None:
         from scalerl.pipeline.train import train as train_fn
+    (spec.run_dir / FAILED_FILE).unlink(missing_ok=True)
     if (spec.run_dir / CONFIG_FILE).is_file():
         _check_same_config(spec)
         if is_done(spec.run_dir):
@@ -149,9 +164,10 @@ def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progre
             log(f"{label}: finished earlier, skipped ({spec.run_dir})")
             continue
         log(f"{label}: training in {spec.run_dir}")
-        (spec.run_dir / FAILED_FILE).unlink(missing_ok=True)
         try:
             status = run_one(spec, train_fn, progress)
+        except RunDirInUse:
+            raise  # another process trains this run: a study-wide problem, not this run's failure
         except ScaleRLError as exc:
             if not (spec.run_dir / "config.yaml").is_file():
                 raise  # the run could not even be set up (e.g. a bad directory): a study-wide problem
