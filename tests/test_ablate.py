@@ -76,9 +76,15 @@ def test_recipes_and_seeds_get_their_own_run_dirs(tmp_path):
 
 def test_length_windows_scaled_to_a_small_budget():
     cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=12"])
-    assert fit_length_control(cfg)
-    # answer 12 // 5 = 2; thinking up to 12 - 2 = 10; from round(0.6 * 12) = 7
-    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 10, 2)
+    assert fit_length_control(cfg, phrase_tokens=1)
+    # answer 12 // 5 = 2; thinking up to 12 - 2 - 1 (phrase) = 9; from round(0.6 * 12) = 7
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 9, 2)
+    # the phrase counted with the tiny tokenizer: "Time is up. </think>" is 12 characters + </think> = 13 tokens
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=50"])
+    fit_length_control(cfg)  # answer 10; thinking up to 50 - 10 - 13 = 27, from min(27, 30)
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (27, 27, 10)
+    with pytest.raises(ScaleRLError, match=r"rollout.max_new_tokens \(12\) cannot hold .*phrase \(13 tokens\)"):
+        fit_length_control(load_config("scalerl", overrides=["rollout.max_new_tokens=12"]))
     cfg = load_config("dapo", overrides=["rollout.max_new_tokens=12"])
     fit_length_control(cfg)
     assert (cfg.rollout.length.max_len, cfg.rollout.length.tolerance) == (12, 2)
@@ -196,7 +202,7 @@ def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_
 
 # ------------------------------------------------------------------ a tiny study, interrupted and resumed
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
+         "rollout.length.phrase=</think>", "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
          "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
 STEPS = 5
 
