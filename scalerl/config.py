@@ -79,8 +79,9 @@ class InterruptConfig(_Section):
     with the run's tokenizer), so every interrupted completion gets its whole answer budget."""
 
     type: Literal["interrupt"] = Field("interrupt", description="forced interruption of thinking (paper Section 2, A.10)")
-    think_min: int = Field(96, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens")
-    think_max: int = Field(115, ge=1, description="upper end of the interruption point (>= think_min)")
+    think_min: int = Field(40, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens "
+                                                "(tiny default: a correct 3-digit scratchpad closes at 32)")
+    think_max: int = Field(56, ge=1, description="upper end of the interruption point (>= think_min)")
     answer_budget: int = Field(32, ge=1, description="tokens allowed after the interruption phrase")
     phrase: str = Field(
         DEFAULT_PHRASE, min_length=1,

@@ -13,10 +13,10 @@ Departures from the paper:
 3. Length-control windows that cannot act inside a small completion budget (thinking budget +
    interruption phrase + answer budget, the phrase counted with the model's tokenizer; or the
    penalty's max_len, over `rollout.max_new_tokens`) are scaled to that budget by
-   `fit_length_control`, keeping the presets' proportions (interrupt from 60% of the budget
-   until the phrase and a 20% answer budget just fit; penalty over the last 20% before the
-   budget). The paper's windows (10-12k thinking tokens of a 14k+2k budget, DAPO's 4k of 20k)
-   are in about the same proportions.
+   `fit_length_control` in the defaults' proportions (interrupt between 25% and 35% of the
+   budget, shortened until the phrase and a 20% answer budget fit; penalty over the last 20%
+   before the budget). The paper interrupts later (10-12k thinking tokens of a 16k budget); the
+   tiny model's thinking is short (docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -80,13 +80,13 @@ def fit_length_control(cfg: Config, phrase_tokens: int | None = None) -> list[st
         if length.think_max + phrase_tokens + length.answer_budget <= budget:
             return []
         answer = max(1, budget // 5)
-        think_max = budget - answer - phrase_tokens
+        think_max = min(budget * 7 // 20, budget - answer - phrase_tokens)
         if think_max < 1:
             raise ScaleRLError(
                 f"rollout.max_new_tokens ({budget}) cannot hold a thinking token, the interruption phrase "
                 f"({phrase_tokens} tokens) and a {answer}-token answer; raise it, shorten rollout.length.phrase, "
                 "or use rollout.length.type=none")
-        think_min = min(think_max, round(budget * 0.6))
+        think_min = max(1, min(think_max, budget // 4))
         cfg.rollout.length = length.model_copy(update=dict(think_min=think_min, think_max=think_max,
                                                            answer_budget=answer))
         return [f"rollout.length (interrupt) scaled to the {budget}-token budget: think {think_min}..{think_max}, "
