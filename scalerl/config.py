@@ -69,7 +69,7 @@ class RewardConfig(_Section):
 
 # ---------------------------------------------------------------- rollout / length control
 PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-DEFAULT_PHRASE = "Time is up. </think>"
+DEFAULT_PHRASE = " Time is up. </think>"
 
 
 class InterruptConfig(_Section):
@@ -87,7 +87,7 @@ class InterruptConfig(_Section):
         DEFAULT_PHRASE, min_length=1,
         description="text forced at the interruption point; it should close thinking (`</think>`). The paper's "
                     f"is {PAPER_PHRASE!r} (74 tokens with the tiny model's character tokenizer, 20 with SmolLM2's); "
-                    "the default is its first words (13 / 7 tokens)")
+                    "the default is its first words, after a space (14 / 7 tokens)")
 
     @model_validator(mode="after")
     def _ordered(self) -> InterruptConfig:

@@ -79,17 +79,17 @@ def test_length_windows_scaled_to_a_small_budget():
     assert fit_length_control(cfg, phrase_tokens=1)
     # answer 12 // 5 = 2; thinking from 12 // 4 = 3 to 12 * 0.35 = 4 (4 + 1 + 2 <= 12)
     assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (3, 4, 2)
-    # the phrase counted with the tiny tokenizer: "Time is up. </think>" is 12 characters + </think> = 13 tokens
+    # the phrase counted with the tiny tokenizer: " Time is up. </think>" is 13 characters + </think> = 14 tokens
     cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=40"])
-    fit_length_control(cfg)  # answer 8; thinking to min(40 * 0.35 = 14, 40 - 8 - 13 = 19) = 14, from 40 // 4 = 10
+    fit_length_control(cfg)  # answer 8; thinking to min(40 * 0.35 = 14, 40 - 8 - 14 = 18) = 14, from 40 // 4 = 10
     assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (10, 14, 8)
     cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=30"])
-    fit_length_control(cfg)  # answer 6; thinking to min(30 * 0.35 = 10, 30 - 6 - 13 = 11) = 10, from 30 // 4 = 7
+    fit_length_control(cfg)  # answer 6; thinking to min(30 * 0.35 = 10, 30 - 6 - 14 = 10) = 10, from 30 // 4 = 7
     assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 10, 6)
     cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=25"])
-    fit_length_control(cfg)  # answer 5; thinking to min(8, 25 - 5 - 13 = 7) = 7: the phrase shortens it; from 6
-    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (6, 7, 5)
-    with pytest.raises(ScaleRLError, match=r"rollout.max_new_tokens \(12\) cannot hold .*phrase \(13 tokens\)"):
+    fit_length_control(cfg)  # answer 5; thinking to min(8, 25 - 5 - 14 = 6) = 6: the phrase shortens it; from 6
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (6, 6, 5)
+    with pytest.raises(ScaleRLError, match=r"rollout.max_new_tokens \(12\) cannot hold .*phrase \(14 tokens\)"):
         fit_length_control(load_config("scalerl", overrides=["rollout.max_new_tokens=12"]))
     cfg = load_config("dapo", overrides=["rollout.max_new_tokens=12"])
     fit_length_control(cfg)

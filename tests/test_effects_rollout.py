@@ -3,7 +3,7 @@ on the tiny model (warm-started, real task and checker), read back from metrics.
 
 The interruption window 26..34 is set to trigger: a correct 3-digit scratchpad closes
 `</think>` at its 32nd token, so most completions are interrupted mid-scratchpad and must then
-answer within their answer budget (think_max 34 + phrase 13 + answer 32 = 79 <= 160).
+answer within their answer budget (think_max 34 + phrase 14 + answer 32 = 80 <= 160).
 """
 
 from __future__ import annotations

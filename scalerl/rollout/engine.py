@@ -9,7 +9,7 @@ at a step boundary with in-place copies; sequences continue on their old KV cach
 Where this departs from the paper (arXiv 2510.13786):
 1. Forced interruption (Section 3.2, "length control"): the trigger is drawn uniformly in
    [think_min, think_max] generated tokens (paper: 10k-12k thinking tokens); the phrase
-   (`rollout.length.phrase`, by default the paper's first words "Time is up. </think>", see
+   (`rollout.length.phrase`, by default the paper's first words " Time is up. </think>", see
    config.py) is tokenised once on its own and its tokens count towards `max_new_tokens`; an
    engine whose `think_max + phrase + answer_budget` exceeds it is refused (`length.py`), so an
    interrupted completion always gets its answer budget. A completion that closes `</think>`
