@@ -34,7 +34,7 @@ def runs(tmp_path_factory):
 
 
 def test_interruptions_trigger_and_answer(runs):
-    # measured (2 cores, load ~9): interrupted 0.38-0.53 of the completions, every one answered
+    # measured (2 cores, load ~9): interrupted 0.38-0.75 of the completions, every one answered
     # (1.0); with the default window 40..56 the default run interrupts about 0.04
     for rows in runs.values():
         assert len(rows) == STEPS
