@@ -256,3 +256,15 @@ def test_bf16_model_with_fp32_head_follows_weight_updates(tok):
         ref = torch.log_softmax(hidden.float() @ new.lm_head.weight.float().T, -1)
         ref = ref.gather(-1, torch.tensor(c.tokens)[:, None])[:, 0]
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=0.05)  # bf16 body: batched vs single rows
+
+
+def test_the_default_interruption_fits_the_tiny_tokenizer():
+    from scalerl.config import DEFAULT_PHRASE
+    from scalerl.models.tiny import build_tokenizer
+    from scalerl.rollout.length import check_budget, phrase_ids
+
+    n = len(phrase_ids(build_tokenizer(), DEFAULT_PHRASE))
+    assert n == len(" Time is up. ") + 1                        # one token a character, one for </think>
+    cfg = RolloutConfig()
+    assert cfg.length.think_max + n + cfg.length.answer_budget == 56 + 14 + 32 <= cfg.max_new_tokens == 160
+    check_budget(cfg, n)

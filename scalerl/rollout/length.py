@@ -7,8 +7,8 @@ with SmolLM2's), so the check runs where the tokenizer is known: when an `Engine
 (the trainer builds its evaluation engine in the main process, before any generator process)
 and when a study scales its length windows (`scalerl.study.variants.fit_length_control`).
 
-Departures from the paper: none; the paper's budget (12k thinking + phrase + 2k answer within
-16k) satisfies the same inequality.
+Departures from the paper: none; the paper interrupts at 10-12k thinking tokens of a 16k
+budget, which leaves room for its phrase and answer: the same inequality.
 """
 
 from __future__ import annotations
