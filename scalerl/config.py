@@ -69,11 +69,26 @@ class RewardConfig(_Section):
 
 
 # ---------------------------------------------------------------- rollout / length control
+PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+DEFAULT_PHRASE = " Time is up. </think>"
+
+
 class InterruptConfig(_Section):
+    """Forced interruption of thinking (paper Section 2, A.10). An interrupted completion is
+    `think tokens + phrase + answer`; the engine refuses a config in which that can exceed
+    `rollout.max_new_tokens` (`think_max + phrase tokens + answer_budget`, the phrase counted
+    with the run's tokenizer), so every interrupted completion gets its whole answer budget."""
+
     type: Literal["interrupt"] = Field("interrupt", description="forced interruption of thinking (paper Section 2, A.10)")
-    think_min: int = Field(96, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens")
-    think_max: int = Field(128, ge=1, description="upper end of the interruption point (>= think_min)")
+    think_min: int = Field(40, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens "
+                                                "(tiny default: a correct 3-digit scratchpad closes at 32)")
+    think_max: int = Field(56, ge=1, description="upper end of the interruption point (>= think_min)")
     answer_budget: int = Field(32, ge=1, description="tokens allowed after the interruption phrase")
+    phrase: str = Field(
+        DEFAULT_PHRASE, min_length=1,
+        description="text forced at the interruption point; it should close thinking (`</think>`). The paper's "
+                    f"is {PAPER_PHRASE!r} (74 tokens with the tiny model's character tokenizer, 20 with SmolLM2's); "
+                    "the default is its first words, after a space (14 / 7 tokens)")
 
     @model_validator(mode="after")
     def _ordered(self) -> InterruptConfig:

@@ -9,13 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-FinishReason = Literal["eos", "length", "interrupted"]
-"""Why a completion stopped:
-eos          the model ended it (EOS token / stop string) within budget;
-length       it hit the total token budget (truncated: cut without a final answer);
-interrupted  the thinking budget was reached, the forced-interruption phrase was appended and
-             the model then wrote its answer (it may still end by eos or by the answer budget).
+FinishReason = Literal["eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_length"]
+"""Why a completion stopped (one field; `scalerl.pipeline.step.group_stats` turns it into rates):
+eos                 the model ended it (EOS token) within budget;
+length              cut by a token budget without an interruption: `max_new_tokens`, or the answer
+                    budget after the model closed `</think>` itself (truncated: no final EOS);
+interrupted_eos     the thinking budget was reached, the interruption phrase was forced, and the
+                    model then ended its answer by EOS within the answer budget;
+interrupted_budget  interrupted, and the answer used its whole answer budget;
+interrupted_length  interrupted, but cut at `max_new_tokens` before the answer budget was spent
+                    (the engine refuses budgets where this can happen; other generators may not).
 """
+INTERRUPT_ANSWERED: frozenset[str] = frozenset({"interrupted_eos", "interrupted_budget"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,12 @@ class Completion:
 
     @property
     def interrupted(self) -> bool:
-        return self.finish_reason == "interrupted"
+        return self.finish_reason.startswith("interrupted")
+
+    @property
+    def interrupt_answered(self) -> bool:
+        """Interrupted, then got its whole answer budget or ended by EOS within it."""
+        return self.finish_reason in INTERRUPT_ANSWERED
 
     @property
     def min_version(self) -> int:

@@ -76,9 +76,21 @@ def test_recipes_and_seeds_get_their_own_run_dirs(tmp_path):
 
 def test_length_windows_scaled_to_a_small_budget():
     cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=12"])
-    assert fit_length_control(cfg)
-    # answer 12 // 5 = 2; thinking up to 12 - 2 = 10; from round(0.6 * 12) = 7
-    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 10, 2)
+    assert fit_length_control(cfg, phrase_tokens=1)
+    # answer 12 // 5 = 2; thinking from 12 // 4 = 3 to 12 * 0.35 = 4 (4 + 1 + 2 <= 12)
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (3, 4, 2)
+    # the phrase counted with the tiny tokenizer: " Time is up. </think>" is 13 characters + </think> = 14 tokens
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=40"])
+    fit_length_control(cfg)  # answer 8; thinking to min(40 * 0.35 = 14, 40 - 8 - 14 = 18) = 14, from 40 // 4 = 10
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (10, 14, 8)
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=30"])
+    fit_length_control(cfg)  # answer 6; thinking to min(30 * 0.35 = 10, 30 - 6 - 14 = 10) = 10, from 30 // 4 = 7
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (7, 10, 6)
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=25"])
+    fit_length_control(cfg)  # answer 5; thinking to min(8, 25 - 5 - 14 = 6) = 6: the phrase shortens it; from 6
+    assert (cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget) == (6, 6, 5)
+    with pytest.raises(ScaleRLError, match=r"rollout.max_new_tokens \(12\) cannot hold .*phrase \(14 tokens\)"):
+        fit_length_control(load_config("scalerl", overrides=["rollout.max_new_tokens=12"]))
     cfg = load_config("dapo", overrides=["rollout.max_new_tokens=12"])
     fit_length_control(cfg)
     assert (cfg.rollout.length.max_len, cfg.rollout.length.tolerance) == (12, 2)
@@ -196,7 +208,7 @@ def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_
 
 # ------------------------------------------------------------------ a tiny study, interrupted and resumed
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
+         "rollout.length.phrase=</think>", "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
          "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
 STEPS = 5
 

@@ -43,6 +43,7 @@ def local_ray():
 def small_cfg(extra=()):
     cfg = load_config("scalerl", overrides=SMALL + list(extra))
     cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget = 4, 6, 4
+    cfg.rollout.length.phrase = "</think>"  # 1 token: 6 + 1 + 4 <= 12
     return cfg
 
 

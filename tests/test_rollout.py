@@ -16,7 +16,8 @@ from transformers import DynamicCache
 
 from rollout_helpers import TEXTS, char_tokenizer, prompts, tiny_llama
 from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig
-from scalerl.rollout import PHRASE, Engine, Generator
+from scalerl.errors import ScaleRLError
+from scalerl.rollout import Engine, Generator
 from scalerl.rollout.cache import SlotCache
 from scalerl.rollout.sampling import sample, top_p_filter
 
@@ -106,41 +107,78 @@ def test_in_flight_update_uses_new_weights_on_stale_cache(tok):
         assert (got - fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)[s:]).abs().max() > 1e-3
 
 
-def test_forced_interruption_phrase_answer_budget_and_truncation(tok):
+PHRASE = "Time is up. </think>"
+
+
+def test_forced_interruption_phrase_then_the_whole_answer_budget(tok):
     model = tiny_llama(len(tok), seed=5, head_bias=True)
     bias_tokens(model, tok, eos=-30.0, think_end=-30.0)  # the model never stops or closes thinking itself
     phrase = tok(PHRASE, add_special_tokens=False)["input_ids"]
     p, budget = len(phrase), 5
-    max_new = 6 + p + budget  # triggers 4..6 leave room for the answer, 7..8 are cut by the total cap
+    assert p == len("Time is up. ") + 1                   # one token a character, one for </think>
+    max_new = 8 + p + budget                              # exactly what the check allows
     cfg = RolloutConfig(max_new_tokens=max_new, batch_slots=12,
-                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget))
+                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget, phrase=PHRASE))
     out = Engine(model, tok, cfg, seed=0).generate(prompts(["12+7=", "99-1="]), n=6)
-
-    reasons = []
+    triggers = set()
     for c in out:
         t = c.forced_mask.index(True)  # where the phrase starts = the drawn trigger
-        forced = c.forced_mask[t:t + p]
-        assert 4 <= t <= 8 and all(forced) and not any(c.forced_mask[:t] + c.forced_mask[t + p:])
-        assert c.tokens[t:t + len(forced)] == phrase[:len(forced)]
-        assert all(lp == 0.0 for lp in c.logprobs[t:t + len(forced)])
+        triggers.add(t)
+        assert 4 <= t <= 8 and c.forced_mask == [False] * t + [True] * p + [False] * budget
+        assert c.tokens[t:t + p] == phrase and all(lp == 0.0 for lp in c.logprobs[t:t + p])
         assert all(lp < 0.0 for lp in c.logprobs[:t] + c.logprobs[t + p:])
-        if t + p + budget <= max_new:
-            assert c.finish_reason == "interrupted" and len(c.tokens) == t + p + budget
-            assert PHRASE in c.text and c.text.index(PHRASE) + len(PHRASE) < len(c.text)  # an answer follows
-        else:
-            assert c.finish_reason == "length" and c.truncated and len(c.tokens) == max_new
-        reasons.append(c.finish_reason)
-    assert {"interrupted", "length"} == set(reasons)
+        assert c.finish_reason == "interrupted_budget" and c.interrupted and c.interrupt_answered
+        assert not c.truncated and len(c.tokens) == t + p + budget
+        assert PHRASE in c.text and c.text.index(PHRASE) + len(PHRASE) < len(c.text)  # an answer follows
+    assert len(triggers) > 1  # the trigger is drawn, not fixed
+
+
+def test_interrupted_answer_that_ends_by_eos(tok):
+    model = tiny_llama(len(tok), seed=8, head_bias=True)
+    bias_tokens(model, tok, eos=4.0, think_end=-30.0)     # EOS likely at every step
+    cfg = RolloutConfig(max_new_tokens=1 + 3 + 6, batch_slots=16,
+                        length=InterruptConfig(think_min=1, think_max=1, answer_budget=6, phrase="ok</think>"))
+    out = Engine(model, tok, cfg, seed=0).generate(prompts(["1+1="]), n=32)
+    by_reason = {}
+    for c in out:
+        by_reason.setdefault(c.finish_reason, []).append(c)
+    # EOS as the first token: before the interruption; otherwise the phrase (3 tokens) follows token 1
+    assert all(c.tokens == [tok.eos_token_id] for c in by_reason["eos"])
+    for c in by_reason["interrupted_eos"]:
+        assert c.forced_mask[1:4] == [True] * 3 and c.tokens[-1] == tok.eos_token_id and 5 <= len(c.tokens) <= 10
+        assert tok.eos_token_id not in c.tokens[:-1] and c.interrupt_answered
+    for c in by_reason.get("interrupted_budget", []):
+        assert len(c.tokens) == 1 + 3 + 6 and tok.eos_token_id not in c.tokens
+    assert {"eos", "interrupted_eos"} <= set(by_reason) and "length" not in by_reason
+
+
+@pytest.mark.parametrize("think_max,phrase,answer,max_new", [(8, PHRASE, 5, 8 + 13 + 5 - 1), (2, "xy", 3, 6)])
+def test_a_budget_that_cuts_the_answer_is_refused_naming_the_numbers(tok, think_max, phrase, answer, max_new):
+    n_phrase = len(tok(phrase, add_special_tokens=False)["input_ids"])
+    cfg = RolloutConfig(max_new_tokens=max_new, length=InterruptConfig(think_min=1, think_max=think_max,
+                                                                       answer_budget=answer, phrase=phrase))
+    expected = (rf"think_max \({think_max}\) \+ interruption phrase \({n_phrase} tokens with this tokenizer\) "
+                rf"\+ answer_budget \({answer}\) = {think_max + n_phrase + answer} > rollout.max_new_tokens \({max_new}\)")
+    with pytest.raises(ScaleRLError, match=expected):
+        Engine(tiny_llama(len(tok)), tok, cfg)
+    Engine(tiny_llama(len(tok)), tok, cfg.model_copy(update={"max_new_tokens": max_new + 1}))  # one more fits
+
+
+def test_a_phrase_the_tokenizer_cannot_write_is_refused(tok):
+    cfg = RolloutConfig(max_new_tokens=200, length=InterruptConfig(phrase="Zeit ist um. \u00fc </think>"))
+    with pytest.raises(ScaleRLError, match=r"rollout.length.phrase = .*does not know"):
+        Engine(tiny_llama(len(tok)), tok, cfg)
 
 
 def test_thinking_closed_by_the_model_gets_the_answer_budget(tok):
     model = tiny_llama(len(tok), seed=6, head_bias=True)
     bias_tokens(model, tok, eos=-30.0, think_end=30.0)  # closes `</think>` at once, never EOS
     cfg = RolloutConfig(max_new_tokens=40, batch_slots=2,
-                        length=InterruptConfig(think_min=10, think_max=12, answer_budget=3))
+                        length=InterruptConfig(think_min=10, think_max=12, answer_budget=3, phrase=PHRASE))
     for c in Engine(model, tok, cfg).generate(prompts(["1+1="]), n=2):
         assert c.tokens[0] == tok.convert_tokens_to_ids("</think>")
         assert len(c.tokens) == 1 + 3 and c.finish_reason == "length" and not any(c.forced_mask)
+        assert c.truncated and not c.interrupted
 
 
 def test_stream_refills_slots_and_stops_on_event(tok):
@@ -218,3 +256,15 @@ def test_bf16_model_with_fp32_head_follows_weight_updates(tok):
         ref = torch.log_softmax(hidden.float() @ new.lm_head.weight.float().T, -1)
         ref = ref.gather(-1, torch.tensor(c.tokens)[:, None])[:, 0]
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=0.05)  # bf16 body: batched vs single rows
+
+
+def test_the_default_interruption_fits_the_tiny_tokenizer():
+    from scalerl.config import DEFAULT_PHRASE
+    from scalerl.models.tiny import build_tokenizer
+    from scalerl.rollout.length import check_budget, phrase_ids
+
+    n = len(phrase_ids(build_tokenizer(), DEFAULT_PHRASE))
+    assert n == len(" Time is up. ") + 1                        # one token a character, one for </think>
+    cfg = RolloutConfig()
+    assert cfg.length.think_max + n + cfg.length.answer_budget == 56 + 14 + 32 <= cfg.max_new_tokens == 160
+    check_budget(cfg, n)

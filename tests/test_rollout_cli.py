@@ -50,7 +50,8 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "scalerl.tasks", types.SimpleNamespace(get_task=get_task))
     monkeypatch.setitem(sys.modules, "scalerl.tasks.rewards", types.SimpleNamespace(RewardFn=FakeReward))
     rc = main(["generate", "--model", "m", "--task", "echo", "--n", "3", "--prompts", "2", "--greedy",
-               "--set", "rollout.max_new_tokens=6", "--set", "reward.fail_value=0"])
+               "--set", "rollout.max_new_tokens=6", "--set", "rollout.length.type=none",
+               "--set", "reward.fail_value=0"])
     out = capsys.readouterr().out
     assert rc == 0 and seen == {"model": ("m", "fp32", "auto"), "task": "echo"}
     assert out.count("=== v") == 2 and out.count("--- ") == 6
@@ -66,3 +67,24 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
 def test_generate_rejects_bad_counts(capsys):
     assert main(["generate", "--n", "0"]) == 2
     assert "--n (0)" in capsys.readouterr().err
+
+
+def test_train_refuses_an_interruption_budget_that_cuts_the_answer(tmp_path):
+    """Through the real CLI process: one line naming the four numbers, exit status 2, before any
+    generator process starts or any step runs. The tiny tokenizer writes "Time is up. </think>"
+    in 12 + 1 tokens (one a character, one for `</think>`): 140 + 13 + 32 = 185 > 160."""
+    import subprocess
+
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(run),
+         "--set", "model.name=tiny-random", "--set", "rollout.length.think_max=140",
+         "--set", "rollout.length.phrase=Time is up. </think>"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("scalerl: error: rollout.length:")
+    assert ("think_max (140) + interruption phrase (13 tokens with this tokenizer) + answer_budget (32) = 185 > "
+            "rollout.max_new_tokens (160)") in lines[0]
+    metrics = run / "metrics.jsonl"
+    assert not metrics.exists() or metrics.read_text() == ""  # refused before the step-0 evaluation

@@ -32,6 +32,7 @@ def small_cfg(recipe="scalerl", extra=()):
     cfg = load_config(recipe, overrides=SMALL + list(extra))
     if cfg.rollout.length.type == "interrupt":  # keep the forced-interruption path inside a 12-token budget
         cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget = 4, 6, 4
+        cfg.rollout.length.phrase = "</think>"  # 1 token: 6 + 1 + 4 <= 12
     if cfg.rollout.length.type == "penalty":
         cfg.rollout.length.tolerance, cfg.rollout.length.max_len = 4, 10
     return cfg

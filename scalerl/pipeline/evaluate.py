@@ -33,7 +33,8 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
         "val/pass_rate": sum(bool(c.passed) for c in completions) / n,
         "val/reward_mean": sum(c.reward or 0.0 for c in completions) / n,
         "val/length_mean": sum(len(c.tokens) for c in completions) / n,
-        "val/truncation_rate": sum(c.truncated or c.interrupted for c in completions) / n,
+        "val/truncation_rate": sum(c.truncated for c in completions) / n,      # cut without an interruption
+        "val/interrupted_rate": sum(c.interrupted for c in completions) / n,
         "val/completions": len(completions),
         "tokens/val_generated": sum(len(c.tokens) for c in completions),
     }

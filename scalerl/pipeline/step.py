@@ -254,17 +254,25 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
 
 
 def group_stats(groups: list[Group]) -> dict[str, float]:
-    """Reward / pass / length / truncation metrics of the groups generated for a step."""
+    """Reward / pass / length / length-control metrics of the groups generated for a step.
+
+    Kept apart (see `scalerl.types.FinishReason`): `train/truncation_rate` is the share cut by a
+    budget without an interruption; `train/interrupted_rate` the share interrupted;
+    `train/interrupted_answered_rate` the share of the interrupted ones that got their whole
+    answer budget or ended by EOS within it (absent when none was interrupted).
+    """
     comps = [c for g in groups for c in g.completions]
     n = max(1, len(comps))
     rewards = [c.reward for c in comps if c.reward is not None]
-    return {
+    interrupted = [c for c in comps if c.interrupted]
+    row = {
         "train/reward_mean": sum(rewards) / max(1, len(rewards)),
         "train/pass_rate": sum(bool(c.passed) for c in comps) / n,
         "train/length_mean": sum(len(c.tokens) for c in comps) / n,
-        "train/truncation_rate": sum(c.truncated or c.interrupted for c in comps) / n,
-        "train/truncated_rate": sum(c.truncated for c in comps) / n,
-        "train/interrupted_rate": sum(c.interrupted for c in comps) / n,
+        "train/truncation_rate": sum(c.truncated for c in comps) / n,
+        "train/interrupted_rate": len(interrupted) / n,
         "train/reward_errors": sum(c.reward_error is not None for c in comps),
     }
-
+    if interrupted:
+        row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)
+    return row

@@ -1,11 +1,24 @@
 """Batch hygiene: zero-variance filtering and dynamic-sampling bookkeeping (paper Section 3.2,
 Fig. 6a; Section 4).
 
-A group whose G rewards are all equal has all advantages 0 and gives no gradient. ScaleRL drops
-it from the batch: it is not counted in the batch size and not resampled within the step, so a
-step can run on fewer than `batch.prompts` groups, and a step whose every group was dropped is
-skipped (the `empty` outcome). DAPO's dynamic sampling instead keeps drawing prompts until
-`batch.prompts` groups survive; `BatchFiller.extra_prompts` counts the extra draws.
+A group is kept iff its completions differ in correctness: 0 < #passed < G. A group that is all
+correct or all wrong gives the pass/fail reward no variance, so all its advantages are 0 and it
+gives no gradient. ScaleRL drops it from the batch: it is not counted in the batch size and not
+resampled within the step, so a step can run on fewer than `batch.prompts` groups, and a step
+whose every group was dropped is skipped (the `empty` outcome). DAPO's dynamic sampling instead
+keeps drawing prompts until `batch.prompts` groups survive; `BatchFiller.extra_prompts` counts
+the extra draws. Magistral drops the same groups without resampling.
+
+The decision is on correctness (`Completion.passed`), not on the reward: with a length penalty
+(DAPO, Magistral, or ScaleRL with `rollout.length.type=penalty`) the reward also depends on the
+length, and a group that is all correct but of unequal lengths has reward variance made of
+length alone. DAPO keeps a group iff 0 < #correct < G (the constraint of its objective) and
+Magistral drops the groups whose answers are all correct or all wrong, so such a group is
+dropped here too; the penalty then acts only inside groups of mixed correctness, where it ranks
+long answers below short ones of the same correctness. With the +-1 reward (ScaleRL's default)
+correctness and reward carry the same information and this is the paper's zero-reward-variance
+filter. With the filter off every group is trained, and an all-correct group of unequal lengths
+trains on advantages made of length alone.
 
 Departures from the paper:
 1. Dynamic sampling stops after `max_draws` prompts (default 4 x the target, DAPO's
@@ -32,13 +45,22 @@ def group_rewards(group: Group) -> list[float]:
     return rewards
 
 
+def n_correct(group: Group) -> int:
+    """How many of the group's completions passed; an unchecked one (`passed` None) is an error."""
+    group_rewards(group)
+    for i, c in enumerate(group.completions):
+        if c.passed is None:
+            raise ScaleRLError(f"prompt {group.prompt.id!r}: completion {i} was not checked (passed is None)")
+    return sum(bool(c.passed) for c in group.completions)
+
+
 def has_variance(group: Group) -> bool:
-    rewards = group_rewards(group)
-    return len(set(rewards)) > 1
+    """True iff the group is informative: 0 < #correct < G (correctness varies)."""
+    return 0 < n_correct(group) < len(group.completions)
 
 
 def zero_variance_filter(groups: list[Group]) -> tuple[list[Group], int]:
-    """(groups with unequal rewards, how many were dropped). All dropped -> ([], len(groups))."""
+    """(groups of mixed correctness, how many were dropped). All dropped -> ([], len(groups))."""
     kept = [g for g in groups if has_variance(g)]
     return kept, len(groups) - len(kept)
 

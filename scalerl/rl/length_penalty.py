@@ -6,7 +6,9 @@ the alternative to forced interruptions, Section 2 and A.15).
                  = -p                                         |y| > L_max
 
 with L_max = `max_len`, L_cache = `tolerance`, p = `penalty`; the value is added to the
-pass/fail reward.
+pass/fail reward. `Completion.passed` stays the correctness, which the zero-variance filter
+reads (filters.py): under the filter the penalty shapes advantages only inside groups of mixed
+correctness.
 
 Departures from the paper:
 1. The penalty size `p` is a parameter (DAPO: 1); the paper's rewards are +-1, so p = 1 can

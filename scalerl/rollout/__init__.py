@@ -2,10 +2,12 @@
 
 `Engine(model, tokenizer, cfg: RolloutConfig, fp32_head=True, seed=0)` samples completions with
 per-token generator log-probabilities and policy versions, continuous batching, in-flight
-weight updates and forced interruption. See docs/rollout.md.
+weight updates and forced interruption (whose length budget `length.py` checks). See
+docs/rollout.md.
 """
 
-from scalerl.rollout.engine import PHRASE, Engine
+from scalerl.config import DEFAULT_PHRASE, PAPER_PHRASE
+from scalerl.rollout.engine import Engine
 from scalerl.rollout.protocol import Generator
 
-__all__ = ["Engine", "Generator", "PHRASE"]
+__all__ = ["DEFAULT_PHRASE", "Engine", "Generator", "PAPER_PHRASE"]

@@ -8,9 +8,12 @@ at a step boundary with in-place copies; sequences continue on their old KV cach
 
 Where this departs from the paper (arXiv 2510.13786):
 1. Forced interruption (Section 3.2, "length control"): the trigger is drawn uniformly in
-   [think_min, think_max] generated tokens (paper: 10k-12k thinking tokens); the phrase is
-   tokenised once on its own and its tokens count towards `max_new_tokens` (the total budget).
-   A completion that closes `</think>` itself also gets `answer_budget` tokens after it.
+   [think_min, think_max] generated tokens (paper: 10k-12k thinking tokens); the phrase
+   (`rollout.length.phrase`, by default the paper's first words " Time is up. </think>", see
+   config.py) is tokenised once on its own and its tokens count towards `max_new_tokens`; an
+   engine whose `think_max + phrase + answer_budget` exceeds it is refused (`length.py`), so an
+   interrupted completion always gets its answer budget. A completion that closes `</think>`
+   itself also gets `answer_budget` tokens after it.
 2. With top_p < 1 the recorded log-probability is the temperature-scaled full-softmax one, not
    the renormalised nucleus (see `sampling.py`); the paper samples with top_p 1.
 3. The LM head is the model's output embedding, optionally in fp32 (Section 3.2 "FP32
@@ -31,13 +34,13 @@ import torch.nn.functional as F
 from scalerl.config import InterruptConfig, RolloutConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rollout.cache import SlotCache
+from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.rollout.sampling import sample
 from scalerl.types import Completion, FinishReason, Prompt
 
-PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 THINK_END = "</think>"
 GREEDY_BELOW = 1e-4  # temperatures below this decode greedily
-_REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted")
+_REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_length")
 _NEVER = 1 << 40
 _END = object()           # the prompt iterator ran out
 IDLE_SLEEP_S = 0.005      # wait between two asks when nothing is in flight and no prompt may start
@@ -64,7 +67,7 @@ class _Rows:
     thinking: torch.Tensor     # (R,) bool: `</think>` not produced yet
     trigger: torch.Tensor      # (R,) n_gen at which thinking is interrupted
     force_idx: torch.Tensor    # (R,) index into the phrase being forced, -1 if none
-    interrupted: torch.Tensor  # (R,) bool: the whole phrase was forced
+    interrupted: torch.Tensor  # (R,) bool: the phrase has started (thinking was interrupted)
     tokens: torch.Tensor       # (R, max_new)
     logprobs: torch.Tensor     # (R, max_new) fp32
     versions: torch.Tensor     # (R, max_new)
@@ -115,10 +118,8 @@ class Engine:
         self._interrupt = cfg.length if isinstance(cfg.length, InterruptConfig) else None
         self._phrase = None
         if self._interrupt is not None:
-            self._phrase = torch.tensor(self._encode(PHRASE, special=False), device=self.device)
-            if tokenizer.unk_token_id is not None and bool((self._phrase == tokenizer.unk_token_id).any()):
-                raise ScaleRLError("rollout.length: the interruption phrase has characters this tokenizer "
-                                   f"does not know (unknown token in {PHRASE!r})")
+            self._phrase = torch.tensor(phrase_ids(tokenizer, self._interrupt.phrase), device=self.device)
+            check_budget(cfg, len(self._phrase))
         self._targets = model.state_dict(keep_vars=True)
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
         self._rng = random.Random(seed)
@@ -300,6 +301,7 @@ class Engine:
         thinking / answer-budget state. Returns (done, reason index into _REASONS)."""
         cfg, rows = self.cfg, torch.arange(tokens.shape[0], device=self.device)
         forcing = state.force_idx >= 0
+        state.interrupted |= forcing
         if self._phrase is not None:
             tokens = torch.where(forcing, self._phrase[state.force_idx.clamp(min=0)], tokens)
             logprobs = torch.where(forcing, 0.0, logprobs)
@@ -314,7 +316,6 @@ class Engine:
 
         phrase_done = forcing & (state.force_idx + 1 == (0 if self._phrase is None else len(self._phrase)))
         state.force_idx = torch.where(phrase_done, -1, torch.where(forcing, state.force_idx + 1, state.force_idx))
-        state.interrupted |= phrase_done
         closes = (state.thinking & ~forcing & self._ends_with(state, self._think_end)) | phrase_done
         state.thinking &= ~closes
         if self._interrupt is not None:
@@ -323,10 +324,10 @@ class Engine:
             state.force_idx = torch.where(due, 0, state.force_idx)
 
         eos = torch.isin(tokens, self._eos) & ~forcing
-        out_of_budget = state.n_gen >= state.answer_end.clamp(max=cfg.max_new_tokens)
-        done = state.active & (eos | out_of_budget)
-        answered = state.interrupted & (eos | (state.answer_end <= cfg.max_new_tokens))
-        reasons = torch.where(answered, 2, torch.where(eos, 0, 1))
+        spent = state.n_gen >= state.answer_end                  # the whole answer budget was used
+        done = state.active & (eos | spent | (state.n_gen >= cfg.max_new_tokens))
+        after = torch.where(eos, 2, torch.where(spent, 3, 4))    # interrupted_eos / _budget / _length
+        reasons = torch.where(state.interrupted, after, torch.where(eos, 0, 1))
         return done, reasons
 
     @staticmethod

@@ -11,11 +11,12 @@ Departures from the paper:
 2. "PipelineRL -> PPO-off-policy" keeps k (the base's k = 8: eight optimizer steps per batch
    of 8 x P groups), the paper's PPO-off-policy-8.
 3. Length-control windows that cannot act inside a small completion budget (thinking budget +
-   answer budget, or the penalty's max_len, over `rollout.max_new_tokens`) are scaled to
-   that budget by `fit_length_control`, keeping the presets' proportions (interrupt at
-   60-80% of the budget, 20% for the answer; penalty over the last 20% before the budget).
-   The paper's windows (10-12k thinking tokens of a 14k+2k budget, DAPO's 4k of 20k) are
-   in the same proportions.
+   interruption phrase + answer budget, the phrase counted with the model's tokenizer; or the
+   penalty's max_len, over `rollout.max_new_tokens`) are scaled to that budget by
+   `fit_length_control` in the defaults' proportions (interrupt between 25% and 35% of the
+   budget, shortened until the phrase and a 20% answer budget fit; penalty over the last 20%
+   before the budget). The paper interrupts later (10-12k thinking tokens of a 16k budget); the
+   tiny model's thinking is short (docs/rollout.md).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalerl.config import Config, InterruptConfig, LengthPenaltyConfig
+from scalerl.errors import ScaleRLError
 
 
 @dataclass(frozen=True)
@@ -61,20 +63,34 @@ def plan_variants(base: str = "scalerl", leave_one_out: bool = False,
     return variants
 
 
-def fit_length_control(cfg: Config) -> list[str]:
+def fit_length_control(cfg: Config, phrase_tokens: int | None = None) -> list[str]:
     """Scale length-control windows that cannot act within `rollout.max_new_tokens` (header, 3).
 
-    Changes `cfg` in place and returns what it changed (for the report); [] when it fits.
+    `phrase_tokens`: the interruption phrase's length in tokens (default: counted with the
+    tokenizer of `cfg.model.name`). Changes `cfg` in place and returns what it changed (for the
+    report); [] when it fits. A budget too small for the phrase and an answer is refused.
     """
     budget = cfg.rollout.max_new_tokens
     length = cfg.rollout.length
-    if isinstance(length, InterruptConfig) and length.think_max + length.answer_budget > budget:
+    if isinstance(length, InterruptConfig):
+        if phrase_tokens is None:
+            from scalerl.rollout.length import phrase_tokens as count
+
+            phrase_tokens = count(cfg.model.name, length.phrase)
+        if length.think_max + phrase_tokens + length.answer_budget <= budget:
+            return []
         answer = max(1, budget // 5)
-        think_max = max(1, budget - answer)
-        think_min = max(1, min(think_max, round(budget * 0.6)))
-        cfg.rollout.length = InterruptConfig(think_min=think_min, think_max=think_max, answer_budget=answer)
+        think_max = min(budget * 7 // 20, budget - answer - phrase_tokens)
+        if think_max < 1:
+            raise ScaleRLError(
+                f"rollout.max_new_tokens ({budget}) cannot hold a thinking token, the interruption phrase "
+                f"({phrase_tokens} tokens) and a {answer}-token answer; raise it, shorten rollout.length.phrase, "
+                "or use rollout.length.type=none")
+        think_min = max(1, min(think_max, budget // 4))
+        cfg.rollout.length = length.model_copy(update=dict(think_min=think_min, think_max=think_max,
+                                                           answer_budget=answer))
         return [f"rollout.length (interrupt) scaled to the {budget}-token budget: think {think_min}..{think_max}, "
-                f"answer {answer}"]
+                f"phrase {phrase_tokens}, answer {answer}"]
     if isinstance(length, LengthPenaltyConfig) and length.max_len > budget:
         tolerance = min(length.tolerance, max(1, budget // 5))
         cfg.rollout.length = LengthPenaltyConfig(max_len=budget, tolerance=tolerance, penalty=length.penalty)
