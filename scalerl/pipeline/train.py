@@ -382,11 +382,12 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
             now = time.monotonic()
             row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.devices)
             last = now
-            if row["train/truncation_rate"] > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
+            cut = row["train/truncation_rate"] + row["train/interrupted_rate"]  # the paper's "truncation rate"
+            if cut > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
                 warned_at = tr.state.step
-                warnings.warn(f"step {tr.state.step}: truncation rate {row['train/truncation_rate']:.0%} > "
-                              f"{TRUNCATION_WARN:.0%}: training tends to degrade (paper Section 2); "
-                              "see train/truncation_rate in metrics.jsonl", stacklevel=1)
+                warnings.warn(f"step {tr.state.step}: {cut:.0%} of the completions were cut or interrupted (> "
+                              f"{TRUNCATION_WARN:.0%}): training tends to degrade (paper Section 2); see "
+                              "train/truncation_rate and train/interrupted_rate in metrics.jsonl", stacklevel=1)
             tr.counters["train_seconds"] = time.monotonic() - t_start
             metrics.write({"step": tr.state.step, "kind": "train", **row})
             postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",
