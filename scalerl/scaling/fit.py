@@ -52,6 +52,7 @@ A_STEP = 0.005
 N_C_MID = 100
 B_BOUNDS = (0.05, 20.0)
 MIN_POINTS = 5
+MIN_DISTINCT_X = 3
 FEW_POINTS = 10
 CI_LEVEL = 0.9
 AGREE_A = 0.01  # the fast fit and the paper's grid must agree this closely on A, or a warning says so
@@ -197,6 +198,10 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
     if xw.size < MIN_POINTS:
         raise ScaleRLError(f"only {xw.size} points in the fit window {window} (need at least {MIN_POINTS}); "
                            "lower --fit-min / raise --fit-max or evaluate more often")
+    if np.unique(xw).size < MIN_DISTINCT_X:
+        raise ScaleRLError(f"only {np.unique(xw).size} distinct compute value(s) among the {xw.size} points in the "
+                           f"fit window {window}: a curve needs at least {MIN_DISTINCT_X} (is the compute column "
+                           "the right one?)")
     if np.ptp(yw) == 0:
         raise ScaleRLError(f"the metric is constant ({yw[0]:g}) over the fit window {window}: nothing to fit")
     return _Data(xw, yw, float(y[start].mean()), int(start.sum()))
