@@ -13,6 +13,7 @@ from scalerl.errors import ScaleRLError
 COMMANDS: dict[str, str] = {
     "train": "train",
     "fit": "fit",
+    "watch": "watch",
     "generate": "generate",
     "recipes": "recipes",
     "ablate": "ablate",
