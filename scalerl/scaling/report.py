@@ -93,6 +93,11 @@ def _multiple_for(f: FitResult, c_now: float, gain: float) -> float | None:
     return float(k[hit[0]]) if hit.size else None
 
 
+def _signed(g: dict) -> str:
+    band = "" if g["lo"] is None else f" ({g['lo']:+.3f} .. {g['hi']:+.3f})"
+    return f"{g['gain']:+.3f}{band}"
+
+
 def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGIN) -> dict:
     """What a user with a run at compute `c_now` (measured value `y_now`) can act on."""
     fitted = float(f.predict([c_now])[0])
@@ -108,12 +113,12 @@ def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGI
                 "going and refit before deciding")
     elif out["remaining"] < margin or k is None:
         text = (f"the remaining gain ({out['remaining']:+.3f} to the ceiling) is below the seed margin {margin}: "
-                f"more compute will not pay (10x the compute: {g10['gain']:+.3f})")
+                f"more compute will not pay (10x the compute: {_signed(g10)})")
     elif k <= 2:
-        text = f"more compute pays: 2x the compute is expected to gain {g2['gain']:+.3f}"
+        text = f"more compute pays: 2x the compute is expected to gain {_signed(g2)}"
     else:
         text = (f"a gain of {margin} (the seed margin) needs about {k:.1f}x the current compute; 2x gains "
-                f"{g2['gain']:+.3f}, 10x {g10['gain']:+.3f}: continue only if that is worth the cost")
+                f"{_signed(g2)}, 10x {_signed(g10)}: continue only if that is worth the cost")
     out["recommendation"] = text
     return out
 
@@ -124,7 +129,6 @@ def verdict_lines(v: dict, x_name: str = "compute") -> list[str]:
     lines = [f"  verdict at {x_name} = {num(v['compute'])}: measured {v['measured']:.3f}, fitted {v['fitted']:.3f}; "
              f"ceiling {v['ceiling']:.3f}" + (f" ({ci[0]:.3f} .. {ci[1]:.3f})" if ci else "")]
     for name, g in v["gains"].items():
-        band = "" if g["lo"] is None else f" ({g['lo']:+.3f} .. {g['hi']:+.3f})"
-        lines.append(f"    {name} the compute ({num(g['compute'])}): {g['value']:.3f}, gain {g['gain']:+.3f}{band}")
+        lines.append(f"    {name} the compute ({num(g['compute'])}): {g['value']:.3f}, gain {_signed(g)}")
     lines.append(f"    => {v['recommendation']}")
     return lines
