@@ -233,14 +233,14 @@ def _derived(table: Table, y: str, p: Preset | None, c: Compute) -> Series:
 
 
 def _running(rows: list[tuple[float, dict]], value, cumulative: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, total through each step) of the rows where `value(row)` is a number."""
-    by_step: dict[float, float] = {}
+    """(steps, total through each step) of the steps where `value(row)` is a number; the rows of one
+    step are merged first (TensorBoard gives one row per scalar)."""
+    merged: dict[float, dict] = {}
     for s, r in rows:
-        v = value(r)
-        if v is not None:
-            by_step[s] = v if cumulative else by_step.get(s, 0.0) + v
+        merged.setdefault(s, {}).update(r)
+    by_step = {s: v for s, v in ((s, value(r)) for s, r in merged.items()) if v is not None}
     steps = np.array(sorted(by_step), dtype=float)
-    vals = np.array([by_step[s] for s in steps], dtype=float)
+    vals = np.array([by_step[s] for s in sorted(by_step)], dtype=float)
     return steps, (vals if cumulative else np.cumsum(vals))
 
 
