@@ -1,0 +1,73 @@
+"""`scalerl watch` against a real writer process: points appended one by one (each line written in
+two pieces, so the watch sees torn last lines), refits as they arrive, stops cleanly on Ctrl-C, and
+its last forecast is the fit of the whole curve."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from scalerl.cli import main
+
+WRITER = r"""
+import json, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+with open(path, "w") as f:
+    for i in range(n):
+        c = 250.0 * i
+        y = 0.4 + 0.2 / (1 + (2500 / c) ** 2) if c else 0.4
+        line = json.dumps({"step": i, "compute/device_hours": c, "val/pass_rate": round(y + 0.004 * (-1) ** i, 5)}) + "\n"
+        f.write(line[:12]); f.flush(); time.sleep(0.03)   # a torn last line, for a moment
+        f.write(line[12:]); f.flush(); time.sleep(0.03)
+"""
+OPTS = ["--bootstrap", "20", "--seed", "3", "--no-grid-check"]
+
+
+def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys):
+    log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json",
+                              "--plot", str(plot), *OPTS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    lines: list[str] = []
+    errs: list[str] = []
+    readers = [threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True),
+               threading.Thread(target=lambda: errs.extend(iter(watch.stderr.readline, "")), daemon=True)]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any("to appear" in e for e in errs):
+        time.sleep(0.05)  # the watch is up and looking before the first point is written
+    writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=60)
+    assert writer.returncode == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (lines and json.loads(lines[-1])["n_evaluations"] == n):
+        time.sleep(0.1)
+    watch.send_signal(signal.SIGINT)
+    watch.wait(timeout=20)
+    for r in readers:
+        r.join(timeout=5)
+    err = "".join(errs)
+    assert watch.returncode == 0 and "Traceback" not in err and "watch: stopped" in err, err
+    updates = [json.loads(line) for line in lines]
+    counts = [u["n_evaluations"] for u in updates]
+    assert len(updates) >= 2 and counts == sorted(set(counts)) and counts[-1] == n  # refits as points arrive
+    assert "waiting for more evaluations" in err  # the first points were too few to fit
+    code = main(["fit", str(log), "--json", *OPTS])
+    whole = json.loads(capsys.readouterr().out)
+    assert code == 0
+    last = updates[-1]
+    for key in ("A", "B", "C_mid", "R0", "ci", "n_points", "window", "verdict"):
+        assert last[key] == whole[key], key
+    assert plot.stat().st_size > 10_000 and not list(tmp_path.glob(".*partial*"))
+
+
+def test_watch_refuses_nonsense(tmp_path, capsys):
+    code = main(["watch", str(tmp_path / "m.jsonl"), "--every", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--every 0" in err
+    code = main(["watch", str(tmp_path / "m.jsonl"), "--compute", "tokens"])
+    assert code == 2 and "--compute tokens needs --params" in capsys.readouterr().err
