@@ -178,6 +178,7 @@ def test_demo_writes_outputs(tmp_path, capsys):
     assert demo.main(tmp_path) == 0
     out = capsys.readouterr().out
     assert "forecast at GPU-hours = 16,000" in out and "ceiling A" in out
+    assert "verdict at GPU-hours = 8,000" in out and "=> " in out
     fits = json.loads((tmp_path / "fit.json").read_text())
     assert math.isclose(fits["fit_to_16k"]["A"], 0.61, abs_tol=0.02)  # the example's Table 1 ceiling
     assert (tmp_path / "forecast.png").stat().st_size < 200_000
