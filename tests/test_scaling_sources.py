@@ -229,3 +229,15 @@ def test_scalerl_preset_reads_its_own_compute_column(tmp_path):
     np.testing.assert_allclose(s.x, 0.5 * np.arange(30))
     t = read_run(tmp_path, preset="scalerl", compute=Compute("tokens", params=10.0))
     np.testing.assert_allclose(t.x, [6 * 10 * 100 * i + 2 * 10 * 300 * i for i in range(30)])
+
+
+def test_tensorboard_file_being_written_reads_its_complete_records(tmp_path):
+    """What `scalerl watch` sees of an event file mid-write: the records written whole, no error."""
+    (f,) = TRL.glob("events.out.tfevents*")
+    data = f.read_bytes()
+    whole = read_run(TRL, preset="trl", compute=Compute("wall", devices=1))
+    part = tmp_path / f.name
+    part.write_bytes(data[: len(data) * 2 // 3 - 5])  # cut inside a record
+    s = read_run(tmp_path, preset="trl", compute=Compute("wall", devices=1))
+    assert 5 < s.x.size < whole.x.size and s.warnings == []
+    np.testing.assert_allclose(s.x, whole.x[: s.x.size])
