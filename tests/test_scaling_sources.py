@@ -75,7 +75,7 @@ def test_trl_run_token_compute_is_8n_per_token_seen():
 
 def test_trl_run_fitted_through_the_cli(capsys, tmp_path):
     code, out, err = fit_cli(capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1", "--json",
-                             "--plot", tmp_path / "trl.png")
+                             "--plot", tmp_path / "trl.png", "--bootstrap", "50")
     assert code == 0, err
     d = json.loads(out)
     assert d["y"] == "eval/reward" and d["compute"]["kind"] == "wall" and d["compute"]["devices"] == 1
@@ -85,7 +85,8 @@ def test_trl_run_fitted_through_the_cli(capsys, tmp_path):
     v = d["verdict"]
     assert v["ceiling"] == d["A"] and set(v["gains"]) == {"2x", "10x"} and v["recommendation"]
     assert (tmp_path / "trl.png").stat().st_size > 10_000
-    code, out, _ = fit_cli(capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1")
+    code, out, _ = fit_cli(capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1", "--bootstrap", "10",
+                           "--no-grid-check")
     assert code == 0 and "verdict at" in out and "TensorBoard event wall times" in out
 
 
