@@ -242,3 +242,14 @@ def test_tensorboard_file_being_written_reads_its_complete_records(tmp_path):
     s = read_run(tmp_path, preset="trl", compute=Compute("wall", devices=1))
     assert 5 < s.x.size < whole.x.size and s.warnings == []
     np.testing.assert_allclose(s.x, whole.x[: s.x.size])
+
+
+def test_wandb_chart_export_through_a_preset(tmp_path):
+    log = tmp_path / "wandb.csv"
+    rows = ['"Step","grpo-7b - eval/reward","grpo-7b - eval/reward__MIN","grpo-7b - eval/reward__MAX"']
+    rows += [f"{s},{curve(s):.6f},0,1" for s in range(0, 200, 10)]
+    log.write_text("\n".join(rows) + "\n")
+    s = read_run(log, preset="trl", compute=Compute("steps", per_step=2.0))
+    assert s.y_name == "eval/reward"
+    np.testing.assert_allclose(s.x, 2.0 * np.arange(0, 200, 10))
+    np.testing.assert_allclose(s.y, [curve(x) for x in range(0, 200, 10)], atol=1e-6)

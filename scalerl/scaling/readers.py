@@ -86,8 +86,20 @@ def read_table(path: str | Path) -> Table:
                 for tag, events in series.items() for step, wall, value in events]
         return Table(path, rows, ["step", WALL_TIME, *sorted(series)], [])
     if path.suffix.lower() in (".csv", ".tsv"):
-        return Table(path, *_csv_rows(path), [])
+        return _wandb_table(path, *_csv_rows(path))
     return Table(path, *_jsonl_rows(path))
+
+
+def _wandb_table(path: Path, rows: list[dict], columns: list[str]) -> Table:
+    """A W&B chart export (`Step`, `<run> - <metric>`, its `__MIN`/`__MAX`) as `step`, `<metric>`;
+    another CSV as it is. With several runs in one export the names stay as they are."""
+    plain = [c for c in columns if not c.endswith(("__MIN", "__MAX"))]
+    names = {c: c.split(" - ", 1)[1] if " - " in c else c for c in plain}
+    runs = {c.split(" - ", 1)[0] for c in plain if " - " in c}
+    if not runs or len(runs) > 1 or len(set(names.values())) < len(names):
+        return Table(path, rows, columns, [])
+    names = {c: ("step" if n == "Step" else n) for c, n in names.items()}
+    return Table(path, [{names[k]: v for k, v in r.items() if k in names} for r in rows], list(names.values()), [])
 
 
 def _resolve_dir(path: Path) -> Path:
