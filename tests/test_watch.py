@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from scalerl.cli import main
 
@@ -29,7 +30,7 @@ OPTS = ["--bootstrap", "20", "--seed", "3", "--no-grid-check"]
 
 def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys):
     log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's scalerl
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json",
                               "--plot", str(plot), *OPTS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
