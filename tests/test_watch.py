@@ -4,6 +4,7 @@ its last forecast is the fit of the whole curve."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,3 +74,22 @@ def test_watch_refuses_nonsense(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "--every 0" in err
     code = main(["watch", str(tmp_path / "m.jsonl"), "--compute", "tokens"])
     assert code == 2 and "--compute tokens needs --params" in capsys.readouterr().err
+
+
+def test_watch_block_shows_parameters_intervals_and_2x_10x(tmp_path, capsys):
+    from scalerl.cli import build_parser
+    from scalerl.commands.fit import options
+    from scalerl.commands.watch import _update
+
+    log = tmp_path / "m.jsonl"
+    subprocess.run([sys.executable, "-c", WRITER.replace("time.sleep(pause)", "pass"), str(log), "30"], check=True)
+    args = build_parser().parse_args(["watch", str(log), *OPTS])
+    state: dict = {}
+    _update(args, options(args), state)
+    out = capsys.readouterr().out
+    number = r"\d[\d,.]*"
+    assert re.search(rf"30 evaluations: A {number} \({number} \.\. {number}\), B {number} \({number} \.\. {number}\), "
+                     rf"C_mid {number} \({number} \.\. {number}\)", out), out
+    assert "2x the compute (14,500)" in out and "10x the compute (72,500)" in out and "=> " in out
+    _update(args, options(args), state)  # nothing new: nothing printed
+    assert capsys.readouterr().out == ""
