@@ -21,7 +21,8 @@ with open(path, "w") as f:
     for i in range(n):
         c = 250.0 * i
         y = 0.4 + 0.2 / (1 + (2500 / c) ** 2) if c else 0.4
-        line = json.dumps({"step": i, "compute/device_hours": c, "val/pass_rate": round(y + 0.004 * (-1) ** i, 5)}) + "\n"
+        row = {"step": i, "compute/device_hours": c, "val/pass_rate": round(y + 0.004 * (-1) ** i, 5)}
+        line = json.dumps(row) + "\n"
         pause = 0.15 if i < 6 else 0.03  # slowly at first: the watch sees too few points to fit
         f.write(line[:12]); f.flush(); time.sleep(pause)   # a torn last line, for a moment
         f.write(line[12:]); f.flush(); time.sleep(pause)

@@ -18,7 +18,8 @@ def add_reading_arguments(p: argparse.ArgumentParser) -> None:
     """What to read and how compute is derived (shared with `scalerl watch`)."""
     p.add_argument("--from", dest="preset", choices=PRESETS, default=None,
                    help="the framework that wrote the logs: picks its validation metric, steps, wall time, tokens")
-    p.add_argument("--x", default=None, help="compute column (default: compute/device_hours, or derived with --compute)")
+    p.add_argument("--x", default=None,
+                   help="compute column (default: compute/device_hours, or derived with --compute)")
     p.add_argument("--y", default=None, help="metric column (default: val/pass_rate, or the --from preset's)")
     p.add_argument("--compute", choices=["wall", "tokens", "steps"], default=None,
                    help="derive compute: wall (device-hours, with --devices), tokens (FLOPs, with --params), "
@@ -129,7 +130,8 @@ def _plot(args: argparse.Namespace, data: dict, fits: dict) -> None:
 
     if args.seeds_of_one:
         (fit,) = fits.values()
-        runs = [("seeds", np.concatenate([s.x for s in data.values()]), np.concatenate([s.y for s in data.values()]), fit)]
+        x = np.concatenate([s.x for s in data.values()])
+        runs = [("seeds", x, np.concatenate([s.y for s in data.values()]), fit)]
     else:
         runs = [(_label(p), data[p].x, data[p].y, fits[p]) for p in data]
     plot = Path(args.plot)

@@ -4,11 +4,11 @@
 
 - A directory means `<dir>/metrics.jsonl`, or the TensorBoard event files under it if there is none.
 - JSONL: one object per line; nested objects are flattened with "/" (`{"val": {"pass_rate": 1}}`
-  is `val/pass_rate`); verl's file logger's `{"step": N, "data": {...}}` is read as `{"step": N, ...}`.
-  An invalid *last* line is a torn write (a writer killed or still writing): skipped with a
-  warning; an invalid line before it is an error naming the line. A row without the x or y key is another kind of row (a train row beside
-  eval rows) and is ignored silently; a row with the key but a null / NaN / inf / non-numeric
-  value is skipped and counted in a warning.
+  is `val/pass_rate`); verl's file logger's `{"step": N, "data": {...}}` is read as `{"step": N,
+  ...}`. An invalid *last* line is a torn write (a writer killed or still writing): skipped with a
+  warning; an invalid line before it is an error naming the line. A row without the x or y key is
+  another kind of row (a train row beside eval rows) and is ignored silently; a row with the key
+  but a null / NaN / inf / non-numeric value is skipped and counted in a warning.
 - CSV: a header row. A W&B export names its columns `<run> - <metric>` (plus `__MIN`/`__MAX`);
   `y="<metric>"` selects the one `... - <metric>` column when that is unambiguous. Empty cells
   count as missing values.
