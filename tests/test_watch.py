@@ -94,3 +94,31 @@ def test_watch_block_shows_parameters_intervals_and_2x_10x(tmp_path, capsys):
     assert "2x the compute (14,500)" in out and "10x the compute (72,500)" in out and "=> " in out
     _update(args, options(args), state)  # nothing new: nothing printed
     assert capsys.readouterr().out == ""
+
+
+def test_watch_follows_a_tensorboard_file_being_appended(tmp_path, capsys):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from scalerl.cli import build_parser
+    from scalerl.commands.fit import options
+    from scalerl.commands.watch import _update
+
+    writer = EventFileWriter(str(tmp_path))
+    args = build_parser().parse_args(["watch", str(tmp_path), "--from", "trl", "--compute", "wall", "--devices", "2",
+                                      "--json", *OPTS])
+    o, state, counts = options(args), {}, []
+    for step in range(0, 40, 2):
+        c = 60.0 * step  # seconds since the start: 2 devices -> step / 30 device-hours
+        y = 0.4 + 0.2 / (1 + (1500 / c) ** 2) if c else 0.4
+        for tag, value in (("train/loss", 0.1), ("eval/reward", y + 0.003 * (-1) ** (step // 2))):
+            summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+            writer.add_event(event_pb2.Event(step=step, wall_time=1e9 + c, summary=summ))
+        writer.flush()
+        _update(args, o, state)
+        counts += [json.loads(line)["n_evaluations"] for line in capsys.readouterr().out.splitlines()]
+    writer.close()
+    assert counts == list(range(6, 21))  # a refit at every new evaluation once 5 are past step 0
+    code = main(["fit", str(tmp_path), "--from", "trl", "--compute", "wall", "--devices", "2", "--json", *OPTS])
+    assert code == 0 and state["n"] == 20
+    assert json.loads(capsys.readouterr().out)["compute"]["source"] == "TensorBoard event wall times"
