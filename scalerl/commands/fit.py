@@ -146,7 +146,9 @@ def _json(args: argparse.Namespace, o, data: dict, fits: dict) -> str:
 
     if args.seeds_of_one:  # one pooled object for all the PATHs
         (fit,) = fits.values()
-        out = {**finite_json(fit.to_dict(o.predict)), "paths": list(args.paths)}
+        first = next(iter(data.values()))
+        out = finite_json({**fit.to_dict(o.predict), "paths": list(args.paths), "x": first.x_name,
+                           "y": first.y_name, "compute": first.how, "window": list(fit.window)})
     elif len(fits) == 1:
         (p, fit), = fits.items()
         out = forecast_dict(data[p], fit, o)
