@@ -18,6 +18,7 @@ USER_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.E
 COMMANDS: dict[str, str] = {
     "train": "train",
     "fit": "fit",
+    "watch": "watch",
     "generate": "generate",
     "recipes": "recipes",
     "ablate": "ablate",

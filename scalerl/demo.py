@@ -1,8 +1,9 @@
 """`make demo` / `python -m scalerl.demo`: forecast the example run shipped in `examples/`.
 
 Fits the sigmoid of paper Eq. 1 to the first half of a synthetic 8B-ScaleRL-shaped run
-(1,500 .. 8,000 GPU-hours), forecasts the end of the run (16,000) and beyond, compares the
-forecast with what the run actually reached there, and plots it. Outputs go to `runs/demo/`.
+(1,500 .. 8,000 GPU-hours), forecasts the end of the run (16,000) and beyond, says whether
+doubling the compute at 8,000 was worth it (the verdict), compares the forecast with what the run
+actually reached there, and plots it. Outputs go to `runs/demo/`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ FIT_MIN, HALF, FINAL = 1500.0, 8000.0, 16000.0
 
 def main(out_dir: Path = Path("runs/demo")) -> int:
     from scalerl.scaling import fit_curve, plot_fits, read_metrics, summary
-    from scalerl.scaling.report import num
+    from scalerl.scaling.report import num, verdict, verdict_lines
 
     x, y, _ = read_metrics(EXAMPLE, X, Y)
     predict = [FINAL, 2 * FINAL]
@@ -35,6 +36,8 @@ def main(out_dir: Path = Path("runs/demo")) -> int:
                                                   "fit_to_16k": full.to_dict(predict)}, indent=2))
     print(f"example: {EXAMPLE} (synthetic, see examples/README.md)\n")
     print(summary("fit on 1,500 .. 8,000 GPU-hours", half, predict, "GPU-hours", "pass rate"))
+    at_half = float(np.mean(y[(x > HALF - 250) & (x <= HALF)]))
+    print("\n".join(verdict_lines(verdict(half, HALF, at_half), "GPU-hours")))
     observed = float(np.mean(y[x >= FINAL - 250]))  # the last three evaluations
     lo, hi = half.predict_interval([FINAL])
     print(f"\n  the run then reached {observed:.3f} at {num(FINAL)} GPU-hours (mean of its last 3 evals); "

@@ -91,7 +91,9 @@ def test_json_one_path(tmp_path, capsys):
     code, out, err = run_cli(capsys, run, "--fit-min", 1000, "--predict", 20000, "--json", "--bootstrap", 30)
     assert code == 0, err
     d = json.loads(out)
-    assert set(d) == {"model", "A", "B", "C_mid", "R0", "rmse", "n_points", "ci", "predictions", "warnings"}
+    assert set(d) == {"model", "A", "B", "C_mid", "R0", "rmse", "n_points", "ci", "predictions", "warnings",
+                      "x", "y", "compute", "window", "grid_check", "verdict"}
+    assert d["compute"] == {"kind": "column", "column": X} and d["grid_check"]["agrees"] is True
     assert d["model"] == "sigmoid" and d["n_points"] == 36 and d["R0"] == pytest.approx(0.403)
     assert set(d["ci"]) == {"A", "B", "C_mid"} and len(d["ci"]["A"]) == 2
     p = d["predictions"][0]
@@ -104,7 +106,7 @@ def test_several_paths_json_and_table(tmp_path, capsys):
     b.mkdir()
     rows = [{X: 250.0 * i, Y: 0.4 + 0.3 / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.4} for i in range(40)]
     (b / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code, out, _ = run_cli(capsys, a, b, "--json", "--bootstrap", 0)
+    code, out, _ = run_cli(capsys, a, b, "--json", "--bootstrap", 1)
     objs = json.loads(out)
     assert [o["path"] for o in objs] == [str(a), str(b)]
     code, out, _ = run_cli(capsys, a, b, "--bootstrap", 10, "--plot", tmp_path / "f.png")
@@ -118,7 +120,8 @@ def test_seeds_of_one(tmp_path, capsys):
     code, out, _ = run_cli(capsys, *runs, "--seeds-of-one", "--json", "--bootstrap", 10, "--predict", 20000)
     d = json.loads(out)
     assert d["paths"] == [str(r) for r in runs] and d["seeds"]["n_seeds"] == 3
-    assert d["n_points"] == 3 * 40 - 3  # the C = 0 rows only set R0
+    # the C = 0 rows only set R0; the early window (0.1 of 9,750) leaves out 250, 500 and 750
+    assert d["n_points"] == 3 * (40 - 1 - 3)
     assert d["predictions"][0]["seed_std"] == pytest.approx(0, abs=1e-6)  # identical seeds
 
 
@@ -175,6 +178,7 @@ def test_demo_writes_outputs(tmp_path, capsys):
     assert demo.main(tmp_path) == 0
     out = capsys.readouterr().out
     assert "forecast at GPU-hours = 16,000" in out and "ceiling A" in out
+    assert "verdict at GPU-hours = 8,000" in out and "=> " in out
     fits = json.loads((tmp_path / "fit.json").read_text())
     assert math.isclose(fits["fit_to_16k"]["A"], 0.61, abs_tol=0.02)  # the example's Table 1 ceiling
     assert (tmp_path / "forecast.png").stat().st_size < 200_000

@@ -1,13 +1,16 @@
-"""Compute-performance scaling curves (paper Eq. 1): fit, forecast with intervals, plot.
+"""Compute-performance scaling curves (paper Eq. 1): fit, forecast with intervals, plot; other
+frameworks' logs (presets, derived compute) and the verdict on a run in progress.
 
-Torch-free: numpy, scipy and matplotlib only. See docs/forecasting.md.
+Torch-free: numpy, scipy and matplotlib only (tensorboard to read event files). See docs/forecasting.md.
 """
 
 from scalerl.scaling.curves import PowerLaw, Sigmoid, linearise, power_law, sigmoid
 from scalerl.scaling.fit import FitResult, fit_curve, fit_seeds, window_start
 from scalerl.scaling.plots import plot_fits
 from scalerl.scaling.readers import read_metrics
-from scalerl.scaling.report import comparison_table, summary
+from scalerl.scaling.report import comparison_table, summary, verdict
+from scalerl.scaling.sources import PRESETS, Compute, read_run
 
-__all__ = ["FitResult", "PowerLaw", "Sigmoid", "comparison_table", "fit_curve", "fit_seeds", "linearise",
-           "plot_fits", "power_law", "read_metrics", "sigmoid", "summary", "window_start"]
+__all__ = ["PRESETS", "Compute", "FitResult", "PowerLaw", "Sigmoid", "comparison_table", "fit_curve", "fit_seeds",
+           "linearise", "plot_fits", "power_law", "read_metrics", "read_run", "sigmoid", "summary", "verdict",
+           "window_start"]

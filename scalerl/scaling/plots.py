@@ -99,3 +99,13 @@ def _plot_linearised(runs: Sequence[Run], path: str | Path, xlabel: str) -> None
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def supported_formats() -> set[str]:
+    """The file extensions matplotlib can write (png, pdf, svg, ...)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes())

@@ -1,10 +1,21 @@
-"""Plain-words summaries of fits, and the comparison table of several runs (paper Fig. 2 legend)."""
+"""Plain-words summaries of fits, the comparison table of several runs (paper Fig. 2 legend), and
+the verdict on one run in progress: is more compute worth it?
+
+The verdict's margin is the paper's: two recipes are called different when their ceilings differ
+by more than 0.02 (Section 3, about +-0.015 run-to-run on A across seeds), so a gain below 0.02 is
+within what another seed of the same run would give.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from scalerl.scaling.fit import CI_LEVEL, FitResult
+import numpy as np
+
+from scalerl.scaling.fit import CI_LEVEL, WIDE_A, FitResult, _curve_of
+
+SEED_MARGIN = 0.02
+MULTIPLES = (2, 10)
 
 
 def num(v: float) -> str:
@@ -59,3 +70,65 @@ def comparison_table(rows: Sequence[tuple[str, FitResult]]) -> str:
         out.append(f"{label:<{width}}  {f.A:6.3f}  {ci:>15}  {f.B:5.2f}  {c_mid:>9}  {f.rmse:7.4f}  "
                    f"{f.n_points:4d}  {len(f.warnings)}")
     return "\n".join(out)
+
+
+def _gain(f: FitResult, c_now: float, c_then: float) -> dict:
+    """Predicted gain from c_now to c_then, with the bootstrap interval of that difference."""
+    now, then = (float(v) for v in f.predict([c_now, c_then]))
+    out = {"compute": c_then, "value": then, "gain": then - now, "lo": None, "hi": None}
+    if len(f.boot):
+        lo, hi = f.predict_interval([c_then])
+        diffs = np.array([np.diff(_curve_of(f.model, p).predict(np.array([c_now, c_then])))[0] for p in f.boot])
+        q = 100 * (1 - CI_LEVEL) / 2
+        out["lo"], out["hi"] = float(np.percentile(diffs, q)), float(np.percentile(diffs, 100 - q))
+        out["value_lo"], out["value_hi"] = float(lo[0]), float(hi[0])
+    return out
+
+
+def _multiple_for(f: FitResult, c_now: float, gain: float) -> float | None:
+    """The smallest multiple of c_now (up to 1e4) at which the curve has gained `gain`, or None."""
+    k = np.geomspace(1.0, 1e4, 400)
+    gains = f.predict(k * c_now) - float(f.predict([c_now])[0])
+    hit = np.flatnonzero(gains >= gain)
+    return float(k[hit[0]]) if hit.size else None
+
+
+def _signed(g: dict) -> str:
+    band = "" if g["lo"] is None else f" ({g['lo']:+.3f} .. {g['hi']:+.3f})"
+    return f"{g['gain']:+.3f}{band}"
+
+
+def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGIN) -> dict:
+    """What a user with a run at compute `c_now` (measured value `y_now`) can act on."""
+    fitted = float(f.predict([c_now])[0])
+    out = {"compute": c_now, "measured": y_now, "fitted": fitted, "ceiling": f.A,
+           "ceiling_interval": list(f.ci["A"]) if "A" in f.ci else None, "remaining": f.A - fitted,
+           "margin": margin, "gains": {f"{m}x": _gain(f, c_now, m * c_now) for m in MULTIPLES}}
+    k = _multiple_for(f, c_now, margin)
+    out["multiple_for_margin"] = k
+    g2, g10 = out["gains"]["2x"], out["gains"]["10x"]
+    lo, hi = f.ci.get("A", (f.A, f.A))
+    if f.a_on_edge or hi - lo > WIDE_A:
+        text = (f"the ceiling is not pinned down yet (A {f.A:.3f}, interval {lo:.3f} .. {hi:.3f}): keep the run "
+                "going and refit before deciding")
+    elif out["remaining"] < margin or k is None:
+        text = (f"the remaining gain ({out['remaining']:+.3f} to the ceiling) is below the seed margin {margin}: "
+                f"more compute will not pay (10x the compute: {_signed(g10)})")
+    elif k <= 2:
+        text = f"more compute pays: 2x the compute is expected to gain {_signed(g2)}"
+    else:
+        text = (f"a gain of {margin} (the seed margin) needs about {k:.1f}x the current compute; 2x gains "
+                f"{_signed(g2)}, 10x {_signed(g10)}: continue only if that is worth the cost")
+    out["recommendation"] = text
+    return out
+
+
+def verdict_lines(v: dict, x_name: str = "compute") -> list[str]:
+    """The verdict in plain words (the human output of `scalerl fit` and `scalerl watch`)."""
+    ci = v["ceiling_interval"]
+    lines = [f"  verdict at {x_name} = {num(v['compute'])}: measured {v['measured']:.3f}, fitted {v['fitted']:.3f}; "
+             f"ceiling {v['ceiling']:.3f}" + (f" ({ci[0]:.3f} .. {ci[1]:.3f})" if ci else "")]
+    for name, g in v["gains"].items():
+        lines.append(f"    {name} the compute ({num(g['compute'])}): {g['value']:.3f}, gain {_signed(g)}")
+    lines.append(f"    => {v['recommendation']}")
+    return lines
