@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options, loss_params
+from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options, logprob_mismatch, loss_params
 from scalerl.types import Completion, Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
@@ -86,7 +86,7 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
         raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
     model.train()
     metrics: dict[str, float] = {}
-    tokens = 0.0
+    tokens, diff_sum, diff_n = 0.0, 0.0, 0
     if shard.groups:
         batch = collate(shard.groups, pad_id)
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
@@ -94,21 +94,23 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
                                     batch.prompt_ids, aggregation=aggregation, **params)
         scaled = loss * shard.weight
         tokens = float(batch.mask.sum().item())
+        diff_sum, diff_n = logprob_mismatch(shard.groups, batch, logprobs, step - 1)  # the trainer holds step - 1
     else:  # an empty shard still takes part in the all-reduce, with zero gradients
         scaled = sum((p * 0.0).sum() for p in optim.params)
     optim.opt.zero_grad(set_to_none=True)
     scaled.backward()
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
-    extra = torch.tensor([scaled.item(), tokens], dtype=grads[0].dtype, device=grads[0].device)
-    flat = torch.cat([g.reshape(-1) for g in grads] + [extra])                          # (n_params + 2,)
+    extra = torch.tensor([scaled.item(), tokens, diff_sum, diff_n], dtype=grads[0].dtype, device=grads[0].device)
+    flat = torch.cat([g.reshape(-1) for g in grads] + [extra])                          # (n_params + 4,)
     if dist.is_initialized():
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
     for p in optim.params:
         p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
         offset += p.numel()
-    loss_total, tokens_total = flat[-2].item(), int(flat[-1].item())
-    if not torch.isfinite(flat[-2]):
+    loss_total, tokens_total = flat[-4].item(), int(flat[-3].item())
+    diff_total, diff_tokens = flat[-2].item(), int(flat[-1].item())
+    if not torch.isfinite(flat[-4]):
         raise ScaleRLError(f"non-finite loss ({loss_total}) at step {step}: training stopped; "
                            "the last good checkpoint is kept (lower optim.lr or check the rewards)")
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
@@ -119,6 +121,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     optim.sched.step()
     out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
            "tokens/trained_step": tokens_total}
+    if diff_tokens:  # the batch's mean over every rank's tokens from the weights the trainer holds
+        out["train/logprob_mismatch"] = diff_total / diff_tokens
     out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
     out["loss/loss"] = loss_total
     return out

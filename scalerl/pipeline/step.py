@@ -9,7 +9,11 @@ Departures from the paper (Section 4 and Appendix A.3):
 3. Log-probabilities are recomputed only at completion positions, and each group's prompt is
    run once for its G completions (forward.py; exact): the (FP32) head never runs over prompt
    tokens.
-4. The batch is processed in length-sorted micro-batches of whole groups with gradient
+4. `train/logprob_mismatch` (the generator-trainer mismatch the FP32 head reduces, Section 3.2)
+   counts a token only when it and every completion token before it were generated with the
+   weights the trainer holds: under in-flight updates, a later token's context was computed by
+   older weights, which is policy lag, not numerical mismatch.
+5. The batch is processed in length-sorted micro-batches of whole groups with gradient
    accumulation; the weights make the accumulated loss equal to the one-batch loss (the paper
    does not say how its trainer batches; this is about padding, not maths).
 """
@@ -23,7 +27,8 @@ from scalerl.errors import ScaleRLError
 from scalerl.pipeline.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Group
 
-__all__ = ["Batch", "Optimizer", "collate", "completion_logprobs", "forward_options", "micro_batches", "train_step"]
+__all__ = ["Batch", "Optimizer", "collate", "completion_logprobs", "forward_options", "logprob_mismatch",
+           "micro_batches", "train_step"]
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:
@@ -55,6 +60,21 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
     same_prompt = all(c.prompt_tokens == g.completions[0].prompt_tokens for g in groups for c in g.completions)
     return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, rewards, prompt_ids, prompt_lens,
                  same_prompt)
+
+
+def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, version: int) -> tuple[float, int]:
+    """(sum, count) of |log pi_trainer - log pi_generator| over the trained tokens (`batch.mask`)
+    that the generator produced with weights `version`, their whole completion prefix included
+    (so the prompt's and earlier tokens' keys/values came from the same weights). `batch` is
+    `collate(groups)`, `logprobs` (N, T) the trainer's."""
+    N, T = batch.mask.shape
+    same = torch.zeros((N, T), dtype=torch.float32)
+    for i, c in enumerate(c for g in groups for c in g.completions):
+        v = torch.tensor(c.versions, dtype=torch.long)                                   # (t,)
+        same[i, :len(v)] = torch.cumprod((v == version).float(), dim=0)                  # prefix all `version`
+    on = batch.mask * same.to(batch.mask.device)                                          # (N, T)
+    diff = (logprobs.detach().float() - batch.gen_logprobs.to(logprobs.device)).abs() * on
+    return float(diff.sum().item()), int(on.sum().item())
 
 
 def loss_params(cfg: Config) -> tuple[str, str, dict]:
@@ -158,7 +178,7 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     n_tokens = [sum(len(c.tokens) - sum(c.forced_mask) for c in g.completions) for g in groups]
     model.train()
     optim.opt.zero_grad(set_to_none=True)
-    parts, total = [], 0.0
+    parts, total, mismatch = [], 0.0, [0.0, 0]   # mismatch: (sum, tokens)
     for part in micro_batches(groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
         batch = collate([groups[i] for i in part], pad_id)
         mb_params = dict(params)
@@ -173,6 +193,9 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
             optim.opt.zero_grad(set_to_none=True)
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                                "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+        diff_sum, diff_n = logprob_mismatch([groups[i] for i in part], batch, logprobs, step - 1)  # it holds step - 1
+        mismatch[0] += diff_sum
+        mismatch[1] += diff_n
         w = _weight(aggregation, groups, part, n_tokens)
         (loss * w).backward()
         total += w * loss.item()
@@ -189,6 +212,8 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     optim.sched.step()
     out = {"train/loss": total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
            "train/micro_batches": len(parts), "tokens/trained_step": int(metrics["tokens"])}
+    if mismatch[1]:  # absent when no trained token came from the weights the trainer holds
+        out["train/logprob_mismatch"] = mismatch[0] / mismatch[1]
     out.update({f"loss/{k}": float(v) for k, v in metrics.items()})
     return out
 
