@@ -26,8 +26,8 @@ same attention kernel, `match_trainer_attention`). The gradients flow through th
 the fp32 weights, which AdamW updates. The LM head and log-softmax run on the fp32 weight and
 fp32 hidden states when `fp32_head` (paper Section 3.2), else in bf16. Measured on the tiny
 model (tests/test_effects_precision.py, docs/training.md): generator and trainer then agree
-to about 1e-5 per token with the FP32 head, while torch.autocast (fp32 residual stream and
-norms) against the same bf16 generator differed by 6e-3.
+to about 1e-5 per token with the FP32 head, where torch.autocast (fp32 residual stream and
+norms) against a plain bf16 generator copy differed by 1e-2.
 
 Departures from the paper: none in the maths (the paper's trainer runs full sequences; the
 sharing is exact). The shared path needs a base model that takes `past_key_values` and a 4D
@@ -98,9 +98,14 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
 def can_share(model, batch: Batch) -> bool:
     """The shared path applies: groups share their prompts and the model takes our mask and cache
     (full causal attention everywhere: no sliding window, no logit soft-capping)."""
+    return batch.same_prompt and _takes_our_mask(model)
+
+
+def _takes_our_mask(model) -> bool:
+    """eager or sdpa attention, full causal everywhere (no sliding window, no logit soft-capping)."""
     text = model.config.get_text_config()
-    return (batch.same_prompt and model.config._attn_implementation in SHARED_ATTENTION
-            and not getattr(text, "sliding_window", None) and not getattr(text, "attn_logit_softcapping", None))
+    return (model.config._attn_implementation in SHARED_ATTENTION and not getattr(text, "sliding_window", None)
+            and not getattr(text, "attn_logit_softcapping", None))
 
 
 def _trunk(model, compute_dtype: str):
@@ -121,9 +126,7 @@ def match_trainer_attention(model, share_prompt: bool = True):
     generator against the grouped one in the trainer left 7.5e-4 of mean |delta log p|, the
     same kernel 1e-5. Never call it on the trainer's model (its unshared path needs its own kernel)."""
     device = model.get_output_embeddings().weight.device
-    text = model.config.get_text_config()
-    if (share_prompt and device.type in GROUPED_DEVICES and model.config._attn_implementation in SHARED_ATTENTION
-            and not getattr(text, "sliding_window", None) and not getattr(text, "attn_logit_softcapping", None)):
+    if share_prompt and device.type in GROUPED_DEVICES and _takes_our_mask(model):
         model.config._attn_implementation = GROUPED
     return model
 
@@ -196,14 +199,14 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
                                                                                            device=dev)[None])
         cache = _PromptCache(model.config.get_text_config().num_hidden_layers)
         trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
-                         past_key_values=cache, use_cache=True)                            # K/V (P, h, Lp, d)
+              past_key_values=cache, use_cache=True)                                        # K/V (P, h, Lp, d)
         cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
         prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
         allowed = torch.cat([prefix, causal[None].expand(N, T, T)], dim=2)                 # (N, T, Lp + T)
     else:  # every prompt is one token: nothing to share
         allowed = causal[None].expand(N, T, T)
     out = trunk(input_ids=comp_ids, attention_mask=_mask(allowed, model, dtype), position_ids=comp_pos,
-                           past_key_values=cache, use_cache=cache is not None)
+                past_key_values=cache, use_cache=cache is not None)
     return out.last_hidden_state                                                            # (N, T, H)
 
 
