@@ -46,7 +46,8 @@ class ModelConfig(_Section):
     compute_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="bf16: the paper's regime: the trunk of generator and trainer in bf16 (the trainer on bf16 "
                             "casts of fp32 master weights), the head in fp32 with fp32_head; auto: bf16 on a CUDA device "
-                            "with bf16, fp32 elsewhere (a CPU emulates bf16: the default run was 30x slower a step)")
+                            "with bf16, fp32 elsewhere (a CPU without native bf16 emulates it: the default run's steps "
+                            "took 3-10x longer, docs/training.md)")
     fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2)")
     share_prompt: bool = Field(
         True, description="trainer runs each group's prompt once, its K/V shared by the G completions (exact; "

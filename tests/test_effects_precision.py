@@ -14,7 +14,7 @@ from scalerl.cli import main
 from scalerl.run.metrics import read_rows
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
-              pytest.mark.filterwarnings("ignore:step 1: truncation rate")]  # 32-token budget
+              pytest.mark.filterwarnings("ignore:step 1. truncation rate")]  # 32-token budget
 
 # PPO-off-policy-1: every step trains on completions of the weights it holds, so each step
 # has the metric; interruption-free 32-token completions keep the bf16 CPU steps short

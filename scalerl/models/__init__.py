@@ -94,7 +94,7 @@ def head_weight(model):
 def compute_dtype(model_cfg) -> str:
     """The trunk's compute dtype for a `ModelConfig`: `compute_dtype`, with 'auto' resolved to bf16
     on a CUDA device that computes in bf16 and to fp32 elsewhere (a CPU without native bf16
-    emulates it: measured 20-50x slower a step on the default run, docs/training.md)."""
+    emulates it: the default run's steps took 3-10x longer, docs/training.md)."""
     if model_cfg.compute_dtype != "auto":
         return model_cfg.compute_dtype
     import torch
