@@ -48,7 +48,8 @@ class ModelConfig(_Section):
                             "casts of fp32 master weights), the head in fp32 with fp32_head; auto: bf16 on a CUDA device "
                             "with bf16, fp32 elsewhere (a CPU without native bf16 emulates it: the default run's steps "
                             "took 3-10x longer, docs/training.md)")
-    fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2)")
+    fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2); "
+                                              "acts when the trunk computes in bf16 (compute_dtype)")
     share_prompt: bool = Field(
         True, description="trainer runs each group's prompt once, its K/V shared by the G completions (exact; "
                           "false: every completion as a full sequence)")
