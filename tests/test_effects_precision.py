@@ -1,9 +1,9 @@
 """The FP32 head takes effect in a real run: `train/logprob_mismatch` through `scalerl train`.
 
 Under the paper's precision (`model.compute_dtype=bf16`: a bf16 trunk on both sides, computed
-alike), the generator and the trainer agree to about 1e-5 per token with the FP32 head; with
-the head in bf16 the trainer's log-softmax rounds to bf16 and the mismatch grows to about
-7e-3. The test measures both settings on two seeds each and asserts that the gap exceeds the
+alike), the generator and the trainer agree to 1e-5 per token or better with the FP32 head
+(measured 0 and 0 here); with the head in bf16 the trainer's log-softmax rounds to bf16 and the
+mismatch grows to about 5e-3 (measured 5.2e-3 and 5.1e-3, seed spread 1.8e-4). The test measures both settings on two seeds each and asserts that the gap exceeds the
 seed-to-seed spread of either. (On a CPU `compute_dtype: auto`, the default, resolves to fp32,
 where the head is fp32 either way: see docs/training.md.)
 """
@@ -37,7 +37,6 @@ def test_fp32_head_lowers_the_generator_trainer_mismatch(tmp_path):
     on = [_mismatch(tmp_path, True, seed) for seed in (0, 1)]
     off = [_mismatch(tmp_path, False, seed) for seed in (0, 1)]
     noise = max(abs(on[0] - on[1]), abs(off[0] - off[1]))
-    print(f"logprob_mismatch: FP32 head {on}, bf16 head {off}, seed spread {noise:.2e}, "
-          f"factor {min(off) / max(on):.0f}")
+    print(f"logprob_mismatch: FP32 head {on}, bf16 head {off}, seed spread {noise:.2e}")  # -s shows the figures
     assert min(off) - max(on) > noise
     assert max(on) < 1e-4 < 1e-3 < min(off)  # the head on: trunks alike to ~1e-5; off: bf16 log-softmax
