@@ -3,7 +3,8 @@
 Under the paper's precision (`model.compute_dtype=bf16`: a bf16 trunk on both sides, computed
 alike), the generator and the trainer agree to 1e-5 per token or better with the FP32 head
 (measured 0 and 0 here); with the head in bf16 the trainer's log-softmax rounds to bf16 and the
-mismatch grows to about 5e-3 (measured 5.2e-3 and 5.1e-3, seed spread 1.8e-4). The test measures both settings on two seeds each and asserts that the gap exceeds the
+mismatch grows to about 5e-3 (measured 5.2e-3 and 5.1e-3, seed spread 1.8e-4). The test
+measures both settings on two seeds each and asserts that the gap exceeds the
 seed-to-seed spread of either. (On a CPU `compute_dtype: auto`, the default, resolves to fp32,
 where the head is fp32 either way: see docs/training.md.)
 """

@@ -145,6 +145,7 @@ def test_compute_dtype_auto_is_fp32_without_cuda():
 
     cfg = load_config("scalerl")
     assert cfg.model.compute_dtype == "auto"
-    assert compute_dtype(cfg.model) == ("bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32")
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert compute_dtype(cfg.model) == ("bf16" if gpu_bf16 else "fp32")
     assert compute_dtype(load_config("scalerl", overrides=["model.device=cpu"]).model) == "fp32"
     assert compute_dtype(load_config("scalerl", overrides=["model.compute_dtype=bf16"]).model) == "bf16"

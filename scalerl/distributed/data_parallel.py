@@ -30,7 +30,8 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, collate, completion_logprobs, forward_options, logprob_mismatch, loss_params
+from scalerl.pipeline.step import (Optimizer, collate, completion_logprobs, forward_options, logprob_mismatch,
+                                   loss_params)
 from scalerl.types import Completion, Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
