@@ -254,7 +254,7 @@ def main() -> None:
     print("settings that differ: aggregation prompt (scalerl) vs token (TRL cispo); advantage norm batch vs group; "
           "lr schedule constant vs linear decay; gradient checkpointing off vs on (TRL default); PipelineRL-8 "
           "(generation overlapped) vs on-policy; FP32 head on scalerl; "
-          f"scalerl compute {cfg.model.compute_dtype} (bf16: autocast mixed precision on fp32 master weights, "
+          f"scalerl compute {cfg.model.compute_dtype} (bf16: a bf16 trunk on bf16 casts of fp32 master weights, "
           "FP32 head, generator decodes a bf16 copy of the weights; its FLOP/s against the bf16 peak), TRL bf16 = "
           "its bf16=True autocast mixed precision; scalerl's trainer runs each group's prompt once "
           f"for its {G} completions (model.share_prompt={str(cfg.model.share_prompt).lower()}, exact), TRL every "

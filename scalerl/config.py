@@ -44,10 +44,13 @@ class ModelConfig(_Section):
     name: str = Field("tiny", description="'tiny' (built-in, warm-started), 'smollm2-135m', or a HF checkpoint dir")
     dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
-    compute_dtype: Literal["fp32", "bf16"] = Field(
-        "fp32", description="bf16: mixed precision, fp32 master weights, trainer forward/backward under bf16 autocast, "
-                            "generator decodes a bf16 copy (the head stays fp32 with fp32_head)")
-    fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2)")
+    compute_dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="bf16: the paper's regime: the trunk of generator and trainer in bf16 (the trainer on bf16 "
+                            "casts of fp32 master weights), the head in fp32 with fp32_head; auto: bf16 on a CUDA device "
+                            "with bf16, fp32 elsewhere (a CPU without native bf16 emulates it: the default run's steps "
+                            "took 3-10x longer, docs/training.md)")
+    fp32_head: bool = Field(True, description="LM head + log-softmax in fp32 on generator and trainer (paper 3.2); "
+                                              "acts when the trunk computes in bf16 (compute_dtype)")
     share_prompt: bool = Field(
         True, description="trainer runs each group's prompt once, its K/V shared by the G completions (exact; "
                           "false: every completion as a full sequence)")

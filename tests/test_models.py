@@ -124,3 +124,28 @@ def test_smollm2_loads_offline_and_answers():
     loss = model(**enc, labels=enc["input_ids"]).loss
     loss.backward()
     assert model.get_input_embeddings().weight.grad is not None
+
+
+def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
+    from scalerl.config import load_config
+    from scalerl.pipeline.train import generator_copy
+
+    model, _ = tiny_random
+    half, _ = load_model("tiny-random", dtype="bf16")
+    copy = generator_copy(model, load_config("scalerl", overrides=["model.compute_dtype=bf16"]))
+    for m in (half, copy):
+        assert m.get_input_embeddings().weight.dtype == torch.bfloat16
+        assert m.model.rotary_emb.inv_freq.dtype == torch.float32
+        assert torch.equal(m.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq)
+
+
+def test_compute_dtype_auto_is_fp32_without_cuda():
+    from scalerl.config import load_config
+    from scalerl.models import compute_dtype
+
+    cfg = load_config("scalerl")
+    assert cfg.model.compute_dtype == "auto"
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert compute_dtype(cfg.model) == ("bf16" if gpu_bf16 else "fp32")
+    assert compute_dtype(load_config("scalerl", overrides=["model.device=cpu"]).model) == "fp32"
+    assert compute_dtype(load_config("scalerl", overrides=["model.compute_dtype=bf16"]).model) == "bf16"

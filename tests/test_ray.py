@@ -226,6 +226,9 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
 
     assert rows[0]["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5, abs=1e-7)
     assert rows[0]["tokens/trained_step"] == one["tokens/trained_step"]
+    # every rank reports the batch's mismatch (all versions 0, the weights the step holds)
+    assert rows[0]["train/logprob_mismatch"] == rows[1]["train/logprob_mismatch"]
+    assert rows[0]["train/logprob_mismatch"] == pytest.approx(one["train/logprob_mismatch"], rel=1e-5)
     moved = max((model.state_dict()[k] - start[k]).abs().max().item() for k in start)
     assert moved > 1e-3  # the step did change the weights, well above the tolerance below
     for name, ref in model.state_dict().items():

@@ -10,7 +10,7 @@ from scalerl.config import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
 from scalerl.pipeline.forward import completion_logprobs
-from scalerl.pipeline.step import Optimizer, collate, micro_batches, train_step
+from scalerl.pipeline.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
 from scalerl.types import Completion, Group, Prompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -138,6 +138,7 @@ def test_bf16_engine_decodes_a_bf16_copy_with_the_published_fp32_head():
     assert torch.equal(engine.model.get_output_embeddings().weight, head.to(torch.bfloat16))
     out = engine.generate([Prompt("p", "1+2=", "3")], 2)
     assert len(out) == 2 and all(c.versions == [1] * len(c.tokens) for c in out)
+    assert torch.equal(engine._w32, head)  # the published fp32 head survives the live-weight check
 
 
 def test_compute_dtype_is_checked():
@@ -157,3 +158,69 @@ def test_prompt_cache_expands_rows_in_any_order():
         for i, layer in enumerate(cache.layers):
             assert torch.equal(layer.keys, kv[2 * i][rows]) and torch.equal(layer.values, kv[2 * i + 1][rows])
             assert layer.get_seq_length() == 5
+
+
+def _completion(tokens, versions, forced, gen_lp):
+    return Completion(id=str(tokens), prompt_id="p", prompt_tokens=[3, 4], tokens=tokens, logprobs=gen_lp,
+                      versions=versions, text="", finish_reason="eos", forced_mask=forced, reward=0.0, passed=False)
+
+
+def test_logprob_mismatch_counts_trained_tokens_whose_prefix_came_from_the_held_version():
+    group = Group(Prompt("p", "", ""), [_completion([5, 6, 7], [3, 3, 3], [False, True, False], [-1.0, 0.0, -1.0]),
+                                        _completion([5, 6, 0], [2, 3, 3], [False] * 3, [-1.0, -1.0, -1.0])])
+    batch = collate([group], pad_id=0)
+    trainer = torch.tensor([[-1.5, -9.0, -0.75], [-3.0, -2.0, -1.0]])
+    # version 3: completion 0, tokens 0 and 2 (token 1 was forced); completion 1 began under version 2
+    assert logprob_mismatch([group], batch, trainer, 3) == (0.5 + 0.25, 2)
+    # version 2: completion 1's first token only (its later tokens came from version 3)
+    assert logprob_mismatch([group], batch, trainer, 2) == (2.0, 1)
+    assert logprob_mismatch([group], batch, trainer, 4) == (0.0, 0)
+
+
+def _bf16_generation(model, tokenizer, fp32_head: bool):
+    from scalerl.pipeline.train import generator_copy
+    from scalerl.rollout import Engine
+
+    cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16", f"model.fp32_head={str(fp32_head).lower()}",
+                                            "rollout.length.type=none", "rollout.max_new_tokens=24"])
+    engine = Engine(generator_copy(model, cfg), tokenizer, cfg.rollout, fp32_head=fp32_head, seed=3)
+    engine.update_weights(model.state_dict(), 0)
+    prompts = [Prompt(str(i), f"{i}+{2 * i}=", "") for i in range(4)]
+    out = engine.generate(prompts, 4)
+    for c in out:
+        c.reward = 0.0
+    groups = [Group(p, out[4 * i: 4 * i + 4]) for i, p in enumerate(prompts)]
+    batch = collate(groups, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, fp32_head, compute_dtype="bf16")
+    total, n = logprob_mismatch(groups, batch, logprobs, 0)
+    return total / n
+
+
+def test_bf16_trainer_computes_the_bf16_generators_log_probs():
+    """Same casts, RoPE in fp32, same attention kernel: with the FP32 head the trainer recomputes
+    the generator's log-probs to ~1e-5 (tiny model, measured 8e-6; torch.autocast gave 1e-2)."""
+    model, tokenizer = load_model("tiny")
+    on, off = _bf16_generation(model, tokenizer, True), _bf16_generation(model, tokenizer, False)
+    assert on < 1e-4 and off > 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_evaluation_engine_decodes_the_trained_weights(dtype):
+    """The loop's evaluation engine decodes the trainer's own model: after a step its log-probs are
+    those of a fresh engine on the trained weights (a bf16 model's fp32 head is re-read)."""
+    from scalerl.rollout import Engine
+
+    cfg = load_config("scalerl", overrides=[f"model.dtype={dtype}", "optim.lr=1e-2", "optim.warmup_steps=0",
+                                            "rollout.length.type=none", "rollout.max_new_tokens=12"])
+    model, tokenizer = load_model("tiny-random", dtype=dtype)
+    evaluation = Engine(model, tokenizer, cfg.rollout, fp32_head=True, greedy=True)
+    prompts = [Prompt("a", "12+7=", ""), Prompt("b", "3+45=", "")]
+    before = evaluation.generate(prompts, 1)
+    train_step(model, Optimizer(model, cfg), _groups(), cfg, pad_id=0, step=1)
+    model.eval()
+    after = evaluation.generate(prompts, 1)
+    fresh = Engine(model, tokenizer, cfg.rollout, fp32_head=True, greedy=True).generate(prompts, 1)
+    assert [c.tokens for c in after] == [c.tokens for c in fresh]
+    assert [c.logprobs for c in after] == [c.logprobs for c in fresh]
+    assert [c.logprobs for c in after] != [c.logprobs for c in before]  # the step changed the policy

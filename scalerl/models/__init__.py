@@ -11,6 +11,8 @@ Names:
 Built models live under `$SCALERL_CACHE` (default `~/.cache/scalerl`). The FP32 LM head
 (paper section 3.2) is not a property of the loaded model: generator and trainer compute
 the head in fp32 from `head_weight(model)` (see `scalerl.rl.logprobs.token_logprobs`).
+A bf16 model keeps its RoPE frequencies (`inv_freq` buffers) in fp32 (`cast_model`), as the
+trainer's bf16 forward on fp32 master weights does, so generator and trainer rotate alike.
 
 Departures from the paper:
 1. Model sizes: 1M / 135M parameters instead of 8B / 17Bx16 (CPU machines, DESIGN.md section 3).
@@ -40,7 +42,25 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
         path = checkpoint_dir(name)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    return model.to(device=resolve_device(device), dtype=torch_dtype).eval(), tokenizer
+    return cast_model(model.to(device=resolve_device(device)), dtype).eval(), tokenizer
+
+
+FP32_BUFFERS = ("inv_freq", "original_inv_freq")  # RoPE frequencies: kept fp32 in a bf16 model
+
+
+def cast_model(model, dtype: str):
+    """`model` with its parameters and buffers in `dtype` ('fp32' | 'bf16'), in place, except the
+    RoPE frequencies, which keep fp32 values: rounded to bf16 they would shift every rotation
+    angle, and the trainer's bf16 forward (scalerl.pipeline.forward) uses the fp32 ones."""
+    import torch
+
+    keep = {n: b.detach().float().clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] in FP32_BUFFERS}
+    model.to(_torch_dtype(dtype))
+    for name, value in keep.items():
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        setattr(module, attr, value.to(device=getattr(module, attr).device, dtype=torch.float32))
+    return model
 
 
 def checkpoint_dir(name: str) -> Path:
@@ -69,6 +89,18 @@ def checkpoint_dir(name: str) -> Path:
 def head_weight(model):
     """The LM head's weight `(V, H)` (tied to the input embedding in the tiny model)."""
     return model.get_output_embeddings().weight
+
+
+def compute_dtype(model_cfg) -> str:
+    """The trunk's compute dtype for a `ModelConfig`: `compute_dtype`, with 'auto' resolved to bf16
+    on a CUDA device that computes in bf16 and to fp32 elsewhere (a CPU without native bf16
+    emulates it: the default run's steps took 3-10x longer, docs/training.md)."""
+    if model_cfg.compute_dtype != "auto":
+        return model_cfg.compute_dtype
+    import torch
+
+    cuda = resolve_device(model_cfg.device).startswith("cuda") and torch.cuda.is_available()
+    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
 
 
 def resolve_device(device: str) -> str:

@@ -18,10 +18,16 @@ attention is `_grouped_attention` (query heads grouped by K/V head, no K/V repet
 backward is about 3x faster than sdpa's flash kernel at these sizes; on CUDA the model's own
 kernels run.
 
-Mixed precision (`compute_dtype="bf16"`): the base model runs under `torch.autocast` in bf16
-(fp32 master weights, bf16 matmuls, fp32 residual stream and norms as the model writes them)
-while the LM head and log-softmax stay outside it, in fp32 when `fp32_head` (paper Section
-3.2); without `fp32_head` the head runs in bf16.
+Mixed precision (`compute_dtype="bf16"`, the paper's regime): the trunk runs on bf16 casts of
+the fp32 master weights (`_trunk`: bf16 activations, residual stream and K/V, as the model
+writes them for a bf16 checkpoint), which is exactly the computation of the generator's bf16
+copy (the same casts, `scalerl.models.cast_model`: RoPE frequencies fp32 on both sides, and the
+same attention kernel, `match_trainer_attention`). The gradients flow through the casts into
+the fp32 weights, which AdamW updates. The LM head and log-softmax run on the fp32 weight and
+fp32 hidden states when `fp32_head` (paper Section 3.2), else in bf16. Measured on the tiny
+model (tests/test_effects_precision.py, docs/training.md): generator and trainer then agree
+to about 1e-5 per token with the FP32 head, where torch.autocast (fp32 residual stream and
+norms) against a plain bf16 generator copy differed by 1e-2.
 
 Departures from the paper: none in the maths (the paper's trainer runs full sequences; the
 sharing is exact). The shared path needs a base model that takes `past_key_values` and a 4D
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -62,8 +69,10 @@ class Batch:
 
 def forward_options(cfg) -> dict:
     """The `completion_logprobs` keyword arguments a `Config` sets (its `model` section)."""
+    from scalerl.models import compute_dtype
+
     m = cfg.model
-    return {"fp32_head": m.fp32_head, "compute_dtype": m.compute_dtype, "share_prompt": m.share_prompt}
+    return {"fp32_head": m.fp32_head, "compute_dtype": compute_dtype(m), "share_prompt": m.share_prompt}
 
 
 def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool, compute_dtype: str = "fp32",
@@ -73,16 +82,12 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
     from scalerl.rl.logprobs import token_logprobs
 
     device = model.get_output_embeddings().weight.device
-    bf16 = compute_dtype == "bf16"
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
-    with autocast:
-        if share_prompt and can_share(model, batch):
-            with _grouped(model) if device.type in GROUPED_DEVICES else nullcontext():
-                hidden = _shared(model, batch)
-        else:
-            hidden = _unshared(model, batch)
-    if bf16 and not fp32_head:
-        hidden = hidden.to(torch.bfloat16)  # the head ablation: bf16 head under bf16 compute
+    trunk, dtype = _trunk(model, compute_dtype)
+    if share_prompt and can_share(model, batch):
+        with _grouped(model) if device.type in GROUPED_DEVICES else nullcontext():
+            hidden = _shared(model, batch, trunk, dtype)
+    else:
+        hidden = _unshared(model, batch, trunk)
     head = model.get_output_embeddings()
     on = batch.mask > 0                                                     # (N, T) the tokens the loss uses
     logp = token_logprobs(hidden[on][None], head.weight, batch.targets[on][None], temperature=temperature,
@@ -93,9 +98,37 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
 def can_share(model, batch: Batch) -> bool:
     """The shared path applies: groups share their prompts and the model takes our mask and cache
     (full causal attention everywhere: no sliding window, no logit soft-capping)."""
+    return batch.same_prompt and _takes_our_mask(model)
+
+
+def _takes_our_mask(model) -> bool:
+    """eager or sdpa attention, full causal everywhere (no sliding window, no logit soft-capping)."""
     text = model.config.get_text_config()
-    return (batch.same_prompt and model.config._attn_implementation in SHARED_ATTENTION
-            and not getattr(text, "sliding_window", None) and not getattr(text, "attn_logit_softcapping", None))
+    return (model.config._attn_implementation in SHARED_ATTENTION and not getattr(text, "sliding_window", None)
+            and not getattr(text, "attn_logit_softcapping", None))
+
+
+def _trunk(model, compute_dtype: str):
+    """(the base model as a callable, its activation dtype). With `compute_dtype="bf16"` it runs
+    on bf16 casts of the parameters (differentiable: the gradients reach the fp32 weights); the
+    buffers (RoPE frequencies) are the model's own, fp32."""
+    base = model.base_model
+    if compute_dtype != "bf16":
+        return base, model.get_input_embeddings().weight.dtype
+    params = {name: p.to(torch.bfloat16) for name, p in base.named_parameters()}
+    return (lambda **kwargs: functional_call(base, params, args=(), kwargs=kwargs)), torch.bfloat16
+
+
+def match_trainer_attention(model, share_prompt: bool = True):
+    """Give a generator's own copy of the model the attention kernel the trainer's forward runs on
+    its device (`_grouped_attention` on a CPU when prompts are shared), so that a bf16 generator
+    and the bf16 trainer round alike: measured on the tiny model, sdpa's CPU kernel in the
+    generator against the grouped one in the trainer left 7.5e-4 of mean |delta log p|, the
+    same kernel 1e-5. Never call it on the trainer's model (its unshared path needs its own kernel)."""
+    device = model.get_output_embeddings().weight.device
+    if share_prompt and device.type in GROUPED_DEVICES and _takes_our_mask(model):
+        model.config._attn_implementation = GROUPED
+    return model
 
 
 @contextmanager
@@ -132,14 +165,14 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling, dropo
 AttentionInterface.register(GROUPED, _grouped_attention)
 
 
-def _unshared(model, batch: Batch) -> torch.Tensor:
+def _unshared(model, batch: Batch, trunk) -> torch.Tensor:
     """Every completion as a full sequence; hidden states (N, T, H) at the completion positions."""
-    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    hidden = trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
     H = hidden.shape[-1]
     return torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
 
 
-def _shared(model, batch: Batch) -> torch.Tensor:
+def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
     """Each group's prompt once, its K/V repeated to the group's completions; hidden (N, T, H)."""
     dev = batch.input_ids.device
     N, T = batch.targets.shape
@@ -165,24 +198,23 @@ def _shared(model, batch: Batch) -> torch.Tensor:
         allowed = (pcols[:, None] >= pcols[None, :])[None] & (real[:, None, :] | torch.eye(Lp, dtype=torch.bool,
                                                                                            device=dev)[None])
         cache = _PromptCache(model.config.get_text_config().num_hidden_layers)
-        model.base_model(input_ids=prompt_ids, attention_mask=_mask(allowed, model), position_ids=src,
-                         past_key_values=cache, use_cache=True)                            # K/V (P, h, Lp, d)
+        trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
+              past_key_values=cache, use_cache=True)                                        # K/V (P, h, Lp, d)
         cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
         prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
         allowed = torch.cat([prefix, causal[None].expand(N, T, T)], dim=2)                 # (N, T, Lp + T)
     else:  # every prompt is one token: nothing to share
         allowed = causal[None].expand(N, T, T)
-    out = model.base_model(input_ids=comp_ids, attention_mask=_mask(allowed, model), position_ids=comp_pos,
-                           past_key_values=cache, use_cache=cache is not None)
+    out = trunk(input_ids=comp_ids, attention_mask=_mask(allowed, model, dtype), position_ids=comp_pos,
+                past_key_values=cache, use_cache=cache is not None)
     return out.last_hidden_state                                                            # (N, T, H)
 
 
-def _mask(allowed: torch.Tensor, model) -> torch.Tensor:
-    """(B, Q, K) bool -> (B, 1, Q, K): as is for sdpa, else an additive mask in the model's dtype
-    (0 allowed, min elsewhere). Every query is allowed at least one key (itself)."""
+def _mask(allowed: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
+    """(B, Q, K) bool -> (B, 1, Q, K): as is for sdpa, else an additive mask in the activations'
+    `dtype` (0 allowed, min elsewhere). Every query is allowed at least one key (itself)."""
     if model.config._attn_implementation == "sdpa":
         return allowed[:, None]
-    dtype = model.get_input_embeddings().weight.dtype
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 

@@ -9,13 +9,18 @@ Departures from the paper (Section 4 and Appendix A.3):
 3. Log-probabilities are recomputed only at completion positions, and each group's prompt is
    run once for its G completions (forward.py; exact): the (FP32) head never runs over prompt
    tokens.
-4. The batch is processed in length-sorted micro-batches of whole groups with gradient
+4. `train/logprob_mismatch` (the generator-trainer mismatch the FP32 head reduces, Section 3.2)
+   counts a token only when it and every completion token before it were generated with the
+   weights the trainer holds: under in-flight updates, a later token's context was computed by
+   older weights, which is policy lag, not numerical mismatch.
+5. The batch is processed in length-sorted micro-batches of whole groups with gradient
    accumulation; the weights make the accumulated loss equal to the one-batch loss (the paper
    does not say how its trainer batches; this is about padding, not maths).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,7 +32,7 @@ from scalerl.pipeline.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Completion, Group
 
 __all__ = ["Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
-           "micro_batches", "plan_shards", "shard_step", "train_step"]
+           "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:
@@ -59,6 +64,21 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
     same_prompt = all(c.prompt_tokens == g.completions[0].prompt_tokens for g in groups for c in g.completions)
     return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, rewards, prompt_ids, prompt_lens,
                  same_prompt)
+
+
+def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, version: int) -> tuple[float, int]:
+    """(sum, count) of |log pi_trainer - log pi_generator| over the trained tokens (`batch.mask`)
+    that the generator produced with weights `version`, their whole completion prefix included
+    (so the prompt's and earlier tokens' keys/values came from the same weights). `batch` is
+    `collate(groups)`, `logprobs` (N, T) the trainer's."""
+    N, T = batch.mask.shape
+    same = torch.zeros((N, T), dtype=torch.float32)
+    for i, c in enumerate(c for g in groups for c in g.completions):
+        v = torch.tensor(c.versions, dtype=torch.long)                                   # (t,)
+        same[i, :len(v)] = torch.cumprod((v == version).float(), dim=0)                  # prefix all `version`
+    on = batch.mask * same.to(batch.mask.device)                                          # (N, T)
+    diff = (logprobs.detach().float() - batch.gen_logprobs.to(logprobs.device)).abs() * on
+    return float(diff.sum().item()), int(on.sum().item())
 
 
 class Optimizer:
@@ -186,12 +206,13 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 
 
-def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float]:
-    """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens)."""
+def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float, list]:
+    """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens,
+    logprob mismatch (sum, tokens))."""
     from scalerl.rl.losses import policy_loss, uses_reference
 
     kl = uses_reference(cfg.loss)
-    parts, total, tokens = [], 0.0, 0.0
+    parts, total, tokens, mismatch = [], 0.0, 0.0, [0.0, 0]   # mismatch: (sum, tokens)
     for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
         groups = [shard.groups[i] for i in part]
         batch = collate(groups, pad_id)
@@ -206,12 +227,15 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
             model.zero_grad(set_to_none=True)
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                                "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+        diff_sum, diff_n = logprob_mismatch(groups, batch, logprobs, step - 1)  # the trainer holds step - 1
+        mismatch[0] += diff_sum
+        mismatch[1] += diff_n
         w = aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
         (loss * w).backward()
         total += w * loss.item()
         tokens += metrics["tokens"]
         parts.append((w, metrics))
-    return parts, total, tokens
+    return parts, total, tokens, mismatch
 
 
 def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model=None,
@@ -229,17 +253,20 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     """
     model.train()
     optim.opt.zero_grad(set_to_none=True)
-    parts, total, tokens = _backward(model, shard, cfg, pad_id, step, ref_model)
+    parts, total, tokens, mismatch = _backward(model, shard, cfg, pad_id, step, ref_model)
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([total, tokens])])  # (n_params + 2,)
+    flat = torch.cat([g.reshape(-1) for g in grads])                                        # (n_params,)
+    counters = torch.tensor([total, tokens, *mismatch], dtype=torch.float64, device=flat.device)
     reduce(flat)
+    reduce(counters)
     offset = 0
     for p in optim.params:
         p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
         offset += p.numel()
-    loss_total, tokens_total = flat[-2].item(), int(flat[-1].item())
+    loss_total, tokens_total, diff_sum, diff_n = counters.tolist()
+    tokens_total = int(tokens_total)
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
-    if not (torch.isfinite(flat[-2]) and torch.isfinite(grad_norm)):
+    if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
         optim.opt.zero_grad(set_to_none=True)
         raise ScaleRLError(f"non-finite loss or gradient norm at step {step}: training stopped; "
                            "the last good checkpoint is kept")
@@ -248,6 +275,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     optim.sched.step()
     out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
            "train/micro_batches": len(parts), "tokens/trained_step": tokens_total}
+    if diff_n:  # absent when no trained token came from the weights the trainer holds
+        out["train/logprob_mismatch"] = diff_sum / diff_n
     out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
     out["loss/loss"] = loss_total
     return out

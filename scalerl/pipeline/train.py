@@ -65,26 +65,34 @@ def training_reward(reward_fn: Callable, cfg: Config) -> Callable:
 
 
 def decode_dtype(cfg: Config) -> str:
-    """The generator's weight dtype: bf16 under mixed precision (`model.compute_dtype=bf16`: it
-    decodes a bf16 copy of the trainer's fp32 weights, cast as they are published), else `model.dtype`."""
-    return "bf16" if cfg.model.compute_dtype == "bf16" else cfg.model.dtype
+    """The generator's weight dtype: bf16 under mixed precision (`model.compute_dtype` bf16, or auto on
+    a GPU: it decodes a bf16 copy of the trainer's fp32 weights, cast as they are published), else
+    `model.dtype`."""
+    from scalerl.models import compute_dtype
+
+    return "bf16" if compute_dtype(cfg.model) == "bf16" else cfg.model.dtype
 
 
 def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
-    """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`."""
-    m = copy.deepcopy(model)
-    return m.to(torch.bfloat16) if decode_dtype(cfg) == "bf16" else m
+    """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
+    as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
+    from scalerl.models import cast_model
+    from scalerl.pipeline.forward import match_trainer_attention
+
+    return match_trainer_attention(cast_model(copy.deepcopy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
 
 def build_generator(cfg_json: str, device: str, seed: int):
     """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
     from scalerl.models import load_model
+    from scalerl.pipeline.forward import match_trainer_attention
     from scalerl.rollout import Engine
     from scalerl.tasks import get_task
     from scalerl.tasks.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
+    match_trainer_attention(model, cfg.model.share_prompt)
     task = get_task(cfg.task, tokenizer)
     engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
     return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed

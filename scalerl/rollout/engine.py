@@ -18,6 +18,10 @@ Where this departs from the paper (arXiv 2510.13786):
    the renormalised nucleus (see `sampling.py`); the paper samples with top_p 1.
 3. The LM head is the model's output embedding, optionally in fp32 (Section 3.2 "FP32
    precision at the LM head"); model-specific logit scaling or soft-capping is not applied.
+   A bf16 model's fp32 head is a copy: set from the published weights at each update (fp32
+   as the trainer holds them), and re-read from the model's own head weight at the start of
+   each `generate` / `stream` call when that weight no longer matches it (an engine decoding
+   weights that the trainer updates in place, as the evaluation engine does).
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ class Engine:
 
     def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
         """All `n` samples of every prompt, in prompt order then sample order."""
+        self._sync_head()
         rows = min(self.cfg.batch_slots, len(prompts) * n)
         out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
         return [c for _, c in out]
@@ -144,6 +149,7 @@ class Engine:
         finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped).
         `prompts` may yield None: no prompt may start now; the engine keeps decoding the
         sequences in flight (or waits, when none is) and asks again at the next step."""
+        self._sync_head()
         for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop):
             yield completion
 
@@ -287,6 +293,17 @@ class Engine:
         tokens, logprobs = sample(self._logits(out.last_hidden_state[:, -1]), self.cfg.temperature,
                                   self.cfg.top_p, self._gen, self.greedy)
         return self._advance(state, tokens, logprobs)
+
+    def _sync_head(self) -> None:
+        """Re-read the fp32 head from the model's head weight if that weight changed in place since
+        the copy was made (it then no longer equals the copy rounded to its dtype). The check
+        costs one (V, H) comparison per call, not per decode step."""
+        if self._w32 is None:
+            return
+        with torch.no_grad():
+            live = self._head.weight
+            if not torch.equal(self._w32.to(live.dtype), live):
+                self._w32.copy_(live)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head on the sampled positions only: (R, H) -> (R, V), fp32 when `fp32_head`."""
