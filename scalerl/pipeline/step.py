@@ -206,5 +206,6 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
         "train/truncated_rate": sum(c.truncated for c in comps) / n,
         "train/interrupted_rate": sum(c.interrupted for c in comps) / n,
         "train/reward_errors": sum(c.reward_error is not None for c in comps),
+        "train/reward_slow": sum(c.reward_slow for c in comps),
     }
 

@@ -83,12 +83,12 @@ def build_generator(cfg_json: str, device: str, seed: int):
     """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
     from scalerl.models import load_model
     from scalerl.rollout import Engine
-    from scalerl.tasks import get_task
+    from scalerl.tasks import task_for_run
     from scalerl.tasks.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
-    task = get_task(cfg.task, tokenizer)
+    task = task_for_run(cfg, tokenizer, model)
     engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
     return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed
 
@@ -96,11 +96,11 @@ def build_generator(cfg_json: str, device: str, seed: int):
 def build_components(cfg: Config, device: str) -> Components:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
-    from scalerl.tasks import get_task
+    from scalerl.tasks import task_for_run
     from scalerl.tasks.rewards import RewardFn
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
-    task = get_task(cfg.task, tokenizer)
+    task = task_for_run(cfg, tokenizer, model)
 
     def make_generator(m, temperature, seed):
         return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
