@@ -353,6 +353,8 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
             now = time.monotonic()
             row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.gen_devices, threads.train_devices,
                             pipeline)
+            row.update({"curriculum/pool_size": len(tr.comps.task) if hasattr(tr.comps.task, "__len__") else 0,
+                        "curriculum/epoch": mode.sampler_state().get("epoch", 0)})
             last = now
             if row["train/truncation_rate"] > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
                 warned_at = tr.state.step
