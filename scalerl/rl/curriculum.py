@@ -8,9 +8,15 @@ Departures from the paper:
 1. "Historical pass rate" is read as the cumulative pass rate over every scored group of the
    prompt (passed completions / completions); retirement is permanent, even if a group of the
    prompt that was already in flight later lowers it.
-2. On a finite task, once every training prompt is retired the sampler raises
-   `CurriculumExhausted` (a ScaleRLError) rather than training on nothing; on an endless task
-   it raises after `max_skips` consecutive retired prompts.
+2. Every task is a finite pool (as Polaris-53K is): the sampler traverses it in epochs, a
+   fresh seeded permutation each, skipping retired prompts; once every prompt is retired it
+   raises `CurriculumExhausted` (a ScaleRLError) within the same call (after at most one pass
+   over the pool) rather than training on nothing. A task without `__len__` (test fakes) is
+   read as endless and gives up after `max_skips` consecutive retired prompts.
+
+What the loop logs: `len(sampler)` / `sampler.pool_size` (`curriculum/pool_size`) and
+`state_dict()["epoch"]` (`curriculum/epoch`); the state (seed, epoch, position) together
+with the curriculum's retired ids is all a `--resume` needs.
 """
 
 from __future__ import annotations
@@ -150,11 +156,17 @@ class CurriculumSampler(Iterator[Prompt]):
             if self.size is not None and skipped >= self.size:
                 if self._all_retired():
                     raise CurriculumExhausted(f"all {self.size} training prompts are retired (historical pass "
-                                              f"rate >= {self.curriculum.threshold}); nothing left to train on")
+                                              f"rate >= {self.curriculum.threshold}); nothing left to train on "
+                                              f"(a larger pool: task.train_size, or curriculum.threshold)")
                 skipped = 0
             elif self.size is None and skipped >= self.max_skips:
                 raise CurriculumExhausted(f"{skipped} consecutive training prompts were retired (pass rate >= "
                                           f"{self.curriculum.threshold}); the task looks saturated")
+
+    @property
+    def pool_size(self) -> int | None:
+        """Prompts in the training pool (None for an endless task)."""
+        return self.size
 
     def state_dict(self) -> dict[str, int]:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
