@@ -142,3 +142,52 @@ def test_endless_sampler_skips_retired_and_gives_up_when_saturated():
     s.load_state_dict({"seed": 0, "epoch": 0, "position": 5})
     with pytest.raises(CurriculumExhausted, match="10 consecutive"):
         next(s)
+
+
+# ---------------------------------------------------------------- in a real run
+def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_path, monkeypatch, one_torch_thread):
+    """Through the training loop (tiny-random, parity reward): a pool of 10 arith prompts, several
+    epochs, a resume; every prompt drawn is checked against the retirements made before it."""
+    from scalerl.config import load_config
+    from scalerl.pipeline import transport
+    from scalerl.pipeline.fake import tiny_random_components
+    from scalerl.pipeline.train import train
+    from scalerl.run.metrics import read_rows
+
+    events = []                                            # ("draw" | "retire", prompt id), in order
+    next_prompt, update = transport.LockedSampler.next, NoPositiveResampling.update
+
+    def recording_next(self):
+        p = next_prompt(self)
+        events.append(("draw", p.id))
+        return p
+
+    def recording_update(self, group):
+        retired = update(self, group)
+        if retired:
+            events.append(("retire", group.prompt.id))
+        return retired
+
+    monkeypatch.setattr(transport.LockedSampler, "next", recording_next)
+    monkeypatch.setattr(NoPositiveResampling, "update", recording_update)
+    common = ["model.name=tiny-random", "task.train_size=10", "batch.prompts=4", "batch.generations=4",
+              "rollout.max_new_tokens=8", "rollout.length.type=none", "rollout.batch_slots=4", "eval.every=100",
+              "eval.prompts=2", "eval.samples=1", "run.checkpoint_every=2", "pipeline.transport=thread",
+              "pipeline.k=1", "run.threads=1", "curriculum.threshold=0.75", "run.seed=1"]
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=4"])
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    first = list(events)
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=8"])
+    tr = train(cfg, tmp_path, resume=True, comps=tiny_random_components(cfg), progress=False)
+    retired_at_resume = set(tr.curriculum.state_dict()["retired"]) & {i for k, i in first if k == "retire"}
+    retired: set[str] = set()
+    for kind, pid in events:
+        if kind == "retire":
+            retired.add(pid)
+        else:
+            assert pid not in retired, f"{pid} drawn after it was retired"
+    assert retired_at_resume and not retired_at_resume & {i for k, i in events[len(first):] if k == "draw"}
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert {r["curriculum/pool_size"] for r in rows} == {10} and rows[-1]["curriculum/epoch"] >= 2
+    assert rows[-1]["curriculum/retired"] == len(tr.curriculum.state_dict()["retired"]) > 0

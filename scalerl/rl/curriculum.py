@@ -14,6 +14,9 @@ Departures from the paper:
    over the pool) rather than training on nothing. A task without `__len__` (test fakes) is
    read as endless and gives up after `max_skips` consecutive retired prompts.
 
+At an epoch boundary the next epoch's first prompts are kept apart from the last ones of the
+epoch before (`_epoch_order`), so a small pool does not put one prompt in flight twice.
+
 What the loop logs: `len(sampler)` / `sampler.pool_size` (`curriculum/pool_size`) and
 `state_dict()["epoch"]` (`curriculum/epoch`); the state (seed, epoch, position) together
 with the curriculum's retired ids is all a `--resume` needs.
@@ -29,6 +32,9 @@ from typing import Any, Protocol
 from scalerl.config import CurriculumConfig
 from scalerl.errors import ScaleRLError
 from scalerl.types import Group, Prompt
+
+
+EPOCH_SPREAD = 32     # an epoch's first prompts avoid the previous epoch's last 2 x this
 
 
 class CurriculumExhausted(ScaleRLError):
@@ -127,12 +133,29 @@ class CurriculumSampler(Iterator[Prompt]):
         self.epoch, self.position = 0, 0
         self._order: list[int] | None = None
 
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.size))
+        random.Random(f"{self.seed}:{epoch}").shuffle(order)
+        return order
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        """The seeded permutation of `epoch`, its first `w` prompts chosen outside the last `2w`
+        of the previous epoch's, so that a prompt still in flight at an epoch boundary is not
+        drawn again at once (w = min(EPOCH_SPREAD, size // 5), a pure function of seed and epoch)."""
+        order = self._permutation(epoch)
+        w = min(EPOCH_SPREAD, self.size // 5)
+        if epoch == 0 or w == 0:
+            return order
+        recent = set(self._permutation(epoch - 1)[-2 * w:])
+        head = [i for i in order if i not in recent][:w]
+        chosen = set(head)
+        return head + [i for i in order if i not in chosen]
+
     def _index(self) -> int:
         if self.size is None:
             return self.position
         if self._order is None:
-            self._order = list(range(self.size))
-            random.Random(f"{self.seed}:{self.epoch}").shuffle(self._order)
+            self._order = self._epoch_order(self.epoch)
         return self._order[self.position]
 
     def _advance(self) -> None:
