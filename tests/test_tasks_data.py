@@ -204,4 +204,4 @@ def test_100k_latex_answer_is_bounded_silent_and_counted_slow(tmp_path, capfd):
     assert elapsed < 3 * 3.0 + 10                                  # each answer within the timeout (+ respawns)
     out = capfd.readouterr()
     assert "frac" not in out.out + out.err                         # the checker's own output stays out
-    assert fn.metrics()["slow"] == sum(c.reward_slow for c in [good, *comps])   # the first includes imports
+    assert fn.metrics()["slow"] == sum(c.reward_slow for c in [good, *comps])

@@ -105,6 +105,10 @@ def _worker(conn) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    try:
+        import math_verify  # noqa: F401  (imported during start-up, not during the first check)
+    except ImportError:
+        pass
     conn.send("ready")
     while True:
         try:
@@ -115,6 +119,11 @@ def _worker(conn) -> None:
             conn.send((True, fn(*args)))
         except Exception as e:  # reported to the caller as this check's error
             conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+def _loaded(fn) -> bool:
+    """Run in a fresh worker: receiving `fn` has imported its module."""
+    return True
 
 
 class CheckerPool:
@@ -144,7 +153,12 @@ class CheckerPool:
         """(`fn(*args)` in a worker, seconds it took, a worker's start-up excluded)."""
         worker = self._idle.get()
         try:
-            worker = worker or self._spawn()
+            if worker is None:                 # a fresh worker: load the checker's module before timing
+                worker = self._spawn()
+                worker[1].send((_loaded, (fn,)))
+                if not worker[1].poll(_STARTUP_S):
+                    raise CheckerTimeout(f"checker {fn!r} did not load within {_STARTUP_S:g}s")
+                worker[1].recv()
             t0 = time.monotonic()
             worker[1].send((fn, args))
             if not worker[1].poll(timeout):
