@@ -115,7 +115,7 @@ def test_tiny_model_trains_on_five_kinds(tmp_path):
     steps = [r for r in rows if r["kind"] == "train"]
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
-        assert r["train/reward_errors"] == 0 and r["curriculum/pool_size"] == 40
+        assert r["train/reward_errors"] == 0 and r["train/reward_slow"] == 0 and r["curriculum/pool_size"] == 40
         assert -1.0 <= r["train/reward_mean"] <= 1.0
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 2]
 
