@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from scalerl.errors import ScaleRLError
+from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of built-in and reasoning-gym tasks by default
 from scalerl.tasks.pool import PromptLimit
 from scalerl.types import Prompt
 
@@ -72,9 +73,6 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
             raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
         return task
     raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file', 'rg:<dataset>' or one of {', '.join(BUILTIN)}")
-
-
-DEFAULT_TRAIN_SIZE = 1024   # pool of built-in and reasoning-gym tasks unless task.train_size is set
 
 
 def prompt_limit(cfg, tokenizer, model) -> PromptLimit:
