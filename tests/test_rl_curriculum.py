@@ -18,7 +18,7 @@ def group(pid, n_pass, n=10):
 
 
 def test_retires_exactly_when_history_reaches_threshold():
-    c = NoPositiveResampling(0.9)
+    c = NoPositiveResampling(0.9, "cumulative")
     assert c.update(group("p", 8)) is False and not c.is_retired("p")    # 8/10 = 0.80
     assert c.update(group("p", 9)) is False and not c.is_retired("p")    # 17/20 = 0.85
     assert c.update(group("p", 10)) is True and c.is_retired("p")        # 27/30 = 0.90: retired now
@@ -29,6 +29,16 @@ def test_retires_exactly_when_history_reaches_threshold():
     assert c.n_retired == 2 and c.n_seen == 3
 
 
+def test_last_pass_rate_retires_on_the_latest_group():
+    c = NoPositiveResampling(0.9)                                        # default: the latest group's rate
+    assert c.update(group("p", 2)) is False                              # 2/10
+    assert c.update(group("p", 8)) is False                              # 8/10 (cumulative 10/20)
+    assert c.update(group("p", 9)) is True and c.is_retired("p")         # 9/10, though cumulative 19/30 = 0.63
+    assert c.pass_rate("p") == pytest.approx(19 / 30)                    # the history stays cumulative
+    with pytest.raises(ScaleRLError, match="'last' or 'cumulative'"):
+        NoPositiveResampling(0.9, "mean")
+
+
 def test_threshold_one_needs_every_completion_to_pass():
     c = NoPositiveResampling(1.0)
     assert not c.update(group("p", 9))
@@ -37,12 +47,12 @@ def test_threshold_one_needs_every_completion_to_pass():
 
 
 def test_state_round_trips_through_json():
-    c = NoPositiveResampling(0.9)
+    c = NoPositiveResampling(0.9, "cumulative")
     for pid, k in [("a", 10), ("b", 3), ("c", 9), ("b", 5)]:
         c.update(group(pid, k))
     state = json.loads(json.dumps(c.state_dict()))
     assert state == {"threshold": 0.9, "history": {"a": [10, 10], "b": [8, 20], "c": [9, 10]}, "retired": ["a", "c"]}
-    d = NoPositiveResampling(0.5)
+    d = NoPositiveResampling(0.5, "cumulative")
     d.load_state_dict(state)
     assert d.threshold == 0.9 and d.n_retired == 2 and d.is_retired("c") and not d.is_retired("b")
     assert d.update(group("b", 10)) is False                             # 18/30 = 0.6 < 0.9
