@@ -183,7 +183,7 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
     common = ["model.name=tiny-random", "task.train_size=10", "batch.prompts=4", "batch.generations=4",
               "rollout.max_new_tokens=8", "rollout.length.type=none", "rollout.batch_slots=4", "eval.every=100",
               "eval.prompts=2", "eval.samples=1", "run.checkpoint_every=2", "pipeline.transport=thread",
-              "pipeline.k=1", "run.threads=1", "curriculum.threshold=0.75", "run.seed=1"]
+              "pipeline.k=1", "run.threads=1", "curriculum.threshold=1.0", "run.seed=1"]
     cfg = load_config("scalerl", overrides=common + ["run.max_steps=4"])
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
     first = list(events)
