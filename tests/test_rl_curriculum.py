@@ -156,7 +156,7 @@ def test_endless_sampler_skips_retired_and_gives_up_when_saturated():
 
 # ---------------------------------------------------------------- in a real run
 def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_path, monkeypatch, one_torch_thread):
-    """Through the training loop (tiny-random, parity reward): a pool of 10 arith prompts, several
+    """Through the training loop (tiny-random, parity reward): a pool of 20 arith prompts, several
     epochs, a resume; every prompt drawn is checked against the retirements made before it."""
     from scalerl.config import load_config
     from scalerl.pipeline import transport
@@ -180,14 +180,14 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
 
     monkeypatch.setattr(transport.LockedSampler, "next", recording_next)
     monkeypatch.setattr(NoPositiveResampling, "update", recording_update)
-    common = ["model.name=tiny-random", "task.train_size=10", "batch.prompts=4", "batch.generations=4",
+    common = ["model.name=tiny-random", "task.train_size=20", "batch.prompts=4", "batch.generations=4",
               "rollout.max_new_tokens=8", "rollout.length.type=none", "rollout.batch_slots=4", "eval.every=100",
               "eval.prompts=2", "eval.samples=1", "run.checkpoint_every=2", "pipeline.transport=thread",
               "pipeline.k=1", "run.threads=1", "curriculum.threshold=1.0", "run.seed=1"]
-    cfg = load_config("scalerl", overrides=common + ["run.max_steps=4"])
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=5"])
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
     first = list(events)
-    cfg = load_config("scalerl", overrides=common + ["run.max_steps=8"])
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=10"])
     tr = train(cfg, tmp_path, resume=True, comps=tiny_random_components(cfg), progress=False)
     retired_at_resume = set(tr.curriculum.state_dict()["retired"]) & {i for k, i in first if k == "retire"}
     retired: set[str] = set()
@@ -198,6 +198,6 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
             assert pid not in retired, f"{pid} drawn after it was retired"
     assert retired_at_resume and not retired_at_resume & {i for k, i in events[len(first):] if k == "draw"}
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == list(range(1, 9))
-    assert {r["curriculum/pool_size"] for r in rows} == {10} and rows[-1]["curriculum/epoch"] >= 2
+    assert [r["step"] for r in rows] == list(range(1, 11))
+    assert {r["curriculum/pool_size"] for r in rows} == {20} and rows[-1]["curriculum/epoch"] >= 2
     assert rows[-1]["curriculum/retired"] == len(tr.curriculum.state_dict()["retired"]) > 0
