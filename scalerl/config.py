@@ -160,7 +160,7 @@ class FilterConfig(_Section):
 
 
 class CurriculumConfig(_Section):
-    no_positive_resampling: bool = Field(True, description="never resample prompts whose historical pass rate reached threshold")
+    no_positive_resampling: bool = Field(True, description="never resample prompts whose pass rate (see pass_rate) reached threshold")
     threshold: float = Field(0.9, gt=0, le=1, description="pass rate at which a prompt is retired, in (0, 1]")
     pass_rate: Literal["last", "cumulative"] = Field(
         "last", description="last: the pass rate of the prompt's latest group (its latest epoch, as Polaris filters "

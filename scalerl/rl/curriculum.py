@@ -187,7 +187,7 @@ class CurriculumSampler(Iterator[Prompt]):
             skipped += 1
             if self.size is not None and skipped >= self.size:
                 if self._all_retired():
-                    raise CurriculumExhausted(f"all {self.size} training prompts are retired (historical pass "
+                    raise CurriculumExhausted(f"all {self.size} training prompts are retired (pass "
                                               f"rate >= {self.curriculum.threshold}); nothing left to train on "
                                               f"(a larger pool: task.train_size, or curriculum.threshold)")
                 skipped = 0
