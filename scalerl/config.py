@@ -6,8 +6,11 @@ Variants are discriminated unions keyed by `type` (`loss: {type: cispo, eps_max:
 Unknown keys are errors (`extra="forbid"`), never silently ignored; the message names the
 key, where it came from, and the closest valid keys.
 
-Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides,
-each layer validated as it is applied, so an error names the layer that caused it.
+Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides
+-> the model-dependent profile (`PROFILES`: e.g. SmolLM2 on reasoning-gym tasks) for every key
+that neither the file nor a `--set` gave. Unknown keys are refused as each layer is merged; values
+are validated together once all layers are applied, so the order of `--set` overrides never
+matters, and an error names the key and the layer that set it.
 
 Switching a union's type (`--set loss.type=ppo_clip`) resets the section to the new variant's
 defaults, keeping the fields every variant shares (for losses: `aggregation`), so a
@@ -59,16 +62,47 @@ class ModelConfig(_Section):
 
 # ---------------------------------------------------------------- task and reward
 class TaskConfig(_Section):
-    name: str = Field("arith", description="built-in task name, or 'file' to read `path`")
+    name: str = Field("arith", description="built-in task (arith, arith-easy, arith-<D>, arith-<K>x<D>), 'file' to read "
+                                           "`path`, or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, a weighted mix)")
     path: str | None = Field(None, description="JSONL/CSV/parquet with prompt/answer (or problem/answer) fields")
-    val_size: int = Field(256, ge=1, description="held-out validation prompts")
+    train_size: int | None = Field(
+        None, ge=1, description="training pool size, traversed in epochs (none: 1024 for built-in and reasoning-gym "
+                                "tasks, every distinct row of a file)")
+    val_size: int = Field(256, ge=1, description="held-out validation prompts (disjoint from the training pool)")
     seed: int = Field(0, description="seed of the task generator / split")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
+                                          "{<dataset>: {options}} per dataset")
+    weights: list[float] | None = Field(None, description="reasoning-gym mix weights, one per dataset (none: equal)")
+    system_prompt: str | None = Field(
+        None, description="system turn for instruct models on reasoning-gym tasks (none: reasoning-gym's 'default')")
+    answer_marker: str | None = Field(
+        None, description="where the checker reads the answer: after the last '</think>' (or 'Answer:', ...); an "
+                          "opening tag such as '<answer>' or '\\boxed{}' reads the content of the last one; a "
+                          "completion without it fails (none: the task's own, '</think>' or '<answer>' for rg)")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
+    overlong: Literal["skip", "refuse"] = Field("skip", description="rows over max_prompt_tokens: skip and count them, "
+                                                                    "or refuse the dataset")
+
+    @model_validator(mode="after")
+    def _weights(self) -> TaskConfig:
+        if self.weights is not None and not all(w > 0 and w != float("inf") for w in self.weights):
+            raise ValueError(f"weights must each be positive and finite, got {self.weights}")
+        if self.answer_marker is not None and not self.answer_marker.strip():
+            raise ValueError("answer_marker must not be empty")
+        return self
 
 
 class RewardConfig(_Section):
     pass_value: float = Field(1.0, description="reward of a passing completion")
     fail_value: float = Field(-1.0, description="reward of a failing one (and of a checker error)")
     timeout_s: float = Field(5.0, gt=0, description="per-answer checker timeout (math-verify)")
+    threshold: float = Field(1.0, gt=0, le=1, description="a completion passes iff its checker score (in [0, 1]) "
+                                                         "reaches this, in (0, 1]")
+    partial_credit: bool = Field(False, description="a failing completion earns fail_value + score * (pass_value - "
+                                                   "fail_value) instead of fail_value")
+    slow_s: float = Field(1.0, gt=0, description="a check slower than this (or timed out) counts in train/reward_slow")
 
 
 # ---------------------------------------------------------------- rollout / length control
@@ -158,8 +192,11 @@ class FilterConfig(_Section):
 
 
 class CurriculumConfig(_Section):
-    no_positive_resampling: bool = Field(True, description="never resample prompts whose historical pass rate reached threshold")
-    threshold: float = Field(0.9, gt=0, le=1, description="historical pass rate at which a prompt is retired, in (0, 1]")
+    no_positive_resampling: bool = Field(True, description="never resample prompts whose pass rate (see pass_rate) reached threshold")
+    threshold: float = Field(0.9, gt=0, le=1, description="pass rate at which a prompt is retired, in (0, 1]")
+    pass_rate: Literal["last", "cumulative"] = Field(
+        "last", description="last: the pass rate of the prompt's latest group (its latest epoch, as Polaris filters "
+                            "between epochs); cumulative: over all its groups")
 
 
 # ---------------------------------------------------------------- losses
@@ -440,9 +477,18 @@ def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: st
             out[key] = _merge(current, value, variants[tag], source, path + ".")
         elif section is not None:
             out[key] = _merge(out[key], value, section, source, path + ".")
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):   # a free mapping (task.options)
+            out[key] = {**out[key], **value}
         else:
             out[key] = value
     return out
+
+
+def _leaf_keys(patch: Any, prefix: str = "") -> list[str]:
+    """Dotted keys a partial config sets (`{"a": {"b": 1}}` -> ["a.b"])."""
+    if not isinstance(patch, dict) or not patch:
+        return [prefix.rstrip(".")] if prefix else []
+    return [k for key, value in patch.items() for k in _leaf_keys(value, f"{prefix}{key}.")]
 
 
 def _loc(loc: tuple) -> str:
@@ -468,18 +514,42 @@ def _lookup(data: dict, path: str) -> Any:
     return node
 
 
-def _validate(data: dict, source: str) -> Config:
+def _validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Config:
+    """`data` as a Config; a `ScaleRLError` naming, per problem, the key and the layer that set it
+    (`source`: a layer name, or a function `(path, message) -> layer name`)."""
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
+        blame = source if callable(source) else (lambda path, msg: source)
         msgs = []
         for err in exc.errors():
             path = _loc(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             value = _lookup(data, path)
-            msgs.append(f"{path} = {value!r}: {msg}" if path and not isinstance(value, dict) else
-                        f"{path}: {msg}" if path else msg)
-        raise ScaleRLError(f"{source}: {'; '.join(msgs)}") from None
+            text = (f"{path} = {value!r}: {msg}" if path and not isinstance(value, dict) else
+                    f"{path}: {msg}" if path else msg)
+            msgs.append((blame(path, msg), text))
+        sources = list(dict.fromkeys(s for s, _ in msgs))
+        raise ScaleRLError("; ".join(f"{s}: " + "; ".join(t for s2, t in msgs if s2 == s) for s in sources)) from None
+
+
+def _blamer(layers: list[tuple[str, dict]], default: str) -> typing.Callable[[str, str], str]:
+    """`(path, message) -> the last layer that set that key` (or, for a check across keys, one
+    the message names); `default` when no layer did."""
+    known = sorted(_all_paths(Config), key=len, reverse=True)
+    keyed = [(source, _leaf_keys(patch)) for source, patch in layers]
+
+    def related(a: str, b: str) -> bool:
+        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+    def blame(path: str, msg: str) -> str:
+        named = [path] if path else [k for k in known if k in msg or k.rsplit(".", 1)[-1] + " (" in msg]
+        for source, keys in reversed(keyed):
+            if any(related(k, n) for k in keys for n in named):
+                return source
+        return default
+
+    return blame
 
 
 # ================================================================ public API
@@ -541,15 +611,56 @@ def load_config(recipe: str | None = "scalerl", config_file: str | Path | None =
     name = recipe or file_data.get("recipe") or "scalerl"
     path = recipe_path(name)
     data = Config().model_dump(mode="json")
-    layers = [(f"recipe {name!r} ({path.name})", read_yaml(path))]
-    if config_file is not None:
-        layers.append((str(config_file), file_data))
+    preset = f"recipe {name!r} ({path.name})"
+    data = _merge(data, read_yaml(path), Config, preset)
+    _validate(data, preset)
+    layers = [(str(config_file), file_data)] if config_file is not None else []
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
-    for source, patch in layers:
+    for source, patch in layers:              # keys checked as each layer is merged ...
         data = _merge(data, patch, Config, source)
-        _validate(data, source)
+    data = apply_profile(data, [k for _, patch in layers for k in _leaf_keys(patch)])
     data["recipe"] = name
-    return _validate(data, f"recipe {name!r}")
+    return _validate(data, _blamer(layers, preset))   # ... values checked together, once all are applied
+
+
+# ================================================================ model-dependent defaults
+PROFILES: dict[tuple[str, str], dict[str, Any]] = {
+    # SmolLM2-135M-Instruct on reasoning-gym: a pretrained 135M model wants a small learning rate
+    # (TRL's GRPO default 1e-6 is stable; 2e-4 is the tiny model's), room to think and answer in
+    # <answer> tags, and batches a CPU can decode (docs/models-and-tasks.md).
+    ("smollm2-135m", "rg:"): {
+        "optim.lr": 1e-6, "optim.warmup_steps": 0,
+        "rollout.max_new_tokens": 256,
+        "rollout.length.think_min": 160, "rollout.length.think_max": 176, "rollout.length.answer_budget": 48,
+        "batch.prompts": 8, "batch.generations": 8,
+        "eval.prompts": 64, "eval.samples": 2, "task.val_size": 128,
+    },
+}
+
+
+def profile_for(model: str, task: str) -> dict[str, Any]:
+    """The default profile for a (model, task) pair: {dotted key: value}; empty when none applies."""
+    for (m, t), values in PROFILES.items():
+        if model == m and task.startswith(t):
+            return values
+    return {}
+
+
+def apply_profile(data: dict, user_keys: list[str]) -> dict:
+    """`data` with the profile of its model and task applied to every key no user layer set
+    (a profile key under a length-control variant applies only while that variant is selected)."""
+    values = profile_for(data["model"]["name"], data["task"]["name"])
+    out = yaml.safe_load(yaml.safe_dump(data))          # a deep copy of plain data
+    for key, value in values.items():
+        if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in user_keys):
+            continue
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node[part]
+        if leaf in node or "type" not in node:
+            node[leaf] = value
+    return out
 
 
 def dump_config(cfg: Config) -> str:

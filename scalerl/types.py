@@ -57,6 +57,7 @@ class Completion:
     reward: float | None = None
     passed: bool | None = None
     reward_error: str | None = None   # set when the checker raised or timed out
+    reward_slow: bool = False         # the check took longer than reward.slow_s (or timed out)
 
     @property
     def truncated(self) -> bool:

@@ -139,3 +139,26 @@ def test_cli_recipes_list_and_show(capsys):
     assert shown["loss"] == {"type": "gspo", "eps_low": 3e-4, "eps_high": 1e-3, "aggregation": "sample"}
     assert main(["recipes", "show", "nope"]) == 2
     assert "unknown recipe 'nope'" in capsys.readouterr().err
+
+
+def test_overrides_are_validated_together_in_any_order():
+    for order in (["task.val_size=128", "eval.prompts=128"], ["eval.prompts=128", "task.val_size=128"]):
+        cfg = load_config("scalerl", overrides=order)
+        assert (cfg.task.val_size, cfg.eval.prompts) == (128, 128)
+    with pytest.raises(ScaleRLError, match=r"^--set task.val_size=100: eval.prompts \(256\) must be <= task.val_size \(100\)$"):
+        load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])
+    with pytest.raises(ScaleRLError, match=r"^--set rollout.length.think_min=500: .*think_min \(500\) must be <= think_max"):
+        load_config("scalerl", overrides=["rollout.length.think_min=500", "batch.prompts=4"])
+
+
+def test_model_dependent_profile_fills_only_keys_the_user_left():
+    plain = load_config("scalerl", overrides=["model.name=smollm2-135m"])           # no profile for arith
+    assert plain.optim.lr == 2e-4 and plain.rollout.max_new_tokens == 160
+    cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum", "optim.lr=3e-6"])
+    assert cfg.optim.lr == 3e-6                                                       # the user's value wins
+    assert (cfg.rollout.max_new_tokens, cfg.rollout.length.think_max, cfg.batch.prompts) == (256, 176, 8)
+    length = cfg.rollout.length
+    assert length.think_max + 20 + length.answer_budget <= cfg.rollout.max_new_tokens   # the phrase: 20 SmolLM2 tokens
+    pen = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum",
+                                            "rollout.length.type=penalty"])
+    assert pen.rollout.length.type == "penalty" and pen.rollout.max_new_tokens == 256

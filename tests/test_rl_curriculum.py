@@ -18,7 +18,7 @@ def group(pid, n_pass, n=10):
 
 
 def test_retires_exactly_when_history_reaches_threshold():
-    c = NoPositiveResampling(0.9)
+    c = NoPositiveResampling(0.9, "cumulative")
     assert c.update(group("p", 8)) is False and not c.is_retired("p")    # 8/10 = 0.80
     assert c.update(group("p", 9)) is False and not c.is_retired("p")    # 17/20 = 0.85
     assert c.update(group("p", 10)) is True and c.is_retired("p")        # 27/30 = 0.90: retired now
@@ -29,6 +29,16 @@ def test_retires_exactly_when_history_reaches_threshold():
     assert c.n_retired == 2 and c.n_seen == 3
 
 
+def test_last_pass_rate_retires_on_the_latest_group():
+    c = NoPositiveResampling(0.9)                                        # default: the latest group's rate
+    assert c.update(group("p", 2)) is False                              # 2/10
+    assert c.update(group("p", 8)) is False                              # 8/10 (cumulative 10/20)
+    assert c.update(group("p", 9)) is True and c.is_retired("p")         # 9/10, though cumulative 19/30 = 0.63
+    assert c.pass_rate("p") == pytest.approx(19 / 30)                    # the history stays cumulative
+    with pytest.raises(ScaleRLError, match="'last' or 'cumulative'"):
+        NoPositiveResampling(0.9, "mean")
+
+
 def test_threshold_one_needs_every_completion_to_pass():
     c = NoPositiveResampling(1.0)
     assert not c.update(group("p", 9))
@@ -37,12 +47,12 @@ def test_threshold_one_needs_every_completion_to_pass():
 
 
 def test_state_round_trips_through_json():
-    c = NoPositiveResampling(0.9)
+    c = NoPositiveResampling(0.9, "cumulative")
     for pid, k in [("a", 10), ("b", 3), ("c", 9), ("b", 5)]:
         c.update(group(pid, k))
     state = json.loads(json.dumps(c.state_dict()))
     assert state == {"threshold": 0.9, "history": {"a": [10, 10], "b": [8, 20], "c": [9, 10]}, "retired": ["a", "c"]}
-    d = NoPositiveResampling(0.5)
+    d = NoPositiveResampling(0.5, "cumulative")
     d.load_state_dict(state)
     assert d.threshold == 0.9 and d.n_retired == 2 and d.is_retired("c") and not d.is_retired("b")
     assert d.update(group("b", 10)) is False                             # 18/30 = 0.6 < 0.9
@@ -142,3 +152,52 @@ def test_endless_sampler_skips_retired_and_gives_up_when_saturated():
     s.load_state_dict({"seed": 0, "epoch": 0, "position": 5})
     with pytest.raises(CurriculumExhausted, match="10 consecutive"):
         next(s)
+
+
+# ---------------------------------------------------------------- in a real run
+def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_path, monkeypatch, one_torch_thread):
+    """Through the training loop (tiny-random, parity reward): a pool of 20 arith prompts, several
+    epochs, a resume; every prompt drawn is checked against the retirements made before it."""
+    from scalerl.config import load_config
+    from scalerl.pipeline import transport
+    from scalerl.pipeline.fake import tiny_random_components
+    from scalerl.pipeline.train import train
+    from scalerl.run.metrics import read_rows
+
+    events = []                                            # ("draw" | "retire", prompt id), in order
+    next_prompt, update = transport.LockedSampler.next, NoPositiveResampling.update
+
+    def recording_next(self):
+        p = next_prompt(self)
+        events.append(("draw", p.id))
+        return p
+
+    def recording_update(self, group):
+        retired = update(self, group)
+        if retired:
+            events.append(("retire", group.prompt.id))
+        return retired
+
+    monkeypatch.setattr(transport.LockedSampler, "next", recording_next)
+    monkeypatch.setattr(NoPositiveResampling, "update", recording_update)
+    common = ["model.name=tiny-random", "task.train_size=20", "batch.prompts=4", "batch.generations=4",
+              "rollout.max_new_tokens=8", "rollout.length.type=none", "rollout.batch_slots=4", "eval.every=100",
+              "eval.prompts=2", "eval.samples=1", "run.checkpoint_every=2", "pipeline.transport=thread",
+              "pipeline.k=1", "run.threads=1", "curriculum.threshold=1.0", "run.seed=1"]
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=5"])
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    first = list(events)
+    cfg = load_config("scalerl", overrides=common + ["run.max_steps=10"])
+    tr = train(cfg, tmp_path, resume=True, comps=tiny_random_components(cfg), progress=False)
+    retired_at_resume = set(tr.curriculum.state_dict()["retired"]) & {i for k, i in first if k == "retire"}
+    retired: set[str] = set()
+    for kind, pid in events:
+        if kind == "retire":
+            retired.add(pid)
+        else:
+            assert pid not in retired, f"{pid} drawn after it was retired"
+    assert retired_at_resume and not retired_at_resume & {i for k, i in events[len(first):] if k == "draw"}
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == list(range(1, 11))
+    assert {r["curriculum/pool_size"] for r in rows} == {20} and rows[-1]["curriculum/epoch"] >= 2
+    assert rows[-1]["curriculum/retired"] == len(tr.curriculum.state_dict()["retired"]) > 0

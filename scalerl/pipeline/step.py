@@ -301,6 +301,7 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
         "train/truncation_rate": sum(c.truncated for c in comps) / n,
         "train/interrupted_rate": len(interrupted) / n,
         "train/reward_errors": sum(c.reward_error is not None for c in comps),
+        "train/reward_slow": sum(c.reward_slow for c in comps),
     }
     if interrupted:
         row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)

@@ -87,13 +87,13 @@ def build_generator(cfg_json: str, device: str, seed: int):
     from scalerl.models import load_model
     from scalerl.pipeline.forward import match_trainer_attention
     from scalerl.rollout import Engine
-    from scalerl.tasks import get_task
+    from scalerl.tasks import task_for_run
     from scalerl.tasks.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
     match_trainer_attention(model, cfg.model.share_prompt)
-    task = get_task(cfg.task, tokenizer)
+    task = task_for_run(cfg, tokenizer, model)
     engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
     return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed
 
@@ -101,11 +101,11 @@ def build_generator(cfg_json: str, device: str, seed: int):
 def build_components(cfg: Config, device: str) -> Components:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
-    from scalerl.tasks import get_task
+    from scalerl.tasks import task_for_run
     from scalerl.tasks.rewards import RewardFn
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
-    task = get_task(cfg.task, tokenizer)
+    task = task_for_run(cfg, tokenizer, model)
 
     def make_generator(m, temperature, seed):
         return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
@@ -389,6 +389,8 @@ def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: 
             mode.after_step(tr.model.state_dict(), tr.state.step)
             now = time.monotonic()
             row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.devices)
+            row.update({"curriculum/pool_size": len(tr.comps.task) if hasattr(tr.comps.task, "__len__") else 0,
+                        "curriculum/epoch": mode.sampler_state().get("epoch", 0)})
             last = now
             cut = row["train/truncation_rate"] + row["train/interrupted_rate"]  # the paper's "truncation rate"
             if cut > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:

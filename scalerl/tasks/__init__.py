@@ -1,11 +1,17 @@
 """Tasks: where prompts come from and how answers are checked.
 
-`get_task(cfg, tokenizer) -> Task`:
+`get_task(cfg, tokenizer) -> Task`, or `task_for_run(cfg, tokenizer, model)` for a training run
+(the run's batch size, prompt-length limit and thinking format applied):
   arith, arith-easy, arith-<D>, arith-<K>x<D>   built-in addition (see `scalerl.tasks.arith`)
-  file (with `cfg.path`)                        a user JSONL/CSV/parquet dataset (`scalerl.tasks.files`)
-Every task has `name`, `train_prompt(index)`, `train_prompts()` (endless; a finite dataset
-cycles), `val_prompts(n)`, `check(completion_text, prompt)`, and, for `RewardFn`, `checker`
-(a picklable `(completion_text, answer) -> bool`) and `isolate_checker`.
+  file (with `cfg.path`)                        a user JSONL/JSON/CSV/parquet dataset (`scalerl.tasks.files`)
+  rg:<dataset>, rg:<a>,<b>,...                  reasoning-gym datasets and weighted mixes (`scalerl.tasks.rg`)
+Every task is a finite training pool: `len(task)` prompts (`task.train_size`), read by index
+with `train_prompt(index)` for 0 <= index < len(task) (stable ids; the curriculum sampler
+traverses them in a seeded order per epoch), and a disjoint validation set `val_prompts(n)`.
+`check(completion_text, prompt) -> bool` checks one answer inline; for `RewardFn`, `checker`
+is a picklable `(completion_text, prompt) -> score` (bool or a float in [0, 1]) and
+`isolate_checker` says whether it must run in a worker process. Checkers read the answer
+section only (`scalerl.tasks.rewards.answer_section`, `task.answer_marker`).
 
 Departures from the paper:
 1. Built-in synthetic tasks stand in for the paper's maths datasets (Polaris-53k) so the
@@ -14,9 +20,11 @@ Departures from the paper:
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Callable, Protocol
 
 from scalerl.errors import ScaleRLError
+from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of built-in and reasoning-gym tasks by default
+from scalerl.tasks.pool import PromptLimit
 from scalerl.types import Prompt
 
 BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>")
@@ -24,25 +32,65 @@ BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>")
 
 class Task(Protocol):
     name: str
+    train_size: int
     isolate_checker: bool
+    checker: Callable[[str, Prompt], float]
 
+    def __len__(self) -> int: ...
     def train_prompt(self, index: int) -> Prompt: ...
-    def train_prompts(self) -> Iterator[Prompt]: ...
     def val_prompts(self, n: int) -> list[Prompt]: ...
     def check(self, completion_text: str, prompt: Prompt) -> bool: ...
-    def checker(self, completion_text: str, answer: str) -> bool: ...
 
 
-def get_task(cfg, tokenizer=None) -> Task:
-    """The task named by `cfg` (a `TaskConfig`); `tokenizer` decides on a chat template."""
+def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_train: int = 1,
+             think: bool = False) -> Task:
+    """The task named by `cfg` (a `TaskConfig`); `tokenizer` decides on a chat template.
+
+    `limit`: the prompt-length rule; `min_train`: the fewest training prompts accepted
+    (one batch); `think`: the recipe interrupts thinking (reasoning-gym opens a `<think>`)."""
+    marker = cfg.answer_marker
     if cfg.name == "file":
         if not cfg.path:
-            raise ScaleRLError("task.name 'file' needs task.path (a JSONL, CSV or parquet file)")
+            raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file)")
         from scalerl.tasks.files import FileTask
 
-        return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer)
+        return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
+                        answer_marker=marker or "</think>", limit=limit, min_train=min_train)
+    if cfg.name.startswith("rg:"):
+        from scalerl.tasks.rg import ANSWER_TAG, RgTask
+
+        return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+                      val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
+                      answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train)
+    if cfg.options or cfg.weights:
+        raise ScaleRLError(f"task.options / task.weights apply to reasoning-gym tasks (rg:...), not {cfg.name!r}")
     if cfg.name == "arith" or cfg.name.startswith("arith-"):
         from scalerl.tasks.arith import ArithTask
 
-        return ArithTask(cfg.name, seed=cfg.seed, tokenizer=tokenizer)
-    raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file' or one of {', '.join(BUILTIN)}")
+        task = ArithTask(cfg.name, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+                         answer_marker=marker or "</think>")
+        if len(task) < min_train:
+            raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
+        return task
+    raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file', 'rg:<dataset>' or one of {', '.join(BUILTIN)}")
+
+
+def prompt_limit(cfg, tokenizer, model) -> PromptLimit:
+    """The run's prompt-length rule: `task.max_prompt_tokens`, else the model's context
+    (`max_position_embeddings`) minus `rollout.max_new_tokens`."""
+    limit = cfg.task.max_prompt_tokens
+    if limit is None:
+        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if context is not None:
+            limit = context - cfg.rollout.max_new_tokens
+            if limit < 1:
+                raise ScaleRLError(f"rollout.max_new_tokens={cfg.rollout.max_new_tokens} leaves no room for a prompt in "
+                                   f"the model's context of {context} tokens")
+    return PromptLimit(limit, cfg.task.overlong, tokenizer)
+
+
+def task_for_run(cfg, tokenizer, model) -> Task:
+    """The task of a training run (`cfg`: a `Config`): at least `batch.prompts` training prompts,
+    prompts within the model's context, a thinking section when the recipe interrupts."""
+    return get_task(cfg.task, tokenizer, limit=prompt_limit(cfg, tokenizer, model), min_train=cfg.batch.prompts,
+                    think=cfg.rollout.length.type == "interrupt")

@@ -33,6 +33,13 @@ Splits: a problem belongs to the validation split iff a salted hash of its opera
 the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
 disjoint by construction, whatever the seed and however many prompts are drawn.
 
+Training pool: the first `train_size` training problems (`task.train_size`, default
+`DEFAULT_TRAIN_SIZE` = 1024), ids `arith/s<seed>/train/<index>`; the curriculum sampler
+traverses them in a seeded order that changes every epoch, so the default run (80 steps x 32
+prompts = 2,560 draws) sees each prompt about 2.5 times and No-Positive-Resampling can retire
+the ones it has learnt. `train_prompt(index)` still generates any index (the warm start reads
+problems beyond the pool).
+
 Departures from the paper:
 1. The paper trains on maths/code datasets (Polaris-53k etc.); this synthetic task exists so a
    ~1M-parameter model shows a full sigmoid on a CPU in minutes (DESIGN.md section 3).
@@ -42,19 +49,21 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
 from typing import Iterator
 
 from scalerl.errors import ScaleRLError
+from scalerl.tasks.rewards import answer_section
 from scalerl.types import Prompt
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 VAL_SHARE = 0.05            # share of problem space held out for validation
 _SPLIT_SALT = "scalerl-arith-split-v1"
 _MAX_DRAWS = 10_000         # rejection-sampling bound (validation share is tiny)
-_ANSWER_WINDOW = 256        # the checker reads at most this many characters of the answer
+DEFAULT_TRAIN_SIZE = 1024   # training pool of the built-in tasks (see "Training pool")
 COLUMNS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"   # column letters (index hints)
 
 
@@ -162,19 +171,21 @@ def draw_problem(seed: int, split: str, index: int, mix) -> tuple[Level, tuple[i
 
 
 class ArithTask:
-    """Endless training split, finite disjoint validation split; see the module docstring."""
+    """A finite training pool of `train_size` problems, a disjoint validation split; see the module docstring."""
 
     isolate_checker = False     # bounded work: `checker` runs inline in the calling thread
 
-    @staticmethod
-    def checker(completion_text: str, answer: str) -> bool:
-        return exact_check(completion_text, answer)
-
-    def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None):
+    def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None, train_size: int = DEFAULT_TRAIN_SIZE,
+                 answer_marker: str = THINK_CLOSE):
         self.name = name
         self.seed = seed
         self.mix = parse_mix(name)
+        self.train_size = train_size
+        self.checker = functools.partial(prompt_check, marker=answer_marker)
         self._template = _chat_wrapper(tokenizer)
+
+    def __len__(self) -> int:
+        return self.train_size
 
     def _prompt(self, split: str, index: int) -> Prompt:
         level, ops = draw_problem(self.seed, split, index, self.mix)
@@ -190,6 +201,7 @@ class ArithTask:
         return self._prompt("train", index)
 
     def train_prompts(self, start: int = 0) -> Iterator[Prompt]:
+        """Problems `start`, `start + 1`, ... of the training split (beyond the pool too)."""
         index = start
         while True:
             yield self.train_prompt(index)
@@ -209,27 +221,23 @@ class ArithTask:
         return out
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
-        return exact_check(completion_text, prompt.answer)
+        return self.checker(completion_text, prompt)
 
 
-def exact_check(completion_text: str, answer: str) -> bool:
-    """True iff the final answer after the last `</think>` is exactly `answer`."""
-    return extract_answer(completion_text) == answer
+def prompt_check(completion_text: str, prompt: Prompt, marker: str = THINK_CLOSE) -> bool:
+    """`exact_check` against the prompt's answer (a task's picklable `checker`)."""
+    return exact_check(completion_text, prompt.answer, marker)
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer: the text after the last `</think>`, without whitespace/end markers.
+def exact_check(completion_text: str, answer: str, marker: str = THINK_CLOSE) -> bool:
+    """True iff the answer section (after the last `</think>`, or `marker`) is exactly `answer`."""
+    return extract_answer(completion_text, marker) == answer
 
-    Bounded work: `rfind` is linear and only `_ANSWER_WINDOW` characters are examined, so a
-    100 kB adversarial completion costs microseconds.
-    """
-    cut = text.rfind(THINK_CLOSE)
-    if cut < 0:
-        return None
-    answer = text[cut + len(THINK_CLOSE):cut + len(THINK_CLOSE) + _ANSWER_WINDOW]
-    for marker in ("</s>", "<|im_end|>", "<|endoftext|>", "<pad>"):
-        answer = answer.split(marker, 1)[0]
-    return answer.strip()
+
+def extract_answer(text: str, marker: str = THINK_CLOSE) -> str | None:
+    """The final answer (`scalerl.tasks.rewards.answer_section`): after the last `</think>`,
+    without whitespace/end markers; None without one. Bounded work (linear, 4 kB at most)."""
+    return answer_section(text, marker)
 
 
 def _chat_wrapper(tokenizer):

@@ -1,41 +1,98 @@
 """Rewards: run a task's checker on a completion and fill `reward`, `passed`, `reward_error`.
 
-`RewardFn(task, cfg)(prompt, completion)` never raises. A task exposes `checker`, a
-module-level function `(completion_text, answer) -> bool`, and `isolate_checker`:
-- built-in tasks (exact match after `</think>`, bounded work) run inline;
+`RewardFn(task, cfg)(prompt, completion)` never raises. A task exposes `checker`, a picklable
+`(completion_text, prompt) -> score` (a bool, or a float in [0, 1]), and `isolate_checker`:
+- built-in tasks (exact match, bounded work) and reasoning-gym tasks run inline;
 - user maths data runs `math-verify` (parse + verify). Its own timeouts use signals, which
   work only in a process's main thread, so it runs in a worker process of `CheckerPool`,
   which waits at most `cfg.timeout_s` and kills and replaces a worker that hangs. This works
-  from any thread and inside Ray actors.
-A checker that raises or times out scores `cfg.fail_value`, records the error on the
-completion and is counted (`RewardFn.metrics()`).
+  from any thread and inside Ray actors. The worker's console output (math-verify logs each
+  answer it gives up on) goes nowhere; the text it parses is capped at `MATH_MAX_CHARS`.
+A completion passes iff its score reaches `cfg.threshold` (default 1.0); with
+`cfg.partial_credit` a failing one earns `fail + score * (pass - fail)`. A checker that raises
+or times out scores `cfg.fail_value`, records the error on the completion and is counted
+(`RewardFn.metrics()`); a check slower than `cfg.slow_s` (or timed out) sets `reward_slow`.
+
+The checker reads the answer only (`answer_section`): the text after the last `</think>` by
+default, or after a configurable marker (`task.answer_marker`: `Answer:`, or an opening tag
+such as `<answer>` / `\\boxed{}` whose content is read) for models that do not think. A
+completion without it (cut before its answer) has no answer and fails.
 
 Departures from the paper:
-1. The paper's reward is +1/-1 from its verifiers; the values are configurable (0/1 too).
+1. The paper's reward is +1/-1 from its verifiers; the values are configurable (0/1 too), and
+   partial credit (reasoning-gym's scores) is an option.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import os
 import queue
+import re
 import threading
+import time
 from typing import Callable
 
 from scalerl.types import Completion, Prompt
 
-_THINK_CLOSE = "</think>"
-_MATH_TAIL = 4096           # math-verify reads at most the last 4 kB of the final answer
+THINK_CLOSE = "</think>"
+BOXED = "\\boxed{}"
+ANSWER_MAX_CHARS = 4096     # an answer section is cut to its first 4 kB (bounded checker work)
+MATH_MAX_CHARS = 1024       # math-verify parses at most the last 1 kB of an answer section
+_END_MARKERS = ("</s>", "<|im_end|>", "<|endoftext|>", "<pad>")
+_TAG = re.compile(r"<([A-Za-z_][\w-]*)>")
 _STARTUP_S = 120.0          # a fresh worker's start-up (imports) does not count as checker time
 
 
-def math_verify_check(completion_text: str, answer: str) -> bool:
-    """math-verify on the text after the last `</think>` (or the whole text without one)."""
+def answer_section(text: str, marker: str = THINK_CLOSE) -> str | None:
+    """The answer part of a completion, or None when it has none (cut before its answer).
+
+    `marker` `</think>` or `Answer:` (any text): what follows its last occurrence, up to an end
+    marker (`</s>`, `<|im_end|>`, ...). An opening tag `<answer>`: the content of the last
+    `<answer>...</answer>` (a missing closing tag is no answer). `\\boxed{}`: the content of the
+    last `\\boxed{...}` with balanced braces. Linear time; at most `ANSWER_MAX_CHARS` returned.
+    """
+    if marker == BOXED:
+        return _last_boxed(text)
+    tag = _TAG.fullmatch(marker)
+    if tag:
+        end = text.rfind(f"</{tag.group(1)}>")
+        start = text.rfind(marker, 0, end) if end >= 0 else -1
+        return text[start + len(marker):end].strip()[:ANSWER_MAX_CHARS] if start >= 0 else None
+    cut = text.rfind(marker)
+    if cut < 0:
+        return None
+    answer = text[cut + len(marker):cut + len(marker) + ANSWER_MAX_CHARS]
+    for end in _END_MARKERS:
+        answer = answer.split(end, 1)[0]
+    return answer.strip()
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, min(len(text), i + ANSWER_MAX_CHARS)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j].strip()
+    return None
+
+
+def math_verify_check(completion_text: str, answer: str, marker: str = THINK_CLOSE) -> bool:
+    """math-verify on the answer section (`answer_section`); no section: False."""
     from math_verify import parse, verify
 
-    cut = completion_text.rfind(_THINK_CLOSE)
-    text = completion_text[cut + len(_THINK_CLOSE):] if cut >= 0 else completion_text
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)   # it logs every answer it gives up on
+    section = answer_section(completion_text, marker)
+    if section is None:
+        return False
+    if marker == BOXED:
+        section = f"\\boxed{{{section}}}"
     gold = parse(answer if "$" in answer or "\\" in answer else f"${answer}$")
-    return bool(verify(gold, parse(text[-_MATH_TAIL:])))
+    return bool(verify(gold, parse(section[-MATH_MAX_CHARS:])))
 
 
 class CheckerTimeout(Exception):
@@ -43,7 +100,15 @@ class CheckerTimeout(Exception):
 
 
 def _worker(conn) -> None:
-    """Worker process loop: say ready, then receive `(fn, args)`, send `(ok, result_or_error)`."""
+    """Worker process loop: say ready, then receive `(fn, args)`, send `(ok, result_or_error)`.
+    The checker's own console output is discarded (its errors come back through the pipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        import math_verify  # noqa: F401  (imported during start-up, not during the first check)
+    except ImportError:
+        pass
     conn.send("ready")
     while True:
         try:
@@ -54,6 +119,11 @@ def _worker(conn) -> None:
             conn.send((True, fn(*args)))
         except Exception as e:  # reported to the caller as this check's error
             conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+def _loaded(fn) -> bool:
+    """Run in a fresh worker: receiving `fn` has imported its module."""
+    return True
 
 
 class CheckerPool:
@@ -77,13 +147,24 @@ class CheckerPool:
 
     def call(self, fn: Callable, args: tuple, timeout: float):
         """`fn(*args)` in a worker; raises `CheckerTimeout`, or `RuntimeError` if it raised."""
+        return self.call_timed(fn, args, timeout)[0]
+
+    def call_timed(self, fn: Callable, args: tuple, timeout: float) -> tuple:
+        """(`fn(*args)` in a worker, seconds it took, a worker's start-up excluded)."""
         worker = self._idle.get()
         try:
-            worker = worker or self._spawn()
+            if worker is None:                 # a fresh worker: load the checker's module before timing
+                worker = self._spawn()
+                worker[1].send((_loaded, (fn,)))
+                if not worker[1].poll(_STARTUP_S):
+                    raise CheckerTimeout(f"checker {fn!r} did not load within {_STARTUP_S:g}s")
+                worker[1].recv()
+            t0 = time.monotonic()
             worker[1].send((fn, args))
             if not worker[1].poll(timeout):
                 raise CheckerTimeout(f"checker exceeded {timeout:g}s")
             ok, value = worker[1].recv()
+            seconds = time.monotonic() - t0
         except (CheckerTimeout, EOFError, OSError):
             if worker is not None:             # hung or dead: kill it; the slot respawns lazily
                 worker[0].kill()
@@ -94,7 +175,7 @@ class CheckerPool:
             self._idle.put(worker)
         if not ok:
             raise RuntimeError(value)
-        return value
+        return value, seconds
 
     def close(self) -> None:
         while not self._idle.empty():
@@ -105,7 +186,7 @@ class CheckerPool:
 
 
 class RewardFn:
-    """Scores completions in place; thread-safe; counts checks, errors and timeouts."""
+    """Scores completions in place; thread-safe; counts checks, errors, timeouts and slow checks."""
 
     def __init__(self, task, cfg, pool_size: int = 2):
         self.task = task
@@ -113,35 +194,49 @@ class RewardFn:
         self._pool_size = pool_size
         self._pool: CheckerPool | None = None
         self._lock = threading.Lock()
-        self.counts = {"checked": 0, "passed": 0, "errors": 0, "timeouts": 0}
+        self.counts = {"checked": 0, "passed": 0, "errors": 0, "timeouts": 0, "slow": 0}
 
     def __call__(self, prompt: Prompt, completion: Completion) -> None:
-        passed, error = False, None
+        score, error, seconds = 0.0, None, 0.0
         try:
-            passed = bool(self._check(completion.text, prompt.answer))
+            result, seconds = self._check(completion.text, prompt)
+            score = min(1.0, max(0.0, float(result)))
         except CheckerTimeout as e:
             error = f"timeout: {e}"
         except Exception as e:  # a checker failure scores a fail and never stops the run
             error = f"{type(e).__name__}: {e}"
+        slow = seconds > self.cfg.slow_s or (error or "").startswith("timeout")
+        passed = error is None and score >= self.cfg.threshold
         completion.passed = passed
-        completion.reward = self.cfg.pass_value if passed else self.cfg.fail_value
+        completion.reward = self._reward(passed, score if error is None else 0.0)
         completion.reward_error = error
+        completion.reward_slow = slow
         with self._lock:
             self.counts["checked"] += 1
             self.counts["passed"] += passed
             self.counts["errors"] += error is not None
-            self.counts["timeouts"] += error is not None and error.startswith("timeout")
+            self.counts["timeouts"] += (error or "").startswith("timeout")
+            self.counts["slow"] += slow
 
-    def _check(self, text: str, answer: str) -> bool:
+    def _reward(self, passed: bool, score: float) -> float:
+        if passed:
+            return self.cfg.pass_value
+        if self.cfg.partial_credit:
+            return self.cfg.fail_value + score * (self.cfg.pass_value - self.cfg.fail_value)
+        return self.cfg.fail_value
+
+    def _check(self, text: str, prompt: Prompt) -> tuple:
+        """(the checker's score, seconds it took)."""
         if not self.task.isolate_checker:
-            return self.task.checker(text, answer)
+            t0 = time.monotonic()
+            return self.task.checker(text, prompt), time.monotonic() - t0
         with self._lock:
             if self._pool is None:
                 self._pool = CheckerPool(self._pool_size)
-        return self._pool.call(self.task.checker, (text, answer), self.cfg.timeout_s)
+        return self._pool.call_timed(self.task.checker, (text, prompt), self.cfg.timeout_s)
 
     def metrics(self) -> dict:
-        """Cumulative counts: checked, passed, errors (incl. timeouts), timeouts."""
+        """Cumulative counts: checked, passed, errors (incl. timeouts), timeouts, slow."""
         with self._lock:
             return dict(self.counts)
 
