@@ -20,8 +20,8 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
     cmd = [sys.executable, "-m", "scalerl", "train", "--run-dir", str(tmp_path / "run"), "--no-progress",
            "--set", "model.name=tiny-random", "--set", "pipeline.transport=process", "--set", "run.threads=2",
            "--set", "batch.prompts=2", "--set", "batch.generations=4", "--set", "eval.prompts=4",
-           "--set", "rollout.max_new_tokens=96", "--max-steps", "50"]
-    trainer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           "--max-steps", "50"]
+    trainer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         generator = None
@@ -33,7 +33,7 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
                 except psutil.NoSuchProcess:
                     continue
             time.sleep(0.02)
-        assert generator is not None, "the generator process never started"
+        assert generator is not None, f"the generator process never started: {trainer.poll()} {trainer.stderr.read() if trainer.poll() is not None else ''}"
         left = _descendants(trainer.pid)
         os.kill(trainer.pid, signal.SIGKILL)
         trainer.wait(timeout=10)
