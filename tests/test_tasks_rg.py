@@ -107,6 +107,7 @@ def test_tiny_model_trains_on_five_kinds(tmp_path):
         "model.name=tiny-random", f"task.name=rg:{','.join(KINDS)}", "task.train_size=40", "task.val_size=8",
         "batch.prompts=4", "batch.generations=4", "rollout.max_new_tokens=24", "rollout.batch_slots=16",
         "rollout.length.think_min=8", "rollout.length.think_max=10", "rollout.length.answer_budget=8",
+        "rollout.length.phrase=</think>",
         "filter.zero_variance=false", "reward.partial_credit=true", "eval.every=2", "eval.prompts=8",
         "eval.samples=1", "run.max_steps=2", "run.checkpoint_every=2", "pipeline.transport=thread", "run.threads=1"])
     tr = train(cfg, tmp_path, progress=False)

@@ -131,6 +131,7 @@ class RolloutHub:
         with self.cond:
             r = self.ranks[rank]
             r.incarnation += 1
+            r.waiting_since = None
             if r.incarnation > 1:
                 r.regenerated += len(r.leases)
             return {"incarnation": r.incarnation, "state": dict(r.state), "pending": sorted(r.leases.items()),
@@ -145,7 +146,8 @@ class RolloutHub:
             r = self.ranks[rank]
             if self.closed or r.incarnation != incarnation:
                 return "stop", -1
-            if self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken):
+            if (self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken)
+                    or self._behind_another(r)):
                 r.waiting_since = r.waiting_since or now
                 return "wait", -1
             if r.waiting_since is not None:
@@ -159,6 +161,10 @@ class RolloutHub:
             draw, self.admitted = self.admitted, self.admitted + 1
             r.leases[draw] = prompt
             return "go", draw
+
+    def _behind_another(self, r: _Rank) -> bool:
+        """Fair shares of the window: an actor yields to one that is waiting with fewer prompts in flight."""
+        return any(o is not r and o.waiting_since is not None and len(o.leases) < len(r.leases) for o in self.ranks)
 
     def deliver(self, rank: int, incarnation: int, group: Group) -> bool:
         """Store a scored group against its open lease; False (refused) for a dead incarnation."""
