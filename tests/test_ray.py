@@ -313,3 +313,21 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
         assert max(seq) == 2, (name, seq)                     # k = 2 reached, never exceeded
     # after the first k steps (the window filling up) every step trains at the bound on both
     assert ages["local"][3:] == ages["ray"][3:] == [2] * 5, ages
+
+
+def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight():
+    from scalerl.distributed.rollouts import RolloutHub
+    from scalerl.pipeline.transport import Window
+
+    state = {"seed": 0, "epoch": 0, "position": 0, "drawn": 0}
+    hub = RolloutHub([dict(state), dict(state)], Window(prompts_per_step=1, k=1), weights=["w0"], version=0)
+    assert hub.register(0)["incarnation"] == 1 and hub.register(1)["incarnation"] == 1
+    p = [Prompt(f"p{i}", "x", "") for i in range(4)]
+    assert hub.admit(0, 1, p[0], state, 0) == ("go", 0)
+    assert hub.admit(0, 1, p[1], state, 0) == ("go", 1)     # the window (2 draws) is full
+    assert hub.admit(1, 1, p[2], state, 0) == ("wait", -1)  # rank 1 waits, with nothing in flight
+    hub.deliver(0, 1, Group(p[0], [_completion("p0", 0, [10])], draw=0))
+    assert hub.take(0.0).draw == 0
+    hub.set_weights(["w1"], 1)                              # version 1: the window reaches draw 1 + 2 = 3
+    assert hub.admit(0, 1, p[3], state, 1) == ("wait", -1)  # rank 0 (1 in flight) yields to rank 1 (0 in flight)
+    assert hub.admit(1, 1, p[2], state, 1) == ("go", 2)
