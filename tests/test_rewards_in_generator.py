@@ -1,0 +1,69 @@
+"""The answer checker runs wherever the generator runs: a user's maths dataset (math-verify, in
+checker worker processes) trained on the default transport, the generator's own process."""
+
+import json
+import random
+
+import pytest
+
+from scalerl.config import Config, load_config
+from scalerl.pipeline.fake import FakeGenerator
+from scalerl.pipeline.train import Components, train
+from scalerl.run.metrics import read_rows
+
+
+class GuessingGenerator(FakeGenerator):
+    """Completions that think, then answer a digit at random: about one in ten is right."""
+
+    def _finish(self, s):
+        completion = super()._finish(s)
+        completion.text = f"<think>{completion.text}</think>{self.rng.randrange(10)}"
+        return completion
+
+
+def build_guessing(cfg_json: str, device: str, seed: int):
+    """Generator-process setup: the guessing generator, the run's real file task and real reward."""
+    from scalerl.models import load_model
+    from scalerl.pipeline.train import training_reward
+    from scalerl.tasks import task_for_run
+    from scalerl.tasks.rewards import RewardFn
+
+    cfg = Config.model_validate_json(cfg_json)
+    model, tokenizer = load_model("tiny-random", device=device)
+    task = task_for_run(cfg, tokenizer, model)
+    return (GuessingGenerator(range(5, 40), (3, 8), 16, 0.0, seed), task,
+            training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed)
+
+
+def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
+    from scalerl.models import load_model
+    from scalerl.tasks import task_for_run
+    from scalerl.tasks.rewards import RewardFn
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(200):
+        a, b = rng.randrange(5), rng.randrange(5)
+        rows.append({"prompt": f"{i}: {a}+{b}=", "answer": str(a + b)})
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config("scalerl", overrides=[
+        "model.name=tiny-random", "task.name=file", f"task.path={data}", "task.val_size=16",
+        "batch.prompts=8", "batch.generations=4", "eval.every=100", "eval.prompts=8", "eval.samples=1",
+        "run.max_steps=3", "run.threads=2", "filter.zero_variance=false"])
+    assert cfg.pipeline.transport == "auto"          # the default: a generator process on 2 cores
+    model, tokenizer = load_model("tiny-random")
+    task = task_for_run(cfg, tokenizer, model)
+    assert task.isolate_checker                      # math-verify, in checker worker processes
+
+    def make_generator(m, temperature, seed):
+        return GuessingGenerator(range(5, 40), (3, 8), 16, 0.0, seed)
+
+    comps = Components(model, tokenizer, task, RewardFn(task, cfg.reward), make_generator,
+                       process_build=(build_guessing, (cfg.model_dump_json(), "cpu")))
+    (tmp_path / "run").mkdir()
+    train(cfg, tmp_path / "run", comps=comps, progress=False)
+    steps = [r for r in read_rows(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(steps) == 3
+    assert all(r["train/reward_errors"] == 0 for r in steps)       # the checker ran, in the generator
+    assert sum(r["train/pass_rate"] for r in steps) > 0            # and some answers passed
