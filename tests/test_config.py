@@ -8,7 +8,7 @@ from scalerl.config import (Config, CispoLoss, PPOClipLoss, dump_config, list_re
                             parse_override)
 from scalerl.errors import ScaleRLError
 
-# DESIGN.md recipe table, written out independently of the preset files.
+# docs/design.md recipe list, written out independently of the preset files.
 TABLE = {
     "scalerl": ("cispo", "prompt", "batch"),
     "grpo": ("ppo_clip", "sample", "prompt"),

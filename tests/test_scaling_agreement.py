@@ -1,7 +1,7 @@
 """The default fit against the paper's grid on noisy curves across Table 1's range, and the verdict.
 
 The curves come from a generator with known parameters (A 0.58-0.71, B 1.1-2.4, C_mid 1.6k-11.3k
-GPU-hours, R0 0.3-0.5: DESIGN.md's Table 1 values and around them; noise 0.005-0.02; runs of 2-6 x
+GPU-hours, R0 0.3-0.5: the paper's Table 1 values (docs/design.md) and around them; noise 0.005-0.02; runs of 2-6 x
 C_mid). Expected values come from that generator or from Eq. 1 written out here.
 """
 

@@ -15,7 +15,7 @@ A bf16 model keeps its RoPE frequencies (`inv_freq` buffers) in fp32 (`cast_mode
 trainer's bf16 forward on fp32 master weights does, so generator and trainer rotate alike.
 
 Departures from the paper:
-1. Model sizes: 1M / 135M parameters instead of 8B / 17Bx16 (CPU machines, DESIGN.md section 3).
+1. Model sizes: 1M / 135M parameters instead of 8B / 17Bx16 (CPU machines, docs/design.md).
 """
 
 from __future__ import annotations

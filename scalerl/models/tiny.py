@@ -12,7 +12,7 @@ the ids of `tokenizer(prompt.text)` are the same with and without `add_special_t
 
 Departures from the paper:
 1. The paper's models are 8B-17Bx16 pretrained LLMs; this one exists so the whole system runs
-   on a laptop CPU (DESIGN.md section 3 has its measurements).
+   on a laptop CPU (docs/design.md, "The machines", has its measurements).
 """
 
 from __future__ import annotations

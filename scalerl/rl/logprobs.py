@@ -14,7 +14,7 @@ fp32 over chunks and cast back to the weight's dtype once.
 
 Departures from the paper:
 1. The temperature divides the logits before the log-softmax, so the log-probs are those of the
-   distribution the generator sampled from (DESIGN.md Section 1), on both sides.
+   distribution the generator sampled from (docs/design.md, "The maths"), on both sides.
 2. `fp32=False` (the ablation) runs the matmul and log-softmax in the hidden states' dtype
    (bf16 in a bf16 model); the returned log-probs are still fp32 tensors. fp64 inputs compute
    in fp64 (for gradient checks).

@@ -1,6 +1,6 @@
 """Fit a compute-performance curve and forecast it, with bootstrap intervals.
 
-The paper's procedure (appendix A.5-A.7, `DESIGN.md` section 1): drop the points below `fit_min`
+The paper's procedure (appendix A.5-A.7, docs/design.md, "The maths"): drop the points below `fit_min`
 (and above `fit_max`), fix `R0` to the measured start, grid over `A` and `C_mid`, fit `B` by least
 squares at every grid point, keep the lowest sum of squared residuals (`method="grid"`).
 

@@ -2,7 +2,7 @@
 
 A problem is a list of operands of a fixed number of digits. Every number (operands and
 answer) is written least-significant digit first, which a tiny transformer learns about 10x
-faster than the usual order (DESIGN.md section 3), and each digit follows its column letter
+faster than the usual order (docs/design.md, "The machines"), and each digit follows its column letter
 ("index hints", Zhou et al. 2023, "What Algorithms can Transformers Learn?"), which turns
 "find digit i of operand k" into a content lookup a 1M-parameter model learns in a few
 hundred steps. The completion is a carry scratchpad inside `<think>...</think>`, then the
@@ -42,7 +42,7 @@ problems beyond the pool).
 
 Departures from the paper:
 1. The paper trains on maths/code datasets (Polaris-53k etc.); this synthetic task exists so a
-   ~1M-parameter model shows a full sigmoid on a CPU in minutes (DESIGN.md section 3).
+   ~1M-parameter model shows a full sigmoid on a CPU in minutes (docs/design.md, "The machines").
 2. Its ceiling comes from the difficulty mix (a tail beyond the thinking budget), a stand-in
    for the paper's problems the model cannot solve at any compute.
 """
@@ -91,7 +91,7 @@ WARM_MIX: tuple[tuple[Level, float], ...] = (
 MIXES: dict[str, tuple[tuple[Level, float], ...]] = {
     "arith": DEFAULT_MIX,
     "arith-mixed": WARM_MIX,
-    # 2-4 digit sums without the tail: ceiling near 1 (DESIGN.md: plain 4-digit addition ran to 0.91)
+    # 2-4 digit sums without the tail: ceiling near 1 (docs/design.md: plain addition ran to about 0.9)
     "arith-easy": tuple((lv, w) for lv, w in WARM_MIX if lv.digits <= 5),
 }
 
