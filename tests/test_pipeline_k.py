@@ -126,3 +126,24 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
     n = sum(p.numel() for p in comps.model.parameters())
     assert rows[-1]["compute/flops"] == pytest.approx(2 * n * rows[-1]["compute/tokens_generated"]
                                                       + 6 * n * rows[-1]["compute/tokens_trained"])
+
+
+def slow_start(*args):
+    """The fake generator process's setup, with a slow start-up (imports, a model build)."""
+    from scalerl.pipeline.fake import build_fake
+
+    time.sleep(4.0)
+    return build_fake(*args)
+
+
+@pytest.mark.slow  # spawns the generator process: 10-20 s of imports on a busy 2-core machine
+def test_the_generators_start_up_is_not_compute(tmp_path):
+    cfg = small_cfg(extra=["run.max_steps=2", "eval.every=100", "pipeline.transport=process", "run.threads=2"])
+    comps, _ = fake_components(cfg)
+    comps.process_build = (slow_start, (list(range(5, 40)), (3, 8), 8, 0.0))
+    t0 = time.monotonic()
+    train(cfg, tmp_path, comps=comps, progress=False)
+    assert time.monotonic() - t0 > 4.0                      # the start-up did happen ...
+    first = _train_rows(tmp_path)[0]
+    assert first["time/step"] < 3.0                         # ... but not inside the first step's clock
+    assert first["compute/device_hours"] == pytest.approx(first["time/step"] * 2 / 3600)
