@@ -51,7 +51,7 @@ FP32_BUFFERS = ("inv_freq", "original_inv_freq")  # RoPE frequencies: kept fp32 
 def cast_model(model, dtype: str):
     """`model` with its parameters and buffers in `dtype` ('fp32' | 'bf16'), in place, except the
     RoPE frequencies, which keep fp32 values: rounded to bf16 they would shift every rotation
-    angle, and the trainer's bf16 forward (scalerl.pipeline.forward) uses the fp32 ones."""
+    angle, and the trainer's bf16 forward (scalerl.trainer.forward) uses the fp32 ones."""
     import torch
 
     keep = {n: b.detach().float().clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] in FP32_BUFFERS}

@@ -6,7 +6,7 @@
     every step: a metrics row (compute, tokens, times, staleness, rewards, truncation)
     every eval.every steps: mean@k on the validation set + live forecast; checkpoints
 
-Departures from the paper: see step.py, modes.py, evaluate.py and run/compute.py headers.
+Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run/compute.py headers.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.evaluate import evaluate, live_forecast
-from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
-from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, RetiredSet, ThreadedRollouts, Window
+from scalerl.rewards import training_reward
+from scalerl.evaluate import evaluate, live_forecast
+from scalerl.batching import PipelineRL, PPOOffPolicy, staleness
+from scalerl.trainer.step import Optimizer, group_stats, train_step
+from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.window import LockedSampler, RetiredSet, Window
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
@@ -50,20 +52,6 @@ class Components:
     process_build: tuple[Callable, tuple] | None = None        # picklable (build, args), see build_generator
 
 
-def training_reward(reward_fn: Callable, cfg: Config) -> Callable:
-    """The training reward: pass/fail, plus the overlong penalty when length control is `penalty`."""
-    length = cfg.rollout.length
-    if length.type != "penalty":
-        return reward_fn
-    from scalerl.rl.length_penalty import overlong_penalty
-
-    def shaped(prompt, completion) -> None:
-        reward_fn(prompt, completion)
-        completion.reward += overlong_penalty(len(completion.tokens), length.max_len, length.tolerance, length.penalty)
-
-    return shaped
-
-
 def decode_dtype(cfg: Config) -> str:
     """The generator's weight dtype: bf16 under mixed precision (`model.compute_dtype` bf16, or auto on
     a GPU: it decodes a bf16 copy of the trainer's fp32 weights, cast as they are published), else
@@ -77,7 +65,7 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
     as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
     from scalerl.models import cast_model
-    from scalerl.pipeline.forward import match_trainer_attention
+    from scalerl.trainer.forward import match_trainer_attention
 
     return match_trainer_attention(cast_model(copy.deepcopy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
@@ -85,10 +73,10 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
 def build_generator(cfg_json: str, device: str, seed: int):
     """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
     from scalerl.models import load_model
-    from scalerl.pipeline.forward import match_trainer_attention
+    from scalerl.trainer.forward import match_trainer_attention
     from scalerl.rollout import Engine
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
@@ -102,7 +90,7 @@ def build_components(cfg: Config, device: str) -> Components:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
     task = task_for_run(cfg, tokenizer, model)
@@ -223,8 +211,8 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     P, G, k = cfg.batch.prompts, cfg.batch.generations, cfg.pipeline.k
     gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
-    if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.distributed)
-        from scalerl.distributed.backend import ray_mode
+    if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.transport.ray_session)
+        from scalerl.transport.ray_session import ray_mode
 
         return ray_mode(tr, comps.process_build, gen_seed, sampler_state)
     reward = training_reward(comps.reward_fn, cfg)
@@ -336,7 +324,7 @@ def _observer(tr: Trainer, mode) -> Callable:
 def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: Threads, progress: bool) -> None:
     from tqdm import tqdm
 
-    from scalerl.rl.filters import BatchFiller
+    from scalerl.batching import BatchFiller
 
     cfg = tr.cfg
     val_prompts = tr.comps.task.val_prompts(cfg.eval.prompts)

@@ -28,7 +28,7 @@ import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.forward import Batch, completion_logprobs, forward_options
+from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Completion, Group
 
 __all__ = ["Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
@@ -201,7 +201,7 @@ def no_reduce(flat: torch.Tensor) -> None:
 def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
                ref_model=None) -> dict[str, float] | None:
     """One optimizer step on already-filtered groups, one worker; None (no step) when no token
-    is trainable. `DataParallelStep` (scalerl.distributed) runs `shard_step` on W workers."""
+    is trainable. `DataParallelStep` (scalerl.trainer.data_parallel) runs `shard_step` on W workers."""
     shards = plan_shards(groups, cfg, 1)
     return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 
