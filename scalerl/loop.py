@@ -164,7 +164,7 @@ class Trainer:
         self.optim = Optimizer(self.model, cfg)
         self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
-        self.state = TrainState(generator_seed=cfg.run.seed)
+        self.state = TrainState()
         self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
                                            "groups_drawn": 0}
         self.evals: list[tuple[float, float]] = []

@@ -33,7 +33,6 @@ def test_collate_places_completion_tokens_after_their_prompt():
     assert b.targets.tolist() == [[4, 5], [6, 0]]
     assert b.mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]          # forced token and padding masked
     assert b.gen_logprobs.tolist() == [[-1.0, 0.0], [-1.0, 0.0]]
-    assert b.rewards.tolist() == [[1.0, -1.0]]
     assert b.prompt_ids.tolist() == [0, 0]
 
 

@@ -58,11 +58,10 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
         mask[i, :t] = torch.tensor([0.0 if f else 1.0 for f in forced])
     gen_logprobs = gen_logprobs * mask
     G = len(groups[0].completions)
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)  # (P, G)
     prompt_ids = torch.arange(len(groups)).repeat_interleave(G)                # (N,)
     prompt_lens = torch.tensor([len(c.prompt_tokens) for c in completions])  # (N,)
     same_prompt = all(c.prompt_tokens == g.completions[0].prompt_tokens for g in groups for c in g.completions)
-    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, rewards, prompt_ids, prompt_lens,
+    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, prompt_ids, prompt_lens,
                  same_prompt)
 
 
