@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from scalerl.config import load_config
-from scalerl.pipeline.train import train
+from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 
 MODES = {**{f"PipelineRL-{k}": ["pipeline.mode=pipeline_rl", f"pipeline.k={k}"] for k in (1, 2, 4, 8)},

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,13 +40,14 @@ def _components(cfg):
     variance, so every step trains); otherwise the configured model, task and reward."""
     if cfg.model.name != "tiny-random":
         return None
-    from scalerl.pipeline.fake import tiny_random_components
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test doubles
+    from doubles import tiny_random_components
 
     return tiny_random_components(cfg)
 
 
 def _run(cfg, label: str) -> dict:
-    from scalerl.pipeline.train import train
+    from scalerl.loop import train
     from scalerl.run.metrics import read_rows
 
     with tempfile.TemporaryDirectory() as run_dir:

@@ -2,7 +2,7 @@
 
 Same model (SmolLM2-135M-Instruct via `scalerl.models.load_model("smollm2-135m")`, fp32
 weights), same built-in task and reward (`arith-easy` by default, +1/-1 from the task's
-checker through `scalerl.tasks.rewards.RewardFn`), same batch (8 prompts x 8 completions),
+checker through `scalerl.rewards.RewardFn`), same batch (8 prompts x 8 completions),
 same maximum completion length (32), same loss (CISPO, eps_max = TRL's epsilon_high = 5), the
 same learning rate (TRL's default, 1e-6), the same number of optimizer steps. TRL runs twice,
 fp32 and bf16 (its `bf16=True` mixed precision), with its defaults otherwise, as its users
@@ -13,7 +13,7 @@ once for its 8 completions (`model.share_prompt`, exact).
 
 Printed per side: seconds per optimizer step, completion tokens per second (completions of the
 trained batch / step time), validation pass rate after the steps (both sides' final weights
-evaluated by the same function: `scalerl.pipeline.evaluate.evaluate` with the scalerl engine,
+evaluated by the same function: `scalerl.evaluate.evaluate` with the scalerl engine,
 same prompts, same samples), achieved model FLOP/s (8 N per token of the 64 sequences, prompt and
 completion: 2 N to generate or prefill it, 6 N to train on it; N = all parameters; the same
 analytic count on both sides, whatever each does with shared prompts or recomputation) as a
@@ -79,7 +79,7 @@ def scalerl_config(task: str, steps: int, eval_prompts: int, eval_samples: int, 
 
 
 def run_scalerl(cfg, out: Path) -> dict:
-    from scalerl.pipeline.train import train
+    from scalerl.loop import train
     from scalerl.run.metrics import read_rows
 
     out.mkdir(parents=True)
@@ -117,7 +117,7 @@ def run_trl(cfg, dtype: str, steps: int, out: Path, threads: int) -> dict:
 
     from scalerl.models import load_model
     from scalerl.tasks import get_task
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
     from scalerl.types import Completion, Prompt
 
     model, tokenizer = load_model("smollm2-135m", dtype="fp32")
@@ -154,10 +154,10 @@ def run_trl(cfg, dtype: str, steps: int, out: Path, threads: int) -> dict:
 
 def evaluate_model(model, tokenizer, cfg) -> float:
     """The validation pass rate of `model` as scalerl's own evaluation computes it."""
-    from scalerl.pipeline.evaluate import evaluate
+    from scalerl.evaluate import evaluate
     from scalerl.rollout import Engine
     from scalerl.tasks import get_task
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     task = get_task(cfg.task, tokenizer)
     engine = Engine(model, tokenizer, cfg.rollout.model_copy(update={"temperature": cfg.eval.temperature}),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FinishReason = Literal["eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_length"]
-"""Why a completion stopped (one field; `scalerl.pipeline.step.group_stats` turns it into rates):
+"""Why a completion stopped (one field; `scalerl.trainer.step.group_stats` turns it into rates):
 eos                 the model ended it (EOS token) within budget;
 length              cut by a token budget without an interruption: `max_new_tokens`, or the answer
                     budget after the model closed `</think>` itself (truncated: no final EOS);

@@ -220,8 +220,8 @@ class Interrupted(RuntimeError):
 def _trainer(calls, interrupt_dir=None, after_steps=3):
     """A train_fn on tiny-random with the parity reward (a random model has reward variance),
     recording (run dir, resume); optionally interrupted inside `interrupt_dir`'s run."""
-    from scalerl.pipeline import train as train_mod
-    from scalerl.pipeline.fake import tiny_random_components
+    from scalerl import loop as train_mod
+    from doubles import tiny_random_components
 
     def train_fn(cfg, run_dir, resume=False, progress=False):
         calls.append((run_dir.parent.name, resume))
@@ -275,7 +275,7 @@ def test_tiny_study_resumes_without_redoing_finished_runs(tmp_path, monkeypatch)
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr("scalerl.pipeline.train.train", no_training)
+    monkeypatch.setattr("scalerl.loop.train", no_training)
     (out / "report.md").unlink()
     args = ["ablate", "--out", str(out), "--recipes", "grpo", "--budget", str(STEPS), "--bootstrap", "10"]
     assert main(args + [a for o in SMALL for a in ("--set", o)]) == 0

@@ -1,6 +1,6 @@
-"""`scalerl.pipeline.evaluate.evaluate`: mean@k overall and per subset."""
+"""`scalerl.evaluate.evaluate`: mean@k overall and per subset."""
 
-from scalerl.pipeline.evaluate import evaluate
+from scalerl.evaluate import evaluate
 from scalerl.types import Completion, Prompt
 
 

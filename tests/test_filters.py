@@ -11,7 +11,7 @@ import pytest
 
 from scalerl.config import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.rl.filters import BatchFiller, zero_variance_filter
+from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.types import Completion, Group, Prompt
 
 # penalty window: max_len 6, tolerance 4 -> no penalty up to 2 tokens, -(L - 2) / 4 up to 6, -1 beyond
@@ -78,8 +78,8 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     even prompts' groups are all correct with length-shaped, unequal rewards. Returns the groups
     each optimizer step trained on, and the metrics rows."""
     from scalerl.models import load_model
-    from scalerl.pipeline import train as train_mod
-    from scalerl.pipeline.fake import FakeGenerator, FakeTask, parity_reward
+    from scalerl import loop as train_mod
+    from doubles import FakeGenerator, FakeTask, parity_reward
     from scalerl.run.metrics import read_rows
 
     def forced_reward(prompt, completion):

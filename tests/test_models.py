@@ -128,7 +128,7 @@ def test_smollm2_loads_offline_and_answers():
 
 def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
     from scalerl.config import load_config
-    from scalerl.pipeline.train import generator_copy
+    from scalerl.loop import generator_copy
 
     model, _ = tiny_random
     half, _ = load_model("tiny-random", dtype="bf16")

@@ -5,9 +5,9 @@ import time
 import pytest
 
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline import train as train_mod
-from scalerl.pipeline.fake import parity_reward
-from scalerl.pipeline.train import ray_devices, split_threads, train
+from scalerl import loop as train_mod
+from doubles import parity_reward
+from scalerl.loop import ray_devices, split_threads, train
 from scalerl.run.metrics import read_rows
 from scalerl.types import Prompt
 

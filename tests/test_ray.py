@@ -5,6 +5,7 @@ One Ray instance for the module (num_cpus=2, no dashboard), shut down at the end
 
 import copy
 import json
+import os
 import threading
 import time
 
@@ -15,13 +16,13 @@ ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra s
 from ray.exceptions import ActorUnavailableError  # noqa: E402
 
 from scalerl.config import load_config
-from scalerl.distributed import backend
-from scalerl.distributed.data_parallel import start_workers
-from scalerl.distributed.rollouts import ShardSampler, merge_sampler_states, split_sampler_state
-from scalerl.pipeline import train as train_mod
-from scalerl.pipeline.fake import FakeTask, tiny_random_components
-from scalerl.pipeline.step import Optimizer, aggregation_units, plan_shards, train_step
-from scalerl.pipeline.train import train
+from scalerl.transport import ray_session as backend
+from scalerl.trainer.data_parallel import start_workers
+from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
+from scalerl import loop as train_mod
+from doubles import FakeTask, tiny_random_components
+from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
+from scalerl.loop import train
 from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
@@ -35,7 +36,9 @@ SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "ro
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    tests = os.path.dirname(os.path.abspath(__file__))  # the actors import the test doubles (tests/doubles.py)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
     ray.shutdown()
 
@@ -200,7 +203,7 @@ def test_aggregation_units_and_shard_weights_by_hand():
 
 
 def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
-    from scalerl.distributed.data_parallel import free_address
+    from scalerl.trainer.data_parallel import free_address
     from scalerl.models import load_model
 
     cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
@@ -255,8 +258,8 @@ def test_cli_flags_map_to_config_fields():
 
 
 def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_start():
-    from scalerl.distributed.rollouts import RolloutHub
-    from scalerl.pipeline.transport import Window
+    from scalerl.transport.ray import RolloutHub
+    from scalerl.transport.window import Window
 
     def group(pid: str, draw: int) -> Group:
         cs = [_completion(pid, i, [10, 11]) for i in range(2)]
@@ -316,8 +319,8 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
 
 
 def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight():
-    from scalerl.distributed.rollouts import RolloutHub
-    from scalerl.pipeline.transport import Window
+    from scalerl.transport.ray import RolloutHub
+    from scalerl.transport.window import Window
 
     state = {"seed": 0, "epoch": 0, "position": 0, "drawn": 0}
     hub = RolloutHub([dict(state), dict(state)], Window(prompts_per_step=1, k=1), weights=["w0"], version=0)

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from scalerl.config import Config, load_config
-from scalerl.pipeline.fake import FakeGenerator
-from scalerl.pipeline.train import Components, train
+from doubles import FakeGenerator
+from scalerl.loop import Components, train
 from scalerl.run.metrics import read_rows
 
 
@@ -24,9 +24,9 @@ class GuessingGenerator(FakeGenerator):
 def build_guessing(cfg_json: str, device: str, seed: int):
     """Generator-process setup: the guessing generator, the run's real file task and real reward."""
     from scalerl.models import load_model
-    from scalerl.pipeline.train import training_reward
+    from scalerl.rewards import training_reward
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model("tiny-random", device=device)
@@ -38,7 +38,7 @@ def build_guessing(cfg_json: str, device: str, seed: int):
 def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
     from scalerl.models import load_model
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     rng = random.Random(0)
     rows = []

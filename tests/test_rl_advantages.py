@@ -8,7 +8,7 @@ import torch
 from scalerl.config import LengthPenaltyConfig, load_config
 from scalerl.errors import ScaleRLError
 from scalerl.rl.advantages import group_advantages, nonzero_variance_mask
-from scalerl.rl.filters import BatchFiller, zero_variance_filter
+from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.rl.length_penalty import overlong_penalty, shaped_reward
 from scalerl.config import CispoLoss
 from scalerl.rl.losses import policy_loss

@@ -159,9 +159,9 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
     """Through the training loop (tiny-random, parity reward): a pool of 20 arith prompts, several
     epochs, a resume; every prompt drawn is checked against the retirements made before it."""
     from scalerl.config import load_config
-    from scalerl.pipeline import transport
-    from scalerl.pipeline.fake import tiny_random_components
-    from scalerl.pipeline.train import train
+    from scalerl.transport import window as transport
+    from doubles import tiny_random_components
+    from scalerl.loop import train
     from scalerl.run.metrics import read_rows
 
     events = []                                            # ("draw" | "retire", prompt id), in order

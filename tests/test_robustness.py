@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import scalerl.pipeline.train as train_mod
+import scalerl.loop as train_mod
 import scalerl.run.checkpoint as checkpoint_mod
 from scalerl.cli import main
 from scalerl.config import MAX_PROMPTS, available_cores, load_config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.fake import tiny_random_components
+from doubles import tiny_random_components
 from scalerl.run.checkpoint import CHECKPOINT_DIR, checkpoints
 from scalerl.run.metrics import read_rows
 

@@ -48,7 +48,7 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "scalerl.models", types.SimpleNamespace(load_model=load_model))
     monkeypatch.setitem(sys.modules, "scalerl.tasks", types.SimpleNamespace(get_task=get_task))
-    monkeypatch.setitem(sys.modules, "scalerl.tasks.rewards", types.SimpleNamespace(RewardFn=FakeReward))
+    monkeypatch.setitem(sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward))
     rc = main(["generate", "--model", "m", "--task", "echo", "--n", "3", "--prompts", "2", "--greedy",
                "--set", "rollout.max_new_tokens=6", "--set", "rollout.length.type=none",
                "--set", "reward.fail_value=0"])

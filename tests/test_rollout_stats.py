@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalerl.pipeline.step import group_stats
+from scalerl.trainer.step import group_stats
 from scalerl.types import Completion, Group, Prompt
 
 
@@ -35,7 +35,7 @@ def test_no_interruption_no_answered_rate():
 def test_an_interrupted_answer_is_checked_like_any_other(answer, passed):
     from scalerl.config import DEFAULT_PHRASE, RewardConfig
     from scalerl.tasks.arith import ArithTask
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     task = ArithTask("arith-3")
     prompt = task.train_prompt(0)                     # a3b5c2+a7b6c6= -> a0b2c9 (235 + 667 = 902)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import scalerl.pipeline.train as train_mod
+import scalerl.loop as train_mod
 from scalerl.cli import main
-from scalerl.pipeline.fake import tiny_random_components
+from doubles import tiny_random_components
 from scalerl.run.checkpoint import CHECKPOINT_DIR, checkpoints
 from scalerl.run.lock import LOCK_FILE, RunDirInUse, RunLock
 from scalerl.run.metrics import read_rows

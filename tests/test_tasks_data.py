@@ -12,7 +12,7 @@ from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPosi
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
 from scalerl.tasks.pool import PromptLimit
-from scalerl.tasks.rewards import RewardFn, answer_section
+from scalerl.rewards import RewardFn, answer_section
 from scalerl.types import Completion, Group, Prompt
 
 

@@ -8,7 +8,7 @@ import pytest
 from scalerl.config import RewardConfig, TaskConfig
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
-from scalerl.tasks.rewards import RewardFn
+from scalerl.rewards import RewardFn
 from scalerl.types import Completion, Prompt
 
 

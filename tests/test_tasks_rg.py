@@ -7,10 +7,10 @@ import pytest
 from scalerl.cli import main
 from scalerl.config import RewardConfig, TaskConfig, load_config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.train import train
+from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.tasks import get_task
-from scalerl.tasks.rewards import RewardFn
+from scalerl.rewards import RewardFn
 from scalerl.types import Completion
 
 pytest.importorskip("reasoning_gym")

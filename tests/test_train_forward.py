@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from scalerl.config import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
-from scalerl.pipeline.forward import completion_logprobs
-from scalerl.pipeline.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
+from scalerl.trainer.forward import completion_logprobs
+from scalerl.trainer.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
 from scalerl.types import Completion, Group, Prompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -38,7 +38,7 @@ def _groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLETION_L
 
 
 def _step(groups, overrides, budget=None, monkeypatch=None):
-    from scalerl.pipeline import step as step_mod
+    from scalerl.trainer import step as step_mod
 
     if budget is not None:
         monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", budget)
@@ -53,7 +53,7 @@ def _step(groups, overrides, budget=None, monkeypatch=None):
 # attention or the model's own sdpa kernel (what runs on CUDA)
 @pytest.mark.parametrize("budget,attention", [(10**9, "grouped"), (1, "grouped"), (10**9, "sdpa")])
 def test_shared_prompt_gives_the_unshared_loss_and_every_gradient(budget, attention, monkeypatch):
-    from scalerl.pipeline import forward
+    from scalerl.trainer import forward
 
     if attention == "sdpa":
         monkeypatch.setattr(forward, "GROUPED_DEVICES", ())
@@ -120,7 +120,7 @@ def test_bf16_compute_keeps_fp32_weights_and_fp32_head():
 
 
 def test_bf16_engine_decodes_a_bf16_copy_with_the_published_fp32_head():
-    from scalerl.pipeline.train import generator_copy
+    from scalerl.loop import generator_copy
     from scalerl.rollout import Engine
 
     cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16"])
@@ -147,7 +147,7 @@ def test_compute_dtype_is_checked():
 
 
 def test_prompt_cache_expands_rows_in_any_order():
-    from scalerl.pipeline.forward import _PromptCache
+    from scalerl.trainer.forward import _PromptCache
 
     for rows in ([0, 0, 0, 1, 1, 1], [1, 0, 1, 0, 0, 1]):  # collate's blocks (broadcast) / any order (index_select)
         cache = _PromptCache(2)
@@ -178,7 +178,7 @@ def test_logprob_mismatch_counts_trained_tokens_whose_prefix_came_from_the_held_
 
 
 def _bf16_generation(model, tokenizer, fp32_head: bool):
-    from scalerl.pipeline.train import generator_copy
+    from scalerl.loop import generator_copy
     from scalerl.rollout import Engine
 
     cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16", f"model.fp32_head={str(fp32_head).lower()}",

@@ -14,9 +14,9 @@ import torch
 from scalerl.cli import main
 from scalerl.config import list_recipes, load_config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline import train as train_mod
-from scalerl.pipeline.fake import FakeGenerator, FakeTask, parity_reward, tiny_random_components
-from scalerl.pipeline.train import Components, train
+from scalerl import loop as train_mod
+from doubles import FakeGenerator, FakeTask, parity_reward, tiny_random_components
+from scalerl.loop import Components, train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 
@@ -103,7 +103,7 @@ def test_ppo_off_policy_takes_k_steps_per_generated_batch(tmp_path):
 
 @pytest.mark.slow  # spawning the generator process costs ~10-20 s of imports on a busy 2-core machine
 def test_process_transport_trains(tmp_path):
-    from scalerl.pipeline.fake import build_fake
+    from doubles import build_fake
 
     cfg = small_cfg(extra=["run.max_steps=3", "pipeline.transport=process", "run.threads=2", "eval.every=100"])
     comps, _ = fake_components(cfg)
@@ -116,9 +116,9 @@ def test_process_transport_trains(tmp_path):
 
 _CHILD = textwrap.dedent("""
     import sys
-    from scalerl.pipeline.fake import tiny_random_components
-    from scalerl.pipeline.train import train
     sys.path.insert(0, {tests!r})
+    from doubles import tiny_random_components
+    from scalerl.loop import train
     from test_train_loop import small_cfg
     cfg = small_cfg(extra=["run.max_steps=40", "run.checkpoint_every=3", "eval.every=4"])
     train(cfg, {run!r}, resume={resume}, comps=tiny_random_components(cfg), progress=False)

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.fake import FakeGenerator
-from scalerl.pipeline.modes import PipelineRL, staleness
-from scalerl.pipeline.transport import InOrder, LockedSampler, ProcessRollouts, ThreadedRollouts, Window
+from doubles import FakeGenerator
+from scalerl.batching import PipelineRL, staleness
+from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.window import InOrder, LockedSampler, Window
 from scalerl.rl.curriculum import CurriculumSampler
-from scalerl.rl.filters import BatchFiller
+from scalerl.batching import BatchFiller
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
@@ -176,7 +177,7 @@ def test_generator_error_reaches_the_trainer():
 
 
 def test_process_transport_streams_groups_and_applies_published_weights():
-    from scalerl.pipeline.fake import build_fake
+    from doubles import build_fake
 
     k, P, G = 2, 2, 3
     weights = {"w": torch.zeros(3)}

@@ -7,8 +7,8 @@ import torch
 
 from scalerl.config import load_config
 from scalerl.models import load_model
-from scalerl.pipeline import step as step_mod
-from scalerl.pipeline.step import Optimizer, collate, micro_batches, train_step
+from scalerl.trainer import step as step_mod
+from scalerl.trainer.step import Optimizer, collate, micro_batches, train_step
 from scalerl.types import Completion, Group, Prompt
 
 
@@ -33,7 +33,6 @@ def test_collate_places_completion_tokens_after_their_prompt():
     assert b.targets.tolist() == [[4, 5], [6, 0]]
     assert b.mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]          # forced token and padding masked
     assert b.gen_logprobs.tolist() == [[-1.0, 0.0], [-1.0, 0.0]]
-    assert b.rewards.tolist() == [[1.0, -1.0]]
     assert b.prompt_ids.tolist() == [0, 0]
 
 
@@ -94,7 +93,7 @@ def _two_workers(groups, cfg):
     """shard_step on two model copies in two threads, with an in-process all-reduce."""
     import threading
 
-    from scalerl.pipeline.step import plan_shards, shard_step
+    from scalerl.trainer.step import plan_shards, shard_step
 
     shards = plan_shards(groups, cfg, 2)
     barrier, flats, rows, models = threading.Barrier(2), [None, None], [None, None], [None, None]
@@ -138,5 +137,5 @@ def test_one_step_for_one_or_two_workers_and_any_micro_batch_size(aggregation, m
         for a, p in zip(g_one, m.parameters()):
             torch.testing.assert_close(p.grad, a, rtol=1e-4, atol=1e-7)
     # units by hand: 5 live prompts; 5 x 4 completions less the one without a trainable token
-    from scalerl.pipeline.step import aggregation_units
+    from scalerl.trainer.step import aggregation_units
     assert aggregation_units(groups, "prompt") == 5 and aggregation_units(groups, "sample") == 19

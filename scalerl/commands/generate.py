@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
     from scalerl.tasks import get_task
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     if args.n < 1 or args.prompts < 1:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")

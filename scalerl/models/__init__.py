@@ -10,7 +10,7 @@ Names:
 
 Built models live under `$SCALERL_CACHE` (default `~/.cache/scalerl`). The FP32 LM head
 (paper section 3.2) is not a property of the loaded model: generator and trainer compute
-the head in fp32 from `head_weight(model)` (see `scalerl.rl.logprobs.token_logprobs`).
+the head in fp32 from the LM head's weight (see `scalerl.rl.logprobs.token_logprobs`).
 A bf16 model keeps its RoPE frequencies (`inv_freq` buffers) in fp32 (`cast_model`), as the
 trainer's bf16 forward on fp32 master weights does, so generator and trainer rotate alike.
 
@@ -51,7 +51,7 @@ FP32_BUFFERS = ("inv_freq", "original_inv_freq")  # RoPE frequencies: kept fp32 
 def cast_model(model, dtype: str):
     """`model` with its parameters and buffers in `dtype` ('fp32' | 'bf16'), in place, except the
     RoPE frequencies, which keep fp32 values: rounded to bf16 they would shift every rotation
-    angle, and the trainer's bf16 forward (scalerl.pipeline.forward) uses the fp32 ones."""
+    angle, and the trainer's bf16 forward (scalerl.trainer.forward) uses the fp32 ones."""
     import torch
 
     keep = {n: b.detach().float().clone() for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] in FP32_BUFFERS}
@@ -84,11 +84,6 @@ def checkpoint_dir(name: str) -> Path:
         f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}) "
         "nor a Hugging Face checkpoint directory (no config.json there)"
     )
-
-
-def head_weight(model):
-    """The LM head's weight `(V, H)` (tied to the input embedding in the tiny model)."""
-    return model.get_output_embeddings().weight
 
 
 def compute_dtype(model_cfg) -> str:

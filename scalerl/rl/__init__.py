@@ -1,7 +1,6 @@
 """The RL objective library: pure functions over tensors and scored groups.
 
     advantages      group-centred advantages, batch / prompt / no normalisation, leave-one-out
-    filters         zero-variance filtering, dynamic-sampling bookkeeping
     curriculum      No-Positive-Resampling and the prompt sampler that honours it
     losses          cispo, ppo_clip, gspo, reinforce; prompt / sample / token aggregation
     length_penalty  DAPO soft overlong punishment (reward shaping)

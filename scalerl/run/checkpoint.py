@@ -49,7 +49,6 @@ class TrainState:
     curriculum: dict[str, Any] = field(default_factory=dict)  # NoPositiveResampling.state_dict()
     sampler: dict[str, int] = field(default_factory=dict)     # CurriculumSampler.state_dict()
     metrics_offset: int = 0               # byte length of metrics.jsonl when saved
-    generator_seed: int = 0               # seed the generator is (re)built with
     counters: dict[str, int] = field(default_factory=dict)    # skipped/dropped/stale totals
     evals: list[list[float]] = field(default_factory=list)    # (compute, pass rate) so far
 
@@ -179,9 +178,11 @@ def read_state(path: Path) -> TrainState:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedCheckpoint(file, f"not valid JSON ({exc.__class__.__name__})") from None
     names = {f.name: f for f in fields(TrainState)}
+    if isinstance(data, dict):
+        data.pop("generator_seed", None)  # written by earlier versions, never read
     if not isinstance(data, dict) or set(data) - set(names):
         raise DamagedCheckpoint(file, f"unexpected content (expected the keys {sorted(names)})")
-    for key in ("step", "metrics_offset", "generator_seed"):
+    for key in ("step", "metrics_offset"):
         if key in data and (not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0):
             raise DamagedCheckpoint(file, f"{key} = {data[key]!r}: expected a non-negative integer")
     expected_step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None

@@ -8,7 +8,7 @@
 
 A run with `done.json` is never redone; a run directory without it was interrupted and is
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
-(`scalerl.pipeline.train.train(..., resume=True)`). A run whose planned config differs from
+(`scalerl.loop.train(..., resume=True)`). A run whose planned config differs from
 the one in its directory (other `--set` or budget this time) is an error, not a silent mix.
 Each run holds its directory's lock (scalerl.run.lock) while it trains: a second `ablate`
 (or a `train --resume`) on the same run is refused with the holder's PID, and that refusal
@@ -117,7 +117,7 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
     from scalerl.run.rundir import CONFIG_FILE, create_run_dir
 
     if train_fn is None:
-        from scalerl.pipeline.train import train as train_fn
+        from scalerl.loop import train as train_fn
     (spec.run_dir / FAILED_FILE).unlink(missing_ok=True)
     if (spec.run_dir / CONFIG_FILE).is_file():
         _check_same_config(spec)

@@ -11,7 +11,7 @@ traverses them in a seeded order per epoch), and a disjoint validation set `val_
 `check(completion_text, prompt) -> bool` checks one answer inline; for `RewardFn`, `checker`
 is a picklable `(completion_text, prompt) -> score` (bool or a float in [0, 1]) and
 `isolate_checker` says whether it must run in a worker process. Checkers read the answer
-section only (`scalerl.tasks.rewards.answer_section`, `task.answer_marker`).
+section only (`scalerl.rewards.answer_section`, `task.answer_marker`).
 
 Departures from the paper:
 1. Built-in synthetic tasks stand in for the paper's maths datasets (Polaris-53k) so the

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.rewards import answer_section
+from scalerl.rewards import answer_section
 from scalerl.types import Prompt
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -235,7 +235,7 @@ def exact_check(completion_text: str, answer: str, marker: str = THINK_CLOSE) ->
 
 
 def extract_answer(text: str, marker: str = THINK_CLOSE) -> str | None:
-    """The final answer (`scalerl.tasks.rewards.answer_section`): after the last `</think>`,
+    """The final answer (`scalerl.rewards.answer_section`): after the last `</think>`,
     without whitespace/end markers; None without one. Bounded work (linear, 4 kB at most)."""
     return answer_section(text, marker)
 

@@ -11,7 +11,7 @@ limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split
 and validation by a hash of their content: the last `val_size` rows in hash order are held
 out, so the split does not depend on file order and the two parts never share a prompt; the
 training pool is the rest (or its first `train_size` in a seeded order). Answers are checked
-with `math-verify` on the answer section (`scalerl.tasks.rewards`, in a worker process).
+with `math-verify` on the answer section (`scalerl.rewards`, in a worker process).
 
 Departures from the paper:
 1. The paper holds out 1,000 prompts of Polaris-53k; here `task.val_size` rows of the file.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
-from scalerl.tasks.rewards import THINK_CLOSE, math_verify_check
+from scalerl.rewards import THINK_CLOSE, math_verify_check
 from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

@@ -34,7 +34,7 @@ from dataclasses import fields
 
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptLimit, apply_limit, check_sizes, report_dropped
-from scalerl.tasks.rewards import answer_section
+from scalerl.rewards import answer_section
 from scalerl.types import Prompt
 
 ANSWER_TAG = "<answer>"

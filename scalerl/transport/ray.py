@@ -10,7 +10,7 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
 
 - Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
   r (`ShardSampler`), so no prompt is drawn by two actors. Before starting one it asks the hub
-  (`admit`), which answers at once: 'wait' while the PipelineRL-k `Window` (transport.py) or a
+  (`admit`), which answers at once: 'wait' while the PipelineRL-k `Window` (window.py) or a
   pause holds every start back (the actor keeps decoding what it has in flight and asks again),
   'retired' for a retired prompt (No-Positive-Resampling), or 'go' with the draw number, the
   same numbering and the same rule as the in-process transports, and a lease.
@@ -27,7 +27,7 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
 - Completion ids stay unique across actors and restarts: the engine's ids carry its seed, and
   each (rank, incarnation) gets its own seed.
 
-Departures from the in-process transports (transport.py):
+Departures from the in-process transports (local.py):
 1. Sampler state is kept per actor (`ranks`), plus the furthest position over all actors at the
    top level (the in-process format), so a run can resume on either backend or with another
    number of generators; then all actors restart from the furthest position, skipping (never
@@ -47,7 +47,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.transport import GroupAssembler, Window
+from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
 POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
@@ -315,7 +315,7 @@ class RolloutSpec:
     build_args: tuple
     generators: int
     n: int                        # completions per prompt (G)
-    window: Window                # the PipelineRL-k admission rule (transport.py)
+    window: Window                # the PipelineRL-k admission rule (window.py)
     base_seed: int
     threads: int = 1
     cpus: float = 1.0
@@ -325,7 +325,7 @@ class RolloutSpec:
 
 
 class RayRollouts:
-    """`RolloutSource` (transport.py) over generator actors; see the module docstring."""
+    """`RolloutSource` (protocol.py) over generator actors; see the module docstring."""
 
     def __init__(self, spec: RolloutSpec, weights: dict[str, torch.Tensor], version: int, sampler_state: dict):
         self.spec = spec

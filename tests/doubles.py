@@ -1,4 +1,5 @@
-"""A fake `Generator` for tests of the loops: no model, controllable speed, real versions.
+"""Test doubles (imported as `doubles`: tests/ is on sys.path under pytest, and a spawned generator
+process inherits it). A fake `Generator` for tests of the loops: no model, controllable speed, real versions.
 
 It decodes `slots` sequences in lock-step, one token per `step_seconds`; every token records
 the version current when it was "sampled", so in-flight weight updates show up in
@@ -138,7 +139,7 @@ def build_tiny_random_parity(cfg_json: str, device: str, seed: int):
 def tiny_random_components(cfg, device: str = "cpu"):
     """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
     from scalerl.models import load_model
-    from scalerl.pipeline.train import Components
+    from scalerl.loop import Components
     from scalerl.rollout import Engine
     from scalerl.tasks import get_task
 

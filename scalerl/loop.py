@@ -6,7 +6,7 @@
     every step: a metrics row (compute, tokens, times, staleness, rewards, truncation)
     every eval.every steps: mean@k on the validation set + live forecast; checkpoints
 
-Departures from the paper: see step.py, modes.py, evaluate.py and run/compute.py headers.
+Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run/compute.py headers.
 """
 
 from __future__ import annotations
@@ -15,23 +15,26 @@ import copy
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.evaluate import evaluate, live_forecast
-from scalerl.pipeline.modes import PipelineRL, PPOOffPolicy, staleness
-from scalerl.pipeline.step import Optimizer, group_stats, train_step
-from scalerl.pipeline.transport import LockedSampler, ProcessRollouts, RetiredSet, ThreadedRollouts, Window
+from scalerl.evaluate import evaluate, live_forecast
+from scalerl.rewards import training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
 from scalerl.run.resume import restore_checkpoint
+from scalerl.trainer.step import Optimizer, group_stats, train_step
+from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.window import LockedSampler, RetiredSet, Window
 
 TRUNCATION_WARN = 0.10
 WARN_EVERY = 50  # steps between two truncation warnings
@@ -50,20 +53,6 @@ class Components:
     process_build: tuple[Callable, tuple] | None = None        # picklable (build, args), see build_generator
 
 
-def training_reward(reward_fn: Callable, cfg: Config) -> Callable:
-    """The training reward: pass/fail, plus the overlong penalty when length control is `penalty`."""
-    length = cfg.rollout.length
-    if length.type != "penalty":
-        return reward_fn
-    from scalerl.rl.length_penalty import overlong_penalty
-
-    def shaped(prompt, completion) -> None:
-        reward_fn(prompt, completion)
-        completion.reward += overlong_penalty(len(completion.tokens), length.max_len, length.tolerance, length.penalty)
-
-    return shaped
-
-
 def decode_dtype(cfg: Config) -> str:
     """The generator's weight dtype: bf16 under mixed precision (`model.compute_dtype` bf16, or auto on
     a GPU: it decodes a bf16 copy of the trainer's fp32 weights, cast as they are published), else
@@ -77,7 +66,7 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
     as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
     from scalerl.models import cast_model
-    from scalerl.pipeline.forward import match_trainer_attention
+    from scalerl.trainer.forward import match_trainer_attention
 
     return match_trainer_attention(cast_model(copy.deepcopy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
@@ -85,10 +74,10 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
 def build_generator(cfg_json: str, device: str, seed: int):
     """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
     from scalerl.models import load_model
-    from scalerl.pipeline.forward import match_trainer_attention
+    from scalerl.trainer.forward import match_trainer_attention
     from scalerl.rollout import Engine
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
@@ -102,7 +91,7 @@ def build_components(cfg: Config, device: str) -> Components:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
     from scalerl.tasks import task_for_run
-    from scalerl.tasks.rewards import RewardFn
+    from scalerl.rewards import RewardFn
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
     task = task_for_run(cfg, tokenizer, model)
@@ -175,7 +164,7 @@ class Trainer:
         self.optim = Optimizer(self.model, cfg)
         self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
-        self.state = TrainState(generator_seed=cfg.run.seed)
+        self.state = TrainState()
         self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
                                            "groups_drawn": 0}
         self.evals: list[tuple[float, float]] = []
@@ -183,6 +172,11 @@ class Trainer:
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if kl else None
         self.step_fn: Callable = train_step  # the ray backend swaps in a data-parallel step (ray.trainers > 1)
+
+    def train_on(self, groups: list) -> dict | None:
+        """One optimizer step on the step's kept groups: its loss row, or None when no token was trainable."""
+        return self.step_fn(self.model, self.optim, groups, self.cfg, self.comps.tokenizer.pad_token_id,
+                            self.state.step + 1, self.ref_model)
 
     def restore(self) -> None:
         """Carry on from the newest intact checkpoint (damaged ones are named and set aside, metrics.jsonl
@@ -223,8 +217,8 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     P, G, k = cfg.batch.prompts, cfg.batch.generations, cfg.pipeline.k
     gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
-    if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.distributed)
-        from scalerl.distributed.backend import ray_mode
+    if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.transport.ray_session)
+        from scalerl.transport.ray_session import ray_mode
 
         return ray_mode(tr, comps.process_build, gen_seed, sampler_state)
     reward = training_reward(comps.reward_fn, cfg)
@@ -267,9 +261,9 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     metrics = MetricsWriter(run_dir)
     eval_gen = comps.make_generator(tr.model, cfg.eval.temperature, cfg.run.seed + 7919)
     tr.model.train()
-    mode, source = _make_mode(tr, device, threads)
+    mode, _ = _make_mode(tr, device, threads)
     try:
-        _loop(tr, mode, source, metrics, eval_gen, threads, progress)
+        _loop(Stages(tr, mode, metrics, eval_gen, threads, progress))
     finally:
         mode.close()
         metrics.close()
@@ -297,12 +291,12 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     return {"step": tr.state.step, "kind": "eval", **row}
 
 
-def _step_row(tr: Trainer, mb, loss_row: dict, interval: float, train_s: float, devices: float) -> dict:
+def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices: float, mode) -> dict:
     """The metrics row of one optimizer step."""
     ages = [staleness(g, tr.state.step - 1) for g in mb.kept]
     row = dict(loss_row)
     row.update(group_stats(mb.groups))
-    row.update(tr.meter.add(StepCompute(interval, devices, mb.tokens_generated, loss_row["tokens/trained_step"])))
+    row.update(tr.meter.add(StepCompute(times["step"], devices, mb.tokens_generated, loss_row["tokens/trained_step"])))
     row.update(mb.filler)
     drawn = tr.counters["groups_drawn"]
     row.update({
@@ -311,9 +305,12 @@ def _step_row(tr: Trainer, mb, loss_row: dict, interval: float, train_s: float, 
         "staleness/dropped_share": tr.counters["stale_dropped"] / max(1.0, drawn),
         "train/skipped_batches": tr.counters["skipped_batches"],
         "curriculum/retired": tr.curriculum.n_retired if tr.curriculum is not None else 0,
-        "time/step": interval, "time/train": train_s, "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
-        "tokens/per_second": mb.tokens_generated / max(interval, 1e-9), "version": tr.state.step,
+        "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
+        "tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9), "version": tr.state.step,
     })
+    row.update({f"time/{name}": seconds for name, seconds in times.items()})
+    row.update({"curriculum/pool_size": len(tr.comps.task) if hasattr(tr.comps.task, "__len__") else 0,
+                "curriculum/epoch": mode.sampler_state().get("epoch", 0)})
     return row
 
 
@@ -333,87 +330,190 @@ def _observer(tr: Trainer, mode) -> Callable:
     return observe
 
 
-def _loop(tr: Trainer, mode, source, metrics: MetricsWriter, eval_gen, threads: Threads, progress: bool) -> None:
-    from tqdm import tqdm
+class Clock:
+    """Seconds per named stage since the last `take()`; `time/<stage>` in the step's metrics row."""
 
-    from scalerl.rl.filters import BatchFiller
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
 
-    cfg = tr.cfg
-    val_prompts = tr.comps.task.val_prompts(cfg.eval.prompts)
-    bar = tqdm(total=cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
-    postfix: dict[str, str] = {}
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - t0
 
-    def evaluate_and_log() -> None:
-        erow = _eval_row(tr, eval_gen, val_prompts, mode, threads.decode)
-        metrics.write(erow)
-        postfix["val"] = f"{erow['val/pass_rate']:.3f}"
+    def take(self) -> dict[str, float]:
+        seconds, self.seconds = self.seconds, {}
+        return seconds
+
+
+class Stages:
+    """The loop's stages over one run (see `_loop`): what each does to the Trainer, the transport
+    (`mode`), metrics.jsonl and the progress bar.
+
+    Step time (`time/step`, the compute clock) runs from the end of one step to the end of the
+    next, including collecting, skipped batches, training and publishing, excluding evaluation and
+    checkpoints. `time/train` is the optimizer step, `time/publish` handing the weights to the
+    generator, `time/checkpoint` the checkpoints saved since the previous step's row."""
+
+    def __init__(self, tr: Trainer, mode, metrics: MetricsWriter, eval_gen, threads: Threads, progress: bool):
+        from tqdm import tqdm
+
+        self.tr, self.cfg, self.mode, self.metrics, self.eval_gen, self.threads = tr, tr.cfg, mode, metrics, eval_gen, threads
+        self.val_prompts = tr.comps.task.val_prompts(tr.cfg.eval.prompts)
+        self.bar = tqdm(total=tr.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
+        self.postfix: dict[str, str] = {}
+        self.clock = Clock()
+        self.observe = _observer(tr, mode)
+        self.empty_in_a_row, self.warned_at = 0, -WARN_EVERY
+        budget = tr.cfg.run.max_minutes
+        self.t_budget = budget * 60 if budget else float("inf")
+        self.t_start = self.last = time.monotonic()
+
+    def start(self) -> None:
+        """The step-0 evaluation and checkpoint of a fresh run; then wait for the generator (its
+        start-up is not compute: the clocks start once it can generate)."""
+        tr = self.tr
+        if tr.state.step == 0 and not tr.evals:
+            self.evaluate()
+            self.checkpoint()
+        self.t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
+        self.mode.ready()
+        self.last = time.monotonic()
+        self.clock.take()
+
+    def running(self) -> bool:
+        tr = self.tr
+        return tr.state.step < self.cfg.run.max_steps and time.monotonic() - self.t_start < self.t_budget
+
+    def done(self) -> bool:
+        return self.tr.state.step >= self.cfg.run.max_steps
+
+    def collect(self) -> list:
+        """The next mini-batches from the transport (groups arrive scored), each through the curriculum
+        and the filler."""
+        cfg = self.cfg
+        return self.mode.collect(self.tr.state.step, lambda: BatchFiller.from_config(cfg), self.observe)
+
+    def batch(self, mb) -> bool:
+        """Count what the mini-batch drew and dropped; False (and counted) when no group survived."""
+        tr = self.tr
+        _check_rewards(mb, tr.state.step + 1)
+        tr.counters["stale_dropped"] += mb.stale_dropped
+        tr.counters["groups_drawn"] += len(mb.groups) + mb.stale_dropped
+        tr.counters["zero_variance_dropped"] += mb.filler.get("batch/zero_variance_dropped", 0)
+        if mb.kept:
+            return True
+        self.skip(mb)
+        self.empty_in_a_row += 1
+        if self.empty_in_a_row >= MAX_EMPTY_BATCHES:
+            raise ScaleRLError(
+                f"{MAX_EMPTY_BATCHES} batches in a row had no group with unequal rewards at step "
+                f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
+        return False
+
+    def skip(self, mb) -> None:
+        """A batch that trains nothing: its tokens count, its wall-clock goes into the next step's."""
+        self.tr.meter.add_generated(mb.tokens_generated)
+        self.tr.counters["skipped_batches"] += 1
+
+    def step(self, mb) -> dict | None:
+        """One optimizer step on the kept groups (None, and the batch skipped, if no token was trainable)."""
+        with self.clock.stage("train"):
+            loss_row = self.tr.train_on(mb.kept)
+        if loss_row is None:
+            self.clock.seconds.pop("train")   # a skipped batch's time goes into the next step's time/step only
+            self.skip(mb)
+            return None
+        self.empty_in_a_row = 0
+        self.tr.state.step += 1
+        return loss_row
+
+    def publish(self) -> None:
+        """The new weights and version to the generator (applied in flight under PipelineRL)."""
+        with self.clock.stage("publish"):
+            self.mode.after_step(self.tr.model.state_dict(), self.tr.state.step)
+
+    def log(self, mb, loss_row: dict) -> None:
+        """The step's metrics row, the truncation warning, the progress bar."""
+        tr, now = self.tr, time.monotonic()
+        times = {"step": now - self.last, **self.clock.take()}
+        self.last = now
+        row = _step_row(tr, mb, loss_row, times, self.threads.devices, self.mode)
+        self.warn_truncation(row)
+        tr.counters["train_seconds"] = time.monotonic() - self.t_start
+        self.metrics.write({"step": tr.state.step, "kind": "train", **row})
+        self.postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",
+                             "tok/s": f"{row['tokens/per_second']:.0f}"})
+        self.bar.update(1)
+
+    def warn_truncation(self, row: dict) -> None:
+        step = self.tr.state.step
+        cut = row["train/truncation_rate"] + row["train/interrupted_rate"]  # the paper's "truncation rate"
+        if cut > TRUNCATION_WARN and step >= self.warned_at + WARN_EVERY:
+            self.warned_at = step
+            warnings.warn(f"step {step}: {cut:.0%} of the completions were cut or interrupted (> "
+                          f"{TRUNCATION_WARN:.0%}): training tends to degrade (paper Section 2); see "
+                          "train/truncation_rate and train/interrupted_rate in metrics.jsonl", stacklevel=1)
+
+    def evaluate(self) -> None:
+        """mean@k on the validation set + live forecast: an eval row (its own `time/eval`)."""
+        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.decode)
+        self.metrics.write(erow)
+        self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
         if "forecast/A" in erow:
-            postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
-        bar.set_postfix(postfix, refresh=True)
+            self.postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+        self.bar.set_postfix(self.postfix, refresh=True)
 
-    if tr.state.step == 0 and not tr.evals:
-        evaluate_and_log()
-        tr.checkpoint(metrics, mode.sampler_state())
-    t_budget = cfg.run.max_minutes * 60 if cfg.run.max_minutes else float("inf")
-    t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
-    observe = _observer(tr, mode)
-    mode.ready()  # the generator's start-up is not compute: the clock starts once it can generate
-    last = time.monotonic()
-    empty_in_a_row, warned_at = 0, -WARN_EVERY
-    while tr.state.step < cfg.run.max_steps and time.monotonic() - t_start < t_budget:
-        for mb in mode.collect(tr.state.step, lambda: BatchFiller.from_config(cfg), observe):
-            if tr.state.step >= cfg.run.max_steps:
+    def checkpoint(self) -> None:
+        with self.clock.stage("checkpoint"):
+            self.tr.checkpoint(self.metrics, self.mode.sampler_state())
+
+    def pause_for(self, stage: Callable[[], None]) -> None:
+        """Run `stage` off the step clock (evaluation and checkpoint time is not step time)."""
+        t0 = time.monotonic()
+        stage()
+        self.last += time.monotonic() - t0
+
+    def every(self) -> None:
+        """Evaluate every `eval.every` steps and checkpoint every `run.checkpoint_every`, and at the end."""
+        step, done = self.tr.state.step, self.done()
+        if step % self.cfg.eval.every == 0 or done:
+            self.pause_for(self.evaluate)
+        if step % self.cfg.run.checkpoint_every == 0 or done:
+            self.pause_for(self.checkpoint)
+        self.bar.set_postfix(self.postfix, refresh=False)
+
+    def end_of_round(self) -> None:
+        """PPO-off-policy: the generator gets the weights after its k steps (PipelineRL: nothing)."""
+        self.mode.after_round(self.tr.model.state_dict(), self.tr.state.step)
+
+    def finish(self) -> None:
+        """Stopped by `run.max_minutes`: end on an evaluation and a checkpoint."""
+        tr = self.tr
+        if not self.done():
+            if tr.evals[-1][0] < tr.meter.totals()["compute/device_hours"]:
+                self.evaluate()
+            self.checkpoint()
+        self.bar.close()
+
+
+def _loop(run: Stages) -> None:
+    """The pipeline, one optimizer step per mini-batch."""
+    run.start()
+    while run.running():
+        for mb in run.collect():           # groups, scored in the transport, through curriculum and filler
+            if run.done():
                 break
-            _check_rewards(mb, tr.state.step + 1)
-            tr.counters["stale_dropped"] += mb.stale_dropped
-            tr.counters["groups_drawn"] += len(mb.groups) + mb.stale_dropped
-            tr.counters["zero_variance_dropped"] += mb.filler.get("batch/zero_variance_dropped", 0)
-            if not mb.kept:
-                tr.meter.add_generated(mb.tokens_generated)  # its wall-clock goes into the next step's
-                tr.counters["skipped_batches"] += 1
-                empty_in_a_row += 1
-                if empty_in_a_row >= MAX_EMPTY_BATCHES:
-                    raise ScaleRLError(
-                        f"{MAX_EMPTY_BATCHES} batches in a row had no group with unequal rewards at step "
-                        f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
+            if not run.batch(mb):          # nothing kept: skipped and counted
                 continue
-            t_train = time.monotonic()
-            loss_row = tr.step_fn(tr.model, tr.optim, mb.kept, cfg, tr.comps.tokenizer.pad_token_id,
-                                  tr.state.step + 1, tr.ref_model)
-            if loss_row is None:  # no trainable token (e.g. every completion empty): skip and count
-                tr.meter.add_generated(mb.tokens_generated)
-                tr.counters["skipped_batches"] += 1
+            loss_row = run.step(mb)        # the optimizer step
+            if loss_row is None:
                 continue
-            empty_in_a_row = 0
-            tr.state.step += 1
-            mode.after_step(tr.model.state_dict(), tr.state.step)
-            now = time.monotonic()
-            row = _step_row(tr, mb, loss_row, now - last, now - t_train, threads.devices)
-            row.update({"curriculum/pool_size": len(tr.comps.task) if hasattr(tr.comps.task, "__len__") else 0,
-                        "curriculum/epoch": mode.sampler_state().get("epoch", 0)})
-            last = now
-            cut = row["train/truncation_rate"] + row["train/interrupted_rate"]  # the paper's "truncation rate"
-            if cut > TRUNCATION_WARN and tr.state.step >= warned_at + WARN_EVERY:
-                warned_at = tr.state.step
-                warnings.warn(f"step {tr.state.step}: {cut:.0%} of the completions were cut or interrupted (> "
-                              f"{TRUNCATION_WARN:.0%}): training tends to degrade (paper Section 2); see "
-                              "train/truncation_rate and train/interrupted_rate in metrics.jsonl", stacklevel=1)
-            tr.counters["train_seconds"] = time.monotonic() - t_start
-            metrics.write({"step": tr.state.step, "kind": "train", **row})
-            postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",
-                            "tok/s": f"{row['tokens/per_second']:.0f}"})
-            pause_start = time.monotonic()
-            done = tr.state.step >= cfg.run.max_steps
-            if tr.state.step % cfg.eval.every == 0 or done:
-                evaluate_and_log()
-            if tr.state.step % cfg.run.checkpoint_every == 0 or done:
-                tr.checkpoint(metrics, mode.sampler_state())
-            last += time.monotonic() - pause_start  # evaluation and checkpoint time is not step time
-            bar.update(1)
-            bar.set_postfix(postfix, refresh=False)
-        mode.after_round(tr.model.state_dict(), tr.state.step)
-    if tr.state.step < cfg.run.max_steps:  # stopped by run.max_minutes: end on an evaluation + checkpoint
-        if tr.evals[-1][0] < tr.meter.totals()["compute/device_hours"]:
-            evaluate_and_log()
-        tr.checkpoint(metrics, mode.sampler_state())
-    bar.close()
+            run.publish()                  # weights + version to the generator
+            run.log(mb, loss_row)          # the step's metrics row
+            run.every()                    # evaluation, checkpoint
+        run.end_of_round()
+    run.finish()

@@ -12,7 +12,7 @@ the generator, which applies them in flight. Two in-machine implementations:
   decode loop is Python-bound: in one process the two stages fight over the GIL and torch's
   process-global thread pool; in two they run truly in parallel (docs/training.md has the
   measurement).
-`scalerl.distributed.rollouts.RayRollouts` implements the same Protocol with Ray actors, the
+`scalerl.transport.ray.RayRollouts` implements the same Protocol with Ray actors, the
 same records and the same `Window`.
 
 PipelineRL-k, one rule for every transport (paper Section 3.1; docs/design.md):
@@ -32,163 +32,18 @@ PipelineRL-k, one rule for every transport (paper Section 3.1; docs/design.md):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
 import time
 import traceback
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator
 
 import torch
 
 from scalerl.errors import ScaleRLError
+from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, RetiredSet, Window
 from scalerl.types import Completion, Group, Prompt
-
-
-class Window:
-    """The PipelineRL-k admission rule (see the module docstring): which draw may start."""
-
-    KEEP = 64  # versions whose horizon is remembered (a generator never lags further)
-
-    def __init__(self, prompts_per_step: int, k: int):
-        self.P, self.k = prompts_per_step, k
-        self.horizons: dict[int, int] = {}
-
-    def horizon(self, taken: int) -> int:
-        """The first draw that may not start on a version published when `taken` draws were taken."""
-        return taken + self.P * (self.k + 1)
-
-    def record(self, version: int, horizon: int) -> None:
-        self.horizons[version] = horizon
-        for old in [v for v in self.horizons if v < version - self.KEEP]:
-            del self.horizons[old]
-
-    def publish(self, version: int, taken: int) -> None:
-        self.record(version, self.horizon(taken))
-
-    def may_start(self, draw: int, applied: int, published: int, taken: int) -> bool:
-        """Draw `draw` may start on the generator's weights `applied`; the trainer has published
-        `published` and taken `taken` draws."""
-        horizon = self.horizons.get(applied)
-        if horizon is not None and draw < horizon:
-            return True
-        return applied == published and draw < taken + self.P
-
-
-class InOrder:
-    """Trainer side: hands groups out in draw order, whatever order they finish in."""
-
-    def __init__(self) -> None:
-        self.next = 0                      # draws taken so far = the next draw to hand out
-        self.waiting: dict[int, Group] = {}
-
-    def push(self, group: Group) -> None:
-        self.waiting[group.draw] = group
-
-    def pop(self) -> Group | None:
-        group = self.waiting.pop(self.next, None)
-        if group is not None:
-            self.next += 1
-        return group
-
-
-class RolloutSource(Protocol):
-    def ready(self) -> None:
-        """Block until the generator can generate (its start-up is over)."""
-
-    def get(self, timeout: float | None = None) -> Group:
-        """The next scored group in draw order (blocks; raises the generator's error if it failed)."""
-
-    def publish(self, state_dict: dict, version: int) -> None:
-        """Hand new weights to the generator; it applies them in flight."""
-
-    def retire(self, prompt_id: str) -> None:
-        """The curriculum retired a prompt: never sample it again."""
-
-    def sampler_state(self) -> dict:
-        """Position of the prompt sampler (for checkpoints)."""
-
-    def pause(self) -> None:
-        """Start no new prompt until `resume()` (e.g. while the trainer evaluates)."""
-
-    def resume(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class RetiredSet:
-    """The generator side's view of No-Positive-Resampling: the prompt ids the trainer retired,
-    sent back as `retire` messages on every transport; the sampler skips them."""
-
-    def __init__(self, threshold: float, retired: list[str] | None = None):
-        self.threshold = threshold
-        self.ids = set(retired or ())
-
-    @classmethod
-    def of(cls, curriculum) -> RetiredSet | None:
-        """The trainer's curriculum as the generator starts from it (None: no curriculum)."""
-        if curriculum is None:
-            return None
-        return cls(curriculum.threshold, sorted(curriculum.state_dict()["retired"]))
-
-    def add(self, prompt_id: str) -> None:
-        self.ids.add(prompt_id)
-
-    def is_retired(self, prompt_id: str) -> bool:
-        return prompt_id in self.ids
-
-
-class LockedSampler:
-    """A `scalerl.rl.curriculum.CurriculumSampler` safe to call from several threads."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-        self._lock = threading.Lock()
-
-    def next(self) -> Prompt:
-        with self._lock:
-            return next(self.sampler)
-
-    def state_dict(self) -> dict:
-        with self._lock:
-            return self.sampler.state_dict()
-
-
-class GroupAssembler:
-    """Collects streamed completions into groups of `n` per draw and scores them.
-
-    The engine sees each draw's prompt under its own id (`<prompt id>#<draw>`), so the same
-    prompt may be in flight twice (a small dataset, a pool nearly exhausted by the curriculum)
-    without two groups merging; the group carries the original prompt and its draw number.
-    """
-
-    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], None]):
-        self.n = n
-        self.reward_fn = reward_fn
-        self.next_draw = 0
-        self.draws: dict[str, tuple[int, Prompt]] = {}
-        self.partial: dict[str, list[Completion]] = {}
-
-    def add_prompt(self, prompt: Prompt, draw: int | None = None) -> Prompt:
-        """Register a draw of `prompt` (the next one, or `draw` when re-running a known one);
-        returns the prompt as the engine must see it."""
-        if draw is None:
-            draw, self.next_draw = self.next_draw, self.next_draw + 1
-        key = f"{prompt.id}#{draw}"
-        self.draws[key] = (draw, prompt)
-        self.partial[key] = []
-        return dataclasses.replace(prompt, id=key)
-
-    def add(self, completion: Completion) -> Group | None:
-        draw, prompt = self.draws[completion.prompt_id]
-        self.reward_fn(prompt, completion)
-        done = self.partial[completion.prompt_id]
-        done.append(completion)
-        if len(done) < self.n:
-            return None
-        del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
-        return Group(prompt=prompt, completions=done, draw=draw)
 
 
 def _window_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start: Callable[[int], bool],

@@ -1,6 +1,6 @@
 """`pipeline.backend: ray`: PipelineRL-k with generator actors and data-parallel trainer ranks.
 
-`ray_mode(tr, ...)` is what `scalerl.pipeline.train` builds instead of an in-machine transport:
+`ray_mode(tr, ...)` is what `scalerl.loop` builds instead of an in-machine transport:
 it connects to Ray (`ray.address`) or starts a local instance (stopped again by `close()`),
 starts `ray.generators` generator actors behind a `RayRollouts` source, and, with
 `ray.trainers` W > 1, turns the trainer step into a `DataParallelStep` (rank 0 is this process,
@@ -21,7 +21,7 @@ Departures from the paper (Section 3.1, PipelineRL-k) and from the in-process ba
    The in-flight semantics are the same: the next decode step uses the new version.
 2. PPO-off-policy mode is not distributed (it alternates generation and training, so actors
    would idle half the time): `pipeline.mode: ppo_off_policy` with this backend is an error.
-3. The PipelineRL-k rule is the in-process one (`scalerl.pipeline.transport.Window`), kept by
+3. The PipelineRL-k rule is the in-process one (`scalerl.transport.window.Window`), kept by
    the hub over the draws of every actor.
 """
 
@@ -30,18 +30,18 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
-from scalerl.distributed import require_ray
+from scalerl.transport import require_ray
 
 require_ray()
 
 import ray  # noqa: E402
 
 from scalerl.config import Config  # noqa: E402
-from scalerl.distributed.placement import Placement  # noqa: E402
-from scalerl.distributed.rollouts import RayRollouts, RolloutSpec  # noqa: E402
+from scalerl.transport.ray_placement import Placement  # noqa: E402
+from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
-from scalerl.pipeline.modes import PipelineRL  # noqa: E402
-from scalerl.pipeline.transport import Window  # noqa: E402
+from scalerl.batching import PipelineRL  # noqa: E402
+from scalerl.transport.window import Window  # noqa: E402
 
 
 def cpus_needed(cfg: Config) -> float:
@@ -121,7 +121,7 @@ def ray_mode(tr, build: tuple, gen_seed: int, sampler_state: dict) -> tuple[RayP
         undo.callback(source.close)
         closers = [session.close, placement.close]
         if cfg.ray.trainers > 1:
-            from scalerl.distributed.data_parallel import DataParallelStep
+            from scalerl.trainer.data_parallel import DataParallelStep
 
             tr.step_fn = DataParallelStep(tr.model, tr.optim, cfg, options=placement.trainer)
             closers.append(tr.step_fn.close)

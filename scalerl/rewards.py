@@ -252,3 +252,17 @@ class RewardFn:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+def training_reward(reward_fn: Callable, cfg) -> Callable:
+    """The training reward: pass/fail, plus the overlong penalty when length control is `penalty`."""
+    length = cfg.rollout.length
+    if length.type != "penalty":
+        return reward_fn
+    from scalerl.rl.length_penalty import overlong_penalty
+
+    def shaped(prompt, completion) -> None:
+        reward_fn(prompt, completion)
+        completion.reward += overlong_penalty(len(completion.tokens), length.max_len, length.tolerance, length.penalty)
+
+    return shaped

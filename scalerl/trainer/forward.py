@@ -61,7 +61,6 @@ class Batch:
     targets: torch.Tensor         # (N, T) completion tokens, padded with 0
     gen_logprobs: torch.Tensor    # (N, T) generator logprobs (0 where masked)
     mask: torch.Tensor            # (N, T) 1.0 for sampled completion tokens, 0 for padding/forced
-    rewards: torch.Tensor         # (P, G)
     prompt_ids: torch.Tensor      # (N,) group index 0..P-1 of each completion
     prompt_lens: torch.Tensor     # (N,) prompt length of each completion
     same_prompt: bool = True      # every completion of a group has its group's prompt tokens

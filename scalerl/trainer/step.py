@@ -28,7 +28,7 @@ import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.forward import Batch, completion_logprobs, forward_options
+from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Completion, Group
 
 __all__ = ["Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
@@ -58,11 +58,10 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
         mask[i, :t] = torch.tensor([0.0 if f else 1.0 for f in forced])
     gen_logprobs = gen_logprobs * mask
     G = len(groups[0].completions)
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)  # (P, G)
     prompt_ids = torch.arange(len(groups)).repeat_interleave(G)                # (N,)
     prompt_lens = torch.tensor([len(c.prompt_tokens) for c in completions])  # (N,)
     same_prompt = all(c.prompt_tokens == g.completions[0].prompt_tokens for g in groups for c in g.completions)
-    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, rewards, prompt_ids, prompt_lens,
+    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, prompt_ids, prompt_lens,
                  same_prompt)
 
 
@@ -201,7 +200,7 @@ def no_reduce(flat: torch.Tensor) -> None:
 def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
                ref_model=None) -> dict[str, float] | None:
     """One optimizer step on already-filtered groups, one worker; None (no step) when no token
-    is trainable. `DataParallelStep` (scalerl.distributed) runs `shard_step` on W workers."""
+    is trainable. `DataParallelStep` (scalerl.trainer.data_parallel) runs `shard_step` on W workers."""
     shards = plan_shards(groups, cfg, 1)
     return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 

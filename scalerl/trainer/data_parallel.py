@@ -2,7 +2,7 @@
 
 W workers, each stepping on a shard of the step's groups, end with the same weights as one
 worker stepping on the whole batch, because they run the same step
-(`scalerl.pipeline.step.shard_step`, micro-batches and memory bound included) with an
+(`scalerl.trainer.step.shard_step`, micro-batches and memory bound included) with an
 all-reduce of the gradients as its reducer, and:
 
 1. Advantages are computed once, on the whole batch (ScaleRL's batch-level normalisation
@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.pipeline.step import Optimizer, plan_shards, shard_step
+from scalerl.trainer.step import Optimizer, plan_shards, shard_step
 from scalerl.types import Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)

@@ -1,0 +1,3 @@
+"""The trainer: one optimizer step over the step's groups (`step`), for one worker or for N
+data-parallel workers with an all-reduce (`data_parallel`), through the trainer's forward
+(`forward`: shared-prompt attention, chunked FP32 LM head). Modules import torch."""

@@ -1,0 +1,23 @@
+"""Transports between the generator and the trainer: scored groups one way, weights, version and
+retired prompts the other, under one PipelineRL-k rule.
+
+    protocol      `RolloutSource`, what the loop needs of a transport
+    window        the PipelineRL-k rule (`Window`), draw order (`InOrder`), group assembly and scoring
+    local         `ThreadedRollouts` (a thread), `ProcessRollouts` (a spawned process)
+    ray           `RayRollouts`: generator actors behind a hub
+    ray_session   `pipeline.backend: ray`: the Ray session and `ray_mode`
+    ray_placement where the actors run (placement groups)
+
+Ray is an optional dependency (`pip install 'scalerl[ray]'`); this package init imports neither
+Ray nor torch."""
+
+from scalerl.errors import ScaleRLError
+
+
+def require_ray() -> None:
+    """Raise a ScaleRLError naming the install command when Ray is missing."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ScaleRLError("pipeline.backend 'ray' needs Ray, which is not installed: "
+                           "pip install 'scalerl[ray]' (or set pipeline.backend=local)") from None
