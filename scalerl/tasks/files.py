@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.pool import PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
+from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
 from scalerl.rewards import THINK_CLOSE, math_verify_check
 from scalerl.types import Prompt
 
@@ -133,7 +133,7 @@ def _content_hash(question: str, answer: str) -> str:
     return hashlib.sha256(f"{question}\x00{answer}".encode()).hexdigest()[:12]
 
 
-class FileTask:
+class FileTask(PromptPool):
     """A finite dataset: a training pool (traversed in epochs by the sampler) and a disjoint validation set."""
 
     isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
@@ -156,25 +156,13 @@ class FileTask:
         self._train = by_hash[:len(by_hash) - val_size]
         random.Random(seed).shuffle(self._train)
         self._train = self._train[:train_size]
-        self.train_size = len(self._train)
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
-
-    def __len__(self) -> int:
-        return self.train_size
 
     @staticmethod
     def _make(name: str, row: int, question: str, answer: str, tokenizer) -> Prompt:
         h = _content_hash(question, answer)
         return Prompt(id=f"{name}:{row}:{h}", text=_apply_template(question, tokenizer), answer=answer,
                       meta={"row": row, "hash": h, "question": question})
-
-    def train_prompt(self, index: int) -> Prompt:
-        return self._train[index % len(self._train)]
-
-    def val_prompts(self, n: int) -> list[Prompt]:
-        if n > len(self._val):
-            raise ScaleRLError(f"task {self.name}: asked for {n} validation prompts, task.val_size is {len(self._val)}")
-        return self._val[:n]
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         """math-verify inline (main thread only); `RewardFn` runs it in a worker process."""

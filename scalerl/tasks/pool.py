@@ -91,3 +91,27 @@ def report_dropped(source: str, duplicates: int, overlong: int, limit: PromptLim
         return ""
     warnings.warn(f"{source}: {', '.join(parts)}", stacklevel=3)
     return f" ({', '.join(parts)})"
+
+
+class PromptPool:
+    """A task's fixed prompts: the training pool `_train` (its ids stable) and the held-out
+    `_val`, shared by the file and reasoning-gym tasks. Subclasses fill both and `name`."""
+
+    name: str
+    _train: list[Prompt]
+    _val: list[Prompt]
+
+    @property
+    def train_size(self) -> int:
+        return len(self._train)
+
+    def __len__(self) -> int:
+        return len(self._train)
+
+    def train_prompt(self, index: int) -> Prompt:
+        return self._train[index % len(self._train)]
+
+    def val_prompts(self, n: int) -> list[Prompt]:
+        if n > len(self._val):
+            raise ScaleRLError(f"task {self.name}: asked for {n} validation prompts, task.val_size is {len(self._val)}")
+        return self._val[:n]

@@ -33,7 +33,7 @@ import difflib
 from dataclasses import fields
 
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.pool import PromptLimit, apply_limit, check_sizes, report_dropped
+from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, report_dropped
 from scalerl.rewards import answer_section
 from scalerl.types import Prompt
 
@@ -116,7 +116,7 @@ class RgScorer:
         return float(self.dataset.score_answer(section, prompt.meta["entry"]))
 
 
-class RgTask:
+class RgTask(PromptPool):
     """reasoning-gym dataset(s) as a finite training pool and a disjoint validation set."""
 
     isolate_checker = False     # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
@@ -142,7 +142,6 @@ class RgTask:
                                f"pool{dropped}, task.val_size is {val_size}; lower it or widen the dataset's options")
         check_sizes(f"task {self.name}", len(train) + len(val), len(val), min_train, dropped)
         self._train, self._val = train, val
-        self.train_size = len(train)
         self.checker = RgScorer(train_ds, answer_marker)   # scores any entry (a mix dispatches by its source)
 
     def _draw(self, ds, split: str, n: int, exclude: set[str]) -> list[Prompt]:
@@ -160,17 +159,6 @@ class RgTask:
                               meta={"entry": entry, "question": entry["question"],
                                     "subset": entry["metadata"].get("source_dataset", self.names[0])}))
         return out
-
-    def __len__(self) -> int:
-        return self.train_size
-
-    def train_prompt(self, index: int) -> Prompt:
-        return self._train[index % len(self._train)]
-
-    def val_prompts(self, n: int) -> list[Prompt]:
-        if n > len(self._val):
-            raise ScaleRLError(f"task {self.name}: asked for {n} validation prompts, task.val_size is {len(self._val)}")
-        return self._val[:n]
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
