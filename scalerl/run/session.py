@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from scalerl.errors import ScaleRLError
+from scalerl.scaling.readers import flatten
 from scalerl.run.lock import RunLock
 from scalerl.run.rundir import (CHECKPOINT_DIR, CONFIG_FILE, default_run_dir, discard_failed_start, has_rows,
                                 prepare_dir, read_run_config, set_aside_outputs, write_config)
@@ -32,19 +33,9 @@ class Run:
     resume: bool         # continue from a checkpoint (False: a fresh start, or --restart)
 
 
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_changes(old: dict, new: dict) -> list[str]:
     """`key: old -> new` for every field that differs between two config dumps."""
-    a, b = _flat(old), _flat(new)
+    a, b = flatten(old, "."), flatten(new, ".")
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 

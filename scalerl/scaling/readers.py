@@ -110,11 +110,12 @@ def _resolve_dir(path: Path) -> Path:
     raise ScaleRLError(f"{path}: directory has no metrics.jsonl and no TensorBoard event files")
 
 
-def _flatten(row: dict, prefix: str = "") -> dict:
+def flatten(row: dict, sep: str = "/", prefix: str = "") -> dict:
+    """Nested dicts as one level: {"a": {"b": 1}} -> {"a/b": 1} (keys joined by `sep`)."""
     out = {}
     for key, value in row.items():
         if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}/"))
+            out.update(flatten(value, sep, f"{prefix}{key}{sep}"))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -141,7 +142,7 @@ def _jsonl_rows(path: Path) -> tuple[list[dict], list[str], list[str]]:
             raise ScaleRLError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
         if set(row) == {"step", "data"} and isinstance(row["data"], dict):  # verl's FileLogger
             row = {"step": row["step"], **row["data"]}
-        row = _flatten(row)
+        row = flatten(row)
         columns.update(dict.fromkeys(row))
         rows.append(row)
     if not rows:
