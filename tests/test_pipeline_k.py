@@ -130,7 +130,7 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
 
 def slow_start(*args):
     """The fake generator process's setup, with a slow start-up (imports, a model build)."""
-    from scalerl.pipeline.fake import build_fake
+    from doubles import build_fake
 
     time.sleep(4.0)
     return build_fake(*args)
