@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -117,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
     o = options(args)
     check_plot_path(args.plot)
     path, state, seen = Path(args.path), {}, None
+    # Ctrl-C and a plain `kill` stop it cleanly, even when started where SIGINT is ignored
+    # (a background job of a non-interactive shell, nohup): Python then installs no handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             sig = _signature(path)
