@@ -14,6 +14,7 @@ import scalerl.run.checkpoint as checkpoint_mod
 from scalerl.cli import main
 from scalerl.config import MAX_PROMPTS, available_cores, load_config
 from scalerl.errors import ScaleRLError
+from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components
 from scalerl.run.checkpoint import CHECKPOINT_DIR, checkpoints
 from scalerl.run.metrics import read_rows
@@ -21,29 +22,6 @@ from scalerl.run.metrics import read_rows
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["rollout.length.think_min=4", "rollout.length.think_max=6", "rollout.length.answer_budget=4",
-         "rollout.length.phrase=</think>",  # the forced-interruption path inside a 12-token budget
-         "model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
-SETS = [a for s in SMALL for a in ("--set", s)]
-
-
-@pytest.fixture(autouse=True)
-def fake_model(monkeypatch):
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
-
-
-def train_cli(capsys, *args):
-    code = main(["train", "--no-progress", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("scalerl: error: "), err
-    return lines[0]
 
 
 # ------------------------------------------------------------------ values refused at load
