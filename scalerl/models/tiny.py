@@ -31,9 +31,17 @@ MODEL_SHAPE = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=4, intermediate_size=512, max_position_embeddings=512)
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The character-level tokenizer (deterministic: same ids on every build)."""
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL.values(), *CHARS])}
+def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """The character-level tokenizer (deterministic: same ids on every build).
+
+    `vocab_size` pads the vocabulary with unused `<unusedN>` entries up to that size, so a model
+    with a real LLM's embedding shape (49,152 rows for SmolLM2) can be paired with it; a random
+    model samples those ids and they decode as `<unusedN>`.
+    """
+    names = [*SPECIAL.values(), *CHARS]
+    if vocab_size is not None:
+        names += [f"<unused{i}>" for i in range(vocab_size - len(THINK_TOKENS) - len(names))]
+    vocab = {tok: i for i, tok in enumerate(names)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL["unk"]))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()

@@ -40,7 +40,7 @@ The head runs only at the tokens the loss uses (mask 1); the returned log-probs 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +64,11 @@ class Batch:
     prompt_ids: torch.Tensor      # (N,) group index 0..P-1 of each completion
     prompt_lens: torch.Tensor     # (N,) prompt length of each completion
     same_prompt: bool = True      # every completion of a group has its group's prompt tokens
+
+    def to(self, device: torch.device) -> "Batch":
+        """The same batch with every tensor on `device` (collate builds it on the CPU)."""
+        return Batch(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+                        for f in fields(self)})
 
 
 def forward_options(cfg) -> dict:

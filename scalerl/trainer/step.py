@@ -212,15 +212,17 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
 
     kl = uses_reference(cfg.loss)
     parts, total, tokens, mismatch = [], 0.0, 0.0, [0.0, 0]   # mismatch: (sum, tokens)
+    device = model.get_output_embeddings().weight.device
+    advantages = shard.advantages.to(device)
     for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
         groups = [shard.groups[i] for i in part]
-        batch = collate(groups, pad_id)
+        batch = collate(groups, pad_id).to(device)
         ref = None
         if kl:
             with torch.no_grad():
                 ref = completion_logprobs(ref_model, batch, cfg.rollout.temperature, **forward_options(cfg))
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, shard.advantages[part].reshape(-1),
+        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, advantages[part].reshape(-1),
                                     batch.mask, batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
             model.zero_grad(set_to_none=True)
