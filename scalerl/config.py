@@ -273,11 +273,30 @@ class RayConfig(_Section):
 
 
 class EvalConfig(_Section):
-    every: int = Field(5, ge=1, description="evaluate every N optimizer steps (and at step 0)")
+    schedule: Literal["geometric", "linear"] = Field(
+        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps (dense early, where "
+        "the sigmoid bends); linear: every `every` steps")
+    count: int = Field(16, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
+                       "run.max_steps is small: one per step at most)")
+    every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
     prompts: int = Field(256, ge=1, description="validation prompts (<= task.val_size)")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     fit_min_frac: float = Field(0.2, ge=0, lt=1, description="live forecast ignores the first fraction of compute")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_means_linear(cls, data: Any) -> Any:
+        """Setting `every` without a `schedule` asks for the linear schedule."""
+        if isinstance(data, dict) and "every" in data and "schedule" not in data:
+            data = {**data, "schedule": "linear"}
+        return data
+
+    def steps(self, max_steps: int) -> list[int]:
+        """The optimizer steps evaluated after step 0 (the last step always is)."""
+        if self.schedule == "linear":
+            return sorted({*range(self.every, max_steps + 1, self.every), max_steps})
+        return eval_schedule(max_steps, self.count)
 
 
 class RunConfig(_Section):
@@ -295,6 +314,19 @@ class RunConfig(_Section):
             raise ValueError(f"run.threads = {self.threads}: this machine gives the process {cores} core(s); "
                              f"expected at most {cores} (leave it unset to use them all)")
         return self
+
+
+def eval_schedule(max_steps: int, count: int) -> list[int]:
+    """`count` distinct steps from 1 to max_steps spaced evenly in log(step); where rounding
+    would repeat a step (early on) the next step is taken instead. Every step when max_steps <= count."""
+    import math
+
+    if max_steps <= count:
+        return list(range(1, max_steps + 1))
+    out: list[int] = []
+    for i in range(count):
+        out.append(max(out[-1] + 1 if out else 1, round(max_steps ** (i / (count - 1)))))
+    return sorted({min(s, max_steps) for s in out} | {max_steps})
 
 
 def available_cores() -> int:
@@ -618,7 +650,10 @@ def load_config(recipe: str | None = "scalerl", config_file: str | Path | None =
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
     for source, patch in layers:              # keys checked as each layer is merged ...
         data = _merge(data, patch, Config, source)
-    data = apply_profile(data, [k for _, patch in layers for k in _leaf_keys(patch)])
+    user_keys = [k for _, patch in layers for k in _leaf_keys(patch)]
+    data = apply_profile(data, user_keys)
+    if "eval.every" in user_keys and "eval.schedule" not in user_keys:
+        data["eval"]["schedule"] = "linear"   # setting eval.every asks for evaluations every N steps
     data["recipe"] = name
     return _validate(data, _blamer(layers, preset))   # ... values checked together, once all are applied
 

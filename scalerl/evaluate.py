@@ -38,6 +38,7 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
         "val/completions": len(completions),
         "tokens/val_generated": sum(len(c.tokens) for c in completions),
     }
+    row["val/pass_rate_se"] = sampling_se(completions)
     # per-subset pass rates (e.g. arith difficulty levels), for prompts that name one
     subsets: dict[str, list[bool]] = {}
     for c in completions:
@@ -47,6 +48,30 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
     for name, passed in sorted(subsets.items()):
         row[f"val/pass_rate/{name}"] = sum(passed) / len(passed)
     return row
+
+
+def sampling_se(completions: Sequence[Completion]) -> float:
+    """The standard error of the mean@k pass rate from sampling alone, the prompts held fixed
+    (they are: the validation set is the same at every evaluation): sqrt(sum_i s_i^2 / k_i) / n
+    over the n prompts, s_i^2 the unbiased variance of prompt i's k_i pass/fail samples. With one
+    sample per prompt, the binomial sqrt(p (1 - p) / n) (an upper bound: it counts the spread
+    between prompts too)."""
+    by_prompt: dict[str, list[float]] = {}
+    for c in completions:
+        by_prompt.setdefault(c.prompt_id, []).append(float(bool(c.passed)))
+    if not by_prompt:
+        return 0.0
+    n = len(by_prompt)
+    if all(len(v) == 1 for v in by_prompt.values()):
+        p = sum(v[0] for v in by_prompt.values()) / n
+        return (p * (1 - p) / n) ** 0.5
+    var = 0.0
+    for v in by_prompt.values():
+        k = len(v)
+        if k > 1:
+            m = sum(v) / k
+            var += sum((t - m) ** 2 for t in v) / (k - 1) / k
+    return var ** 0.5 / n
 
 
 def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict:

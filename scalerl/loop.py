@@ -4,7 +4,8 @@
         ^                                                                        |
         +---------------- weights, version (PipelineRL: every step) <------------+
     every step: a metrics row (compute, tokens, times, staleness, rewards, truncation)
-    every eval.every steps: mean@k on the validation set + live forecast; checkpoints
+    on the eval schedule (geometric in steps by default): mean@k on the validation set + live forecast;
+    checkpoints every run.checkpoint_every steps
 
 Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run/compute.py headers.
 """
@@ -29,7 +30,7 @@ from scalerl.evaluate import evaluate, live_forecast
 from scalerl.rewards import training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
-from scalerl.run.compute import ComputeMeter, StepCompute
+from scalerl.run.compute import FIT_X, ComputeMeter, StepCompute
 from scalerl.run.metrics import MetricsWriter, roll_back
 from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
@@ -284,7 +285,7 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
         torch.set_num_threads(threads)
         mode.resume()
     totals = tr.meter.totals()
-    tr.evals.append((totals["compute/device_hours"], row["val/pass_rate"]))
+    tr.evals.append((totals[FIT_X], row["val/pass_rate"]))
     row.update(totals)
     row.update(live_forecast(tr.evals, cfg.eval.fit_min_frac))
     row["time/eval"] = time.monotonic() - t0
@@ -363,6 +364,7 @@ class Stages:
 
         self.tr, self.cfg, self.mode, self.metrics, self.eval_gen, self.threads = tr, tr.cfg, mode, metrics, eval_gen, threads
         self.val_prompts = tr.comps.task.val_prompts(tr.cfg.eval.prompts)
+        self.eval_steps = set(tr.cfg.eval.steps(tr.cfg.run.max_steps))
         self.bar = tqdm(total=tr.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
         self.clock = Clock()
@@ -478,9 +480,9 @@ class Stages:
         self.last += time.monotonic() - t0
 
     def every(self) -> None:
-        """Evaluate every `eval.every` steps and checkpoint every `run.checkpoint_every`, and at the end."""
+        """Evaluate on the `eval` schedule and checkpoint every `run.checkpoint_every`, and at the end."""
         step, done = self.tr.state.step, self.done()
-        if step % self.cfg.eval.every == 0 or done:
+        if step in self.eval_steps or done:
             self.pause_for(self.evaluate)
         if step % self.cfg.run.checkpoint_every == 0 or done:
             self.pause_for(self.checkpoint)
@@ -494,7 +496,7 @@ class Stages:
         """Stopped by `run.max_minutes`: end on an evaluation and a checkpoint."""
         tr = self.tr
         if not self.done():
-            if tr.evals[-1][0] < tr.meter.totals()["compute/device_hours"]:
+            if tr.evals[-1][0] < tr.meter.totals()[FIT_X]:
                 self.evaluate()
             self.checkpoint()
         self.bar.close()

@@ -139,9 +139,11 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
         assert c["fit"]["seeds"]["std"]["A"] == pytest.approx(0.01 / np.sqrt(2), abs=0.003)
         for r in c["runs"]:
             assert r["final_pass_rate"] == pytest.approx(finals[(c["name"], r["seed"])])
-            assert r["prediction_error"] == pytest.approx(r["predicted_final"] - r["final_pass_rate"])
-            # the first 16 of 31 evaluations: up to geomspace(0.05, 8, 30)[14] of the final 8.0
-            assert r["first_half_compute_frac"] == pytest.approx(0.05 * 160 ** (14 / 29) / 8.0)
+            h = r["first_half"]
+            assert h["measured"] == pytest.approx(ends[(c["name"], r["seed"])]) == r["end_pass_rate"]
+            assert r["prediction_error"] == pytest.approx(h["predicted"] - h["measured"])
+            # the first half of the compute (<= 4.0): 0 and geomspace(0.05, 8, 30)[:26], the last at 0.05 * 160^(25/29)
+            assert h["points"] == 27 and h["half_frac"] == pytest.approx(0.05 * 160 ** (25 / 29) / 8.0)
             assert abs(r["prediction_error"]) < 0.02  # noise-free curves: the first half predicts the end
     by = {c["name"]: c for c in data["configs"]}
     assert by["token-agg"]["vs_base"]["A_differs"] is True       # -0.10 is beyond +-0.02

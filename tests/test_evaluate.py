@@ -47,3 +47,35 @@ def test_final_fit_window_keeps_five_evaluations():
     assert window_start(x, 0.2, warns) == 0.2 * 6 and warns == []          # 1.2: points 2..6 remain
     assert window_start(x, 0.5, warns) == 2.0 and "instead of 0.5 of the compute" in warns[0]  # 3 would leave 4
     assert window_start(np.array([0.0, 1, 2, 3]), 0.5, []) == 1.5             # too few anyway: left to the fit's error
+
+
+class RandomGenerator:
+    """Each completion of prompt i passes with probability p[i] (a seeded coin)."""
+
+    def __init__(self, p: dict[str, float], seed: int):
+        import random
+
+        self.p, self.rng = p, random.Random(seed)
+
+    def generate(self, prompts, n):
+        return [Completion(id=f"{q.id}/{i}", prompt_id=q.id, prompt_tokens=[1], tokens=[1], logprobs=[0.0],
+                           versions=[0], text=q.answer if self.rng.random() < self.p[q.id] else "wrong",
+                           finish_reason="eos") for q in prompts for i in range(n)]
+
+
+def test_sampling_se_matches_the_spread_of_repeated_evaluations():
+    import numpy as np
+
+    # 60 prompts: a third always right, a third never, a third at 0.2..0.8: the prompt-fixed
+    # sampling sd is sqrt(sum p(1-p) / k) / n, well under the binomial sqrt(pbar (1 - pbar) / (n k))
+    ps = [1.0] * 20 + [0.0] * 20 + list(np.linspace(0.2, 0.8, 20))
+    p = {str(i): v for i, v in enumerate(ps)}
+    prompts = [Prompt(str(i), "q", "1") for i in range(len(ps))]
+    k, n = 4, len(ps)
+    truth = np.sqrt(sum(v * (1 - v) for v in ps) / k) / n
+    rows = [evaluate(RandomGenerator(p, seed), prompts, k, check) for seed in range(400)]
+    rates = np.array([r["val/pass_rate"] for r in rows])
+    ses = np.array([r["val/pass_rate_se"] for r in rows])
+    assert abs(rates.std(ddof=1) / truth - 1) < 0.12           # 400 repeats: the sd's own error is ~3.5%
+    assert abs(ses.mean() / truth - 1) < 0.05                   # the per-evaluation estimate agrees on average
+    assert truth < 0.75 * np.sqrt(0.5 * 0.5 / (n * k))          # and is smaller than the binomial figure

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from scalerl.run.compute import FIT_X
+
 HELP = "run a study (recipes and/or leave-one-out variants of a base, N seeds), fit each and write a report"
 
 
@@ -22,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/study", metavar="DIR",
                         help="study directory (default: %(default)s); rerun with the same DIR to resume")
     parser.add_argument("--only", default="", metavar="A,B,...", help="train only these configurations this time")
-    parser.add_argument("--x", dest="x_col", default="compute/device_hours",
-                        help="compute column of the fits (default: %(default)s; compute/flops is load-independent)")
+    parser.add_argument("--x", dest="x_col", default=FIT_X,
+                        help="compute column of the fits (default: %(default)s, independent of the machine's load; "
+                             "compute/device_hours is the paper's axis)")
     parser.add_argument("--bootstrap", type=int, default=100, metavar="N", help="bootstrap replicas per fit")
     parser.add_argument("--report-only", action="store_true", help="train nothing; fit and report what is there")
     parser.add_argument("--progress", action="store_true", help="a progress bar per run")

