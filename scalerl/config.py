@@ -274,9 +274,10 @@ class RayConfig(_Section):
 
 class EvalConfig(_Section):
     schedule: Literal["geometric", "linear"] = Field(
-        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps (dense early, where "
-        "the sigmoid bends); linear: every `every` steps")
-    count: int = Field(16, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
+        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps from half-way to the "
+        "fit window (fit_min_frac / 2 of run.max_steps: where the first-half fit starts) to the end; linear: "
+        "every `every` steps")
+    count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
                        "run.max_steps is small: one per step at most)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
     prompts: int = Field(256, ge=1, description="validation prompts (<= task.val_size)")
@@ -296,7 +297,7 @@ class EvalConfig(_Section):
         """The optimizer steps evaluated after step 0 (the last step always is)."""
         if self.schedule == "linear":
             return sorted({*range(self.every, max_steps + 1, self.every), max_steps})
-        return eval_schedule(max_steps, self.count)
+        return eval_schedule(max_steps, self.count, first=max(1, round(max_steps * self.fit_min_frac / 2)))
 
 
 class RunConfig(_Section):
@@ -316,16 +317,15 @@ class RunConfig(_Section):
         return self
 
 
-def eval_schedule(max_steps: int, count: int) -> list[int]:
-    """`count` distinct steps from 1 to max_steps spaced evenly in log(step); where rounding
-    would repeat a step (early on) the next step is taken instead. Every step when max_steps <= count."""
-    import math
-
-    if max_steps <= count:
-        return list(range(1, max_steps + 1))
+def eval_schedule(max_steps: int, count: int, first: int = 1) -> list[int]:
+    """`count` distinct steps from `first` to max_steps spaced evenly in log(step); where rounding
+    would repeat a step the next step is taken instead. Every step from `first` when fewer remain."""
+    first = max(1, min(first, max_steps))
+    if max_steps - first + 1 <= count:
+        return list(range(first, max_steps + 1))
     out: list[int] = []
     for i in range(count):
-        out.append(max(out[-1] + 1 if out else 1, round(max_steps ** (i / (count - 1)))))
+        out.append(max(out[-1] + 1 if out else first, round(first * (max_steps / first) ** (i / (count - 1)))))
     return sorted({min(s, max_steps) for s in out} | {max_steps})
 
 

@@ -279,6 +279,7 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     torch.set_num_threads(decode_threads)  # the generator is paused meanwhile
     tr.model.eval()
     try:
+        eval_gen.reseed()  # common random numbers across evaluations (Engine.reseed)
         row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn)
     finally:
         tr.model.train()

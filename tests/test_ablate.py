@@ -11,7 +11,7 @@ from scalerl.cli import main
 from scalerl.config import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.study import ablate, budget_overrides, fit_study, plan_runs, plan_variants, write_report
-from scalerl.study.runner import DONE_FILE
+from scalerl.study.runner import DONE_FILE, core_shares
 from scalerl.study.variants import fit_length_control
 
 
@@ -321,3 +321,26 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on(tmp_path):
     assert by["grpo"]["fit"] is None and by["dapo"]["fit"]["A"] == pytest.approx(0.7, abs=0.01)
     assert by["grpo"]["runs"][0]["failed"] == "non-finite loss at step 3"
     assert "failed: non-finite loss at step 3" in (tmp_path / "report.md").read_text()
+
+
+def test_core_shares_are_disjoint_and_even():
+    shares = core_shares(range(16), 6)
+    assert [len(s) for s in shares] == [3, 3, 3, 3, 2, 2]
+    assert sorted(c for s in shares for c in s) == list(range(16))
+    assert core_shares([0, 1], 3) == [[0], [1], [0]]          # more jobs than cores: shares repeat
+
+
+def test_jobs_train_runs_at_once_each_on_its_own_cores(tmp_path):
+    import os
+
+    quiet = [s for s in SMALL if s != "eval.every=1"] + ["eval.every=2", "rollout.length.type=none",
+                                                          "filter.zero_variance=false"]
+    report = ablate(tmp_path, leave_one_out=True, seeds=1, budget="2", overrides=quiet,
+                    only=["scalerl", "token-agg"], n_bootstrap=0, jobs=2, log=lambda m: None)
+    done = {c: json.loads((tmp_path / "runs" / c / "seed0" / DONE_FILE).read_text()) for c in ("scalerl", "token-agg")}
+    assert all(d["steps"] == 2 for d in done.values())
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:  # each run pinned to its own half of this process's cores
+        a, b = (set(d["cores"]) for d in done.values())
+        assert a and b and not a & b and a | b == set(cores)
+    assert {c["name"] for c in report["configs"] if c["runs"] and c["runs"][0]["evals"]} >= {"scalerl", "token-agg"}

@@ -27,7 +27,13 @@ def test_geometric_schedule_is_even_in_log_steps():
 
 
 def test_default_is_geometric_and_eval_every_picks_linear():
-    assert load_config("scalerl").eval.schedule == "geometric"
+    cfg = load_config("scalerl")
+    assert cfg.eval.schedule == "geometric"
+    # from where the first-half fit's window starts (fit_min_frac x half the run) to the end
+    steps = cfg.eval.steps(80)
+    first = 80 * cfg.eval.fit_min_frac / 2
+    assert steps[0] == round(first) and steps[-1] == 80 and len(steps) == cfg.eval.count
+    assert np.allclose(np.diff(np.log(steps)), np.log(80 / first) / (len(steps) - 1), atol=0.1)
     cfg = load_config("scalerl", overrides=["eval.every=3", "run.max_steps=10"])
     assert cfg.eval.schedule == "linear" and cfg.eval.steps(10) == [3, 6, 9, 10]
 

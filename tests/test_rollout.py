@@ -268,3 +268,12 @@ def test_the_default_interruption_fits_the_tiny_tokenizer():
     cfg = RolloutConfig()
     assert cfg.length.think_max + n + cfg.length.answer_budget == 56 + 14 + 32 <= cfg.max_new_tokens == 160
     check_budget(cfg, n)
+
+
+def test_reseed_repeats_the_samples_of_unchanged_weights(tok):
+    model = tiny_llama(len(tok), seed=4)
+    engine = Engine(model, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl()), seed=11)
+    first = [c.tokens for c in engine.generate(prompts(TEXTS), n=2)]
+    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] != first   # the stream moved on
+    engine.reseed()
+    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] == first   # common random numbers

@@ -30,6 +30,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=100, metavar="N", help="bootstrap replicas per fit")
     parser.add_argument("--report-only", action="store_true", help="train nothing; fit and report what is there")
     parser.add_argument("--progress", action="store_true", help="a progress bar per run")
+    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                        help="train N runs at once, each on its own share of the cores (default 1; on a GPU "
+                             "machine the runs share the GPU)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return value
 
 
 def _names(text: str) -> list[str]:
@@ -46,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     report = ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes, seeds=args.seeds,
            budget=args.budget, overrides=args.overrides, only=_names(args.only), x_col=args.x_col,
            n_bootstrap=args.bootstrap, report_only=args.report_only, progress=args.progress,
-           command=command_line(sys.argv[1:]))
+           command=command_line(sys.argv[1:]), jobs=args.jobs)
     failed = [f"{c['name']} seed {r['seed']}" for c in report["configs"] for r in c["runs"] if r["failed"]]
     if failed:
         print(f"scalerl: {len(failed)} run(s) failed ({', '.join(failed)}): see failed.json in their run directories "

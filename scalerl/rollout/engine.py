@@ -137,6 +137,14 @@ class Engine:
     def version(self) -> int:
         return self._version
 
+    def reseed(self) -> None:
+        """Restart the sampler's random streams from the engine's seed. The evaluation does this
+        before every evaluation, so successive evaluations draw the same random numbers (common
+        random numbers): where the weights have not changed a completion's outcome, it repeats,
+        and the difference between two evaluations is mostly the policy's, not the sampling's."""
+        self._gen.manual_seed(self.seed)
+        self._rng.seed(self.seed)
+
     def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
         """All `n` samples of every prompt, in prompt order then sample order."""
         self._sync_head()

@@ -16,11 +16,19 @@ stops the study rather than being recorded as the run's failure.
 A run that stops with a training error (`ScaleRLError`: a non-finite loss, no group with
 reward variance for 50 batches, ...) is recorded in `failed.json` and reported; the study goes
 on with the other runs and the command exits non-zero at the end.
+
+`jobs` > 1 trains that many runs at once, each in its own spawned process pinned to its own
+share of the cores (os.sched_setaffinity: a run splits what it is given between its generator
+and trainer as a lone run does), on one GPU too: a small model leaves most of one idle.
+Runs are still handed out seed-major. Compute is counted per run (FLOPs, and device-hours
+from that run's wall-clock and devices), so runs in parallel do not change each other's x axis
+in FLOPs; their device-hours stretch as on any loaded machine.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -131,6 +139,7 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
     tr = train_fn(spec.cfg, spec.run_dir, resume=status == "resumed", progress=progress)
     done = {"config": spec.variant.name, "seed": spec.seed, "steps": tr.state.step,
             "seconds_this_session": time.monotonic() - t0, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "notes": spec.notes}
     (spec.run_dir / DONE_FILE).write_text(json.dumps(done, indent=1))
     return status
@@ -148,13 +157,15 @@ def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: 
 
 
 def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
-              log: Callable[[str], None] = print) -> dict[str, int]:
+              log: Callable[[str], None] = print, jobs: int = 1) -> dict[str, int]:
     """Every run (finished ones skipped); returns how many were started/resumed/skipped/failed.
 
     Seed-major order: seed 0 of every configuration, then seed 1 of every one, ..., so a study
-    stopped part-way (it resumes later) already has every configuration to compare.
+    stopped part-way (it resumes later) already has every configuration to compare. `jobs` > 1:
+    that many at once, in spawned processes (module docstring; `train_fn` must then be None).
     """
     counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
+    todo = []
     for i, spec in enumerate(sorted(specs, key=lambda s: s.seed), 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
         if (spec.run_dir / "config.yaml").is_file():
@@ -162,19 +173,74 @@ def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progre
         if is_done(spec.run_dir):
             counts["skipped"] += 1
             log(f"{label}: finished earlier, skipped ({spec.run_dir})")
-            continue
-        log(f"{label}: training in {spec.run_dir}")
-        try:
-            status = run_one(spec, train_fn, progress)
-        except RunDirInUse:
-            raise  # another process trains this run: a study-wide problem, not this run's failure
-        except ScaleRLError as exc:
-            if not (spec.run_dir / "config.yaml").is_file():
-                raise  # the run could not even be set up (e.g. a bad directory): a study-wide problem
-            (spec.run_dir / FAILED_FILE).write_text(json.dumps({"error": str(exc)}, indent=1))
+        else:
+            todo.append((label, spec))
+    if jobs > 1 and len(todo) > 1:
+        if train_fn is not None:
+            raise ValueError("run_study: jobs > 1 trains in spawned processes, with the default train only")
+        outcomes = _run_parallel(todo, min(jobs, len(todo)), progress, log)
+    else:
+        outcomes = (_outcome(label, spec, lambda s=spec: run_one(s, train_fn, progress), log) for label, spec in todo)
+    for label, spec, status, error in outcomes:
+        if error is not None:
+            (spec.run_dir / FAILED_FILE).write_text(json.dumps({"error": error}, indent=1))
             counts["failed"] += 1
-            log(f"{label}: FAILED: {exc}")
-            continue
-        counts[status] += 1
-        log(f"{label}: {status} and finished")
+            log(f"{label}: FAILED: {error}")
+        else:
+            counts[status] += 1
+            log(f"{label}: {status} and finished")
     return counts
+
+
+def _outcome(label: str, spec: RunSpec, train: Callable[[], str], log: Callable[[str], None]):
+    """(label, spec, status, error) of one run; a study-wide problem is raised, not recorded."""
+    log(f"{label}: training in {spec.run_dir}")
+    try:
+        return label, spec, train(), None
+    except RunDirInUse:
+        raise  # another process trains this run: a study-wide problem, not this run's failure
+    except ScaleRLError as exc:
+        if not (spec.run_dir / "config.yaml").is_file():
+            raise  # the run could not even be set up (e.g. a bad directory): a study-wide problem
+        return label, spec, None, str(exc)
+
+
+def core_shares(cores: Sequence[int], jobs: int) -> list[list[int]]:
+    """`cores` dealt into `jobs` disjoint, contiguous shares as even as possible (a job gets at
+    least one core: with fewer cores than jobs, shares repeat)."""
+    cores = list(cores)
+    if jobs > len(cores):
+        return [[cores[i % len(cores)]] for i in range(jobs)]
+    size, extra = divmod(len(cores), jobs)
+    out, at = [], 0
+    for j in range(jobs):
+        n = size + (j < extra)
+        out.append(cores[at:at + n])
+        at += n
+    return out
+
+
+def _pin_worker(shares) -> None:
+    """ProcessPoolExecutor initializer: take one core share and run on it alone."""
+    import os
+
+    os.sched_setaffinity(0, shares.get())
+
+
+def _run_parallel(todo: list[tuple[str, RunSpec]], jobs: int, progress: bool, log: Callable[[str], None]):
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = mp.get_context("spawn")
+    shares = ctx.Queue()
+    for share in core_shares(sorted(os.sched_getaffinity(0)), jobs):
+        shares.put(share)
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_pin_worker, initargs=(shares,)) as pool:
+        futures = {}
+        for label, spec in todo:
+            log(f"{label}: queued ({spec.run_dir})")
+            futures[pool.submit(run_one, spec, None, progress)] = (label, spec)
+        for fut in as_completed(futures):
+            label, spec = futures[fut]
+            yield _outcome(label, spec, fut.result, lambda _msg: None)

@@ -17,7 +17,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
            x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
-           log: Callable[[str], None] = print) -> dict:
+           log: Callable[[str], None] = print, jobs: int = 1) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
 
     `only` restricts the runs trained this time to the named configurations (the report still
@@ -34,7 +34,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     write_plan(Path(out), specs, base, overrides, budget)
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
-        counts = run_study(todo, train_fn, progress, log)
+        counts = run_study(todo, train_fn, progress, log, jobs)
         log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
             f"{counts['failed']} failed")
     configs = fit_study(specs, x_col, n_bootstrap)
