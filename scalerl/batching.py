@@ -28,7 +28,7 @@ trains on advantages made of length alone.
 Departures from the paper (filtering):
 1. Dynamic sampling stops after `max_draws` prompts (default 4 x the target, DAPO's
    `max_num_gen_batches` idea) and returns whatever survived, so a task the model has
-   saturated cannot loop forever; `BatchFiller.exhausted` reports it.
+   saturated cannot loop forever; `BatchFiller.exhausted` reports it (`batch/exhausted`).
 
 ## Collectors
 
@@ -162,7 +162,7 @@ class BatchFiller:
 
     def metrics(self) -> dict[str, float]:
         return {"batch/groups": float(len(self.groups)), "batch/drawn": float(self.n_drawn),
-                "batch/zero_variance_dropped": float(self.n_dropped),
+                "batch/zero_variance_dropped": float(self.n_dropped), "batch/exhausted": float(self.exhausted),
                 "batch/extra_prompts": float(self.extra_prompts), "batch/empty": float(self.empty)}
 
 @dataclass

@@ -31,7 +31,7 @@ from scalerl.rewards import training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import FIT_X, ComputeMeter, StepCompute
-from scalerl.run.metrics import MetricsWriter, roll_back
+from scalerl.run.metrics import METRICS_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
@@ -168,7 +168,6 @@ class Trainer:
         self.state = TrainState()
         self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
                                            "groups_drawn": 0}
-        self.evals: list[tuple[float, float]] = []
         kl = uses_reference(cfg.loss)
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if kl else None
@@ -197,7 +196,6 @@ class Trainer:
             self.curriculum.load_state_dict(self.state.curriculum)
         self.meter.load_state_dict(self.state.compute)
         self.counters.update(self.state.counters)
-        self.evals = [tuple(e) for e in self.state.evals]
         roll_back(self.run_dir, self.state.metrics_offset)
 
     def checkpoint(self, metrics: MetricsWriter, sampler_state: dict) -> None:
@@ -206,7 +204,6 @@ class Trainer:
         self.state.sampler = sampler_state
         self.state.metrics_offset = metrics.offset()
         self.state.counters = dict(self.counters)
-        self.state.evals = [list(e) for e in self.evals]
         save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state)
 
 
@@ -271,6 +268,16 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     return tr
 
 
+def eval_curve(run_dir) -> list[tuple[float, float]]:
+    """(FIT_X, val/pass_rate) of every evaluation so far, from the run's metrics.jsonl (rolled back
+    to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [(r[FIT_X], r["val/pass_rate"]) for r in read_rows(path)
+            if r.get("kind") == "eval" and r.get(FIT_X) is not None and r.get("val/pass_rate") is not None]
+
+
 def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
     cfg = tr.cfg
     t0 = time.monotonic()
@@ -286,9 +293,9 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
         torch.set_num_threads(threads)
         mode.resume()
     totals = tr.meter.totals()
-    tr.evals.append((totals[FIT_X], row["val/pass_rate"]))
     row.update(totals)
-    row.update(live_forecast(tr.evals, cfg.eval.fit_min_frac))
+    curve = [*eval_curve(tr.run_dir), (totals[FIT_X], row["val/pass_rate"])]   # metrics.jsonl: the one record
+    row.update(live_forecast(curve, cfg.eval.fit_min_frac))
     row["time/eval"] = time.monotonic() - t0
     return {"step": tr.state.step, "kind": "eval", **row}
 
@@ -311,7 +318,7 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
         "tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9), "version": tr.state.step,
     })
     row.update({f"time/{name}": seconds for name, seconds in times.items()})
-    row.update({"curriculum/pool_size": len(tr.comps.task) if hasattr(tr.comps.task, "__len__") else 0,
+    row.update({"curriculum/pool_size": len(tr.comps.task),
                 "curriculum/epoch": mode.sampler_state().get("epoch", 0)})
     return row
 
@@ -379,7 +386,7 @@ class Stages:
         """The step-0 evaluation and checkpoint of a fresh run; then wait for the generator (its
         start-up is not compute: the clocks start once it can generate)."""
         tr = self.tr
-        if tr.state.step == 0 and not tr.evals:
+        if tr.state.step == 0 and not eval_curve(tr.run_dir):
             self.evaluate()
             self.checkpoint()
         self.t_start = time.monotonic() - tr.counters.get("train_seconds", 0.0)  # carries on after a resume
@@ -497,7 +504,8 @@ class Stages:
         """Stopped by `run.max_minutes`: end on an evaluation and a checkpoint."""
         tr = self.tr
         if not self.done():
-            if tr.evals[-1][0] < tr.meter.totals()[FIT_X]:
+            curve = eval_curve(tr.run_dir)
+            if not curve or curve[-1][0] < tr.meter.totals()[FIT_X]:
                 self.evaluate()
             self.checkpoint()
         self.bar.close()

@@ -10,8 +10,8 @@
   answer it gives up on) goes nowhere; the text it parses is capped at `MATH_MAX_CHARS`.
 A completion passes iff its score reaches `cfg.threshold` (default 1.0); with
 `cfg.partial_credit` a failing one earns `fail + score * (pass - fail)`. A checker that raises
-or times out scores `cfg.fail_value`, records the error on the completion and is counted
-(`RewardFn.metrics()`); a check slower than `cfg.slow_s` (or timed out) sets `reward_slow`.
+or times out scores `cfg.fail_value`, records the error on the completion (`reward_error`; the run's `train/reward_errors` counts
+them per step); a check slower than `cfg.slow_s` (or timed out) sets `reward_slow`.
 
 The checker reads the answer only (`answer_section`): the text after the last `</think>` by
 default, or after a configurable marker (`task.answer_marker`: `Answer:`, or an opening tag
@@ -186,7 +186,8 @@ class CheckerPool:
 
 
 class RewardFn:
-    """Scores completions in place; thread-safe; counts checks, errors, timeouts and slow checks."""
+    """Scores completions in place (passed, reward, reward_error, reward_slow); thread-safe. The
+    run's metrics count errors and slow checks per step from those fields (`group_stats`)."""
 
     def __init__(self, task, cfg, pool_size: int = 2):
         self.task = task
@@ -194,7 +195,6 @@ class RewardFn:
         self._pool_size = pool_size
         self._pool: CheckerPool | None = None
         self._lock = threading.Lock()
-        self.counts = {"checked": 0, "passed": 0, "errors": 0, "timeouts": 0, "slow": 0}
 
     def __call__(self, prompt: Prompt, completion: Completion) -> None:
         score, error, seconds = 0.0, None, 0.0
@@ -211,12 +211,6 @@ class RewardFn:
         completion.reward = self._reward(passed, score if error is None else 0.0)
         completion.reward_error = error
         completion.reward_slow = slow
-        with self._lock:
-            self.counts["checked"] += 1
-            self.counts["passed"] += passed
-            self.counts["errors"] += error is not None
-            self.counts["timeouts"] += (error or "").startswith("timeout")
-            self.counts["slow"] += slow
 
     def _reward(self, passed: bool, score: float) -> float:
         if passed:
@@ -234,11 +228,6 @@ class RewardFn:
             if self._pool is None:
                 self._pool = CheckerPool(self._pool_size)
         return self._pool.call_timed(self.task.checker, (text, prompt), self.cfg.timeout_s)
-
-    def metrics(self) -> dict:
-        """Cumulative counts: checked, passed, errors (incl. timeouts), timeouts, slow."""
-        with self._lock:
-            return dict(self.counts)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -25,6 +25,7 @@ class FakeGenerator:
         self.length = length
         self.slots = slots
         self.step_seconds = step_seconds
+        self.seed = seed
         self.rng = random.Random(seed)
         self.eos = eos
         self._version = 0
@@ -39,6 +40,9 @@ class FakeGenerator:
         with self._lock:
             self._version = version
             self.updates.append(version)
+
+    def reseed(self) -> None:
+        self.rng.seed(self.seed)
 
     def _new(self, prompt: Prompt, i: int) -> dict:
         return {"prompt": prompt, "i": i, "n": self.rng.randint(*self.length), "tokens": [], "versions": []}
@@ -99,9 +103,15 @@ class FakeGenerator:
 
 
 class FakeTask:
-    """Endless prompts "<i>=" with answer "", for loop tests that do not need a real checker."""
+    """A pool of `train_size` prompts "<i>=" with answer "", for loop tests that do not need a
+    real checker (a `scalerl.tasks.Task`: indices past the pool still generate)."""
 
     name = "fake"
+    train_size = 1024
+    isolate_checker = False
+
+    def __len__(self) -> int:
+        return self.train_size
 
     def train_prompt(self, index: int) -> Prompt:
         return Prompt(id=f"fake/train/{index}", text=f"{index}=", answer="")

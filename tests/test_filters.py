@@ -51,7 +51,7 @@ def test_dapo_dynamic_sampling_keeps_drawing_past_all_correct_unequal_length_gro
     joined = [f.add(g) for g in offered]
     assert joined == [False, True, False, True] and f.full
     assert f.metrics() == {"batch/groups": 2.0, "batch/drawn": 4.0, "batch/zero_variance_dropped": 2.0,
-                           "batch/extra_prompts": 2.0, "batch/empty": 0.0}
+                           "batch/exhausted": 0.0, "batch/extra_prompts": 2.0, "batch/empty": 0.0}
 
 
 @pytest.mark.parametrize("recipe,kept", [("magistral", ["mixed"]), ("scalerl", ["mixed"]),

@@ -187,7 +187,7 @@ def test_prompt_limit_defaults_to_the_model_context(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- the maths checker on hostile answers
-def test_100k_latex_answer_is_bounded_silent_and_counted_slow(tmp_path, capfd):
+def test_100k_latex_answer_is_bounded_and_silent(tmp_path, capfd):
     path = _jsonl(tmp_path / "m.jsonl", [{"problem": f"{i}+{i}?", "answer": str(2 * i)} for i in range(4)])
     task = get_task(TaskConfig(name="file", path=str(path), val_size=1))
     fn = RewardFn(task, RewardConfig(timeout_s=3.0, slow_s=0.5), pool_size=1)
@@ -204,4 +204,3 @@ def test_100k_latex_answer_is_bounded_silent_and_counted_slow(tmp_path, capfd):
     assert elapsed < 3 * 3.0 + 10                                  # each answer within the timeout (+ respawns)
     out = capfd.readouterr()
     assert "frac" not in out.out + out.err                         # the checker's own output stays out
-    assert fn.metrics()["slow"] == sum(c.reward_slow for c in [good, *comps])

@@ -28,7 +28,6 @@ def test_exact_rewards_plus_minus_one_and_zero_one():
         fn(PROMPT, bad)
         assert (good.reward, bad.reward) == expected
         assert (good.passed, bad.passed, good.reward_error, bad.reward_error) == (True, False, None, None)
-    assert pm.metrics() == {"checked": 2, "passed": 1, "errors": 0, "timeouts": 0, "slow": 0}
 
 
 def test_adversarial_100kB_strings_fail_fast():
@@ -66,7 +65,7 @@ def test_raising_checker_scores_fail_and_is_counted():
         fn(Prompt(id="p", text="", answer=ans), c)
     assert [c.reward for c in comps] == [-1.0, 1.0, -1.0]
     assert comps[0].reward_error == "ValueError: checker bug"
-    assert fn.metrics() == {"checked": 3, "passed": 1, "errors": 2, "timeouts": 0, "slow": 0}
+    assert [c.reward_error is not None for c in comps] == [True, False, True]
 
 
 @pytest.fixture
@@ -93,7 +92,7 @@ def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
     assert [c.reward for c in comps] == [1.0, -1.0, 1.0, -1.0]   # the killed worker was replaced
     assert comps[1].reward_error.startswith("timeout")
     assert "checker bug" in comps[3].reward_error
-    assert pooled.metrics() == {"checked": 4, "passed": 2, "errors": 2, "timeouts": 1, "slow": 1}
+    assert [c.reward_error is not None for c in comps] == [False, True, False, True]
     assert [c.reward_slow for c in comps] == [False, True, False, False]
 
 
@@ -111,4 +110,4 @@ def test_math_verify_on_user_data_from_a_thread(tmp_path):
     th.join(timeout=120)
     fn.close()
     assert [c.passed for c in comps] == [True, False, False]
-    assert fn.metrics()["checked"] == 3
+    assert all(c.reward_error is None for c in comps[:2])

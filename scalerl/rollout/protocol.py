@@ -1,7 +1,7 @@
 """The `Generator` protocol: what the pipeline needs from a rollout engine.
 
 `scalerl.rollout.Engine` (our own KV-cache decoding loop) implements it; another engine (vLLM on
-GPU, a remote server) plugs in by providing the same four members.
+GPU, a remote server) plugs in by providing the same five members.
 """
 
 from __future__ import annotations
@@ -37,4 +37,9 @@ class Generator(Protocol):
     def update_weights(self, state_dict: Mapping[str, object], version: int) -> None:
         """Thread-safe. New weights, used from the next decode step on (in flight: sequences in
         progress continue on their existing KV cache)."""
+        ...
+
+    def reseed(self) -> None:
+        """Restart the sampling random streams from the generator's seed (the evaluation calls it
+        before each evaluation: common random numbers across evaluations)."""
         ...

@@ -50,7 +50,6 @@ class TrainState:
     sampler: dict[str, int] = field(default_factory=dict)     # CurriculumSampler.state_dict()
     metrics_offset: int = 0               # byte length of metrics.jsonl when saved
     counters: dict[str, int] = field(default_factory=dict)    # skipped/dropped/stale totals
-    evals: list[list[float]] = field(default_factory=list)    # (compute, pass rate) so far
 
 
 class DamagedCheckpoint(ScaleRLError):
@@ -180,6 +179,7 @@ def read_state(path: Path) -> TrainState:
     names = {f.name: f for f in fields(TrainState)}
     if isinstance(data, dict):
         data.pop("generator_seed", None)  # written by earlier versions, never read
+        data.pop("evals", None)           # likewise: the evaluation curve is read from metrics.jsonl
     if not isinstance(data, dict) or set(data) - set(names):
         raise DamagedCheckpoint(file, f"unexpected content (expected the keys {sorted(names)})")
     for key in ("step", "metrics_offset"):
