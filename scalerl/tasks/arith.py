@@ -97,20 +97,40 @@ MIXES: dict[str, tuple[tuple[Level, float], ...]] = {
 
 
 def parse_mix(name: str) -> tuple[tuple[Level, float], ...]:
-    """`arith`, `arith-easy`, or `arith-<D>` / `arith-<K>x<D>` (K operands of D digits)."""
+    """`arith`, `arith-easy`, `arith-<D>` / `arith-<K>x<D>` (K operands of D digits), or a weighted
+    mix `arith-<K>x<D>:<w>,<K>x<D>:<w>,...` (e.g. `arith-2x2:0.62,2x16:0.38`; weights normalised)."""
     if name in MIXES:
         return MIXES[name]
     spec = name.removeprefix("arith-")
+    parts = [p.partition(":") for p in spec.split(",")]
+    if len(parts) == 1 and not parts[0][1]:
+        return ((_level(name, spec), 1.0),)
+    mix = []
+    for level, colon, weight in parts:
+        try:
+            w = float(weight)
+        except ValueError:
+            w = -1.0
+        if not colon or not w > 0:
+            raise ScaleRLError(f"task.name {name!r}: in a mix every part is '<operands>x<digits>:<weight>' with a "
+                               f"positive weight, got {level + colon + weight!r}")
+        mix.append((_level(name, level), w))
+    total = sum(w for _, w in mix)
+    return tuple((lv, w / total) for lv, w in mix)
+
+
+def _level(name: str, spec: str) -> Level:
     ops, _, digits = spec.rpartition("x")
     try:
         level = Level(int(ops) if ops else 2, int(digits))
     except ValueError:
         raise ScaleRLError(
-            f"task.name {name!r}: expected one of {sorted(MIXES)} or 'arith-<digits>' / 'arith-<operands>x<digits>'"
+            f"task.name {name!r}: expected one of {sorted(MIXES)}, 'arith-<digits>' / 'arith-<operands>x<digits>' "
+            "or a mix 'arith-<operands>x<digits>:<weight>,...'"
         ) from None
     if not (2 <= level.operands <= 9 and 1 <= level.digits <= 48):
         raise ScaleRLError(f"task.name {name!r}: operands must be 2..9 and digits 1..48")
-    return ((level, 1.0),)
+    return level
 
 
 # ---------------------------------------------------------------- problem -> text
