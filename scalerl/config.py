@@ -304,7 +304,8 @@ class EvalConfig(_Section):
 class RunConfig(_Section):
     seed: int = Field(0, description="global seed (sampling, curriculum order)")
     max_steps: int = Field(80, ge=1, description="optimizer steps to run")
-    max_minutes: float | None = Field(None, gt=0, description="stop after this much wall-clock training time")
+    max_minutes: float | None = Field(None, gt=0, description="stop after this much wall-clock training time "
+                                      "(evaluations and checkpoints not counted)")
     checkpoint_every: int = Field(25, ge=1, description="save a checkpoint every N optimizer steps")
     threads: int | None = Field(None, ge=1, description="torch threads (default: split the cores between generator "
                                 "and trainer); at most the cores this process may use")

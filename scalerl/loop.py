@@ -482,10 +482,12 @@ class Stages:
             self.tr.checkpoint(self.metrics, self.mode.sampler_state())
 
     def pause_for(self, stage: Callable[[], None]) -> None:
-        """Run `stage` off the step clock (evaluation and checkpoint time is not step time)."""
+        """Run `stage` off the step clock and off `run.max_minutes` (evaluation and checkpoint
+        time is neither step time nor training time)."""
         t0 = time.monotonic()
         stage()
         self.last += time.monotonic() - t0
+        self.t_start += time.monotonic() - t0
 
     def every(self) -> None:
         """Evaluate on the `eval` schedule and checkpoint every `run.checkpoint_every`, and at the end."""
