@@ -344,3 +344,14 @@ def test_jobs_train_runs_at_once_each_on_its_own_cores(tmp_path):
         a, b = (set(d["cores"]) for d in done.values())
         assert a and b and not a & b and a | b == set(cores)
     assert {c["name"] for c in report["configs"] if c["runs"] and c["runs"][0]["evals"]} >= {"scalerl", "token-agg"}
+
+
+def test_k_sweep_and_precision_variants(tmp_path):
+    specs = plan_runs(plan_variants("scalerl", k_sweep=True, precision=True), 1, tmp_path)
+    from scalerl.study.study import drop_no_ops
+
+    kept = {s.variant.name: s.cfg for s in drop_no_ops(specs, "scalerl", lambda m: None)}
+    assert "pipeline-k8" not in kept                               # the base's own k: the base itself
+    assert [kept[f"pipeline-k{k}"].pipeline.k for k in (1, 2, 4)] == [1, 2, 4]
+    assert kept["bf16-trunk"].model.compute_dtype == "bf16" and kept["bf16-trunk"].model.fp32_head is True
+    assert kept["bf16-trunk-no-fp32-head"].model.fp32_head is False

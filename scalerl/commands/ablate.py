@@ -14,6 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default="scalerl", help="recipe the leave-one-out variants start from (default: scalerl)")
     parser.add_argument("--leave-one-out", action="store_true",
                         help="add the base's leave-one-out variants (one ScaleRL component swapped each, paper Fig. 7)")
+    parser.add_argument("--k-sweep", action="store_true",
+                        help="add PipelineRL k = 1, 2, 4, 8 (the base's own k is the base; paper Fig. 4)")
+    parser.add_argument("--precision", action="store_true",
+                        help="add a bf16 trunk with and without the FP32 head (paper Fig. 5b)")
     parser.add_argument("--recipes", default="", metavar="A,B,...",
                         help="recipes to compare with the base, e.g. grpo,dapo,gspo,magistral,minimax (paper Fig. 2)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per configuration (paper: 3)")
@@ -56,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     recipes = _names(args.recipes)
     for name in [args.base, *recipes]:
         recipe_path(name)  # a clear error for an unknown recipe before anything runs
-    report = ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes, seeds=args.seeds,
+    report = ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes,
+                    k_sweep=args.k_sweep, precision=args.precision, seeds=args.seeds,
            budget=args.budget, overrides=args.overrides, only=_names(args.only), x_col=args.x_col,
            n_bootstrap=args.bootstrap, report_only=args.report_only, progress=args.progress,
            command=command_line(sys.argv[1:]), jobs=args.jobs)

@@ -14,6 +14,7 @@ from scalerl.study.variants import plan_variants, variants_table
 
 
 def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
+           k_sweep: bool = False, precision: bool = False,
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
            x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
@@ -25,7 +26,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     """
     from scalerl.errors import ScaleRLError
 
-    variants = plan_variants(base, leave_one_out, tuple(recipes))
+    variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision)
     unknown = set(only) - {v.name for v in variants}
     if unknown:
         raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "

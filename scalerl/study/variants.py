@@ -50,16 +50,33 @@ LEAVE_ONE_OUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("length-penalty", "forced interruptions -> length penalty", ("rollout.length.type=penalty",)),
 )
 
+# PipelineRL's k (paper Fig. 4: k = 8 beat k = 1 .. 4 on efficiency); the base's own k is not repeated
+K_SWEEP = (1, 2, 4, 8)
+
+# the FP32 head with a bf16 trunk (paper Fig. 5b: the head in fp32 raised the ceiling); on a CPU
+# the base computes in fp32 (`model.compute_dtype=auto`), where the head's precision cannot matter
+PRECISION: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("bf16-trunk", "fp32 -> bf16 trunk (FP32 head kept)", ("model.compute_dtype=bf16",)),
+    ("bf16-trunk-no-fp32-head", "fp32 -> bf16 trunk, FP32 head -> off",
+     ("model.compute_dtype=bf16", "model.fp32_head=false")),
+)
+
 RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
 
 
-def plan_variants(base: str = "scalerl", leave_one_out: bool = False,
-                  recipes: tuple[str, ...] = ()) -> list[Variant]:
-    """The base first, then the other recipes, then the leave-one-out variants of the base."""
+def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: tuple[str, ...] = (),
+                  k_sweep: bool = False, precision: bool = False) -> list[Variant]:
+    """The base first, then the other recipes, then the leave-one-out variants of the base, the
+    PipelineRL k-sweep (`pipeline-k<N>` for every N of `K_SWEEP`; the one equal to the base is
+    left out by the study as a no-op) and the bf16-trunk pair (`PRECISION`)."""
     variants = [Variant(base, base, (), "base")]
     variants += [Variant(r, r, (), f"recipe {r}") for r in recipes if r != base]
     if leave_one_out:
         variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in LEAVE_ONE_OUT]
+    if k_sweep:
+        variants += [Variant(f"pipeline-k{k}", base, (f"pipeline.k={k}",), f"PipelineRL k -> {k}") for k in K_SWEEP]
+    if precision:
+        variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in PRECISION]
     return variants
 
 
