@@ -357,7 +357,7 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
            "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
            "curve has not bent enough to pin its ceiling).", ""]
-    md += ["## Predictability: fit on the first half of the evaluations vs the final evaluation", "",
+    md += ["## Predictability: a fit on the first half of the compute vs the mean of the last three evaluations", "",
            predictability_markdown(configs), ""]
     if plotted:
         md += ["## Plots", "", "![fitted curves](fits.png)", "", "![linearised view](fits_linearised.png)", ""]
