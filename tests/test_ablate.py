@@ -117,7 +117,7 @@ def _write_run(run_dir, A, B=1.5, C_mid=1.0, R0=0.1):
     x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
     y = np.where(x > 0, sigmoid(np.maximum(x, 1e-12), A, B, C_mid, R0), R0)
     run_dir.mkdir(parents=True)
-    rows = [{"step": i, "kind": "eval", "compute/device_hours": float(c), "val/pass_rate": float(v)}
+    rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
             for i, (c, v) in enumerate(zip(x, y))]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / DONE_FILE).write_text("{}")
@@ -132,7 +132,7 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
         key = (s.variant.name, s.seed)
         finals[key], ends[key] = _write_run(s.run_dir, TRUE_A[s.variant.name] + (0.005 if s.seed else -0.005))
     configs = fit_study(specs, n_bootstrap=20)
-    data = write_report(tmp_path, configs, "scalerl", "compute/device_hours", "table")
+    data = write_report(tmp_path, configs, "scalerl", "compute/flops", "table")
     assert [c["name"] for c in data["configs"]] == ["prompt-norm", "scalerl", "token-agg"]
     for c in data["configs"]:
         assert c["fit"]["A"] == pytest.approx(TRUE_A[c["name"]], abs=0.01)
@@ -192,12 +192,12 @@ def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_
             y = np.where(x > 0, 0.1 + 0.3 * np.sqrt(np.maximum(x, 0) / 8.0), 0.1)
             spec.run_dir.mkdir(parents=True)
             spec.run_dir.joinpath("metrics.jsonl").write_text("".join(
-                json.dumps({"step": i, "kind": "eval", "compute/device_hours": float(c), "val/pass_rate": float(v)})
+                json.dumps({"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)})
                 + "\n" for i, (c, v) in enumerate(zip(x, y))))
             (spec.run_dir / DONE_FILE).write_text("{}")
         else:
             _write_run(spec.run_dir, TRUE_A.get(spec.variant.name, 0.7))
-    data = write_report(tmp_path, fit_study(specs, n_bootstrap=5), "scalerl", "compute/device_hours", "table")
+    data = write_report(tmp_path, fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
     by = {c["name"]: c for c in data["configs"]}
     assert by["grpo"]["A_on_edge"] is True and by["grpo"]["fit"]["A"] == pytest.approx(1.0, abs=1e-6)
     assert by["grpo"]["vs_base"]["A_differs"] is None
@@ -308,7 +308,7 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on(tmp_path):
 
     def _write_run_rows(run_dir):
         x = np.linspace(0.05, 8.0, 12)      # evenly spaced in compute, as a run evaluates
-        rows = [{"step": i, "kind": "eval", "compute/device_hours": float(c),
+        rows = [{"step": i, "kind": "eval", "compute/flops": float(c),
                  "val/pass_rate": float(sigmoid(c, 0.7, 1.5, 1.0, 0.1))} for i, c in enumerate(x)]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 

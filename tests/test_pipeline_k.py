@@ -44,6 +44,9 @@ class _TwoPrompts:
 
     name = "two"
 
+    def __len__(self) -> int:
+        return 2
+
     def train_prompt(self, index: int) -> Prompt:
         return Prompt(id=f"two/{index % 2}", text=f"{index % 2}=", answer="")
 

@@ -156,8 +156,15 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
     assert [g["strategy"] for g in groups] == ["PACK"] and all(g["state"] == "REMOVED" for g in groups)
 
 
+class _Endless:
+    """An endless task (no `__len__`): the sampler draws indices 0, 1, 2, ... in order."""
+
+    def train_prompt(self, index: int) -> Prompt:
+        return FakeTask().train_prompt(index)
+
+
 def test_shards_are_disjoint_and_cover_the_stream():
-    task = FakeTask()
+    task = _Endless()
     shards = [ShardSampler(CurriculumSampler(task, None, seed=0), r, 3, {"seed": 0, "epoch": 0, "position": 0})
               for r in range(3)]
     drawn = [[s.next().id for _ in range(4)] for s in shards]

@@ -222,12 +222,15 @@ def test_reward_to_pass(tmp_path):
 
 
 def test_scalerl_preset_reads_its_own_compute_column(tmp_path):
-    rows = [{"step": i, "kind": "eval", "compute/device_hours": 0.5 * i, "val/pass_rate": curve(i),
-             "compute/tokens_trained": 100.0 * i, "compute/tokens_generated": 300.0 * i} for i in range(30)]
+    rows = [{"step": i, "kind": "eval", "compute/device_hours": 0.5 * i, "compute/flops": 7e9 * i ** 1.1,
+             "val/pass_rate": curve(i), "compute/tokens_trained": 100.0 * i, "compute/tokens_generated": 300.0 * i}
+            for i in range(30)]
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    s = read_run(tmp_path, preset="scalerl")
-    np.testing.assert_allclose(s.x, 0.5 * np.arange(30))
+    s = read_run(tmp_path, preset="scalerl")                      # the axis scalerl train fits: FLOPs
+    np.testing.assert_allclose(s.x, 7e9 * np.arange(30) ** 1.1)
+    h = read_run(tmp_path, preset="scalerl", x="compute/device_hours")
+    np.testing.assert_allclose(h.x, 0.5 * np.arange(30))
     t = read_run(tmp_path, preset="scalerl", compute=Compute("tokens", params=10.0))
     np.testing.assert_allclose(t.x, [6 * 10 * 100 * i + 2 * 10 * 300 * i for i in range(30)])
 
