@@ -24,5 +24,5 @@ for dtype in bf16 fp32; do
     step "generate-$dtype" 240 "$PY" benchmarks/generate.py --model smollm2-shape-random --device cuda \
         --dtype "$dtype" --seqs 256 --new-tokens 128 --repeats 2
 done
-step vs_trl 480 "$PY" benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --steps 6 \
-    --eval-prompts 16 --eval-samples 2
+step vs_trl 480 "$PY" benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --minutes 1 \
+    --eval-every 1000 --eval-prompts 16 --eval-samples 2 --max-new-tokens 32 --set rollout.length.type=none

@@ -21,7 +21,7 @@ Target (issue 15): scalerl at least 3x the faster TRL on each.
 
     .venv/bin/python benchmarks/vs_trl.py                          # 3 x 20 min of training, plus evaluations
     .venv/bin/python benchmarks/vs_trl.py --minutes 5 --skip-bf16
-    .venv/bin/python benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --minutes 2   # throughput only
+    .venv/bin/python benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --minutes 2 --eval-every 1000   # throughput only
     .venv/bin/python benchmarks/vs_trl.py --model tiny --task arith --minutes 1    # the plumbing, in minutes
 
 Timings depend on the machine's load: compare sides only within one invocation, on an idle machine.
