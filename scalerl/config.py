@@ -74,6 +74,9 @@ class TaskConfig(_Section):
         default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
                                           "{<dataset>: {options}} per dataset")
     weights: list[float] | None = Field(None, description="reasoning-gym mix weights, one per dataset (none: equal)")
+    shots: int = Field(0, ge=0, le=8, description="reasoning-gym, instruct models: solved examples shown as earlier "
+                       "chat turns before each question (answer in <answer> tags), for small models that do not "
+                       "follow the format otherwise; drawn apart from the pool and the validation set")
     system_prompt: str | None = Field(
         None, description="system turn for instruct models on reasoning-gym tasks (none: reasoning-gym's 'default')")
     answer_marker: str | None = Field(
@@ -671,6 +674,9 @@ PROFILES: dict[tuple[str, str], dict[str, Any]] = {
         "rollout.length.think_min": 160, "rollout.length.think_max": 176, "rollout.length.answer_budget": 48,
         "batch.prompts": 8, "batch.generations": 8,
         "eval.prompts": 64, "eval.samples": 2, "task.val_size": 128,
+        # three solved examples as chat turns: without them the 135M model never wrote <answer>
+        # tags (0 of 20 samples tagged on rg:chain_sum); with them every sample was tagged
+        "task.shots": 3,
     },
 }
 

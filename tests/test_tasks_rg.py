@@ -69,6 +69,21 @@ def test_thinking_format_opens_think_and_reads_the_answer_after_it():
     assert unfinished.passed is False
 
 
+def test_shots_show_solved_examples_kept_out_of_pool_and_validation():
+    import reasoning_gym
+
+    task = get_task(TaskConfig(name="rg:chain_sum", train_size=30, val_size=8, seed=3, shots=2), _ChatTokenizer())
+    shots = reasoning_gym.create_dataset("chain_sum", seed=3 + 2_000_006, size=8)   # the third seed's first two
+    p = task.train_prompt(0)
+    turns = [f"<|user|>{shots[i]['question']}<|assistant|><answer>{shots[i]['answer']}</answer>" for i in (0, 1)]
+    assert p.text.startswith("<|system|>") and "".join(turns) in p.text
+    assert p.text.endswith(f"<|user|>{p.meta['question']}<|assistant|>")
+    asked = {task.train_prompt(i).meta["question"] for i in range(30)} | {q.meta["question"] for q in task.val_prompts(8)}
+    assert not asked & {shots[0]["question"], shots[1]["question"]}
+    with pytest.raises(ScaleRLError, match="task.shots applies to reasoning-gym"):
+        get_task(TaskConfig(name="arith", shots=1))
+
+
 def test_partial_credit_and_threshold_use_the_dataset_score():
     task = get_task(TaskConfig(name="rg:chain_sum", train_size=10, val_size=4))
     p = task.train_prompt(0)

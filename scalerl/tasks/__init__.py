@@ -61,7 +61,10 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
 
         return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
                       val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
-                      answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train)
+                      answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
+                      shots=cfg.shots)
+    if cfg.shots:
+        raise ScaleRLError(f"task.shots applies to reasoning-gym tasks (rg:...), not {cfg.name!r}")
     if cfg.options or cfg.weights:
         raise ScaleRLError(f"task.options / task.weights apply to reasoning-gym tasks (rg:...), not {cfg.name!r}")
     if cfg.name == "arith" or cfg.name.startswith("arith-"):

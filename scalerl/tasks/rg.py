@@ -16,6 +16,10 @@ generator (`create_dataset(name, seed=, size=, **options)`) and a verifier
   prompt (`task.system_prompt` to change it): its "DeepSeekZero" prompt with a `<think>`
   opened after the generation prompt when the recipe interrupts thinking, its "default"
   prompt otherwise. Tokenizers without a template get the bare question (+ `<think>`).
+- **Examples** (`task.shots` = k > 0, instruct models): k solved entries shown as earlier chat
+  turns (the question, then `<answer>answer</answer>`) before each question. They come from
+  the generator under a third seed, and their questions are kept out of the pool and the
+  validation set. A 135M model that ignores the system prompt's format often follows examples.
 - **Scoring**: the answer is the content of the last `<answer>...</answer>` of the answer
   section (`task.answer_marker`, default `<answer>`; with `</think>`, the tags after it),
   scored with the dataset's `score_answer`; `RewardFn` passes it iff the score reaches
@@ -40,6 +44,7 @@ from scalerl.types import Prompt
 ANSWER_TAG = "<answer>"
 RG_ANSWER_MAX_CHARS = 2048
 _VAL_SEED_OFFSET = 1_000_003        # validation entries come from the generator under seed + this
+_SHOT_SEED_OFFSET = 2_000_006       # and the examples of `task.shots` under seed + this
 _OVERDRAW = 4                       # draw at most this many entries per wanted distinct one
 _RESERVED = ("seed", "size")        # set by scalerl (task.seed, task.train_size / val_size)
 
@@ -124,16 +129,21 @@ class RgTask(PromptPool):
     def __init__(self, name: str, options: dict | None = None, weights: list[float] | None = None,
                  train_size: int = 1024, val_size: int = 256, seed: int = 0, tokenizer=None,
                  system_prompt: str | None = None, answer_marker: str = ANSWER_TAG, think: bool = False,
-                 limit: PromptLimit = PromptLimit(), min_train: int = 1):
+                 limit: PromptLimit = PromptLimit(), min_train: int = 1, shots: int = 0):
         self.names = parse_names(name)
         self.name = "rg:" + ",".join(self.names)
         self.seed = seed
         per = dataset_options(self.names, options or {})
-        self._format = _formatter(tokenizer, system_prompt, think)
+        examples = []
+        if shots:
+            shot_ds = build_dataset(self.names, per, weights, seed + _SHOT_SEED_OFFSET, _OVERDRAW * shots)
+            examples = [(e["question"], str(e["answer"])) for e in (shot_ds[i] for i in range(len(shot_ds)))][:shots]
+        self._format = _formatter(tokenizer, system_prompt, think, examples)
+        held = {q for q, _ in examples}
         train_ds = build_dataset(self.names, per, weights, seed, _OVERDRAW * train_size)
-        train = self._draw(train_ds, "train", train_size, exclude=set())
+        train = self._draw(train_ds, "train", train_size, exclude=held)
         val_ds = build_dataset(self.names, per, weights, seed + _VAL_SEED_OFFSET, _OVERDRAW * val_size)
-        val = self._draw(val_ds, "val", val_size, exclude={p.meta["question"] for p in train})
+        val = self._draw(val_ds, "val", val_size, exclude=held | {p.meta["question"] for p in train})
         train, over_t = apply_limit(train, limit, f"task {self.name}")
         val, over_v = apply_limit(val, limit, f"task {self.name}")
         dropped = report_dropped(f"task {self.name}", 0, over_t + over_v, limit)
@@ -164,17 +174,26 @@ class RgTask(PromptPool):
         return self.checker(completion_text, prompt) >= 1.0
 
 
-def _formatter(tokenizer, system_prompt: str | None, think: bool):
-    """question -> prompt text, as reasoning-gym's examples format it (see the module docstring)."""
+def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list[tuple[str, str]] = ()):
+    """question -> prompt text, as reasoning-gym's examples format it (see the module docstring);
+    `examples`: (question, answer) pairs shown as earlier chat turns (`task.shots`)."""
     opener = "<think>\n" if think else ""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        if examples:
+            raise ScaleRLError("task.shots needs an instruct model (a tokenizer with a chat template)")
         return lambda question: question + ("\n" + opener if think else "")
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
     system = system_prompt if system_prompt is not None else SYSTEM_PROMPTS["DeepSeekZero" if think else "default"]
+    shown = []
+    for q, a in examples:
+        reply = f"<answer>{a}</answer>"
+        shown += [{"role": "user", "content": q},
+                  {"role": "assistant", "content": f"<think>\n</think>\n{reply}" if think else reply}]
 
     def wrap(question: str) -> str:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        messages = ([{"role": "system", "content": system}] if system else []) + shown + [
+            {"role": "user", "content": question}]
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + opener
 
     return wrap
