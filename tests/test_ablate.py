@@ -355,3 +355,18 @@ def test_k_sweep_and_precision_variants(tmp_path):
     assert [kept[f"pipeline-k{k}"].pipeline.k for k in (1, 2, 4)] == [1, 2, 4]
     assert kept["bf16-trunk"].model.compute_dtype == "bf16" and kept["bf16-trunk"].model.fp32_head is True
     assert kept["bf16-trunk-no-fp32-head"].model.fp32_head is False
+
+
+def test_a_run_recorded_before_a_config_field_existed_resumes(tmp_path):
+    from scalerl.config import dump_config
+    from scalerl.study.runner import _check_same_config
+
+    (spec,) = plan_runs(plan_variants("scalerl"), 1, tmp_path)
+    spec.run_dir.mkdir(parents=True)
+    text = dump_config(spec.cfg)
+    assert "  shots: 0\n" in text
+    (spec.run_dir / "config.yaml").write_text(text.replace("  shots: 0\n", ""))   # written by an older scalerl
+    _check_same_config(spec)                                                     # its default: the same config
+    (spec.run_dir / "config.yaml").write_text(text.replace("  shots: 0\n", "  shots: 2\n"))
+    with pytest.raises(ScaleRLError, match="differs from the config"):
+        _check_same_config(spec)

@@ -100,10 +100,11 @@ def failure(run_dir: Path) -> str | None:
 
 
 def _check_same_config(spec: RunSpec) -> None:
-    from scalerl.run.rundir import CONFIG_FILE
+    from scalerl.run.rundir import CONFIG_FILE, read_run_config
 
-    saved = (spec.run_dir / CONFIG_FILE).read_text()
-    if saved != dump_config(spec.cfg):
+    # compared as configs, not text: a field added to scalerl since (with its default) is no difference
+    saved = Config.model_validate(read_run_config(spec.run_dir)).model_dump(mode="json")
+    if saved != spec.cfg.model_dump(mode="json"):
         raise ScaleRLError(
             f"{spec.run_dir / CONFIG_FILE} differs from the config this study now plans for "
             f"{spec.variant.name} seed {spec.seed} (other --set, --budget or recipe than when it started); "
