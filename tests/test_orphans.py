@@ -72,3 +72,27 @@ def test_a_killed_generator_stops_the_run_in_one_line_and_keeps_the_checkpoint(t
     assert "Traceback" not in err
     kept = sorted((run / "checkpoints").glob("step_*/model.safetensors"))
     assert kept, "the last checkpoint before the failure is kept (carry on with --resume)"
+
+
+def test_kill_9_of_a_parallel_study_leaves_no_run_training(tmp_path):
+    sets = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "eval.prompts=4", "eval.samples=1",
+            "rollout.max_new_tokens=12", "rollout.length.type=none", "filter.zero_variance=false"]
+    cmd = [sys.executable, "-m", "scalerl", "ablate", "--leave-one-out", "--only", "scalerl,token-agg", "--jobs", "2",
+           "--budget", "10000", "--out", str(tmp_path / "study"), *[a for s in sets for a in ("--set", s)]]
+    study = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        runs = [tmp_path / "study" / "runs" / c / "seed0" / "metrics.jsonl" for c in ("scalerl", "token-agg")]
+        while time.monotonic() < deadline and study.poll() is None and not all(
+                p.is_file() and p.stat().st_size for p in runs):
+            time.sleep(0.1)
+        assert study.poll() is None, study.stderr.read()
+        left = _descendants(study.pid)
+        assert len([p for p in left if "spawn_main" in " ".join(p.cmdline())]) >= 2   # both runs' workers
+        os.kill(study.pid, signal.SIGKILL)
+        study.wait(timeout=10)
+        gone, alive = psutil.wait_procs(left, timeout=60)
+        assert not alive, [p.cmdline() for p in alive]       # no run trains on, nor holds its lock
+    finally:
+        if study.poll() is None:
+            study.kill()

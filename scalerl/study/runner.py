@@ -221,10 +221,12 @@ def core_shares(cores: Sequence[int], jobs: int) -> list[list[int]]:
     return out
 
 
-def _pin_worker(shares) -> None:
-    """ProcessPoolExecutor initializer: take one core share and run on it alone."""
-    import os
+def _pin_worker(shares, parent: int) -> None:
+    """ProcessPoolExecutor initializer: end with the study (a killed `ablate` leaves no run
+    training in the background, holding its directory's lock), and run on one core share alone."""
+    from scalerl.transport.local import watch_parent
 
+    watch_parent(parent)
     os.sched_setaffinity(0, shares.get())
 
 
@@ -237,7 +239,7 @@ def _run_parallel(todo: list[tuple[str, RunSpec]], jobs: int, progress: bool, lo
     shares = ctx.Queue()
     for share in core_shares(sorted(os.sched_getaffinity(0)), jobs):
         shares.put(share)
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_pin_worker, initargs=(shares,)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_pin_worker, initargs=(shares, os.getpid())) as pool:
         futures = {}
         for label, spec in todo:
             log(f"{label}: queued ({spec.run_dir})")

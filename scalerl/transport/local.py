@@ -134,13 +134,17 @@ class ThreadedRollouts:
 
 
 # ==================================================================== processes
-def _watch_parent(parent: int, stop) -> None:
-    """Set `stop` when the trainer process is gone (even by kill -9), from the child's first moment."""
+def watch_parent(parent: int, stop=None) -> None:
+    """End this process when its parent `parent` is gone (even by kill -9), from the child's first
+    moment (a generator when its trainer dies; a study's worker when the study dies); `stop` is
+    set first."""
+    stop = stop or threading.Event()
+
     def watch() -> None:
         while not stop.is_set():
             if os.getppid() != parent:
                 stop.set()
-                os._exit(0)  # nothing of this process is worth keeping once the trainer is gone
+                os._exit(0)  # nothing of this process is worth keeping once its parent is gone
             time.sleep(0.05)
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
@@ -149,7 +153,7 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
                     retired: RetiredSet | None, n: int, window: Window, shared: dict,
                     sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups; apply weights as they come."""
-    _watch_parent(parent, stop)
+    watch_parent(parent, stop)
     torch.set_num_threads(threads)
     try:
         from scalerl.rl.curriculum import CurriculumSampler
@@ -202,7 +206,7 @@ class ProcessRollouts:
 
     The process is not a daemon, so that it may start helpers of its own (math-verify's checker
     workers); it exits when `close()` stops it, and by itself as soon as the trainer process is
-    gone, from its first moment on (`_watch_parent`).
+    gone, from its first moment on (`watch_parent`).
     """
 
     START_S = 600.0  # the generator process's start-up (imports, model build) must end within this
