@@ -232,7 +232,6 @@ def _pin_worker(shares, parent: int) -> None:
 
 def _run_parallel(todo: list[tuple[str, RunSpec]], jobs: int, progress: bool, log: Callable[[str], None]):
     import multiprocessing as mp
-    import os
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = mp.get_context("spawn")
