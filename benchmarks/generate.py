@@ -10,6 +10,13 @@ fraction of the memory-bandwidth roofline our engine reaches.
     python benchmarks/generate.py --model smollm2-135m            # real weights (CPU, 64 x 64)
     python benchmarks/generate.py --model smollm2-shape-random    # same shapes, random weights
     python benchmarks/generate.py --model smollm2-shape-random --device cuda   # 256 sequences
+    python benchmarks/generate.py --task rg:chain_sum --new-tokens 16   # a task's real prompts (system
+                                                                         # prompt and solved examples shared)
+
+With `--task`, the prompts are the task's validation prompts as a run builds them (the model's
+profile applies: SmolLM2 on reasoning-gym gets its system prompt and three solved examples, about
+230 tokens that every prompt shares), and a third side runs our engine with the shared-prefix
+prefill turned off, to show what prefilling that prefix once gains.
 """
 
 from __future__ import annotations
@@ -84,7 +91,18 @@ def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, de
     return out.shape[1] - enc["input_ids"].shape[1]
 
 
-def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int):
+def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True):
+    from scalerl.rollout import engine as engine_module
+
+    min_shared, engine_module.MIN_SHARED_PREFIX = engine_module.MIN_SHARED_PREFIX, (
+        engine_module.MIN_SHARED_PREFIX if shared else 10**9)
+    try:
+        return _run_ours(model, tokenizer, texts, samples, new_tokens, seed)
+    finally:
+        engine_module.MIN_SHARED_PREFIX = min_shared
+
+
+def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int):
     cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, batch_slots=len(texts) * samples,
                         length=NoLengthControl())
     engine = Engine(model, tokenizer, cfg, fp32_head=True, seed=seed, ignore_eos=True)
@@ -133,6 +151,9 @@ def main() -> None:
                          "GEMMs on oversubscribed cores stall)")
     ap.add_argument("--repeats", type=int, default=1, help="alternate HF / ours this many times, keep the best")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--task", default=None, help="use this task's validation prompts (e.g. rg:chain_sum)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for --task (e.g. task.shots=1)")
     args = ap.parse_args()
     cores, load_avg = os.cpu_count() or 1, os.getloadavg()[0]
     torch.set_num_threads(args.threads or (cores if load_avg < 0.5 * cores else 1))
@@ -142,7 +163,14 @@ def main() -> None:
     if seqs % args.samples:
         ap.error(f"--seqs ({seqs}) must be a multiple of --samples ({args.samples})")
     texts = [f"Question {i + 1}. {TOPICS[i % len(TOPICS)]}" for i in range(seqs // args.samples)]
-    if tokenizer.chat_template:
+    if args.task:
+        from scalerl.config import load_config
+        from scalerl.tasks import get_task
+
+        cfg = load_config("scalerl", None, [f"model.name={args.model}", f"task.name={args.task}",
+                                            f"task.val_size={len(texts)}", *args.overrides])
+        texts = [p.text for p in get_task(cfg.task, tokenizer).val_prompts(len(texts))]
+    elif tokenizer.chat_template:
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
                                                add_generation_prompt=True) for t in texts]
     prompt_len = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
@@ -154,21 +182,29 @@ def main() -> None:
     run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up both paths
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed)
 
-    best = {"hf": (float("inf"), 0.0), "ours": (float("inf"), 0.0)}
+    sides = {"hf": lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device, args.seed),
+             "ours": lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed)}
+    if args.task:
+        sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
+                                            shared=False)
+    best = {name: (float("inf"), 0.0) for name in sides}
     for _ in range(args.repeats):
-        for name, fn in (("hf", lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device,
-                                               args.seed)),
-                         ("ours", lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed))):
+        for name, fn in sides.items():
             n, seconds, peak = timed(fn, args.device)
             assert n == args.new_tokens, f"{name} generated {n} tokens per sequence, expected {args.new_tokens}"
             best[name] = min(best[name], (seconds, peak))
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
     rate = {}
-    for name, label in (("hf", "transformers generate"), ("ours", "scalerl Engine")):
+    labels = {"hf": "transformers generate", "ours": "scalerl Engine", "ours-np": "... no shared prefix"}
+    for name, label in labels.items():
+        if name not in best:
+            continue
         seconds, peak = best[name]
         rate[name] = seqs * args.new_tokens / seconds
         print(f"{label:>22}: {rate[name]:8.1f} tokens/s  ({seconds:.2f} s)  {mem} {peak:.2f} GiB")
     print(f"{'ratio ours / hf':>22}: {rate['ours'] / rate['hf']:.2f}x")
+    if "ours-np" in rate:
+        print(f"{'shared prefix gain':>22}: {rate['ours'] / rate['ours-np']:.2f}x")
     if args.device.startswith("cuda"):
         frac, name = roofline(model, seqs, prompt_len, args.new_tokens, best["ours"][0])
         print(f"{'bandwidth roofline':>22}: {frac:.1%} of {name} peak (weights + KV per step x steps/s; "

@@ -3,8 +3,9 @@
 Both sides train the same model (SmolLM2-135M-Instruct by default, fp32 weights) on the same
 reasoning-gym task (`rg:chain_sum` by default; prompts from the same training pool, rewards from
 the same `scalerl.rewards.RewardFn`: +1 / -1 on the dataset's own `score_answer`), with the same
-batch (8 prompts x 8 completions), the same completion budget (256 tokens), the same loss
-(CISPO, eps_max = TRL's epsilon_high = 5) and learning rate (1e-6), each for the same wall-clock
+batch (8 prompts x 8 completions), the same completion budget and learning rate (the model's
+profile: 64 tokens and 1e-5 for SmolLM2 on reasoning-gym), the same loss (CISPO, eps_max = TRL's
+epsilon_high = 5), each for the same wall-clock
 training budget (`--minutes`). Every `--eval-every` optimizer steps each side's current weights
 are evaluated by the same function (`scalerl.evaluate.evaluate` with the scalerl engine, the same
 validation prompts and samples, temperature 1); evaluation time is left out of both sides'
@@ -235,8 +236,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=10, help="optimizer steps between evaluations (default 10)")
     ap.add_argument("--eval-prompts", type=int, default=64)
     ap.add_argument("--eval-samples", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=None, help="both sides (default: the model's profile, 1e-6)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="both sides (default: the profile's, 256)")
+    ap.add_argument("--lr", type=float, default=None, help="both sides (default: the model's profile, 1e-5 for SmolLM2)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="both sides (default: the profile's, 64 for SmolLM2)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--skip-bf16", action="store_true", help="TRL in fp32 only")
     ap.add_argument("--only", choices=["scalerl", "trl"], help="run one side only (no ratios)")

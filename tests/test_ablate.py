@@ -370,3 +370,31 @@ def test_a_run_recorded_before_a_config_field_existed_resumes(tmp_path):
     (spec.run_dir / "config.yaml").write_text(text.replace("  shots: 0\n", "  shots: 2\n"))
     with pytest.raises(ScaleRLError, match="differs from the config"):
         _check_same_config(spec)
+
+
+def test_a_results_folder_carries_finished_runs_to_a_fresh_study_dir(tmp_path, monkeypatch):
+    """`--results DIR` keeps each finished run in small form (config, done.json, the evaluation rows
+    and the last training row); a fresh --out with the same options takes them from there, trains
+    nothing again, and reports the same fits."""
+    from scalerl.run.metrics import read_rows
+
+    results = tmp_path / "results"
+    kwargs = dict(recipes=["grpo"], seeds=1, budget=str(STEPS), overrides=SMALL, n_bootstrap=10, log=lambda s: None)
+    calls = []
+    first = ablate(tmp_path / "a", train_fn=_trainer(calls), results=results, **kwargs)
+    assert sorted(c for c, _ in calls) == ["grpo", "scalerl"]
+    full = read_rows(tmp_path / "a" / "runs" / "grpo" / "seed0" / "metrics.jsonl")
+    kept = read_rows(results / "grpo" / "seed0" / "metrics.jsonl")
+    assert [r for r in full if r["kind"] == "eval"] == [r for r in kept if r["kind"] == "eval"]
+    assert [r for r in kept if r["kind"] == "train"] == [[r for r in full if r["kind"] == "train"][-1]]
+    assert not (results / "grpo" / "seed0" / "checkpoints").exists()
+
+    def no_training(*a, **k):
+        raise AssertionError("a run kept in the results folder was trained again")
+
+    second = ablate(tmp_path / "b", train_fn=no_training, results=results, **kwargs)
+    assert json.dumps(second["configs"]) == json.dumps(first["configs"])
+
+    # a results folder made under other options is refused, as a run directory would be
+    with pytest.raises(ScaleRLError, match="differs from the config"):
+        ablate(tmp_path / "c", train_fn=no_training, results=results, **{**kwargs, "budget": str(STEPS + 1)})

@@ -156,9 +156,9 @@ def test_model_dependent_profile_fills_only_keys_the_user_left():
     assert plain.optim.lr == 2e-4 and plain.rollout.max_new_tokens == 160
     cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum", "optim.lr=3e-6"])
     assert cfg.optim.lr == 3e-6                                                       # the user's value wins
-    assert (cfg.rollout.max_new_tokens, cfg.rollout.length.think_max, cfg.batch.prompts) == (256, 176, 8)
+    assert (cfg.rollout.max_new_tokens, cfg.rollout.length.think_max, cfg.batch.prompts) == (64, 24, 8)
     length = cfg.rollout.length
     assert length.think_max + 20 + length.answer_budget <= cfg.rollout.max_new_tokens   # the phrase: 20 SmolLM2 tokens
     pen = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum",
                                             "rollout.length.type=penalty"])
-    assert pen.rollout.length.type == "penalty" and pen.rollout.max_new_tokens == 256
+    assert pen.rollout.length.type == "penalty" and pen.rollout.max_new_tokens == 64

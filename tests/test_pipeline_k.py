@@ -150,3 +150,14 @@ def test_the_generators_start_up_is_not_compute(tmp_path):
     first = _train_rows(tmp_path)[0]
     assert first["time/step"] < 3.0                         # ... but not inside the first step's clock
     assert first["compute/device_hours"] == pytest.approx(first["time/step"] * 2 / 3600)
+
+
+def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds():
+    from scalerl.loop import eval_threads
+
+    cfg = small_cfg(extra=["run.threads=2", "pipeline.transport=process"])
+    threads = split_threads(cfg, "cpu")
+    assert (threads.train, threads.decode) == (1, 1)               # generator and trainer, a core each
+    assert eval_threads(cfg, threads, 134_515_008, "cpu") == 2     # SmolLM2-135M: both cores
+    assert eval_threads(cfg, threads, 1_050_000, "cpu") == 1       # the tiny model: the generator's share
+    assert eval_threads(cfg, split_threads(cfg, "cuda"), 134_515_008, "cuda") == 2   # a GPU: as decoding

@@ -277,3 +277,57 @@ def test_reseed_repeats_the_samples_of_unchanged_weights(tok):
     assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] != first   # the stream moved on
     engine.reseed()
     assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] == first   # common random numbers
+
+
+def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(tok, monkeypatch):
+    """While the source says "no prompt may start" (None) the engine decodes only about as many
+    rows as are in flight, and grows back to `batch_slots` when prompts come again; sequences
+    that lived through both keep exact log-probabilities (a fresh full forward)."""
+    model = tiny_llama(len(tok), seed=11)
+    widths = []
+    real_step = Engine._step
+    monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (widths.append(state.active.shape[0]),
+                                                                     real_step(self, state, cache))[1])
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl())
+    ps = prompts([f"{i}+{i}=" for i in range(16)])
+    ps = [p.__class__(id=f"q{i}", text=p.text, answer="") for i, p in enumerate(ps)]
+    staggered = [x for p in ps[:8] for x in (p, None)]          # one prompt starts per step: rows end apart
+    source = iter([*staggered, *[None] * 30, *ps[8:]])
+    out = list(Engine(model, tok, cfg, seed=5, ignore_eos=True).stream(source, n=1))
+
+    assert sorted(c.prompt_id for c in out) == sorted(p.id for p in ps)
+    assert max(widths) == 8 and min(widths) <= 2        # rows given up while only the last ones ran ...
+    assert widths[-16] == 8                              # ... and taken back for the eight late prompts
+    for c in out:
+        assert len(c.tokens) == 16
+        ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 1.0)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
+
+
+def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(tok, monkeypatch):
+    """Prompts that share a long prefix (a system prompt, few-shot examples): the prefix is run
+    through the model once, each prompt's own tokens after it; the log-probabilities equal a fresh
+    full forward, across an in-flight weight update (which invalidates the prefix)."""
+    model = tiny_llama(len(tok), seed=12)
+    widths = []
+    real = Engine._prefill
+    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
+    shared = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
+    texts = [shared + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=4, length=NoLengthControl())
+    engine = Engine(model, tok, cfg, seed=2)
+    out = engine.generate(prompts(texts), n=2)
+    assert widths == [(1, len(shared))]        # one prefill: the shared prefix; the rest ran after it
+    for c in out:
+        ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 1.0)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
+
+    new = tiny_llama(len(tok), seed=13)
+    engine.update_weights(new.state_dict(), version=1)
+    widths.clear()
+    out = engine.generate(prompts(texts), n=1)
+    assert widths and widths[0] == (1, len(shared))   # recomputed under the new weights
+    for c in out:
+        assert c.versions[0] == 1
+        ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id

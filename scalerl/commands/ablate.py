@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override applied to every configuration (before the variant's own), repeatable")
     parser.add_argument("--out", default="runs/study", metavar="DIR",
                         help="study directory (default: %(default)s); rerun with the same DIR to resume")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="also keep every finished run in small form here (config, done.json, evaluation "
+                             "rows), and take finished runs from here: commit it to carry a study across machines")
     parser.add_argument("--only", default="", metavar="A,B,...", help="train only these configurations this time")
     parser.add_argument("--x", dest="x_col", default=FIT_X,
                         help="compute column of the fits (default: %(default)s, independent of the machine's load; "
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                     k_sweep=args.k_sweep, precision=args.precision, seeds=args.seeds,
            budget=args.budget, overrides=args.overrides, only=_names(args.only), x_col=args.x_col,
            n_bootstrap=args.bootstrap, report_only=args.report_only, progress=args.progress,
-           command=command_line(sys.argv[1:]), jobs=args.jobs)
+           command=command_line(sys.argv[1:]), jobs=args.jobs, results=args.results)
     failed = [f"{c['name']} seed {r['seed']}" for c in report["configs"] for r in c["runs"] if r["failed"]]
     if failed:
         print(f"scalerl: {len(failed)} run(s) failed ({', '.join(failed)}): see failed.json in their run directories "

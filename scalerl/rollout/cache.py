@@ -113,6 +113,14 @@ class SlotCache(Cache):
             layer.values = layer.values[keep].contiguous()
         self.start = self.start[keep]
 
+    def grow_rows(self, extra: int) -> None:
+        """Append `extra` empty rows (they see only their own columns until a prompt is placed)."""
+        for layer in self.layers:
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                setattr(layer, name, torch.cat([old, old.new_zeros((extra, *old.shape[1:]))]))
+        self.start = torch.cat([self.start, self.start.new_full((extra,), self.write)])
+
     def _move(self, shift: int) -> None:
         """Shift every row's columns by `shift` (negative: left), keeping `start` and `write` in step."""
         w = self.write

@@ -26,6 +26,7 @@ Where this departs from the paper (arXiv 2510.13786):
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -47,6 +48,7 @@ GREEDY_BELOW = 1e-4  # temperatures below this decode greedily
 _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_length")
 _NEVER = 1 << 40
 _END = object()           # the prompt iterator ran out
+MIN_SHARED_PREFIX = 32     # tokens: a common prefix this long is prefilled once (Engine._shared_prefix)
 IDLE_SLEEP_S = 0.005      # wait between two asks when nothing is in flight and no prompt may start
 _HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
@@ -90,6 +92,12 @@ class _Rows:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name)[keep])
 
+    def grow(self, extra: int) -> None:
+        """Append `extra` idle rows."""
+        more = _Rows.empty(extra, self.tokens.shape[1], self.tokens.device)
+        for f in fields(self):
+            setattr(self, f.name, torch.cat([getattr(self, f.name), getattr(more, f.name)]))
+
 
 class Engine:
     """Batched sampler over a `transformers` causal LM; implements `scalerl.rollout.Generator`.
@@ -131,6 +139,8 @@ class Engine:
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._version = 0
         self._serial = 0
+        self._prefix: tuple[tuple[int, ...], SlotCache] | None = None  # see _shared_prefix
+        self._last_context: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ public API
     @property
@@ -148,6 +158,7 @@ class Engine:
     def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
         """All `n` samples of every prompt, in prompt order then sample order."""
         self._sync_head()
+        self._prefix = None  # weights may have changed in place since the last call (the evaluation engine)
         rows = min(self.cfg.batch_slots, len(prompts) * n)
         out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
         return [c for _, c in out]
@@ -158,6 +169,7 @@ class Engine:
         `prompts` may yield None: no prompt may start now; the engine keeps decoding the
         sequences in flight (or waits, when none is) and asks again at the next step."""
         self._sync_head()
+        self._prefix = None  # weights may have changed in place since the last call (the evaluation engine)
         for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop):
             yield completion
 
@@ -192,8 +204,9 @@ class Engine:
         while not (stop is not None and stop.is_set()):
             self._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
-            batch, idle = [], False
-            for row in free:
+            spare = 0 if exhausted else rows - len(held)  # rows given up while idle, to take back
+            batch, idle, limit = [], False, len(free) + spare
+            while len(batch) < limit:
                 req = next(requests, _END)
                 if req is _END:
                     exhausted = True
@@ -201,8 +214,14 @@ class Engine:
                 if req is None:  # no prompt may start now (PipelineRL-k window): decode what is in flight
                     idle = True
                     break
-                batch.append((row, req))
-                held[row] = req
+                if len(batch) == len(free):  # more requests than free rows: back to the full width
+                    free += list(range(len(held), rows))
+                    state.grow(rows - len(held))
+                    if cache is not None:
+                        cache.grow_rows(rows - len(held))
+                    held += [None] * (rows - len(held))
+                batch.append((free[len(batch)], req))
+                held[batch[-1][0]] = req
             if batch:
                 with torch.inference_mode():
                     cache = self._admit(state, cache, batch)
@@ -212,7 +231,10 @@ class Engine:
                     return
                 time.sleep(IDLE_SLEEP_S)  # nothing in flight and no prompt may start: wait for the trainer
                 continue
-            if exhausted and n_active <= len(held) // 2:
+            # decode only about as many rows as are in flight: at the end of the prompts, and while
+            # the PipelineRL window lets none start (a long completion would otherwise keep every
+            # idle row computing); the rows come back when prompts may start again
+            if (exhausted and n_active <= len(held) // 2) or (idle and n_active <= len(held) // 4):
                 keep = state.active.nonzero().flatten()
                 state.select(keep)
                 cache.select_rows(keep)
@@ -251,11 +273,13 @@ class Engine:
                               width + self.cfg.max_new_tokens + 1, self.dtype, self.device)
         if width > 0:
             unique: dict[tuple[int, ...], int] = {}
-            src_row = torch.tensor([unique.setdefault(tuple(c), len(unique)) for c in ctx], device=self.device)
-            ids = torch.tensor([[self._pad] * (width - len(c)) + list(c) for c in unique], device=self.device)  # (u, W)
-            src = self._prefill(ids, torch.tensor([len(c) for c in unique], device=self.device))
+            src_row = [unique.setdefault(tuple(c), len(unique)) for c in ctx]
             cache.reserve_left(width, state.active)
-            cache.place(rows, src, src_row, lens)
+            for src, members in self._prefill_contexts(list(unique)):
+                where = {u: j for j, u in enumerate(members)}
+                mine = [i for i, u in enumerate(src_row) if u in where]
+                cache.place(rows[mine], src, torch.tensor([where[src_row[i]] for i in mine], device=self.device),
+                            lens[mine])
         else:
             cache.start[rows] = cache.write
         k = len(batch)
@@ -273,6 +297,63 @@ class Engine:
         else:
             state.trigger[rows] = _NEVER
         return cache
+
+    def _prefill_contexts(self, contexts: list[tuple[int, ...]]) -> list[tuple[SlotCache, list[int]]]:
+        """Prefill distinct contexts: [(cache, indices of the contexts it holds, in its row order)].
+        When they share a prefix of at least `MIN_SHARED_PREFIX` tokens (a system prompt, few-shot
+        examples) that prefix is computed once per weights version and each context's own tokens
+        are run after it, grouped by length (no padding: a row's columns stay contiguous);
+        otherwise they are prefilled together, left-padded."""
+        prefix = self._shared_prefix(contexts)
+        if prefix is None:
+            width = max(len(c) for c in contexts)
+            ids = torch.tensor([[self._pad] * (width - len(c)) + list(c) for c in contexts], device=self.device)
+            return [(self._prefill(ids, torch.tensor([len(c) for c in contexts], device=self.device)),
+                     list(range(len(contexts))))]
+        by_len: dict[int, list[int]] = {}
+        for i, c in enumerate(contexts):
+            by_len.setdefault(len(c), []).append(i)
+        return [(self._prefill_after(prefix, [contexts[i][prefix.write:] for i in members]), members)
+                for members in by_len.values()]
+
+    def _shared_prefix(self, contexts: list[tuple[int, ...]]) -> SlotCache | None:
+        """The K/V of the prefix that `contexts` (and the previous call's first context, so that the
+        samples of one prompt admitted alone still find what every prompt shares) have in common,
+        kept while the weights do not change; None when it is shorter than `MIN_SHARED_PREFIX`.
+        At least one token of every context is left to run after it."""
+        shortest = min(len(c) for c in contexts) - 1
+        if self._prefix is not None:
+            tokens, cached = self._prefix
+            if len(tokens) <= shortest and all(c[: len(tokens)] == tokens for c in contexts):
+                self._last_context = contexts[0]
+                return cached
+        common = os.path.commonprefix([*contexts, *([self._last_context] if self._last_context else [])])
+        self._last_context = contexts[0]
+        tokens = tuple(common[:shortest])
+        if len(tokens) < MIN_SHARED_PREFIX:
+            return None
+        cached = self._prefill(torch.tensor([tokens], device=self.device), torch.tensor([len(tokens)], device=self.device))
+        self._prefix = (tokens, cached)
+        return cached
+
+    def _prefill_after(self, prefix: SlotCache, suffixes: list[tuple[int, ...]]) -> SlotCache:
+        """Run equal-length `suffixes` after the one-row `prefix` cache: a cache of their rows,
+        each holding the prefix then its suffix."""
+        p, (g, length) = prefix.write, (len(suffixes), len(suffixes[0]))
+        src = SlotCache(self._n_layers, g, self._kv_heads, self._head_dim, p + length, self.dtype, self.device)
+        for dst, pre in zip(src.layers, prefix.layers):
+            dst.keys[:, :, :p] = pre.keys[:, :, :p]
+            dst.values[:, :, :p] = pre.values[:, :, :p]
+        src.write = p
+        cols = torch.arange(p + length, device=self.device)
+        allowed = cols[None, :] <= (p + torch.arange(length, device=self.device))[:, None]  # (L, P + L)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        positions = (p + torch.arange(length, device=self.device))[None].expand(g, length)
+        self.base(input_ids=torch.tensor(suffixes, device=self.device), attention_mask=mask[None, None].expand(g, 1, -1, -1),
+                  position_ids=positions, past_key_values=src, use_cache=True)
+        src.write = p + length
+        return src
 
     def _prefill(self, ids: torch.Tensor, lens: torch.Tensor) -> SlotCache:
         """Run left-padded contexts `ids` (k, W) through the model into a fresh cache."""
@@ -390,6 +471,7 @@ class Engine:
             if self._w32 is not None:  # the fp32 head from the published weights themselves when they came in fp32
                 self._w32.copy_(weights.get(_HEAD32, self._head.weight))
         self._version = version
+        self._prefix = None  # the shared prefix's K/V belong to the old weights
 
     def _encode(self, text: str, special: bool) -> list[int]:
         bos = self.tokenizer.bos_token

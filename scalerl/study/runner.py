@@ -6,6 +6,12 @@
     <study_dir>/runs/<config>/seed<k>/done.json  written when the run reached its budget
     <study_dir>/runs/<config>/seed<k>/failed.json  the error that stopped it (retried next time)
 
+With a results folder (`scalerl ablate --results DIR`, meant to be committed) every finished
+run is also kept there in small form, and a run found there is not trained again:
+
+    <results>/<config>/seed<k>/{config.yaml, done.json, metrics.jsonl}   (evaluation rows and the
+                                                                          last training row only)
+
 A run with `done.json` is never redone; a run directory without it was interrupted and is
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
 (`scalerl.loop.train(..., resume=True)`). A run whose planned config differs from
@@ -146,6 +152,43 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
     return status
 
 
+def archive_run(run_dir: Path, dest: Path) -> None:
+    """Keep a finished run in small form in `dest`: its config, done.json, and metrics.jsonl cut to
+    the evaluation rows (what the study's fits read) and the last training row (its totals)."""
+    from scalerl.run.metrics import METRICS_FILE, read_rows
+    from scalerl.run.rundir import CONFIG_FILE
+
+    rows = read_rows(run_dir / METRICS_FILE)
+    train = [r for r in rows if r.get("kind") == "train"]
+    kept = [r for r in rows if r.get("kind") == "eval" or (train and r is train[-1])]
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / (METRICS_FILE + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    for name in (CONFIG_FILE, DONE_FILE):
+        (dest / name).write_bytes((run_dir / name).read_bytes())
+    tmp.replace(dest / METRICS_FILE)
+
+
+def restore_archived(spec: RunSpec, results: Path) -> bool:
+    """Put a run kept in `results` into its (unfinished or missing) run directory; True if it did.
+    Its config must be the one this study plans, as for a run directory."""
+    from scalerl.run.metrics import METRICS_FILE
+    from scalerl.run.rundir import CONFIG_FILE
+
+    src = archived_dir(spec, results)
+    if is_done(spec.run_dir) or not all((src / n).is_file() for n in (CONFIG_FILE, DONE_FILE, METRICS_FILE)):
+        return False
+    _check_same_config(RunSpec(spec.variant, spec.seed, src, spec.cfg, spec.notes))
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    for name in (CONFIG_FILE, METRICS_FILE, DONE_FILE):      # done.json last: a copy cut short is not done
+        (spec.run_dir / name).write_bytes((src / name).read_bytes())
+    return True
+
+
+def archived_dir(spec: RunSpec, results: Path) -> Path:
+    return Path(results) / spec.variant.name / f"seed{spec.seed}"
+
+
 def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: Sequence[str],
                budget: str | None) -> None:
     variants = list(dict.fromkeys(s.variant for s in specs))
@@ -158,19 +201,24 @@ def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: 
 
 
 def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
-              log: Callable[[str], None] = print, jobs: int = 1) -> dict[str, int]:
+              log: Callable[[str], None] = print, jobs: int = 1, results: Path | None = None) -> dict[str, int]:
     """Every run (finished ones skipped); returns how many were started/resumed/skipped/failed.
 
     Seed-major order: seed 0 of every configuration, then seed 1 of every one, ..., so a study
     stopped part-way (it resumes later) already has every configuration to compare. `jobs` > 1:
     that many at once, in spawned processes (module docstring; `train_fn` must then be None).
+    `results`: the folder of finished runs in small form (module docstring), read and kept up to date.
     """
     counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
     todo = []
     for i, spec in enumerate(sorted(specs, key=lambda s: s.seed), 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
+        if results is not None and restore_archived(spec, results):
+            log(f"{label}: finished earlier, taken from {archived_dir(spec, results)}")
         if (spec.run_dir / "config.yaml").is_file():
             _check_same_config(spec)  # before anything else: a mismatch stops the study, it is not a run failure
+        if is_done(spec.run_dir) and results is not None and not (archived_dir(spec, results) / DONE_FILE).is_file():
+            archive_run(spec.run_dir, archived_dir(spec, results))
         if is_done(spec.run_dir):
             counts["skipped"] += 1
             log(f"{label}: finished earlier, skipped ({spec.run_dir})")
@@ -189,6 +237,8 @@ def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progre
             log(f"{label}: FAILED: {error}")
         else:
             counts[status] += 1
+            if results is not None:
+                archive_run(spec.run_dir, archived_dir(spec, results))
             log(f"{label}: {status} and finished")
     return counts
 

@@ -18,11 +18,13 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
            x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
-           log: Callable[[str], None] = print, jobs: int = 1) -> dict:
+           log: Callable[[str], None] = print, jobs: int = 1, results: str | Path | None = None) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
 
     `only` restricts the runs trained this time to the named configurations (the report still
-    covers every configuration that has metrics). Returns the report.json object.
+    covers every configuration that has metrics). `results`: a folder where every finished run is
+    also kept in small form, and from which finished runs are taken (scalerl.study.runner; commit it
+    to carry a long study across machines). Returns the report.json object.
     """
     from scalerl.errors import ScaleRLError
 
@@ -35,7 +37,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     write_plan(Path(out), specs, base, overrides, budget)
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
-        counts = run_study(todo, train_fn, progress, log, jobs)
+        counts = run_study(todo, train_fn, progress, log, jobs, None if results is None else Path(results))
         log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
             f"{counts['failed']} failed")
     configs = fit_study(specs, x_col, n_bootstrap)
