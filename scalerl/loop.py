@@ -110,7 +110,12 @@ class Threads:
     train: int          # torch threads of the trainer
     decode: int         # torch threads of generation and evaluation
     devices: float      # devices the run holds (compute accounting: device-hours = wall-clock x devices)
-    eval: int = 0       # torch threads of the evaluation (0: `decode`); see `eval_threads`
+    eval: int = 0       # torch threads of the evaluation (set by `train` from `eval_threads`)
+
+
+def run_cores(cfg: Config) -> int:
+    """The cores a run divides among its stages: `run.threads`, else every core of the machine."""
+    return cfg.run.threads or os.cpu_count() or 1
 
 
 EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (set in `eval_threads`)
@@ -125,7 +130,7 @@ def eval_threads(cfg: Config, threads: Threads, n_params: int, device: str) -> i
         return threads.decode
     if cfg.pipeline.backend == "ray":
         return threads.train                       # the driver's threads; the generators are actors
-    return cfg.run.threads or os.cpu_count() or 1  # as split_threads counts them
+    return run_cores(cfg)
 
 
 def split_threads(cfg: Config, device: str) -> Threads:
@@ -138,7 +143,7 @@ def split_threads(cfg: Config, device: str) -> Threads:
     (at least 1) and the trainer the rest; PPO-off-policy holds all cores for both of its
     alternating phases. On Ray the actors' reserved devices count too (`ray_devices`).
     """
-    total = cfg.run.threads or os.cpu_count() or 1
+    total = run_cores(cfg)
     if device != "cpu":
         threads = Threads(total, total, 1.0)
     elif cfg.pipeline.mode == "pipeline_rl" and total >= 2 and cfg.pipeline.backend == "local":
@@ -162,7 +167,7 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
 
 def _use_process(cfg: Config, device: str, comps: Components) -> bool:
     if cfg.pipeline.transport == "auto":
-        return device == "cpu" and (cfg.run.threads or os.cpu_count() or 1) >= 2 and comps.process_build is not None
+        return device == "cpu" and run_cores(cfg) >= 2 and comps.process_build is not None
     if cfg.pipeline.transport == "process" and comps.process_build is None:
         raise ScaleRLError("pipeline.transport 'process': these components cannot be rebuilt in another process")
     return cfg.pipeline.transport == "process"
@@ -487,7 +492,7 @@ class Stages:
 
     def evaluate(self) -> None:
         """mean@k on the validation set + live forecast: an eval row (its own `time/eval`)."""
-        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval or self.threads.decode)
+        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval)
         self.metrics.write(erow)
         self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
         if "forecast/A" in erow:

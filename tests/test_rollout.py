@@ -331,3 +331,37 @@ def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(to
         assert c.versions[0] == 1
         ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
+
+
+def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_stream(tok, monkeypatch):
+    """One `stream` call (as the PipelineRL generator runs it, endlessly): weights staged while it
+    runs must drop the shared prefix's K/V, since no new call will. Prompts admitted after the
+    update find the prefix recomputed under the new weights: exact log-probs against a fresh
+    forward of the new model (a stale prefix K/V would make them differ)."""
+    old, new = tiny_llama(len(tok), seed=12), tiny_llama(len(tok), seed=13)
+    widths = []
+    real = Engine._prefill
+    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
+    shared = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
+    texts = [shared + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=2, length=NoLengthControl())
+    engine = Engine(old, tok, cfg, seed=2)
+    every = prompts(texts)
+    first, later = every[:2], every[2:]
+
+    def feed():
+        yield from first                                    # admitted under version 0
+        engine.update_weights(new.state_dict(), version=1)  # staged mid-stream
+        for _ in range(3):
+            yield None                                      # a few decode-step boundaries: it is applied
+        yield from later
+
+    out = list(engine.stream(feed(), n=1))
+    assert len(out) == 4
+    assert widths.count((1, len(shared))) == 2              # the prefix, once under each weights version
+    late = [c for c in out if c.prompt_id in {p.id for p in later}]
+    assert len(late) == 2
+    for c in late:
+        assert set(c.versions) == {1}
+        ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
