@@ -162,8 +162,7 @@ def run_trl(a, cfg, dtype: str, out: Path) -> dict:
         for text, ids, i in zip(completions, completion_ids, pid):
             c = Completion(id=i, prompt_id=i, prompt_tokens=[], tokens=list(ids), logprobs=[], versions=[],
                            text=text, finish_reason="length" if len(ids) >= max_len else "eos")
-            reward_fn(pool[i], c)
-            out.append(c.reward)
+            out.append(reward_fn(pool[i], c).reward)
         return out
 
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=P * G, num_generations=G,

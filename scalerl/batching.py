@@ -14,7 +14,7 @@ whose every group was dropped is skipped (the `empty` outcome). DAPO's dynamic s
 keeps drawing prompts until `batch.prompts` groups survive; `BatchFiller.extra_prompts` counts
 the extra draws. Magistral drops the same groups without resampling.
 
-The decision is on correctness (`Completion.passed`), not on the reward: with a length penalty
+The decision is on correctness (`Score.passed`), not on the reward: with a length penalty
 (DAPO, Magistral, or ScaleRL with `rollout.length.type=penalty`) the reward also depends on the
 length, and a group that is all correct but of unequal lengths has reward variance made of
 length alone. DAPO keeps a group iff 0 < #correct < G (the constraint of its objective) and
@@ -71,21 +71,18 @@ from scalerl.types import Group
 
 
 def group_rewards(group: Group) -> list[float]:
-    """The G rewards of a scored group; an unscored or non-finite reward is an error."""
+    """The G rewards of a scored group; a non-finite reward (a custom reward function's) is an error."""
     rewards = group.rewards
     for i, r in enumerate(rewards):
-        if r is None or not math.isfinite(r):
+        if not isinstance(r, (int, float)) or not math.isfinite(r):
             raise ScaleRLError(f"prompt {group.prompt.id!r}: completion {i} has reward {r!r} (expected a finite number)")
     return rewards
 
 
 def n_correct(group: Group) -> int:
-    """How many of the group's completions passed; an unchecked one (`passed` None) is an error."""
+    """How many of the group's completions passed (their rewards checked on the way)."""
     group_rewards(group)
-    for i, c in enumerate(group.completions):
-        if c.passed is None:
-            raise ScaleRLError(f"prompt {group.prompt.id!r}: completion {i} was not checked (passed is None)")
-    return sum(bool(c.passed) for c in group.completions)
+    return group.passes
 
 
 def has_variance(group: Group) -> bool:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from scalerl.types import Completion, Prompt
+from scalerl.types import Completion, Prompt, Score
 
 MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
 
 
 def evaluate(generator, prompts: Sequence[Prompt], samples: int,
-             reward_fn: Callable[[Prompt, Completion], None]) -> dict[str, float]:
+             reward_fn: Callable[[Prompt, Completion], Score]) -> dict[str, float]:
     """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`.
 
     Prompts whose `meta` names a `"subset"` (arith: `2x3` = two 3-digit operands) also get
@@ -26,39 +26,38 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
     """
     by_id = {p.id: p for p in prompts}
     completions = generator.generate(list(prompts), samples)
-    for c in completions:
-        reward_fn(by_id[c.prompt_id], c)
+    scores = [reward_fn(by_id[c.prompt_id], c) for c in completions]
     n = max(1, len(completions))
     row = {
-        "val/pass_rate": sum(bool(c.passed) for c in completions) / n,
-        "val/reward_mean": sum(c.reward or 0.0 for c in completions) / n,
+        "val/pass_rate": sum(s.passed for s in scores) / n,
+        "val/reward_mean": sum(s.reward for s in scores) / n,
         "val/length_mean": sum(len(c.tokens) for c in completions) / n,
         "val/truncation_rate": sum(c.truncated for c in completions) / n,      # cut without an interruption
         "val/interrupted_rate": sum(c.interrupted for c in completions) / n,
         "val/completions": len(completions),
         "tokens/val_generated": sum(len(c.tokens) for c in completions),
     }
-    row["val/pass_rate_se"] = sampling_se(completions)
+    row["val/pass_rate_se"] = sampling_se([c.prompt_id for c in completions], [s.passed for s in scores])
     # per-subset pass rates (e.g. arith difficulty levels), for prompts that name one
     subsets: dict[str, list[bool]] = {}
-    for c in completions:
+    for c, s in zip(completions, scores):
         subset = by_id[c.prompt_id].meta.get("subset")
         if subset is not None:
-            subsets.setdefault(str(subset), []).append(bool(c.passed))
+            subsets.setdefault(str(subset), []).append(s.passed)
     for name, passed in sorted(subsets.items()):
         row[f"val/pass_rate/{name}"] = sum(passed) / len(passed)
     return row
 
 
-def sampling_se(completions: Sequence[Completion]) -> float:
+def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
     """The standard error of the mean@k pass rate from sampling alone, the prompts held fixed
     (they are: the validation set is the same at every evaluation): sqrt(sum_i s_i^2 / k_i) / n
     over the n prompts, s_i^2 the unbiased variance of prompt i's k_i pass/fail samples. With one
     sample per prompt, the binomial sqrt(p (1 - p) / n) (an upper bound: it counts the spread
-    between prompts too)."""
+    between prompts too). `prompt_ids[j]` and `passed[j]` describe completion j."""
     by_prompt: dict[str, list[float]] = {}
-    for c in completions:
-        by_prompt.setdefault(c.prompt_id, []).append(float(bool(c.passed)))
+    for pid, ok in zip(prompt_ids, passed, strict=True):
+        by_prompt.setdefault(pid, []).append(float(ok))
     if not by_prompt:
         return 0.0
     n = len(by_prompt)

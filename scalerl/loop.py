@@ -35,6 +35,7 @@ from scalerl.run.metrics import METRICS_FILE, MetricsWriter, read_rows, roll_bac
 from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.protocol import GeneratorBuild, Stage
 from scalerl.transport.window import LockedSampler, RetiredSet, Window
 
 TRUNCATION_WARN = 0.10
@@ -49,9 +50,13 @@ class Components:
     model: torch.nn.Module
     tokenizer: object
     task: object
-    reward_fn: Callable                                        # plain pass/fail (evaluation)
-    make_generator: Callable[[torch.nn.Module, float, int], object]  # (model, temperature, seed)
-    process_build: tuple[Callable, tuple] | None = None        # picklable (build, args), see build_generator
+    reward_fn: Callable       # plain pass/fail: the evaluation's, and the training reward's base
+    build: GeneratorBuild     # the generator stage, for every transport (`build_generator`)
+
+    def stage(self, model: torch.nn.Module, seed: int, temperature: float | None = None) -> Stage:
+        """The generator stage in this process, decoding with `model`."""
+        return self.build(seed, model=model, tokenizer=self.tokenizer, task=self.task, reward=self.reward_fn,
+                          temperature=temperature)
 
 
 def decode_dtype(cfg: Config) -> str:
@@ -72,37 +77,38 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     return match_trainer_attention(cast_model(copy.deepcopy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
 
-def build_generator(cfg_json: str, device: str, seed: int):
-    """(generator, task, training reward, sampler seed) from a config: the generator process's setup."""
+def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Module | None = None,
+                    tokenizer=None, task=None, reward: Callable | None = None,
+                    temperature: float | None = None) -> Stage:
+    """The engine's generator stage from a run's config (`GeneratorBuild`'s function for real runs).
+    Given nothing (a generator process, a Ray actor) it loads the model in `decode_dtype`, the task
+    and the reward itself; given `model` (with `tokenizer`), it decodes with that model."""
     from scalerl.models import load_model
-    from scalerl.trainer.forward import match_trainer_attention
+    from scalerl.rewards import RewardFn
     from scalerl.rollout import Engine
     from scalerl.tasks import task_for_run
-    from scalerl.rewards import RewardFn
+    from scalerl.trainer.forward import match_trainer_attention
 
     cfg = Config.model_validate_json(cfg_json)
-    model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
-    match_trainer_attention(model, cfg.model.share_prompt)
-    task = task_for_run(cfg, tokenizer, model)
-    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
-    return engine, task, training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed
+    if model is None:
+        model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
+        match_trainer_attention(model, cfg.model.share_prompt)
+    task = task if task is not None else task_for_run(cfg, tokenizer, model)
+    reward = training_reward(reward if reward is not None else RewardFn(task, cfg.reward), cfg)
+    rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})
+    return Stage(Engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
+                 cfg.run.seed)
 
 
 def build_components(cfg: Config, device: str) -> Components:
     from scalerl.models import load_model
-    from scalerl.rollout import Engine
-    from scalerl.tasks import task_for_run
     from scalerl.rewards import RewardFn
+    from scalerl.tasks import task_for_run
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
     task = task_for_run(cfg, tokenizer, model)
-
-    def make_generator(m, temperature, seed):
-        return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
-                      fp32_head=cfg.model.fp32_head, seed=seed)
-
-    return Components(model, tokenizer, task, RewardFn(task, cfg.reward), make_generator,
-                      process_build=(build_generator, (cfg.model_dump_json(), device)))
+    return Components(model, tokenizer, task, RewardFn(task, cfg.reward),
+                      GeneratorBuild(build_generator, (cfg.model_dump_json(), device)))
 
 
 @dataclass
@@ -165,11 +171,9 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
     return float(driver_threads) + r.generators * r.generator_cpus + (r.trainers - 1) * r.trainer_cpus
 
 
-def _use_process(cfg: Config, device: str, comps: Components) -> bool:
+def _use_process(cfg: Config, device: str) -> bool:
     if cfg.pipeline.transport == "auto":
-        return device == "cpu" and run_cores(cfg) >= 2 and comps.process_build is not None
-    if cfg.pipeline.transport == "process" and comps.process_build is None:
-        raise ScaleRLError("pipeline.transport 'process': these components cannot be rebuilt in another process")
+        return device == "cpu" and run_cores(cfg) >= 2
     return cfg.pipeline.transport == "process"
 
 
@@ -239,28 +243,21 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks (scalerl.transport.ray_session)
         from scalerl.transport.ray_session import ray_mode
 
-        return ray_mode(tr, comps.process_build, gen_seed, sampler_state)
-    reward = training_reward(comps.reward_fn, cfg)
-    if cfg.pipeline.mode == "pipeline_rl":
-        window = Window(P, k)
-        if _use_process(cfg, device, comps):
-            build, args = comps.process_build
-            source = ProcessRollouts(build, (*args, gen_seed), tr.model.state_dict(), tr.state.step,
-                                     sampler_state, tr.curriculum, G, window, threads.decode)
-        else:
-            retired = RetiredSet.of(tr.curriculum)
-            sampler = CurriculumSampler(comps.task, retired, seed=cfg.run.seed)
-            sampler.load_state_dict(sampler_state)
-            generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
-            generator.update_weights(tr.model.state_dict(), tr.state.step)
-            source = ThreadedRollouts(generator, LockedSampler(sampler), G, reward, window, tr.state.step, retired)
+        return ray_mode(tr, comps.build, gen_seed, sampler_state)
+    if cfg.pipeline.mode == "pipeline_rl" and _use_process(cfg, device):
+        source = ProcessRollouts(comps.build, gen_seed, tr.model.state_dict(), tr.state.step,
+                                 sampler_state, tr.curriculum, G, Window(P, k), threads.decode)
         return PipelineRL(source, k), source
+    stage = comps.stage(generator_copy(tr.model, cfg), gen_seed)
+    stage.generator.update_weights(tr.model.state_dict(), tr.state.step)
     retired = RetiredSet.of(tr.curriculum)
-    sampler = CurriculumSampler(comps.task, retired, seed=cfg.run.seed)
+    sampler = CurriculumSampler(stage.task, retired, seed=stage.sampler_seed)
     sampler.load_state_dict(sampler_state)
-    generator = comps.make_generator(generator_copy(tr.model, cfg), cfg.rollout.temperature, gen_seed)
-    generator.update_weights(tr.model.state_dict(), tr.state.step)
-    return PPOOffPolicy(generator, LockedSampler(sampler), reward, k, P, G, threads.decode, retired), None
+    if cfg.pipeline.mode == "pipeline_rl":
+        source = ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window(P, k),
+                                  tr.state.step, retired)
+        return PipelineRL(source, k), source
+    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired), None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
@@ -279,7 +276,7 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     if resume:
         tr.restore()
     metrics = MetricsWriter(run_dir)
-    eval_gen = comps.make_generator(tr.model, cfg.eval.temperature, cfg.run.seed + 7919)
+    eval_gen = comps.stage(tr.model, cfg.run.seed + 7919, cfg.eval.temperature).generator
     tr.model.train()
     mode, _ = _make_mode(tr, device, threads)
     try:
@@ -347,7 +344,7 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
 
 def _check_rewards(mb, step: int) -> None:
     """Stop when the checker failed on every answer of a batch: nothing could ever pass."""
-    errors = [c.reward_error for g in mb.groups for c in g.completions]
+    errors = [s.error for g in mb.groups for s in g.scores]
     if errors and all(e is not None for e in errors):
         raise ScaleRLError(f"step {step}: the answer checker failed on all {len(errors)} answers of the batch "
                            f"(first error: {errors[0]}); fix the checker or the dataset's answers")

@@ -1,6 +1,6 @@
-"""Rewards: run a task's checker on a completion and fill `reward`, `passed`, `reward_error`.
+"""Rewards: run a task's checker on a completion and return its `Score` (reward, passed, error, slow).
 
-`RewardFn(task, cfg)(prompt, completion)` never raises. A task exposes `checker`, a picklable
+`RewardFn(task, cfg)(prompt, completion) -> Score` never raises and leaves the completion as it is. A task exposes `checker`, a picklable
 `(completion_text, prompt) -> score` (a bool, or a float in [0, 1]), and `isolate_checker`:
 - built-in tasks (exact match, bounded work) and reasoning-gym tasks run inline;
 - user maths data runs `math-verify` (parse + verify). Its own timeouts use signals, which
@@ -10,8 +10,9 @@
   answer it gives up on) goes nowhere; the text it parses is capped at `MATH_MAX_CHARS`.
 A completion passes iff its score reaches `cfg.threshold` (default 1.0); with
 `cfg.partial_credit` a failing one earns `fail + score * (pass - fail)`. A checker that raises
-or times out scores `cfg.fail_value`, records the error on the completion (`reward_error`; the run's `train/reward_errors` counts
-them per step); a check slower than `cfg.slow_s` (or timed out) sets `reward_slow`.
+or times out scores `cfg.fail_value` and records the error in the score (`Score.error`; the run's
+`train/reward_errors` counts them per step); a check slower than `cfg.slow_s` (or timed out) sets
+`Score.slow`.
 
 The checker reads the answer only (`answer_section`): the text after the last `</think>` by
 default, or after a configurable marker (`task.answer_marker`: `Answer:`, or an opening tag
@@ -25,6 +26,7 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -34,7 +36,7 @@ import threading
 import time
 from typing import Callable
 
-from scalerl.types import Completion, Prompt
+from scalerl.types import Completion, Prompt, Score
 
 THINK_CLOSE = "</think>"
 BOXED = "\\boxed{}"
@@ -186,8 +188,8 @@ class CheckerPool:
 
 
 class RewardFn:
-    """Scores completions in place (passed, reward, reward_error, reward_slow); thread-safe. The
-    run's metrics count errors and slow checks per step from those fields (`group_stats`)."""
+    """`(prompt, completion) -> Score`; thread-safe. The run's metrics count errors and slow
+    checks per step from the scores (`group_stats`)."""
 
     def __init__(self, task, cfg, pool_size: int = 2):
         self.task = task
@@ -196,7 +198,7 @@ class RewardFn:
         self._pool: CheckerPool | None = None
         self._lock = threading.Lock()
 
-    def __call__(self, prompt: Prompt, completion: Completion) -> None:
+    def __call__(self, prompt: Prompt, completion: Completion) -> Score:
         score, error, seconds = 0.0, None, 0.0
         try:
             result, seconds = self._check(completion.text, prompt)
@@ -207,10 +209,7 @@ class RewardFn:
             error = f"{type(e).__name__}: {e}"
         slow = seconds > self.cfg.slow_s or (error or "").startswith("timeout")
         passed = error is None and score >= self.cfg.threshold
-        completion.passed = passed
-        completion.reward = self._reward(passed, score if error is None else 0.0)
-        completion.reward_error = error
-        completion.reward_slow = slow
+        return Score(self._reward(passed, score if error is None else 0.0), passed, error, slow)
 
     def _reward(self, passed: bool, score: float) -> float:
         if passed:
@@ -248,10 +247,11 @@ def training_reward(reward_fn: Callable, cfg) -> Callable:
     length = cfg.rollout.length
     if length.type != "penalty":
         return reward_fn
-    from scalerl.rl.length_penalty import overlong_penalty
+    from scalerl.rl.length_penalty import shaped_reward
 
-    def shaped(prompt, completion) -> None:
-        reward_fn(prompt, completion)
-        completion.reward += overlong_penalty(len(completion.tokens), length.max_len, length.tolerance, length.penalty)
+    def shaped(prompt: Prompt, completion: Completion) -> Score:
+        score = reward_fn(prompt, completion)
+        return dataclasses.replace(score, reward=shaped_reward(score.reward, len(completion.tokens), length,
+                                                               passed=score.passed))
 
     return shaped

@@ -1,7 +1,11 @@
 """Typed records that travel between stages (tasks -> rollout -> rewards -> trainer).
 
+    Prompt --generator--> Completion --RewardFn--> Score;  G of each --GroupAssembler--> Group
+
 Plain dataclasses of Python lists and numbers, so they pickle cheaply across threads,
-processes and Ray actors. Tensors are built from them at the trainer.
+processes and Ray actors. Tensors are built from them at the trainer. Records flow forward:
+a `Completion` is frozen when the generator yields it, and scoring does not change it but
+gives a `Score` beside it (a length penalty is a new `Score`, `dataclasses.replace`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class Prompt:
     meta: dict = field(default_factory=dict)  # e.g. {"difficulty": 3}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Completion:
     """One sampled completion of one prompt, with everything the trainer needs.
 
@@ -54,10 +58,6 @@ class Completion:
     # positions in `tokens` that were injected (interruption phrase) rather than sampled:
     # they carry no generator logprob of their own and are masked out of the loss.
     forced_mask: list[bool] = field(default_factory=list)
-    reward: float | None = None
-    passed: bool | None = None
-    reward_error: str | None = None   # set when the checker raised or timed out
-    reward_slow: bool = False         # the check took longer than reward.slow_s (or timed out)
 
     @property
     def truncated(self) -> bool:
@@ -77,18 +77,39 @@ class Completion:
         return min(self.versions) if self.versions else -1
 
 
+@dataclass(frozen=True)
+class Score:
+    """The reward stage's verdict on one completion (`scalerl.rewards.RewardFn`)."""
+
+    reward: float             # what trains: pass_value / fail_value (partial credit, length penalty)
+    passed: bool              # correctness: the score reached reward.threshold (filters, curriculum)
+    error: str | None = None  # the checker raised or timed out (the completion then failed)
+    slow: bool = False        # the check took longer than reward.slow_s (or timed out)
+
+
 @dataclass
 class Group:
-    """The G completions of one prompt, scored: the unit of advantage computation."""
+    """The G completions of one prompt and their scores (same order): the unit of advantage
+    computation."""
 
     prompt: Prompt
     completions: list[Completion]
+    scores: list[Score]
     draw: int = 0             # the generator's draw index: groups reach the trainer in draw order
+
+    def __post_init__(self) -> None:
+        if len(self.scores) != len(self.completions):
+            raise ValueError(f"group {self.prompt.id!r}: {len(self.completions)} completions but "
+                             f"{len(self.scores)} scores")
 
     @property
     def rewards(self) -> list[float]:
-        return [c.reward for c in self.completions]  # type: ignore[misc]
+        return [s.reward for s in self.scores]
+
+    @property
+    def passes(self) -> int:
+        return sum(s.passed for s in self.scores)
 
     @property
     def pass_rate(self) -> float:
-        return sum(bool(c.passed) for c in self.completions) / max(1, len(self.completions))
+        return self.passes / max(1, len(self.scores))

@@ -15,7 +15,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from scalerl.types import Completion, Prompt
+from scalerl.transport.protocol import GeneratorBuild, Stage
+from scalerl.types import Completion, Group, Prompt, Score
 
 
 class FakeGenerator:
@@ -120,44 +121,67 @@ class FakeTask:
         return [Prompt(id=f"fake/val/{i}", text=f"{i}=", answer="") for i in range(n)]
 
 
-def parity_reward(prompt: Prompt, completion: Completion) -> None:
+def pass_fail(passed: bool) -> Score:
+    """The default reward's score of a completion that passed or failed: +1 / -1."""
+    return Score(1.0 if passed else -1.0, passed)
+
+
+def scored(prompt: Prompt, completions: list[Completion], rewards: Sequence[float], draw: int = 0,
+           passed: Sequence[bool] | None = None) -> Group:
+    """A group scored by hand: `rewards[i]` for completion i; passed iff its reward is positive,
+    unless `passed` says otherwise."""
+    passed = [r > 0 for r in rewards] if passed is None else passed
+    return Group(prompt, completions, [Score(r, ok) for r, ok in zip(rewards, passed, strict=True)], draw)
+
+
+def parity_reward(prompt: Prompt, completion: Completion) -> Score:
     """Pass iff the completion's token ids sum to an even number: about half pass at random,
     so groups have reward variance even for an untrained model."""
-    completion.passed = sum(completion.tokens) % 2 == 0
-    completion.reward = 1.0 if completion.passed else -1.0
+    return pass_fail(sum(completion.tokens) % 2 == 0)
 
 
-def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, seed: int):
-    """The generator-process setup for tests: (FakeGenerator, FakeTask, parity_reward, sampler seed)."""
-    return FakeGenerator(vocab, length, slots, step_seconds, seed), FakeTask(), parity_reward, 0
+def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, *, seed: int,
+               model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage:
+    """A `GeneratorBuild` function for tests (picklable: a generator process can run it): a
+    FakeGenerator, and the given task and reward or FakeTask and parity_reward."""
+    return Stage(FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0)
 
 
-def build_tiny_random_parity(cfg_json: str, device: str, seed: int):
-    """Generator-process setup for tests: the real engine on `tiny-random`, the real task's
-    prompts, and `parity_reward` (a random model never solves the task)."""
+def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
+    """An in-process `GeneratorBuild` for tests of the loop: each FakeGenerator it builds is
+    appended to `gens` (the evaluation's first); the reward is the training reward of the one
+    the loop passes (its `Components.reward_fn`), as `scalerl.loop.build_generator` makes it."""
+    from scalerl.rewards import training_reward
+
+    def build(*, seed, model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage:
+        gens.append(FakeGenerator(vocab=range(5, 40), length=(3, 8), slots=8, step_seconds=step_seconds, seed=seed))
+        return Stage(gens[-1], task or FakeTask(), training_reward(reward or parity_reward, cfg), 0)
+
+    return GeneratorBuild(build)
+
+
+def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None,
+                             reward=None, temperature=None) -> Stage:
+    """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
+    task's prompts, and `parity_reward` (a random model never solves the task)."""
     from scalerl.config import Config
+    from scalerl.loop import build_generator
     from scalerl.models import load_model
-    from scalerl.rollout import Engine
     from scalerl.tasks import get_task
 
-    cfg = Config.model_validate_json(cfg_json)
-    model, tokenizer = load_model("tiny-random", device=device)
-    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=seed)
-    return engine, get_task(cfg.task, tokenizer), parity_reward, cfg.run.seed
+    if model is None:
+        model, tokenizer = load_model("tiny-random", device=device)
+    task = task or get_task(Config.model_validate_json(cfg_json).task, tokenizer)
+    return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task,
+                           reward=reward or parity_reward, temperature=temperature)
 
 
 def tiny_random_components(cfg, device: str = "cpu"):
     """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
     from scalerl.models import load_model
     from scalerl.loop import Components
-    from scalerl.rollout import Engine
     from scalerl.tasks import get_task
 
     model, tokenizer = load_model("tiny-random", device=device)
-
-    def make_generator(m, temperature, seed):
-        return Engine(m, tokenizer, cfg.rollout.model_copy(update={"temperature": temperature}),
-                      fp32_head=cfg.model.fp32_head, seed=seed)
-
-    return Components(model, tokenizer, get_task(cfg.task, tokenizer), parity_reward, make_generator,
-                      process_build=(build_tiny_random_parity, (cfg.model_dump_json(), device)))
+    return Components(model, tokenizer, get_task(cfg.task, tokenizer), parity_reward,
+                      GeneratorBuild(build_tiny_random_parity, (cfg.model_dump_json(), device)))

@@ -2,6 +2,7 @@
 
 from scalerl.evaluate import evaluate
 from scalerl.types import Completion, Prompt
+from doubles import pass_fail
 
 
 class ScriptedGenerator:
@@ -22,8 +23,7 @@ class ScriptedGenerator:
 
 
 def check(prompt, completion):
-    completion.passed = completion.text == prompt.answer
-    completion.reward = 1.0 if completion.passed else -1.0
+    return pass_fail(completion.text == prompt.answer)
 
 
 def test_pass_rate_overall_and_per_subset():

@@ -12,7 +12,7 @@ import pytest
 from scalerl.config import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.batching import BatchFiller, zero_variance_filter
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Group, Prompt, Score
 
 # penalty window: max_len 6, tolerance 4 -> no penalty up to 2 tokens, -(L - 2) / 4 up to 6, -1 beyond
 PENALTY = {2: 0.0, 3: -0.25, 4: -0.5, 6: -1.0, 8: -1.0}
@@ -21,10 +21,9 @@ PENALTY = {2: 0.0, 3: -0.25, 4: -0.5, 6: -1.0, 8: -1.0}
 def group(pid: str, answers: list[tuple[bool, int]]) -> Group:
     """A scored group from (passed, length) pairs; reward = +-1 plus the length penalty above."""
     comps = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[1], tokens=[2] * n, logprobs=[-1.0] * n,
-                        versions=[0] * n, text="", finish_reason="eos", forced_mask=[False] * n,
-                        reward=(1.0 if ok else -1.0) + PENALTY[n], passed=ok)
+                        versions=[0] * n, text="", finish_reason="eos", forced_mask=[False] * n)
              for i, (ok, n) in enumerate(answers)]
-    return Group(Prompt(pid, "q", "a"), comps)
+    return Group(Prompt(pid, "q", "a"), comps, [Score((1.0 if ok else -1.0) + PENALTY[n], ok) for ok, n in answers])
 
 
 ALL_CORRECT_UNEQUAL = group("long", [(True, 2), (True, 3), (True, 4), (True, 6)])   # rewards 1, .75, .5, 0
@@ -64,11 +63,10 @@ def test_each_recipe_filters_on_correctness_or_not_at_all(recipe, kept):
     assert f.full and [g.prompt.id for g in f.groups] == kept
 
 
-def test_an_unchecked_completion_is_an_error():
+def test_a_completion_without_its_score_is_an_error():
     g = group("x", [(True, 2), (False, 2)])
-    g.completions[1].passed = None
-    with pytest.raises(ScaleRLError, match=r"prompt 'x': completion 1 was not checked"):
-        zero_variance_filter([g])
+    with pytest.raises(ValueError, match=r"group 'x': 2 completions but 1 scores"):
+        Group(g.prompt, g.completions, g.scores[:1])
 
 
 # ---------------------------------------------------------------- through the training loop
@@ -79,13 +77,13 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     each optimizer step trained on, and the metrics rows."""
     from scalerl.models import load_model
     from scalerl import loop as train_mod
-    from doubles import FakeGenerator, FakeTask, parity_reward
+    from doubles import FakeTask, fake_build, parity_reward
     from scalerl.run.metrics import read_rows
 
     def forced_reward(prompt, completion):
-        parity_reward(prompt, completion)
         if int(prompt.id.rsplit("/", 1)[1]) % 2 == 0:
-            completion.passed, completion.reward = True, 1.0
+            return Score(1.0, True)
+        return parity_reward(prompt, completion)
 
     sets = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
             "rollout.length.tolerance=4", "rollout.length.max_len=6", "run.max_steps=4", "eval.every=100",
@@ -94,10 +92,7 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     cfg = load_config("dapo", overrides=sets)
     model, tokenizer = load_model("tiny-random")
 
-    def make_generator(m, temperature, seed):
-        return FakeGenerator(vocab=range(5, 40), length=(3, 8), slots=8, seed=seed)
-
-    comps = train_mod.Components(model, tokenizer, FakeTask(), forced_reward, make_generator)
+    comps = train_mod.Components(model, tokenizer, FakeTask(), forced_reward, fake_build(cfg, []))
     trained: list[Group] = []
     real = train_mod.train_step
 
@@ -112,14 +107,14 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
 
 
 def _all_correct_unequal(g: Group) -> bool:
-    return all(c.passed for c in g.completions) and len(set(g.rewards)) > 1
+    return all(s.passed for s in g.scores) and len(set(g.rewards)) > 1
 
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_dapo_trains_no_all_correct_group_even_when_lengths_make_rewards_differ(tmp_path, monkeypatch):
     trained, rows = _run_dapo(tmp_path / "on", monkeypatch, [])
     assert len(rows) == 4 and trained
-    assert all(0 < sum(c.passed for c in g.completions) < 4 for g in trained)
+    assert all(0 < g.passes < 4 for g in trained)
     assert sum(r["batch/zero_variance_dropped"] for r in rows) >= 1
     # the same run with the filter off trains such groups: the forced reward does produce them
     trained_off, rows_off = _run_dapo(tmp_path / "off", monkeypatch,

@@ -9,7 +9,8 @@ from scalerl import loop as train_mod
 from doubles import parity_reward
 from scalerl.loop import ray_devices, split_threads, train
 from scalerl.run.metrics import read_rows
-from scalerl.types import Prompt
+from scalerl.transport.protocol import GeneratorBuild
+from scalerl.types import Prompt, Score
 
 from test_train_loop import fake_components, small_cfg
 
@@ -79,8 +80,7 @@ def test_a_batch_whose_every_check_failed_stops_the_run_naming_the_error(tmp_pat
     comps, _ = fake_components(cfg)
 
     def broken_checker(prompt, completion):
-        completion.passed, completion.reward = False, -1.0
-        completion.reward_error = "AssertionError: daemonic processes are not allowed to have children"
+        return Score(-1.0, False, error="AssertionError: daemonic processes are not allowed to have children")
 
     comps.reward_fn = broken_checker
     with pytest.raises(ScaleRLError, match=r"step 1: the answer checker failed on all 8 answers.*daemonic"):
@@ -115,10 +115,9 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
     calls = {"n": 0}
 
     def every_other_batch_all_fail(prompt, completion):  # zero-variance batches are skipped, but cost compute
-        parity_reward(prompt, completion)
-        if (calls["n"] // 8) % 2 == 0:
-            completion.passed, completion.reward = False, -1.0
+        score = parity_reward(prompt, completion) if (calls["n"] // 8) % 2 else Score(-1.0, False)
         calls["n"] += 1
+        return score
 
     comps.reward_fn = every_other_batch_all_fail
     train(cfg, tmp_path, comps=comps, progress=False)
@@ -131,19 +130,19 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
                                                       + 6 * n * rows[-1]["compute/tokens_trained"])
 
 
-def slow_start(*args):
+def slow_start(*args, **given):
     """The fake generator process's setup, with a slow start-up (imports, a model build)."""
     from doubles import build_fake
 
     time.sleep(4.0)
-    return build_fake(*args)
+    return build_fake(*args, **given)
 
 
 @pytest.mark.slow  # spawns the generator process: 10-20 s of imports on a busy 2-core machine
 def test_the_generators_start_up_is_not_compute(tmp_path):
     cfg = small_cfg(extra=["run.max_steps=2", "eval.every=100", "pipeline.transport=process", "run.threads=2"])
     comps, _ = fake_components(cfg)
-    comps.process_build = (slow_start, (list(range(5, 40)), (3, 8), 8, 0.0))
+    comps.build = GeneratorBuild(slow_start, (list(range(5, 40)), (3, 8), 8, 0.0))
     t0 = time.monotonic()
     train(cfg, tmp_path, comps=comps, progress=False)
     assert time.monotonic() - t0 > 4.0                      # the start-up did happen ...

@@ -20,7 +20,7 @@ from scalerl.transport import ray_session as backend
 from scalerl.trainer.data_parallel import start_workers
 from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
 from scalerl import loop as train_mod
-from doubles import FakeTask, tiny_random_components
+from doubles import FakeTask, scored, tiny_random_components
 from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
 from scalerl.loop import train
 from scalerl.rl.curriculum import CurriculumSampler
@@ -191,9 +191,7 @@ def _groups() -> list[Group]:
     for p, (a, b) in enumerate(lengths):
         pid = f"p{p}"
         cs = [_completion(pid, 0, [10 + p + j for j in range(a)]), _completion(pid, 1, [20 + j for j in range(b)], forced=p % 2)]
-        cs[0].reward, cs[1].reward = (1.0, -1.0) if p != 1 else (-1.0, 1.0)
-        cs[0].passed, cs[1].passed = cs[0].reward > 0, cs[1].reward > 0
-        groups.append(Group(Prompt(pid, "x", ""), cs))
+        groups.append(scored(Prompt(pid, "x", ""), cs, (1.0, -1.0) if p != 1 else (-1.0, 1.0)))
     return groups
 
 
@@ -270,7 +268,7 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
 
     def group(pid: str, draw: int) -> Group:
         cs = [_completion(pid, i, [10, 11]) for i in range(2)]
-        return Group(Prompt(pid, "x", ""), cs, draw=draw)
+        return scored(Prompt(pid, "x", ""), cs, [1.0, -1.0], draw=draw)
 
     state = {"seed": 0, "epoch": 0, "position": 0, "drawn": 0}
     hub = RolloutHub([dict(state)], Window(prompts_per_step=1, k=1), weights=["w0"], version=0)  # no Ray needed
@@ -336,7 +334,7 @@ def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight(
     assert hub.admit(0, 1, p[0], state, 0) == ("go", 0)
     assert hub.admit(0, 1, p[1], state, 0) == ("go", 1)     # the window (2 draws) is full
     assert hub.admit(1, 1, p[2], state, 0) == ("wait", -1)  # rank 1 waits, with nothing in flight
-    hub.deliver(0, 1, Group(p[0], [_completion("p0", 0, [10])], draw=0))
+    hub.deliver(0, 1, scored(p[0], [_completion("p0", 0, [10])], [1.0], draw=0))
     assert hub.take(0.0).draw == 0
     hub.set_weights(["w1"], 1)                              # version 1: the window reaches draw 1 + 2 = 3
     assert hub.admit(0, 1, p[3], state, 1) == ("wait", -1)  # rank 0 (1 in flight) yields to rank 1 (0 in flight)

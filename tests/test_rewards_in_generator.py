@@ -1,6 +1,7 @@
 """The answer checker runs wherever the generator runs: a user's maths dataset (math-verify, in
 checker worker processes) trained on the default transport, the generator's own process."""
 
+import dataclasses
 import json
 import random
 
@@ -10,6 +11,7 @@ from scalerl.config import Config, load_config
 from doubles import FakeGenerator
 from scalerl.loop import Components, train
 from scalerl.run.metrics import read_rows
+from scalerl.transport.protocol import GeneratorBuild, Stage
 
 
 class GuessingGenerator(FakeGenerator):
@@ -17,22 +19,24 @@ class GuessingGenerator(FakeGenerator):
 
     def _finish(self, s):
         completion = super()._finish(s)
-        completion.text = f"<think>{completion.text}</think>{self.rng.randrange(10)}"
-        return completion
+        return dataclasses.replace(completion, text=f"<think>{completion.text}</think>{self.rng.randrange(10)}")
 
 
-def build_guessing(cfg_json: str, device: str, seed: int):
-    """Generator-process setup: the guessing generator, the run's real file task and real reward."""
+def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None, reward=None,
+                   temperature=None) -> Stage:
+    """A `GeneratorBuild` function: the guessing generator, the run's real file task and real reward
+    (in a generator process: all built there)."""
     from scalerl.models import load_model
     from scalerl.rewards import training_reward
     from scalerl.tasks import task_for_run
     from scalerl.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
-    model, tokenizer = load_model("tiny-random", device=device)
-    task = task_for_run(cfg, tokenizer, model)
-    return (GuessingGenerator(range(5, 40), (3, 8), 16, 0.0, seed), task,
-            training_reward(RewardFn(task, cfg.reward), cfg), cfg.run.seed)
+    if model is None:
+        model, tokenizer = load_model("tiny-random", device=device)
+    task = task or task_for_run(cfg, tokenizer, model)
+    return Stage(GuessingGenerator(range(5, 40), (3, 8), 16, 0.0, seed), task,
+                 training_reward(reward or RewardFn(task, cfg.reward), cfg), cfg.run.seed)
 
 
 def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
@@ -56,11 +60,8 @@ def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
     task = task_for_run(cfg, tokenizer, model)
     assert task.isolate_checker                      # math-verify, in checker worker processes
 
-    def make_generator(m, temperature, seed):
-        return GuessingGenerator(range(5, 40), (3, 8), 16, 0.0, seed)
-
-    comps = Components(model, tokenizer, task, RewardFn(task, cfg.reward), make_generator,
-                       process_build=(build_guessing, (cfg.model_dump_json(), "cpu")))
+    comps = Components(model, tokenizer, task, RewardFn(task, cfg.reward),
+                       GeneratorBuild(build_guessing, (cfg.model_dump_json(), "cpu")))
     (tmp_path / "run").mkdir()
     train(cfg, tmp_path / "run", comps=comps, progress=False)
     steps = [r for r in read_rows(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]

@@ -12,7 +12,7 @@ from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.rl.length_penalty import overlong_penalty, shaped_reward
 from scalerl.config import CispoLoss
 from scalerl.rl.losses import policy_loss
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Group, Prompt, Score
 
 R = torch.tensor([[1.0, -1.0, -1.0, 1.0],
                   [1.0, 1.0, 1.0, 1.0],
@@ -75,9 +75,8 @@ def test_unknown_norm():
 # ---------------------------------------------------------------- filters
 def make_group(pid, rewards):
     comps = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[1], tokens=[2, 3], logprobs=[-1.0, -1.0],
-                        versions=[0, 0], text="", finish_reason="eos", reward=r, passed=None if r is None else r > 0)
-             for i, r in enumerate(rewards)]
-    return Group(Prompt(pid, "q", "a"), comps)
+                        versions=[0, 0], text="", finish_reason="eos") for i in range(len(rewards))]
+    return Group(Prompt(pid, "q", "a"), comps, [Score(r, r is not None and r > 0) for r in rewards])
 
 
 def test_zero_variance_filter_counts_dropped():

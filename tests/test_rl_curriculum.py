@@ -8,13 +8,13 @@ from scalerl.config import CurriculumConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPositiveResampling
 from scalerl.types import Completion, Group, Prompt
+from doubles import scored
 
 
 def group(pid, n_pass, n=10):
     comps = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[1], tokens=[2], logprobs=[-1.0], versions=[0],
-                        text="", finish_reason="eos", reward=1.0 if i < n_pass else -1.0, passed=i < n_pass)
-             for i in range(n)]
-    return Group(Prompt(pid, "q", "a"), comps)
+                        text="", finish_reason="eos") for i in range(n)]
+    return scored(Prompt(pid, "q", "a"), comps, [1.0 if i < n_pass else -1.0 for i in range(n)])
 
 
 def test_retires_exactly_when_history_reaches_threshold():
@@ -65,11 +65,9 @@ def test_threshold_out_of_range(bad):
         NoPositiveResampling(bad)
 
 
-def test_unscored_group_is_an_error():
-    g = group("p", 5)
-    g.completions[0].passed = None
-    with pytest.raises(ScaleRLError, match="unscored"):
-        NoPositiveResampling().update(g)
+def test_empty_group_is_an_error():
+    with pytest.raises(ScaleRLError, match="group of prompt 'p' has no scored completions"):
+        NoPositiveResampling().update(Group(Prompt("p", "q", "a"), [], []))
 
 
 def test_from_config():

@@ -7,7 +7,7 @@ import types
 
 from rollout_helpers import char_tokenizer, tiny_llama
 from scalerl.cli import main
-from scalerl.types import Prompt
+from scalerl.types import Prompt, Score
 
 
 class FakeTask:
@@ -27,8 +27,8 @@ class FakeReward:
         self.cfg = cfg
 
     def __call__(self, prompt, c):
-        c.passed = c.tokens[0] % 2 == 0
-        c.reward = self.cfg.pass_value if c.passed else self.cfg.fail_value
+        passed = c.tokens[0] % 2 == 0
+        return Score(self.cfg.pass_value if passed else self.cfg.fail_value, passed)
 
     def close(self):
         pass

@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 
 from scalerl.trainer.step import group_stats
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Prompt
+from doubles import scored
 
 
 def completion(reason: str, n: int = 3) -> Completion:
     return Completion(id=reason, prompt_id="p", prompt_tokens=[1], tokens=[2] * n, logprobs=[-1.0] * n,
-                      versions=[0] * n, text="", finish_reason=reason, forced_mask=[False] * n,
-                      reward=-1.0, passed=False)
+                      versions=[0] * n, text="", finish_reason=reason, forced_mask=[False] * n)
 
 
 def test_rates_by_finish_reason():
     reasons = ["eos", "eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_budget",
                "interrupted_length", "length"]
-    stats = group_stats([Group(Prompt("p", "q", "a"), [completion(r) for r in reasons])])
+    stats = group_stats([scored(Prompt("p", "q", "a"), [completion(r) for r in reasons], [-1.0] * 8)])
     assert stats["train/interrupted_rate"] == pytest.approx(4 / 8)
     assert stats["train/interrupted_answered_rate"] == pytest.approx(3 / 4)   # the _length one was cut
     assert stats["train/truncation_rate"] == pytest.approx(2 / 8)           # cut without an interruption
@@ -26,7 +26,7 @@ def test_rates_by_finish_reason():
 
 
 def test_no_interruption_no_answered_rate():
-    stats = group_stats([Group(Prompt("p", "q", "a"), [completion("eos"), completion("length")])])
+    stats = group_stats([scored(Prompt("p", "q", "a"), [completion("eos"), completion("length")], [-1.0, -1.0])])
     assert stats["train/interrupted_rate"] == 0.0 and stats["train/truncation_rate"] == 0.5
     assert "train/interrupted_answered_rate" not in stats
 
@@ -43,5 +43,5 @@ def test_an_interrupted_answer_is_checked_like_any_other(answer, passed):
     text = "<think>a3+7+0=10,b5+6+1=12," + DEFAULT_PHRASE + answer   # cut mid-scratchpad, then answered
     c = Completion(id="x", prompt_id=prompt.id, prompt_tokens=[1], tokens=[2] * 40, logprobs=[-1.0] * 40,
                    versions=[0] * 40, text=text, finish_reason="interrupted_eos", forced_mask=[False] * 40)
-    RewardFn(task, RewardConfig())(prompt, c)
-    assert c.passed is passed and c.reward == (1.0 if passed else -1.0) and c.reward_error is None
+    s = RewardFn(task, RewardConfig())(prompt, c)
+    assert s.passed is passed and s.reward == (1.0 if passed else -1.0) and s.error is None

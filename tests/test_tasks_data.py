@@ -13,7 +13,7 @@ from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
 from scalerl.tasks.pool import PromptLimit
 from scalerl.rewards import RewardFn, answer_section
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Group, Prompt, Score
 
 
 def _completion(text: str) -> Completion:
@@ -68,8 +68,8 @@ def test_arith_pool_is_finite_stable_and_disjoint_from_validation():
 
 def _g(prompt, n_pass, n=4):
     comps = [Completion(id=f"{prompt.id}/{i}", prompt_id=prompt.id, prompt_tokens=[], tokens=[], logprobs=[],
-                        versions=[], text="", finish_reason="eos", reward=0.0, passed=i < n_pass) for i in range(n)]
-    return Group(prompt, comps)
+                        versions=[], text="", finish_reason="eos") for i in range(n)]
+    return Group(prompt, comps, [Score(0.0, i < n_pass) for i in range(n)])
 
 
 def test_retired_prompts_never_drawn_again_across_epochs_and_resume():
@@ -192,15 +192,13 @@ def test_100k_latex_answer_is_bounded_and_silent(tmp_path, capfd):
     task = get_task(TaskConfig(name="file", path=str(path), val_size=1))
     fn = RewardFn(task, RewardConfig(timeout_s=3.0, slow_s=0.5), pool_size=1)
     attack = "</think>" + "\\frac{\\sqrt{" * 8_000 + "x" + "}}" * 8_000 + "\\left(" * 2_000   # ~120k chars
-    good = _completion("<think>2+2</think>\\boxed{4}")
-    fn(Prompt("w", "", "4"), good)                                # starts the worker
+    good = fn(Prompt("w", "", "4"), _completion("<think>2+2</think>\\boxed{4}"))   # starts the worker
     comps = [_completion(attack) for _ in range(3)]
     t0 = time.perf_counter()
-    for c in comps:
-        fn(Prompt("p", "", "4"), c)
+    scores = [fn(Prompt("p", "", "4"), c) for c in comps]
     elapsed = time.perf_counter() - t0
     fn.close()
-    assert good.passed and [c.passed for c in comps] == [False] * 3
+    assert good.passed and [s.passed for s in scores] == [False] * 3
     assert elapsed < 3 * 3.0 + 10                                  # each answer within the timeout (+ respawns)
     out = capfd.readouterr()
     assert "frac" not in out.out + out.err                         # the checker's own output stays out

@@ -24,10 +24,9 @@ def test_exact_rewards_plus_minus_one_and_zero_one():
     pm, zo = RewardFn(ArithTask(), RewardConfig()), RewardFn(ArithTask(), RewardConfig(pass_value=1, fail_value=0))
     good, bad = _completion("<think>..</think>a2b1c9d6</s>"), _completion("<think>..</think>a2b1c9d5</s>")
     for fn, expected in ((pm, (1.0, -1.0)), (zo, (1.0, 0.0))):
-        fn(PROMPT, good)
-        fn(PROMPT, bad)
-        assert (good.reward, bad.reward) == expected
-        assert (good.passed, bad.passed, good.reward_error, bad.reward_error) == (True, False, None, None)
+        g, b = fn(PROMPT, good), fn(PROMPT, bad)
+        assert (g.reward, b.reward) == expected
+        assert (g.passed, b.passed, g.error, b.error, g.slow, b.slow) == (True, False, None, None, False, False)
 
 
 def test_adversarial_100kB_strings_fail_fast():
@@ -35,10 +34,9 @@ def test_adversarial_100kB_strings_fail_fast():
     attacks = ["</think>" * 12_800, "9" * 100_000, "<think>" + "a2b1c9d6" * 12_500, "</think>" + "a2b1c9d6" * 12_500]
     comps = [_completion(a) for a in attacks]
     t0 = time.perf_counter()
-    for c in comps:
-        fn(PROMPT, c)
+    scores = [fn(PROMPT, c) for c in comps]
     assert time.perf_counter() - t0 < 1.0
-    assert [c.reward for c in comps] == [-1.0] * 4
+    assert [s.reward for s in scores] == [-1.0] * 4
 
 
 def hanging_or_exact(text: str, prompt: Prompt) -> bool:
@@ -61,11 +59,10 @@ class _FakeTask:
 def test_raising_checker_scores_fail_and_is_counted():
     fn = RewardFn(_FakeTask(isolate=False), RewardConfig())
     comps = [_completion("x"), _completion("ok"), _completion("x")]
-    for c, ans in zip(comps, ["raise", "ok", "raise"]):
-        fn(Prompt(id="p", text="", answer=ans), c)
-    assert [c.reward for c in comps] == [-1.0, 1.0, -1.0]
-    assert comps[0].reward_error == "ValueError: checker bug"
-    assert [c.reward_error is not None for c in comps] == [True, False, True]
+    scores = [fn(Prompt(id="p", text="", answer=ans), c) for c, ans in zip(comps, ["raise", "ok", "raise"])]
+    assert [s.reward for s in scores] == [-1.0, 1.0, -1.0]
+    assert scores[0].error == "ValueError: checker bug"
+    assert [s.error is not None for s in scores] == [True, False, True]
 
 
 @pytest.fixture
@@ -78,22 +75,21 @@ def pooled():
 def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
     answers = ["ok", "hang", "ok", "raise"]
     comps = [_completion("ok") for _ in answers]
-    result = {}
+    scores = []
 
     def score():                             # from a non-main thread, as a pipeline does
         for c, ans in zip(comps, answers):
-            pooled(Prompt(id="p", text="", answer=ans), c)
-        result["done"] = True
+            scores.append(pooled(Prompt(id="p", text="", answer=ans), c))
 
     t = threading.Thread(target=score)
     t.start()
     t.join(timeout=180)
-    assert result.get("done")
-    assert [c.reward for c in comps] == [1.0, -1.0, 1.0, -1.0]   # the killed worker was replaced
-    assert comps[1].reward_error.startswith("timeout")
-    assert "checker bug" in comps[3].reward_error
-    assert [c.reward_error is not None for c in comps] == [False, True, False, True]
-    assert [c.reward_slow for c in comps] == [False, True, False, False]
+    assert len(scores) == 4
+    assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]   # the killed worker was replaced
+    assert scores[1].error.startswith("timeout")
+    assert "checker bug" in scores[3].error
+    assert [s.error is not None for s in scores] == [False, True, False, True]
+    assert [s.slow for s in scores] == [False, True, False, False]
 
 
 def test_math_verify_on_user_data_from_a_thread(tmp_path):
@@ -105,9 +101,27 @@ def test_math_verify_on_user_data_from_a_thread(tmp_path):
     texts = ["<think>hmm</think>The answer is $\\boxed{0.5}$", "<think>\\boxed{0.5}</think>so \\boxed{3}",
              "\\frac{" * 20_000]
     comps = [_completion(t) for t in texts]
-    th = threading.Thread(target=lambda: [fn(half, c) for c in comps])
+    scores = []
+    th = threading.Thread(target=lambda: scores.extend(fn(half, c) for c in comps))
     th.start()
     th.join(timeout=120)
     fn.close()
-    assert [c.passed for c in comps] == [True, False, False]
-    assert all(c.reward_error is None for c in comps[:2])
+    assert [s.passed for s in scores] == [True, False, False]
+    assert all(s.error is None for s in scores[:2])
+
+
+def test_the_training_reward_adds_the_length_penalty_in_a_new_score_and_changes_no_completion():
+    import dataclasses
+
+    from scalerl.config import load_config
+    from scalerl.rewards import training_reward
+
+    cfg = load_config("dapo", overrides=["rollout.length.max_len=6", "rollout.length.tolerance=4"])
+    shaped = training_reward(RewardFn(ArithTask(), RewardConfig()), cfg)
+    right = dataclasses.replace(_completion("<think>..</think>a2b1c9d6</s>"), tokens=[5] * 5)  # 5 tokens
+    score = shaped(PROMPT, right)
+    assert (score.reward, score.passed, score.error) == (1.0 - 3 / 4, True, None)   # -(5 - 2) / 4 by hand
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        right.text = "changed"                      # records flow forward: a completion is frozen
+    plain = training_reward(RewardFn(ArithTask(), RewardConfig()), load_config("scalerl"))
+    assert plain(PROMPT, right).reward == 1.0       # interruptions, not a penalty: the plain reward

@@ -49,10 +49,9 @@ def test_prompts_and_scoring_follow_reasoning_gym(name):
     fn = RewardFn(task, RewardConfig())
     right, wrong, cut = (_completion(f"I think.\n<answer>{p.answer}</answer>"), _completion("<answer>zzz</answer>"),
                          _completion(f"<answer>{p.answer}"))
-    for c in (right, wrong, cut):
-        fn(p, c)
-    assert (right.passed, wrong.passed, cut.passed) == (True, False, False)
-    assert (right.reward, wrong.reward, cut.reward) == (1.0, -1.0, -1.0)
+    scores = [fn(p, c) for c in (right, wrong, cut)]
+    assert [s.passed for s in scores] == [True, False, False]
+    assert [s.reward for s in scores] == [1.0, -1.0, -1.0]
 
 
 def test_thinking_format_opens_think_and_reads_the_answer_after_it():
@@ -61,12 +60,10 @@ def test_thinking_format_opens_think_and_reads_the_answer_after_it():
     assert "<think>" in p.text.split("<|user|>")[0] and p.text.endswith("<|assistant|><think>\n")
     fn = RewardFn(task, RewardConfig())
     c = _completion(f"so <answer>{p.answer}</answer> hmm, time is up.</think><answer>{p.answer}</answer>")
-    fn(p, c)
-    assert c.passed
+    assert fn(p, c).passed
     marked = get_task(TaskConfig(name="rg:chain_sum", train_size=10, val_size=4, answer_marker="</think>"))
     unfinished = _completion(f"<think>maybe <answer>{p.answer}</answer> or")      # cut before </think>
-    RewardFn(marked, RewardConfig())(p, unfinished)
-    assert unfinished.passed is False
+    assert RewardFn(marked, RewardConfig())(p, unfinished).passed is False
 
 
 def test_shots_show_solved_examples_kept_out_of_pool_and_validation():
@@ -92,9 +89,8 @@ def test_partial_credit_and_threshold_use_the_dataset_score():
     partial = RewardFn(task, RewardConfig(partial_credit=True))
     results = []
     for fn in (strict, lenient, partial):
-        c = _completion(half)
-        fn(p, c)
-        results.append((c.passed, c.reward))
+        s = fn(p, _completion(half))
+        results.append((s.passed, s.reward))
     assert results == [(False, -1.0), (True, 1.0), (False, -1.0 + 0.5 * 2.0)]
 
 

@@ -1,5 +1,6 @@
 """The trainer forward: each group's prompt run once (exact), bf16 mixed precision, bf16 generator."""
 
+import dataclasses
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from scalerl.models import load_model
 from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
 from scalerl.types import Completion, Group, Prompt
+from doubles import scored
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -32,8 +34,8 @@ def _groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLETION_L
             comps.append(Completion(
                 id=f"{p}/{g}", prompt_id=str(p), prompt_tokens=list(prompt), tokens=[rng.randrange(3, 60) for _ in range(n)],
                 logprobs=[-rng.uniform(0.5, 4.0) for _ in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                forced_mask=forced, reward=1.0 if g % 2 == 0 else -1.0, passed=g % 2 == 0))
-        groups.append(Group(Prompt(str(p), "", ""), comps))
+                forced_mask=forced))
+        groups.append(scored(Prompt(str(p), "", ""), comps, [1.0 if g % 2 == 0 else -1.0 for g in range(len(lens))]))
     return groups
 
 
@@ -88,7 +90,8 @@ def test_shared_logprobs_match_each_sequence_run_alone():
 
 def test_groups_with_different_prompts_fall_back_to_full_sequences():
     groups = _groups(seed=2)
-    groups[1].completions[2].prompt_tokens = [7, 7, 7]  # not the group's prompt: nothing to share
+    c = groups[1].completions[2]
+    groups[1].completions[2] = dataclasses.replace(c, prompt_tokens=[7, 7, 7])  # not the group's prompt: nothing to share
     model, _ = load_model("tiny-random")
     batch = collate(groups, pad_id=0)
     assert not batch.same_prompt
@@ -162,12 +165,12 @@ def test_prompt_cache_expands_rows_in_any_order():
 
 def _completion(tokens, versions, forced, gen_lp):
     return Completion(id=str(tokens), prompt_id="p", prompt_tokens=[3, 4], tokens=tokens, logprobs=gen_lp,
-                      versions=versions, text="", finish_reason="eos", forced_mask=forced, reward=0.0, passed=False)
+                      versions=versions, text="", finish_reason="eos", forced_mask=forced)
 
 
 def test_logprob_mismatch_counts_trained_tokens_whose_prefix_came_from_the_held_version():
-    group = Group(Prompt("p", "", ""), [_completion([5, 6, 7], [3, 3, 3], [False, True, False], [-1.0, 0.0, -1.0]),
-                                        _completion([5, 6, 0], [2, 3, 3], [False] * 3, [-1.0, -1.0, -1.0])])
+    group = scored(Prompt("p", "", ""), [_completion([5, 6, 7], [3, 3, 3], [False, True, False], [-1.0, 0.0, -1.0]),
+                                         _completion([5, 6, 0], [2, 3, 3], [False] * 3, [-1.0, -1.0, -1.0])], [0.0, 0.0])
     batch = collate([group], pad_id=0)
     trainer = torch.tensor([[-1.5, -9.0, -0.75], [-3.0, -2.0, -1.0]])
     # version 3: completion 0, tokens 0 and 2 (token 1 was forced); completion 1 began under version 2
@@ -187,9 +190,7 @@ def _bf16_generation(model, tokenizer, fp32_head: bool):
     engine.update_weights(model.state_dict(), 0)
     prompts = [Prompt(str(i), f"{i}+{2 * i}=", "") for i in range(4)]
     out = engine.generate(prompts, 4)
-    for c in out:
-        c.reward = 0.0
-    groups = [Group(p, out[4 * i: 4 * i + 4]) for i, p in enumerate(prompts)]
+    groups = [scored(p, out[4 * i: 4 * i + 4], [0.0] * 4) for i, p in enumerate(prompts)]
     batch = collate(groups, tokenizer.pad_token_id)
     with torch.no_grad():
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, fp32_head, compute_dtype="bf16")

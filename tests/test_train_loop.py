@@ -15,10 +15,11 @@ from scalerl.cli import main
 from scalerl.config import list_recipes, load_config
 from scalerl.errors import ScaleRLError
 from scalerl import loop as train_mod
-from doubles import FakeGenerator, FakeTask, parity_reward, tiny_random_components
+from doubles import FakeGenerator, FakeTask, fake_build, parity_reward, tiny_random_components
 from scalerl.loop import Components, train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
+from scalerl.transport.protocol import GeneratorBuild
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -43,12 +44,7 @@ def fake_components(cfg, step_seconds=0.0):
 
     model, tokenizer = load_model("tiny-random")
     gens = []
-
-    def make_generator(m, temperature, seed):
-        gens.append(FakeGenerator(vocab=range(5, 40), length=(3, 8), slots=8, step_seconds=step_seconds, seed=seed))
-        return gens[-1]
-
-    return Components(model, tokenizer, FakeTask(), parity_reward, make_generator), gens
+    return Components(model, tokenizer, FakeTask(), parity_reward, fake_build(cfg, gens, step_seconds)), gens
 
 
 @pytest.mark.parametrize("recipe", list_recipes())
@@ -107,7 +103,7 @@ def test_process_transport_trains(tmp_path):
 
     cfg = small_cfg(extra=["run.max_steps=3", "pipeline.transport=process", "run.threads=2", "eval.every=100"])
     comps, _ = fake_components(cfg)
-    comps.process_build = (build_fake, (list(range(5, 40)), (3, 8), 8, 0.001))
+    comps.build = GeneratorBuild(build_fake, (list(range(5, 40)), (3, 8), 8, 0.001))
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in rows] == [1, 2, 3]

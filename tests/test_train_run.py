@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scalerl.errors import ScaleRLError
-from doubles import FakeGenerator
+from doubles import FakeGenerator, parity_reward
 from scalerl.batching import PipelineRL, staleness
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
 from scalerl.transport.window import InOrder, LockedSampler, Window
@@ -17,6 +17,7 @@ from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoin
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.rundir import create_run_dir, open_run_dir
+from scalerl.transport.protocol import GeneratorBuild
 from scalerl.types import Prompt
 
 
@@ -105,8 +106,7 @@ class _Task:
 
 
 def _score(prompt, c):
-    c.passed = sum(c.tokens) % 2 == 0
-    c.reward = 1.0 if c.passed else -1.0
+    return parity_reward(prompt, c)
 
 
 def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps: int = 15):
@@ -160,7 +160,7 @@ def test_window_rule_on_known_numbers():
     order = InOrder()
     from scalerl.types import Group
     for d in (2, 0, 1):
-        order.push(Group(prompt=Prompt("p", "", ""), completions=[], draw=d))
+        order.push(Group(prompt=Prompt("p", "", ""), completions=[], scores=[], draw=d))
     assert order.pop().draw == 0 and order.pop().draw == 1 and order.pop().draw == 2 and order.pop() is None
 
 
@@ -181,7 +181,7 @@ def test_process_transport_streams_groups_and_applies_published_weights():
 
     k, P, G = 2, 2, 3
     weights = {"w": torch.zeros(3)}
-    src = ProcessRollouts(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002, 0), weights, 0,
+    src = ProcessRollouts(GeneratorBuild(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002)), 0, weights, 0,
                           {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1)
     mode = PipelineRL(src, k)
     seen = []

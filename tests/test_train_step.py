@@ -1,5 +1,6 @@
 """The optimizer step: tensors built from groups, micro-batching that leaves the loss unchanged."""
 
+import dataclasses
 import random
 
 import pytest
@@ -9,22 +10,23 @@ from scalerl.config import load_config
 from scalerl.models import load_model
 from scalerl.trainer import step as step_mod
 from scalerl.trainer.step import Optimizer, collate, micro_batches, train_step
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Prompt
+from doubles import scored
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _completion(pid, i, prompt_tokens, tokens, forced=None, reward=1.0):
+def _completion(pid, i, prompt_tokens, tokens, forced=None):
     n = len(tokens)
     return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt_tokens, tokens=tokens,
                       logprobs=[-1.0 - 0.1 * t for t in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                      forced_mask=forced or [False] * n, reward=reward, passed=reward > 0)
+                      forced_mask=forced or [False] * n)
 
 
 def test_collate_places_completion_tokens_after_their_prompt():
-    g = Group(Prompt("a", "", ""), [_completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True], reward=1.0),
-                                    _completion("a", 1, [7, 8, 9], [6], reward=-1.0)])
+    g = scored(Prompt("a", "", ""), [_completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True]),
+                                     _completion("a", 1, [7, 8, 9], [6])], [1.0, -1.0])
     b = collate([g], pad_id=0)
     assert b.input_ids.tolist() == [[7, 8, 9, 4, 5], [7, 8, 9, 6, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
@@ -37,7 +39,7 @@ def test_collate_places_completion_tokens_after_their_prompt():
 
 
 def test_micro_batches_pack_similar_lengths_and_cover_every_group():
-    groups = [Group(Prompt(str(i), "", ""), [_completion(str(i), j, [1], [2] * n) for j in range(2)])
+    groups = [scored(Prompt(str(i), "", ""), [_completion(str(i), j, [1], [2] * n) for j in range(2)], [1.0, 1.0])
               for i, n in enumerate([50, 3, 48, 4])]
     parts = micro_batches(groups, max_tokens=2 * 2 * 51)
     assert sorted(i for p in parts for i in p) == [0, 1, 2, 3]
@@ -49,13 +51,14 @@ def _random_groups(P=6, G=4, seed=0):
     groups = []
     for p in range(P):
         plen, base = rng.randint(3, 8), rng.choice([4, 30])
-        comps = []
+        comps, rewards = [], []
         for g in range(G):
             n = base + rng.randint(0, 5)
             comps.append(_completion(str(p), g, [rng.randrange(5, 60) for _ in range(plen)],
-                                     [rng.randrange(5, 60) for _ in range(n)], reward=rng.choice([1.0, -1.0])))
-        comps[0].reward, comps[1].reward = 1.0, -1.0  # every group has reward variance
-        groups.append(Group(Prompt(str(p), "", ""), comps))
+                                     [rng.randrange(5, 60) for _ in range(n)]))
+            rewards.append(rng.choice([1.0, -1.0]))
+        rewards[:2] = [1.0, -1.0]  # every group has reward variance
+        groups.append(scored(Prompt(str(p), "", ""), comps, rewards))
     return groups
 
 
@@ -83,10 +86,9 @@ def _groups_with_untrainable_completions():
     group whose every completion is so (it counts as no unit in any aggregation)."""
     groups = _random_groups(P=5)
     c = groups[0].completions[2]
-    c.forced_mask = [True] * len(c.tokens)
-    dead = [_completion("dead", g, [9, 9, 9], [11, 12], forced=[True, True], reward=(1.0, -1.0)[g % 2])
-            for g in range(4)]
-    return groups + [Group(Prompt("dead", "", ""), dead)]
+    groups[0].completions[2] = dataclasses.replace(c, forced_mask=[True] * len(c.tokens))
+    dead = [_completion("dead", g, [9, 9, 9], [11, 12], forced=[True, True]) for g in range(4)]
+    return groups + [scored(Prompt("dead", "", ""), dead, [(1.0, -1.0)[g % 2] for g in range(4)])]
 
 
 def _two_workers(groups, cfg):

@@ -50,30 +50,29 @@ def run(args: argparse.Namespace) -> int:
     reward = RewardFn(task, cfg.reward)
     try:
         by_prompt = {p.id: p for p in prompts}
-        for c in completions:
-            reward(by_prompt[c.prompt_id], c)
+        scores = [reward(by_prompt[c.prompt_id], c) for c in completions]
     finally:
         reward.close()
-    print(format_samples(prompts, completions, args.n))
-    print(format_summary(completions, seconds, cfg.model.name, task.name))
+    print(format_samples(prompts, completions, scores, args.n))
+    print(format_summary(completions, scores, seconds, cfg.model.name, task.name))
     return 0
 
 
-def format_samples(prompts, completions, n: int) -> str:
+def format_samples(prompts, completions, scores, n: int) -> str:
     lines = []
     for i, prompt in enumerate(prompts):
         lines.append(f"=== {prompt.id}  (answer {prompt.answer!r})\n{prompt.text}")
-        for c in completions[i * n : (i + 1) * n]:
-            mark = "PASS" if c.passed else "fail"
-            extra = f"  checker error: {c.reward_error}" if c.reward_error else ""
-            lines.append(f"--- {mark} reward {c.reward:+g}  {c.finish_reason}, {len(c.tokens)} tokens{extra}\n{c.text}")
+        for c, s in zip(completions[i * n : (i + 1) * n], scores[i * n : (i + 1) * n]):
+            mark = "PASS" if s.passed else "fail"
+            extra = f"  checker error: {s.error}" if s.error else ""
+            lines.append(f"--- {mark} reward {s.reward:+g}  {c.finish_reason}, {len(c.tokens)} tokens{extra}\n{c.text}")
     return "\n".join(lines)
 
 
-def format_summary(completions, seconds: float, model: str, task: str) -> str:
+def format_summary(completions, scores, seconds: float, model: str, task: str) -> str:
     k = len(completions)
     tokens = sum(len(c.tokens) for c in completions)
-    rate = sum(bool(c.passed) for c in completions) / k
+    rate = sum(s.passed for s in scores) / k
     cut = sum(c.truncated for c in completions) / k
     interrupted = sum(c.interrupted for c in completions) / k
     return (f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "

@@ -69,15 +69,15 @@ class NoPositiveResampling:
 
     def update(self, group: Group) -> bool:
         """Add a scored group to its prompt's history; True if this retired the prompt."""
-        if not group.completions or any(c.passed is None for c in group.completions):
-            raise ScaleRLError(f"curriculum: group of prompt {group.prompt.id!r} has unscored completions")
+        if not group.scores:
+            raise ScaleRLError(f"curriculum: group of prompt {group.prompt.id!r} has no scored completions")
         pid = group.prompt.id
         with self._lock:
             counts = self._history.setdefault(pid, [0, 0])
-            passed = sum(bool(c.passed) for c in group.completions)
+            passed = group.passes
             counts[0] += passed
-            counts[1] += len(group.completions)
-            rate = passed / len(group.completions) if self.rate == "last" else counts[0] / counts[1]
+            counts[1] += len(group.scores)
+            rate = passed / len(group.scores) if self.rate == "last" else counts[0] / counts[1]
             if pid in self._retired or rate < self.threshold:
                 return False
             self._retired.add(pid)

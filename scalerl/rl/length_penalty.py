@@ -6,7 +6,7 @@ the alternative to forced interruptions, Section 2 and A.15).
                  = -p                                         |y| > L_max
 
 with L_max = `max_len`, L_cache = `tolerance`, p = `penalty`; the value is added to the
-pass/fail reward. `Completion.passed` stays the correctness, which the zero-variance filter
+pass/fail reward. `Score.passed` stays the correctness, which the zero-variance filter
 reads (scalerl/batching.py): under the filter the penalty shapes advantages only inside groups of mixed
 correctness.
 

@@ -292,17 +292,17 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
     answer budget or ended by EOS within it (absent when none was interrupted).
     """
     comps = [c for g in groups for c in g.completions]
+    scores = [s for g in groups for s in g.scores]
     n = max(1, len(comps))
-    rewards = [c.reward for c in comps if c.reward is not None]
     interrupted = [c for c in comps if c.interrupted]
     row = {
-        "train/reward_mean": sum(rewards) / max(1, len(rewards)),
-        "train/pass_rate": sum(bool(c.passed) for c in comps) / n,
+        "train/reward_mean": sum(s.reward for s in scores) / n,
+        "train/pass_rate": sum(s.passed for s in scores) / n,
         "train/length_mean": sum(len(c.tokens) for c in comps) / n,
         "train/truncation_rate": sum(c.truncated for c in comps) / n,
         "train/interrupted_rate": len(interrupted) / n,
-        "train/reward_errors": sum(c.reward_error is not None for c in comps),
-        "train/reward_slow": sum(c.reward_slow for c in comps),
+        "train/reward_errors": sum(s.error is not None for s in scores),
+        "train/reward_slow": sum(s.slow for s in scores),
     }
     if interrupted:
         row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)

@@ -42,6 +42,7 @@ from typing import Callable, Iterator
 import torch
 
 from scalerl.errors import ScaleRLError
+from scalerl.transport.protocol import GeneratorBuild
 from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, RetiredSet, Window
 from scalerl.types import Completion, Group, Prompt
 
@@ -149,7 +150,7 @@ def watch_parent(parent: int, stop=None) -> None:
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
 
-def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_state: dict,
+def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
                     retired: RetiredSet | None, n: int, window: Window, shared: dict,
                     sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups; apply weights as they come."""
@@ -158,8 +159,8 @@ def _generator_main(build: Callable, build_args: tuple, threads: int, sampler_st
     try:
         from scalerl.rl.curriculum import CurriculumSampler
 
-        generator, task, reward_fn, seed = build(*build_args)
-        sampler = CurriculumSampler(task, retired, seed=seed)
+        generator, task, reward_fn, sampler_seed = build(seed)
+        sampler = CurriculumSampler(task, retired, seed=sampler_seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
         assembler = GroupAssembler(n, reward_fn)
@@ -211,7 +212,7 @@ class ProcessRollouts:
 
     START_S = 600.0  # the generator process's start-up (imports, model build) must end within this
 
-    def __init__(self, build: Callable, build_args: tuple, weights: dict[str, torch.Tensor], version: int,
+    def __init__(self, build: GeneratorBuild, seed: int, weights: dict[str, torch.Tensor], version: int,
                  sampler_state: dict, curriculum, n: int, window: Window, threads: int):
         ctx = torch.multiprocessing.get_context("spawn")
         self.window = window
@@ -229,7 +230,7 @@ class ProcessRollouts:
         self._ready = False
         self._proc = ctx.Process(
             target=_generator_main, name="scalerl-generator", daemon=False,
-            args=(build, build_args, threads, sampler_state, RetiredSet.of(curriculum), n, window, self._shared, self._sync,
+            args=(build, seed, threads, sampler_state, RetiredSet.of(curriculum), n, window, self._shared, self._sync,
                   self._lock, self._paused, self._stop, self._out, self._retire, os.getpid()))
         self._proc.start()
 

@@ -1,11 +1,42 @@
 """`RolloutSource`: what the loop needs of a transport (thread, process, Ray): receive a scored group;
-publish weights + version; retire prompts; pause, resume, close."""
+publish weights + version; retire prompts; pause, resume, close. `GeneratorBuild`: the one way every
+transport builds its generator stage.
+
+    GeneratorBuild(fn, args)(seed=..., [model, tokenizer, task, reward, temperature]) -> Stage
+        in this process (a thread; PPO-off-policy; the evaluation): the loop passes the model to
+            decode with and the run's tokenizer, task and plain reward; `fn` builds the generator
+        in a generator process or a Ray actor: nothing is passed; `fn` loads its own model, task
+            and reward from `args` (so `fn` is a module-level function and `args` plain values)
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Protocol
 
 from scalerl.types import Group
+
+
+class Stage(NamedTuple):
+    """A generator stage: what a transport runs (see `GeneratorBuild`)."""
+
+    generator: Any        # a `scalerl.rollout.Generator` (stream, generate, update_weights, reseed)
+    task: Any             # whose training prompts the sampler draws
+    reward: Callable      # the training reward: (prompt, completion) -> Score (a length penalty included)
+    sampler_seed: int     # the curriculum sampler's seed (`run.seed`)
+
+
+@dataclass(frozen=True)
+class GeneratorBuild:
+    """`fn(*args, seed=..., model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage`:
+    whatever is passed is used as it is, whatever is not is built from `args` (the run's
+    config for `scalerl.loop.build_generator`). `temperature` None: the rollout's."""
+
+    fn: Callable[..., Stage]
+    args: tuple = ()
+
+    def __call__(self, seed: int, **given: Any) -> Stage:
+        return self.fn(*self.args, seed=seed, **given)
 
 
 class RolloutSource(Protocol):

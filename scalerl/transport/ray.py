@@ -5,7 +5,7 @@
          GroupAssembler)   <-weights ref----   latest weights (one ray.put per version)
 
 Each generator actor wraps the same pieces as the in-process transports (the engine or any
-`Generator` from the same `build` function as `ProcessRollouts`, the reward, `GroupAssembler`,
+`Generator` from the same `GeneratorBuild` as `ProcessRollouts`, the reward, `GroupAssembler`,
 `CurriculumSampler`) and streams continuously; the hub is the one place that decides:
 
 - Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
@@ -47,6 +47,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
+from scalerl.transport.protocol import GeneratorBuild
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
@@ -247,7 +248,7 @@ def actor_seed(base: int, rank: int, incarnation: int) -> int:
 class GeneratorWorker:
     """One generator actor: streams its shard, scores groups, delivers them to the hub."""
 
-    def __init__(self, hub, rank: int, world: int, build, build_args: tuple, base_seed: int, n: int,
+    def __init__(self, hub, rank: int, world: int, build: GeneratorBuild, base_seed: int, n: int,
                  threads: int):
         from scalerl.rl.curriculum import CurriculumSampler
 
@@ -255,7 +256,7 @@ class GeneratorWorker:
         self.hub, self.rank = hub, rank
         reg = ray.get(hub.register.remote(rank))
         self.incarnation = reg["incarnation"]
-        self.generator, task, reward_fn, sampler_seed = build(*build_args, actor_seed(base_seed, rank, self.incarnation))
+        self.generator, task, reward_fn, sampler_seed = build(actor_seed(base_seed, rank, self.incarnation))
         self.shard = ShardSampler(CurriculumSampler(task, None, seed=sampler_seed), rank, world, reg["state"])
         self.assembler = GroupAssembler(n, reward_fn)
         self.version = reg["version"]
@@ -311,8 +312,7 @@ class GeneratorWorker:
 class RolloutSpec:
     """What the actors are built from (all picklable)."""
 
-    build: object                 # build(*build_args, seed) -> (generator, task, reward_fn, sampler seed)
-    build_args: tuple
+    build: GeneratorBuild         # build(seed) -> Stage: each actor builds its own
     generators: int
     n: int                        # completions per prompt (G)
     window: Window                # the PipelineRL-k admission rule (window.py)
@@ -336,7 +336,7 @@ class RayRollouts:
         worker_cls = ray.remote(GeneratorWorker)
         self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
                                            max_concurrency=2, **(spec.options[r] if spec.options else {}))
-                        .remote(self.hub, r, spec.generators, spec.build, spec.build_args, spec.base_seed, spec.n,
+                        .remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n,
                                 spec.threads) for r in range(spec.generators)]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
         self._pings: list = [None] * spec.generators

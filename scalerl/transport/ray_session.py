@@ -38,6 +38,7 @@ import ray  # noqa: E402
 
 from scalerl.config import Config  # noqa: E402
 from scalerl.transport.ray_placement import Placement  # noqa: E402
+from scalerl.transport.protocol import GeneratorBuild  # noqa: E402
 from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
 from scalerl.batching import PipelineRL  # noqa: E402
@@ -100,19 +101,17 @@ class RayPipelineRL(PipelineRL):
             super().close()
 
 
-def ray_mode(tr, build: tuple, gen_seed: int, sampler_state: dict) -> tuple[RayPipelineRL, RayRollouts]:
+def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> tuple[RayPipelineRL, RayRollouts]:
     """The mode + source for a Trainer `tr` (after its restore); sets `tr.step_fn` when W > 1."""
     cfg = tr.cfg
     if cfg.pipeline.mode != "pipeline_rl":
         raise ScaleRLError(f"pipeline.backend 'ray' runs pipeline.mode 'pipeline_rl' only, got {cfg.pipeline.mode!r}")
-    if build is None:
-        raise ScaleRLError("pipeline.backend 'ray': these components cannot be rebuilt in a Ray actor")
     with contextlib.ExitStack() as undo:        # on an error, stop what was started (last first)
         session = RaySession(cfg)
         undo.callback(session.close)
         placement = Placement(cfg)
         undo.callback(placement.close)
-        spec = RolloutSpec(build=build[0], build_args=build[1], generators=cfg.ray.generators,
+        spec = RolloutSpec(build=build, generators=cfg.ray.generators,
                            n=cfg.batch.generations, window=Window(cfg.batch.prompts, cfg.pipeline.k), base_seed=gen_seed,
                            threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
                            gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,

@@ -10,7 +10,7 @@ import dataclasses
 import threading
 from typing import Callable
 
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Group, Prompt, Score
 
 
 class Window:
@@ -106,12 +106,12 @@ class GroupAssembler:
     without two groups merging; the group carries the original prompt and its draw number.
     """
 
-    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], None]):
+    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score]):
         self.n = n
         self.reward_fn = reward_fn
         self.next_draw = 0
         self.draws: dict[str, tuple[int, Prompt]] = {}
-        self.partial: dict[str, list[Completion]] = {}
+        self.partial: dict[str, tuple[list[Completion], list[Score]]] = {}
 
     def add_prompt(self, prompt: Prompt, draw: int | None = None) -> Prompt:
         """Register a draw of `prompt` (the next one, or `draw` when re-running a known one);
@@ -120,15 +120,15 @@ class GroupAssembler:
             draw, self.next_draw = self.next_draw, self.next_draw + 1
         key = f"{prompt.id}#{draw}"
         self.draws[key] = (draw, prompt)
-        self.partial[key] = []
+        self.partial[key] = ([], [])
         return dataclasses.replace(prompt, id=key)
 
     def add(self, completion: Completion) -> Group | None:
         draw, prompt = self.draws[completion.prompt_id]
-        self.reward_fn(prompt, completion)
-        done = self.partial[completion.prompt_id]
+        done, scores = self.partial[completion.prompt_id]
         done.append(completion)
+        scores.append(self.reward_fn(prompt, completion))
         if len(done) < self.n:
             return None
         del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
-        return Group(prompt=prompt, completions=done, draw=draw)
+        return Group(prompt=prompt, completions=done, scores=scores, draw=draw)
