@@ -304,20 +304,28 @@ def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(t
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
 
 
+SHARED = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
+
+
+def prefill_widths(monkeypatch) -> list[tuple[int, int]]:
+    """The (rows, columns) of every prefill the engine runs from now on, in order."""
+    widths = []
+    real = Engine._prefill
+    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
+    return widths
+
+
 def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(tok, monkeypatch):
     """Prompts that share a long prefix (a system prompt, few-shot examples): the prefix is run
     through the model once, each prompt's own tokens after it; the log-probabilities equal a fresh
     full forward, across an in-flight weight update (which invalidates the prefix)."""
     model = tiny_llama(len(tok), seed=12)
-    widths = []
-    real = Engine._prefill
-    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
-    shared = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
-    texts = [shared + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
+    widths = prefill_widths(monkeypatch)
+    texts = [SHARED + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=4, length=NoLengthControl())
     engine = Engine(model, tok, cfg, seed=2)
     out = engine.generate(prompts(texts), n=2)
-    assert widths == [(1, len(shared))]        # one prefill: the shared prefix; the rest ran after it
+    assert widths == [(1, len(SHARED))]        # one prefill: the shared prefix; the rest ran after it
     for c in out:
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 1.0)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
@@ -326,7 +334,7 @@ def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(to
     engine.update_weights(new.state_dict(), version=1)
     widths.clear()
     out = engine.generate(prompts(texts), n=1)
-    assert widths and widths[0] == (1, len(shared))   # recomputed under the new weights
+    assert widths and widths[0] == (1, len(SHARED))   # recomputed under the new weights
     for c in out:
         assert c.versions[0] == 1
         ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
@@ -339,11 +347,8 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
     update find the prefix recomputed under the new weights: exact log-probs against a fresh
     forward of the new model (a stale prefix K/V would make them differ)."""
     old, new = tiny_llama(len(tok), seed=12), tiny_llama(len(tok), seed=13)
-    widths = []
-    real = Engine._prefill
-    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
-    shared = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
-    texts = [shared + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
+    widths = prefill_widths(monkeypatch)
+    texts = [SHARED + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=2, length=NoLengthControl())
     engine = Engine(old, tok, cfg, seed=2)
     every = prompts(texts)
@@ -358,7 +363,7 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
 
     out = list(engine.stream(feed(), n=1))
     assert len(out) == 4
-    assert widths.count((1, len(shared))) == 2              # the prefix, once under each weights version
+    assert widths.count((1, len(SHARED))) == 2              # the prefix, once under each weights version
     late = [c for c in out if c.prompt_id in {p.id for p in later}]
     assert len(late) == 2
     for c in late:
