@@ -58,7 +58,20 @@ def _window_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start
 
 
 # ==================================================================== threads
-class ThreadedRollouts:
+class _PausedByEvent:
+    """`pause` / `resume` of a transport whose generator reads the event `self._paused` before
+    it starts a prompt (a thread's or a process's event)."""
+
+    _paused: threading.Event
+
+    def pause(self) -> None:
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+
+
+class ThreadedRollouts(_PausedByEvent):
     """PipelineRL generator in a background thread of this process."""
 
     def __init__(self, generator, sampler: LockedSampler, n: int,
@@ -122,12 +135,6 @@ class ThreadedRollouts:
 
     def sampler_state(self) -> dict:
         return self.sampler.state_dict()
-
-    def pause(self) -> None:
-        self._paused.set()
-
-    def resume(self) -> None:
-        self._paused.clear()
 
     def close(self) -> None:
         self._stop.set()
@@ -202,7 +209,7 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         out_q.put(("error", traceback.format_exc(), None))
 
 
-class ProcessRollouts:
+class ProcessRollouts(_PausedByEvent):
     """PipelineRL generator in a separate process (see the module docstring).
 
     The process is not a daemon, so that it may start helpers of its own (math-verify's checker
@@ -285,12 +292,6 @@ class ProcessRollouts:
 
     def sampler_state(self) -> dict:
         return dict(self._sampler_state)
-
-    def pause(self) -> None:
-        self._paused.set()
-
-    def resume(self) -> None:
-        self._paused.clear()
 
     def close(self) -> None:
         self._stop.set()
