@@ -32,6 +32,8 @@ class FakeGenerator:
         self._version = 0
         self._lock = threading.Lock()
         self.updates: list[int] = []
+        self.held_steps = 0          # loop turns spent held (`stream`'s `hold`)
+        self.decode_steps = 0
 
     @property
     def version(self) -> int:
@@ -58,6 +60,7 @@ class FakeGenerator:
 
     def _decode(self, active: list[dict]) -> list[dict]:
         """One lock-step decode step over `active`; returns the sequences that finished."""
+        self.decode_steps += 1
         if self.step_seconds:
             time.sleep(self.step_seconds)
         with self._lock:
@@ -70,12 +73,17 @@ class FakeGenerator:
                 done.append(s)
         return done
 
-    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None) -> Iterator[Completion]:
+    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
+               hold: threading.Event | None = None) -> Iterator[Completion]:
         it = iter(prompts)
         waiting: list[dict] = []
         active: list[dict] = []
         exhausted = False
         while not (stop and stop.is_set()):
+            if hold is not None and hold.is_set():
+                self.held_steps += 1
+                time.sleep(0.002)
+                continue
             while len(active) < self.slots and not exhausted:
                 if not waiting:
                     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 import pytest
 import torch
@@ -370,3 +371,36 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
         assert set(c.versions) == {1}
         ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
+
+
+def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, monkeypatch):
+    """`stream(..., hold=event)`: while the event is set (the trainer evaluates) the engine takes
+    no decode step; released, it finishes the sequences in flight exactly as an unheld stream
+    with the same seed does (the held rows keep their caches and random streams)."""
+    model = tiny_llama(len(tok), seed=4)
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl())   # rows to spare:
+    unheld = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(prompts(TEXTS[:2]), n=2))
+
+    steps = []
+    real = Engine._step
+    monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (steps.append(1), real(self, state, cache))[1])
+    hold, seen = threading.Event(), {}
+
+    def feed():
+        yield from prompts(TEXTS[:2])
+        hold.set()                     # asked for a third prompt with both admitted: hold them in flight
+
+    def watch():
+        hold.wait()
+        time.sleep(0.3)                # a step already under way when the hold came may finish
+        seen["a"] = len(steps)
+        time.sleep(0.5)
+        seen["b"] = len(steps)
+        hold.clear()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    held = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(feed(), n=2, hold=hold))
+    watcher.join()
+    assert seen["a"] == seen["b"] and seen["a"] < 16             # held: not one step in 0.5 s
+    assert [(c.id, c.tokens, c.logprobs) for c in held] == [(c.id, c.tokens, c.logprobs) for c in unheld]

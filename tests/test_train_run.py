@@ -196,3 +196,24 @@ def test_process_transport_streams_groups_and_applies_published_weights():
     finally:
         mode.close()
     assert max(seen) >= 3  # versions published by the trainer reached the other process
+
+
+def test_a_paused_transport_holds_its_sequences_in_flight_and_resumes_them():
+    """`pause()` (the trainer evaluates): the generator thread starts no prompt and takes no
+    decode step, so the evaluation has the cores; `resume()`: it goes on and groups arrive."""
+    gen = FakeGenerator(vocab=range(3, 20), length=(40, 60), slots=8, step_seconds=0.002)
+    src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), 4, parity_reward, Window(2, 8), 0)
+    try:
+        deadline = time.monotonic() + 30
+        while gen.decode_steps < 5 and time.monotonic() < deadline:   # sequences in flight
+            time.sleep(0.01)
+        src.pause()
+        time.sleep(0.2)                       # a decode step under way may finish
+        held_at = gen.decode_steps
+        time.sleep(0.4)
+        assert gen.decode_steps == held_at and gen.held_steps > 0
+        src.resume()
+        assert src.get(timeout=60).completions  # the held sequences finish: a group arrives
+        assert gen.decode_steps > held_at
+    finally:
+        src.close()

@@ -163,14 +163,15 @@ class Engine:
         out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
         return [c for _, c in out]
 
-    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None) -> Iterator[Completion]:
+    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
+               hold: threading.Event | None = None) -> Iterator[Completion]:
         """Continuous batching over `prompts` (possibly endless): yields completions as they
         finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped).
         `prompts` may yield None: no prompt may start now; the engine keeps decoding the
         sequences in flight (or waits, when none is) and asks again at the next step."""
         self._sync_head()
         self._prefix = None  # weights may have changed in place since the last call (the evaluation engine)
-        for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop):
+        for _, completion in self._run(self._requests(prompts, n), self.cfg.batch_slots, stop, hold):
             yield completion
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
@@ -195,13 +196,17 @@ class Engine:
             self._pending = (staged, version)
 
     # ------------------------------------------------------------------ the loop
-    def _run(self, requests: Iterator[_Request], rows: int, stop: threading.Event | None):
-        """Yields (request, completion) as sequences finish."""
+    def _run(self, requests: Iterator[_Request], rows: int, stop: threading.Event | None,
+             hold: threading.Event | None = None):
+        """Yields (request, completion) as sequences finish; while `hold` is set, waits."""
         state = _Rows.empty(rows, self.cfg.max_new_tokens, self.device)
         held: list[_Request | None] = [None] * rows
         cache: SlotCache | None = None
         exhausted = False
         while not (stop is not None and stop.is_set()):
+            if hold is not None and hold.is_set():
+                time.sleep(IDLE_SLEEP_S)  # held (the trainer evaluates): no step, the rows keep their caches
+                continue
             self._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
             spare = 0 if exhausted else rows - len(held)  # rows given up while idle, to take back

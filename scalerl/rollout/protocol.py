@@ -27,11 +27,14 @@ class Generator(Protocol):
         ...
 
     def stream(
-        self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None
+        self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
+        hold: threading.Event | None = None,
     ) -> Iterator[Completion]:
         """Endless continuous batching: yields each completion as it finishes; returns when the
         prompts run out (after the last completion) or as soon as `stop` is set (in-flight
-        sequences are dropped)."""
+        sequences are dropped). While `hold` is set it computes nothing: the sequences in flight
+        wait, their state kept (the transports hold it while the trainer evaluates, so the
+        evaluation has the cores to itself)."""
         ...
 
     def update_weights(self, state_dict: Mapping[str, object], version: int) -> None:

@@ -59,8 +59,9 @@ def _window_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start
 
 # ==================================================================== threads
 class _PausedByEvent:
-    """`pause` / `resume` of a transport whose generator reads the event `self._paused` before
-    it starts a prompt (a thread's or a process's event)."""
+    """`pause` / `resume` of a transport by the event `self._paused` (a thread's or a process's):
+    while it is set the generator starts no prompt and holds the ones in flight (`stream`'s
+    `hold`), so an evaluation has the cores to itself."""
 
     _paused: threading.Event
 
@@ -99,7 +100,7 @@ class ThreadedRollouts(_PausedByEvent):
     def _run(self) -> None:
         try:
             prompts = _window_prompts(self.sampler, self.assembler, self._may_start, self._stop)
-            for completion in self.generator.stream(prompts, self.assembler.n, stop=self._stop):
+            for completion in self.generator.stream(prompts, self.assembler.n, stop=self._stop, hold=self._paused):
                 group = self.assembler.add(completion)
                 if group is not None:
                     self._groups.put(group)
@@ -198,7 +199,8 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         def may_start(draw: int) -> bool:
             return not paused.is_set() and window.may_start(draw, generator.version, version.value, taken.value)
 
-        for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop):
+        for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop,
+                                           hold=paused):
             group = assembler.add(completion)
             if group is not None:
                 out_q.put(("group", group, locked.state_dict()))

@@ -56,7 +56,9 @@ class RolloutSource(Protocol):
         """Position of the prompt sampler (for checkpoints)."""
 
     def pause(self) -> None:
-        """Start no new prompt until `resume()` (e.g. while the trainer evaluates)."""
+        """Start no new prompt until `resume()` (e.g. while the trainer evaluates); the thread and
+        process transports also hold the sequences in flight (their generator shares the trainer's
+        machine), Ray's generators finish theirs."""
 
     def resume(self) -> None: ...
 
