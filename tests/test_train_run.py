@@ -166,7 +166,7 @@ def test_window_rule_on_known_numbers():
 
 def test_generator_error_reaches_the_trainer():
     class Broken(FakeGenerator):
-        def stream(self, prompts, n, stop=None):
+        def stream(self, prompts, n, stop=None, hold=None):
             raise RuntimeError("engine exploded")
             yield
 
