@@ -13,7 +13,6 @@ Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run
 from __future__ import annotations
 
 import copy
-import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -24,7 +23,7 @@ from typing import Callable
 import torch
 
 from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
-from scalerl.config import Config
+from scalerl.config import Config, available_cores
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import evaluate, live_forecast
 from scalerl.rewards import training_reward
@@ -120,8 +119,8 @@ class Threads:
 
 
 def run_cores(cfg: Config) -> int:
-    """The cores a run divides among its stages: `run.threads`, else every core of the machine."""
-    return cfg.run.threads or os.cpu_count() or 1
+    """The cores a run divides among its stages: `run.threads`, else every core it may run on."""
+    return cfg.run.threads or available_cores()
 
 
 EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (set in `eval_threads`)
