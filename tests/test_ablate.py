@@ -208,6 +208,53 @@ def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_
         assert (tmp_path / f"{name}_linearised.png").stat().st_size > 0
 
 
+def test_the_report_judges_each_configuration_against_the_paper(tmp_path):
+    """Pinned ceilings, two seeds each (+-0.005 in A, so the margin is the paper's 0.02), against
+    the paper's directions: token-agg 0.10 lower (paper: prompt aggregation is best or tied:
+    agrees), prompt-norm 0.01 higher (paper: similar: agrees), dapo-loss 0.02 higher where the
+    paper found 0.075 lower (disagrees); the FP32 head in an fp32 trunk cannot act (not measurable)."""
+    true_a = {"scalerl": 0.70, "token-agg": 0.60, "prompt-norm": 0.71, "dapo-loss": 0.72, "no-fp32-head": 0.70}
+    variants = [v for v in plan_variants("scalerl", leave_one_out=True) if v.name in true_a]
+    specs = plan_runs(variants, 2, tmp_path)
+    for s in specs:
+        _write_run(s.run_dir, true_a[s.variant.name] + (0.005 if s.seed else -0.005))
+        if s.variant.name == "no-fp32-head":  # as the runner records it: resolved where the run trained
+            (s.run_dir / DONE_FILE).write_text(json.dumps({"compute_dtype": "fp32"}))
+    data = write_report(tmp_path, fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
+    paper = {c["name"]: c["paper"] for c in data["configs"]}
+    assert paper["scalerl"] is None
+    assert paper["token-agg"]["A"][0] == "agrees" and paper["token-agg"]["A"][1].startswith("-0.10")
+    assert paper["prompt-norm"]["A"][0] == "agrees" and "within +-0.020" in paper["prompt-norm"]["A"][1]
+    assert paper["dapo-loss"]["A"][0] == "disagrees" and paper["dapo-loss"]["overall"] == "disagrees"
+    assert paper["no-fp32-head"]["overall"] == "not measurable here"
+    assert "computes in fp32" in paper["no-fp32-head"]["A"][1]
+    md = (tmp_path / "report.md").read_text()
+    assert "## Against the paper" in md and "2 agrees, 1 disagrees, 1 not measurable here (of 4)" in md
+
+
+def test_paper_verdicts_on_hand_made_differences():
+    from scalerl.study.paper import FINDINGS, Finding, judge
+
+    lower = Finding("Fig. X", "lower", A="lower", B="lower", effect_A=0.05)
+    d = {"judged": True, "dA": -0.03, "margin_A": 0.02, "A_differs": True, "dB": 0.1, "margin_B": None,
+         "B_differs": None}
+    v = judge(d, lower)
+    assert v["A"][0] == "agrees" and v["B"][0] == "not measurable here" and v["overall"] == "agrees"
+    # within the margin: the paper's effect (0.05) was larger than the margin (0.02): not reproduced
+    assert judge({**d, "dA": -0.01, "A_differs": False}, lower)["A"][0] == "disagrees"
+    # a margin as wide as the paper's effect cannot tell
+    wide = judge({**d, "dA": -0.01, "margin_A": 0.06, "A_differs": False}, lower)
+    assert wide["A"][0] == "not measurable here" and wide["overall"] == "not measurable here"
+    assert judge({**d, "dA": 0.03}, lower)["A"][0] == "disagrees"
+    assert judge({**d, "A_differs": None}, lower)["A"][0] == "not measurable here"  # A on the edge
+    assert judge({**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}, lower)["B"][0] == "agrees"
+    assert judge({"judged": False, "why": "no fit"}, lower)["overall"] == "not measurable here"
+    # every configuration a study plans has the paper's finding, except the base and the bf16 reference
+    names = {v.name for v in plan_variants("scalerl", leave_one_out=True, recipes=("grpo", "dapo", "gspo",
+             "magistral", "minimax"), k_sweep=True, precision=True)}
+    assert names - set(FINDINGS) == {"scalerl", "bf16-trunk", "pipeline-k8"}
+
+
 # ------------------------------------------------------------------ a tiny study, interrupted and resumed
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.length.phrase=</think>", "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
@@ -394,6 +441,9 @@ def test_a_results_folder_carries_finished_runs_to_a_fresh_study_dir(tmp_path, m
 
     second = ablate(tmp_path / "b", train_fn=no_training, results=results, **kwargs)
     assert json.dumps(second["configs"]) == json.dumps(first["configs"])
+    # the report alone of a study kept in a results folder (a fresh checkout of committed results)
+    third = ablate(tmp_path / "d", train_fn=no_training, results=results, report_only=True, **kwargs)
+    assert json.dumps(third["configs"]) == json.dumps(first["configs"])
 
     # a results folder made under other options is refused, as a run directory would be
     with pytest.raises(ScaleRLError, match="differs from the config"):

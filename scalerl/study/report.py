@@ -31,7 +31,8 @@ import numpy as np
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
 from scalerl.scaling import FitResult, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics, window_start
-from scalerl.study.runner import RunSpec, failure, is_done
+from scalerl.study.paper import FINDINGS, judge
+from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
 
 PAPER_MARGIN = 0.02
 END_EVALS = 3  # the end pass rate averages this many last evaluations
@@ -64,6 +65,7 @@ class ConfigFit:
     fit: FitResult | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    trunk_dtype: str = "fp32"              # what its runs' trunk computed in (run_trunk_dtype)
 
     def spread(self, param: str) -> float | None:
         s = self.fit.seed_spread() if self.fit is not None else None
@@ -161,6 +163,7 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
     for spec in specs:
         c = configs.setdefault(spec.variant.name, ConfigFit(spec.variant.name, spec.variant.swaps, []))
         c.notes = list(dict.fromkeys(c.notes + spec.notes))
+        c.trunk_dtype = run_trunk_dtype(spec)
         if (spec.run_dir / "metrics.jsonl").is_file():
             c.runs.append(fit_run(spec.variant.name, spec.seed, spec.run_dir, x_col,
                                   spec.cfg.eval.fit_min_frac, n_bootstrap))
@@ -168,7 +171,23 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
             c.runs.append(RunFit(spec.variant.name, spec.seed, np.empty(0), np.empty(0), False,
                                  failure(spec.run_dir), error="no evaluations"))
     frac = specs[0].cfg.eval.fit_min_frac if specs else 0.1
-    return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap) for c in configs.values()]
+    fits = [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap) for c in configs.values()]
+    for f in fits:
+        f.trunk_dtype = configs[f.name].trunk_dtype
+    return fits
+
+
+def run_trunk_dtype(spec: RunSpec) -> str:
+    """What the run's trunk computed in: as its done.json recorded it (resolved where it trained),
+    else its config's `model.compute_dtype`, 'auto' resolved on this machine."""
+    done = spec.run_dir / DONE_FILE
+    if done.is_file():
+        recorded = json.loads(done.read_text()).get("compute_dtype")
+        if recorded is not None:
+            return str(recorded)
+    from scalerl.models import compute_dtype
+
+    return compute_dtype(spec.cfg.model)
 
 
 def _ci(fit: FitResult, name: str, fmt: str) -> str:
@@ -243,6 +262,38 @@ def _verdict(d: dict) -> str:
     return f"{a}; {b}; {fin}"
 
 
+def against_paper(configs: Sequence[ConfigFit], base: str) -> dict[str, dict]:
+    """For every configuration the paper has a finding about (`scalerl.study.paper.FINDINGS`):
+    that finding, the reference it is measured against, and `judge`'s verdicts."""
+    by_name = {c.name: c for c in configs}
+    out = {}
+    for c in configs:
+        f = FINDINGS.get(c.name)
+        if f is None or c.name == base:
+            continue
+        ref = f.against or base
+        missing = [x for x in (ref, c.name) if x not in by_name or by_name[x].fit is None]
+        if missing:
+            d = {"judged": False, "why": "; ".join(
+                f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing)}
+        else:
+            d = compare(by_name[ref], c)
+        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype)}
+    return out
+
+
+def paper_markdown(rows: dict[str, dict]) -> str:
+    lines = ["| config | against | paper | its finding | A: verdict | A: measured | B: verdict | B: measured | overall |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        a, b = r.get("A", ("-", "no claim")), r.get("B", ("-", "no claim"))
+        lines.append(f"| {name} | {r['against']} | {r['figure']} | {r['claim']} | {a[0]} | {a[1]} | {b[0]} | {b[1]} "
+                     f"| **{r['overall']}** |")
+    counts = {v: sum(r["overall"] == v for r in rows.values()) for v in ("agrees", "disagrees", "not measurable here")}
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(rows)})."]
+    return "\n".join(lines)
+
+
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
     lines = [f"| config | seed | run | evals | start | end (mean of last {END_EVALS}) | A [90%] | predicted end from "
              "the first half | first half (points, compute) | error | within 0.02 |",
@@ -294,6 +345,7 @@ def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
 
 def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
     by_name = {c.name: c for c in configs}
+    paper = against_paper(configs, base)
     out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
            "predictability": predictability_summary(configs), "configs": []}
     for c in sorted(configs, key=sort_key):
@@ -302,6 +354,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
                  "end_pass_rate": _stats(c.finals()),
                  "at_base_compute": _at_dict(c, by_name[base].final_compute() if base in by_name else None),
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
+                 "trunk_dtype": c.trunk_dtype, "paper": paper.get(c.name),
                  "runs": [{"seed": r.seed, "finished": r.finished, "failed": r.failed, "evals": len(r.y),
                            "final_compute": float(r.x[-1]) if len(r.x) else None,
                            "final_pass_rate": float(r.y[-1]) if len(r.y) else None,
@@ -357,6 +410,13 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
            "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
            "curve has not bent enough to pin its ceiling).", ""]
+    paper = against_paper(configs, base)
+    if paper:
+        md += ["## Against the paper", "",
+               "Each configuration's difference from its reference, judged against the paper's finding "
+               "(`scalerl/study/paper.py`): agrees (the paper's direction beyond the seed margin; for a claim "
+               "of no difference, within it), disagrees, or not measurable here (and why).", "",
+               paper_markdown(paper), ""]
     md += ["## Predictability: a fit on the first half of the compute vs the mean of the last three evaluations", "",
            predictability_markdown(configs), ""]
     if plotted:

@@ -129,6 +129,7 @@ def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = Fa
 
 
 def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str:
+    from scalerl.models import compute_dtype
     from scalerl.run.rundir import CONFIG_FILE, create_run_dir
 
     if train_fn is None:
@@ -145,6 +146,7 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
     t0 = time.monotonic()
     tr = train_fn(spec.cfg, spec.run_dir, resume=status == "resumed", progress=progress)
     done = {"config": spec.variant.name, "seed": spec.seed, "steps": tr.state.step,
+            "compute_dtype": compute_dtype(spec.cfg.model),  # what the trunk computed in, 'auto' resolved here
             "seconds_this_session": time.monotonic() - t0, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "notes": spec.notes}

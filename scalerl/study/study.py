@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from scalerl.run.compute import FIT_X
 from scalerl.study.report import fit_study, write_report
-from scalerl.study.runner import RunSpec, plan_runs, run_study, write_plan
+from scalerl.study.runner import RunSpec, plan_runs, restore_archived, run_study, write_plan
 from scalerl.study.variants import plan_variants, variants_table
 
 
@@ -35,6 +35,9 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
                            f"({', '.join(v.name for v in variants)})")
     specs = drop_no_ops(plan_runs(variants, seeds, Path(out), overrides, budget), base, log)
     write_plan(Path(out), specs, base, overrides, budget)
+    if report_only and results is not None:  # the report of a study kept in `results` (a fresh checkout)
+        restored = sum(restore_archived(s, Path(results)) for s in specs)
+        log(f"{restored} finished runs taken from {results}")
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
         counts = run_study(todo, train_fn, progress, log, jobs, None if results is None else Path(results))

@@ -1,0 +1,136 @@
+"""What the paper found for each configuration a study runs, and whether a study agrees.
+
+Every recipe and leave-one-out variant of `scalerl.study.variants` has a `Finding`: the
+figure, the paper's words, and the direction it found for the variant's ceiling `A` and
+efficiency `B` against a reference (the base, or for the FP32-head pair the bf16 trunk with
+its head kept). `judge` turns a study's measured differences (`scalerl.study.report.compare`)
+into one verdict per claim:
+
+- **agrees**: the measured difference has the paper's direction beyond the seed margin (for a
+  claim of no difference: within it);
+- **disagrees**: the opposite direction beyond the margin, or no difference beyond the margin
+  where the paper found one that the margin could have shown;
+- **not measurable here**, with the reason: `A` on the edge of its range (the curve did not
+  bend enough to pin a ceiling), one seed a side (no measured spread of `B`), a seed margin
+  wider than the paper's own effect, or a component that cannot act in the run's precision.
+
+Departures from the paper:
+1. The paper judges recipes at 8B / 100k GPU-hour scale; a study here judges them on its own
+   testbed. A verdict says whether the testbed reproduces the direction, not the size.
+2. The paper gives no margin for `B`; it is judged against the measured seed spread of `B`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["lower", "similar", "not higher"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    figure: str                       # where in the paper
+    claim: str                        # the paper's finding, in words (variant against reference)
+    A: Direction | None               # the variant's A against the reference's
+    B: Direction | None = None        # the variant's B against the reference's
+    effect_A: float | None = None     # the size of the paper's difference in A, where it gives one
+    against: str | None = None        # the reference configuration (None: the study's base)
+    needs_bf16: bool = False          # acts only when the trunk computes in bf16
+
+
+_RECIPE = ("Fig. 2", "ScaleRL reaches the highest ceiling of the recipes compared (A = 0.61 at 8B) and is more "
+           "efficient")
+_LOO = "Fig. 7: most leave-one-out runs reach a similar A (within 0.02) but a lower B; ScaleRL has the highest B"
+
+FINDINGS: dict[str, Finding] = {
+    "grpo": Finding(*_RECIPE, A="lower"),
+    "dapo": Finding(*_RECIPE, A="lower"),
+    "magistral": Finding(*_RECIPE, A="lower"),
+    "minimax": Finding(*_RECIPE, A="lower"),
+    "gspo": Finding("Fig. 5a", "GSPO and CISPO reach the same ceiling (A about 0.595), both above DAPO", A="similar"),
+    "dapo-loss": Finding("Figs. 5a, 7", "the DAPO loss lowers the ceiling against CISPO (A 0.52 against 0.595)",
+                         A="lower", effect_A=0.075),
+    "token-agg": Finding("Fig. 14a", "prompt-level aggregation reaches the best or tied-best ceiling",
+                         A="not higher"),
+    "prompt-norm": Finding("Fig. 14b", "batch-, prompt-level or no advantage normalisation reach similar ceilings",
+                           A="similar"),
+    "no-fp32-head": Finding("Fig. 5b", "the FP32 LM head raises the ceiling (A 0.52 without, 0.61 with)",
+                            A="lower", effect_A=0.09, needs_bf16=True),
+    "bf16-trunk-no-fp32-head": Finding(
+        "Fig. 5b", "the FP32 LM head raises the ceiling of a bf16 model (A 0.52 without, 0.61 with)",
+        A="lower", effect_A=0.09, against="bf16-trunk", needs_bf16=True),
+    "no-zero-var-filter": Finding("Fig. 6a", "dropping zero-variance prompts raises the ceiling", A="lower"),
+    "no-npr": Finding("Fig. 6b", "No-Positive-Resampling improves scalability and the ceiling", A="lower"),
+    "ppo-off-policy": Finding("Fig. 4a", "PPO-off-policy-k reaches a similar or slightly lower ceiling than "
+                              "PipelineRL-k with a much lower B", A="not higher", B="lower"),
+    "length-penalty": Finding(_LOO.split(":")[0], _LOO.split(": ", 1)[1], A="similar", B="lower"),
+    **{f"pipeline-k{k}": Finding("Fig. 4b", "k = 8 is the most efficient PipelineRL (k = 4 close); the ceiling "
+                                 "barely moves with k", A="similar", B="lower") for k in (1, 2, 4)},
+}
+
+
+def _model_free(d: dict) -> str:
+    """The fit-free differences, shown beside a verdict that could not use A."""
+    if "dEnd" not in d:
+        return ""
+    out = f"; end pass rate {d['dEnd']:+.3f} ({'beyond' if d['end_differs'] else 'within'} +-{d['margin_end']:.3f})"
+    if "dAtBase" in d:
+        out += (f", at the reference's compute {d['dAtBase']:+.3f} "
+                f"({'beyond' if d['at_base_differs'] else 'within'} +-{d['margin_at_base']:.3f})")
+    return out
+
+
+def _claim_A(d: dict, f: Finding) -> tuple[str, str]:
+    if d.get("A_differs") is None:
+        return "not measurable here", ("A on the edge of its range: the curve did not bend enough to pin a "
+                                       "ceiling" + _model_free(d))
+    dA, m, differs = d["dA"], d["margin_A"], d["A_differs"]
+    measured = f"{dA:+.3f} ({'beyond' if differs else 'within'} +-{m:.3f})"
+    if f.A == "similar":
+        return ("agrees" if not differs else "disagrees"), measured
+    if differs:
+        return ("agrees" if dA < 0 else "disagrees"), measured
+    if f.A == "not higher":
+        return "agrees", measured
+    if f.effect_A is not None and m >= f.effect_A:
+        return "not measurable here", f"{measured}: the seed margin is not smaller than the paper's effect ({f.effect_A:.3f})"
+    return "disagrees", f"{measured}: no difference beyond the seed margin"
+
+
+def _claim_B(d: dict, f: Finding) -> tuple[str, str]:
+    if d.get("A_differs") is None:
+        return "not measurable here", "no B without a pinned ceiling (A on the edge of its range)"
+    if d.get("B_differs") is None:
+        return "not measurable here", f"{d['dB']:+.2f}: one seed a side, no measured spread of B"
+    dB, m, differs = d["dB"], d["margin_B"], d["B_differs"]
+    measured = f"{dB:+.2f} ({'beyond' if differs else 'within'} +-{m:.2f})"
+    if f.B == "similar":
+        return ("agrees" if not differs else "disagrees"), measured
+    if differs:
+        return ("agrees" if dB < 0 else "disagrees"), measured
+    return ("agrees" if f.B == "not higher" else "disagrees"), f"{measured}: no difference beyond the seed spread"
+
+
+def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
+    """Verdicts on the paper's claims about A and B (those it makes) from `d`, the measured
+    differences of the variant from the reference (`scalerl.study.report.compare`).
+    `trunk_dtype`: what the variant's trunk computed in ('fp32' makes a head-precision claim
+    not measurable). Returns {"A": (verdict, measured), "B": ..., "overall": verdict}."""
+    out: dict = {}
+    if f.needs_bf16 and trunk_dtype != "bf16":
+        why = (f"the trunk computes in {trunk_dtype}, where the head's precision changes nothing "
+               "(see the bf16-trunk pair)")
+        out = {k: ("not measurable here", why) for k in ("A", "B") if getattr(f, k) is not None}
+    elif not d.get("judged"):
+        out = {k: ("not measurable here", f"no comparison: {d.get('why', 'no fit')}")
+               for k in ("A", "B") if getattr(f, k) is not None}
+    else:
+        if f.A is not None:
+            out["A"] = _claim_A(d, f)
+        if f.B is not None:
+            out["B"] = _claim_B(d, f)
+    verdicts = [v for v, _ in out.values()]
+    out["overall"] = ("disagrees" if "disagrees" in verdicts else "agrees" if "agrees" in verdicts
+                      else "not measurable here")
+    return out
