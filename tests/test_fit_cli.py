@@ -130,3 +130,18 @@ def test_non_utf8_log_is_one_line(tmp_path, capsys):
     log.write_bytes(b'{"a": 1}\n\xff\xfe\n')
     code, _, err = fit_cli(capsys, log)
     assert_refused(code, err, "not UTF-8", str(log))
+
+
+def test_runs_with_the_same_folder_name_are_told_apart(tmp_path, capsys):
+    """Seed folders of two configurations (a/seed0, b/seed0) are labelled by the shortest distinct
+    path; a name alone stays alone."""
+    for name in ("a", "b", "c"):
+        (tmp_path / name / "seed0").mkdir(parents=True)
+        write_log(tmp_path / name / "seed0" / "metrics.jsonl")
+    (tmp_path / "solo").mkdir()
+    write_log(tmp_path / "solo" / "metrics.jsonl")
+    code, out, _ = fit_cli(capsys, tmp_path / "a" / "seed0", tmp_path / "b" / "seed0", tmp_path / "solo",
+                           "--bootstrap", "5", "--no-grid-check")
+    assert code == 0
+    table = out[out.index("run "):].splitlines()[2:]
+    assert sorted(line.split()[0] for line in table) == ["a/seed0", "b/seed0", "solo"]

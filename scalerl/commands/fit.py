@@ -99,9 +99,21 @@ def check_plot_path(plot: str | None) -> None:
                            f"(expected one of {', '.join('.' + e for e in sorted(supported_formats()))})")
 
 
-def _label(path: str) -> str:
-    p = Path(path)
-    return p.name if p.is_dir() else str(p)
+def labels(paths) -> dict[str, str]:
+    """A short name per PATH for tables and plots: a run directory's own name, lengthened by its
+    parent folders until no two PATHs share it (runs/a/seed0 and runs/b/seed0 -> a/seed0, b/seed0);
+    a file keeps its path as given."""
+    paths = list(dict.fromkeys(paths))
+    parts = {p: Path(p).resolve().parts if Path(p).is_dir() else None for p in paths}
+    depth = {p: 1 for p in paths}
+    while True:
+        out = {p: "/".join(parts[p][-depth[p]:]) if parts[p] else p for p in paths}
+        clash = {p for p in paths if parts[p] and list(out.values()).count(out[p]) > 1
+                 and depth[p] < len(parts[p])}
+        if not clash:
+            return out
+        for p in clash:
+            depth[p] += 1
 
 
 def _fit_all(args: argparse.Namespace, o, data: dict) -> dict:
@@ -133,7 +145,8 @@ def _plot(args: argparse.Namespace, data: dict, fits: dict) -> None:
         x = np.concatenate([s.x for s in data.values()])
         runs = [("seeds", x, np.concatenate([s.y for s in data.values()]), fit)]
     else:
-        runs = [(_label(p), data[p].x, data[p].y, fits[p]) for p in data]
+        names = labels(data)
+        runs = [(names[p], data[p].x, data[p].y, fits[p]) for p in data]
     plot = Path(args.plot)
     linear = plot.with_name(f"{plot.stem}_linearised{plot.suffix}") if args.model == "sigmoid" else None
     first = next(iter(data.values()))
@@ -171,9 +184,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(args, o, data, fits))
         return 0
+    names = labels(data)
     for p, f in fits.items():
         s = data.get(p) or next(iter(data.values()))
-        print(summary(_label(p) if p in data else p, f, o.predict, x_name=s.x_name, y_name=s.y_name))
+        print(summary(names.get(p, p), f, o.predict, x_name=s.x_name, y_name=s.y_name))
         if p in data:
             d = forecast_dict(s, f, o)
             if d["compute"].get("kind") != "column":
@@ -182,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
                 print("\n".join(verdict_lines(d["verdict"], s.x_name)))
         print()
     if len(fits) > 1:
-        print(comparison_table([(_label(p), f) for p, f in fits.items()]))
+        print(comparison_table([(names[p], f) for p, f in fits.items()]))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
