@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 
 from scalerl import __version__
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except ScaleRLError as exc:
         print(f"scalerl: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`scalerl fit ... --json | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 141
     except OSError as exc:
         if exc.errno not in USER_OS_ERRORS:
             raise

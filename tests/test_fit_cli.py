@@ -145,3 +145,38 @@ def test_runs_with_the_same_folder_name_are_told_apart(tmp_path, capsys):
     assert code == 0
     table = out[out.index("run "):].splitlines()[2:]
     assert sorted(line.split()[0] for line in table) == ["a/seed0", "b/seed0", "solo"]
+
+
+def test_a_scalerl_run_directory_is_fitted_on_its_own_axis(tmp_path, capsys):
+    """`scalerl fit runs/<run>` uses compute/flops, the axis `scalerl train` fits; a folder that is
+    not a run directory (no config.yaml) keeps compute/device_hours."""
+    rows = [{"step": i, "kind": "eval", "compute/flops": 1e9 * i, "compute/device_hours": 250.0 * i,
+             Y: round(truth(250.0 * i), 5)} for i in range(40)]
+    for name, config in (("run", True), ("plain", False)):
+        d = tmp_path / name
+        d.mkdir()
+        d.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if config:
+            d.joinpath("config.yaml").write_text("recipe: scalerl\n")
+    code, out, _ = fit_cli(capsys, tmp_path / "run", "--json", "--bootstrap", "5", "--no-grid-check")
+    data = strict_json(out)
+    assert code == 0 and data["x"] == "compute/flops"
+    assert data["C_mid"] == pytest.approx(2500 / 250 * 1e9, rel=0.02)   # the same curve in FLOPs
+    code, out, _ = fit_cli(capsys, tmp_path / "plain", "--json", "--bootstrap", "5", "--no-grid-check")
+    data = strict_json(out)
+    assert code == 0 and data["x"] == "compute/device_hours"
+    assert data["C_mid"] == pytest.approx(2500, rel=0.02)
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`scalerl fit ... --json | head -1`: the pipe closed before the output was written ends the
+    command with 141 (as a shell reports SIGPIPE) and no traceback."""
+    import subprocess
+    import sys
+
+    log = write_log(tmp_path / "metrics.jsonl")
+    p = subprocess.Popen([sys.executable, "-m", "scalerl", "fit", str(log), "--json", "--bootstrap", "5",
+                          "--no-grid-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before a byte is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err

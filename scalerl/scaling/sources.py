@@ -137,6 +137,16 @@ class Series:
     y_name: str = "metric"
 
 
+def default_x(path: str | Path) -> str:
+    """The compute column when neither --x nor --from names one: a scalerl run directory's own fit
+    axis (`compute/flops`, the one `scalerl train` fits, so both give the same numbers), otherwise
+    `compute/device_hours` (the paper's GPU-hours)."""
+    p = Path(path)
+    if p.is_dir() and (p / "config.yaml").is_file() and (p / "metrics.jsonl").is_file():
+        return PRESETS["scalerl"].x
+    return "compute/device_hours"
+
+
 def read_run(path: str | Path, y: str | None = None, x: str | None = None, preset: str | None = None,
              compute: Compute | None = None, reward_to_pass: bool = False) -> Series:
     """The run at `path` as (compute, metric) points; see the module docstring."""
@@ -144,7 +154,7 @@ def read_run(path: str | Path, y: str | None = None, x: str | None = None, prese
     if preset and p is None:
         raise ScaleRLError(f"unknown preset {preset!r} (expected one of {', '.join(PRESETS)})")
     if compute is None and x is None:
-        x = p.x if p else "compute/device_hours"
+        x = p.x if p else default_x(path)
         if x is None:
             raise ScaleRLError(f"{preset} logs hold no compute column: pass --compute wall --devices N, "
                                "--compute tokens --params N or --compute steps --per-step X (or --x COLUMN)")
