@@ -158,3 +158,44 @@ def test_smollm2_shape_random_has_smollm2s_parameter_count():
     per_layer = 2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536 + 2 * 576
     assert sum(p.numel() for p in model.parameters()) == 49152 * 576 + 30 * per_layer + 576 == 134_515_008
     assert len(tok) == 49152 and tok.decode(tok("12 + 7 = 19").input_ids) == "12 + 7 = 19"
+
+
+def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
+    """`model.name` = a scalerl run directory (its newest checkpoint) or one checkpoint: the run's
+    base model (config.yaml) with the checkpoint's weights; the tokenizer is the base's."""
+    from scalerl.models import base_model
+    from scalerl.rollout.length import phrase_tokens
+    from scalerl.run.checkpoint import TrainState, save_checkpoint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("recipe: scalerl\nmodel:\n  name: tiny-random\n")
+    with pytest.raises(ScaleRLError, match="without a finished checkpoint"):
+        load_model(str(run))
+    (run / "checkpoints").mkdir()
+    model, _ = load_model("tiny-random")
+    saved = {}
+    for step in (2, 4):  # two checkpoints with different weights: the run loads the newer
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * step)
+        saved[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        save_checkpoint(run, model, {}, TrainState(step=step))
+    fresh, _ = load_model("tiny-random")
+    for name, expected in ((str(run), saved[4]), (str(run / "checkpoints" / "step_000002"), saved[2])):
+        loaded, tok = load_model(name)
+        assert len(tok) == len(load_model("tiny-random")[1])
+        for k, v in loaded.state_dict().items():
+            assert torch.equal(v, expected[k]), k
+        assert any(not torch.equal(v, fresh.state_dict()[k]) for k, v in loaded.state_dict().items())
+    assert base_model(str(run)) == "tiny-random"
+    assert phrase_tokens(str(run), "</think>") == phrase_tokens("tiny-random", "</think>")
+    # a checkpoint moved out of its run cannot say which model it belongs to
+    lone = tmp_path / "lone"
+    (run / "checkpoints" / "step_000002").rename(lone)
+    with pytest.raises(ScaleRLError, match="outside its run directory"):
+        load_model(str(lone))
+    # a run whose config names the run itself
+    (run / "config.yaml").write_text(f"model:\n  name: {run}\n")
+    with pytest.raises(ScaleRLError, match="leads back"):
+        load_model(str(run))

@@ -11,6 +11,9 @@ Names:
   smollm2-shape-random  SmolLM2-135M's architecture, random weights, a character tokenizer
                 padded to its vocabulary (throughput benchmarks where the GGUF is not installed)
   <directory>   any Hugging Face checkpoint directory (config + safetensors + tokenizer)
+  <run>/checkpoints/step_N, or <run>   a scalerl checkpoint (the trained weights over the model
+                its run's `config.yaml` names), or a run directory's newest intact checkpoint:
+                `scalerl generate --model runs/<run>` samples the trained policy
 
 Built models live under `$SCALERL_CACHE` (default `~/.cache/scalerl`). The FP32 LM head
 (paper section 3.2) is not a property of the loaded model: generator and trainer compute
@@ -44,6 +47,12 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
         from scalerl.models.smollm2 import build_shape_random
 
         model, tokenizer = build_shape_random()
+    elif (trained := run_checkpoint(name)) is not None:
+        base, weights = trained
+        base_model(name)  # a run whose config.yaml leads back to this checkpoint is refused, not recursed into
+        model, tokenizer = load_model(base, dtype, device)
+        _load_trained(model, weights)
+        return model, tokenizer
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -51,6 +60,57 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     return cast_model(model.to(device=resolve_device(device)), dtype).eval(), tokenizer
+
+
+def run_checkpoint(name: str) -> tuple[str, Path] | None:
+    """(the base model's name, the weights file) when `name` is a scalerl checkpoint directory
+    (`<run>/checkpoints/step_N`: model.safetensors + state.json) or a run directory (its newest
+    checkpoint with a state.json); None for anything else. The base model is the `model.name`
+    of the run's config.yaml; a run directory without a checkpoint is a one-line error."""
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file() or not path.is_dir():
+        return None
+    if (path / "config.yaml").is_file():   # a run directory
+        done = sorted(p for p in (path / "checkpoints").glob("step_*") if (p / "state.json").is_file())
+        if not done:
+            raise ScaleRLError(f"model {name!r}: a run directory without a finished checkpoint "
+                               f"(nothing under {path / 'checkpoints'} has a state.json)")
+        path = done[-1]
+    if not ((path / "model.safetensors").is_file() and (path / "state.json").is_file()):
+        return None
+    config = path.parent.parent / "config.yaml"
+    if not config.is_file():
+        raise ScaleRLError(f"model {name!r}: a scalerl checkpoint outside its run directory ({config} is "
+                           "missing: it names the model the weights belong to)")
+    import yaml
+
+    try:
+        base = (yaml.safe_load(config.read_text()) or {}).get("model", {}).get("name", "tiny")
+    except (yaml.YAMLError, AttributeError) as exc:
+        raise ScaleRLError(f"{config}: cannot read model.name ({exc.__class__.__name__})") from None
+    return str(base), path / "model.safetensors"
+
+
+def base_model(name: str) -> str:
+    """The model name a scalerl checkpoint's weights belong to (`name` itself for any other)."""
+    seen = set()
+    while (trained := run_checkpoint(name)) is not None:
+        if name in seen:
+            raise ScaleRLError(f"model {name!r}: its run's config.yaml leads back to it")
+        seen.add(name)
+        name = trained[0]
+    return name
+
+
+def _load_trained(model, weights: Path) -> None:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model as load_weights
+
+    try:
+        load_weights(model, str(weights))
+    except (RuntimeError, OSError, ValueError, SafetensorError) as exc:
+        raise ScaleRLError(f"{weights}: cannot be loaded into its run's model "
+                           f"({' '.join(str(exc).split())[:160]})") from None
 
 
 FP32_BUFFERS = ("inv_freq", "original_inv_freq")  # RoPE frequencies: kept fp32 in a bf16 model
@@ -90,8 +150,8 @@ def checkpoint_dir(name: str) -> Path:
     if (path / "config.json").is_file():
         return path
     raise ScaleRLError(
-        f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}) "
-        "nor a Hugging Face checkpoint directory (no config.json there)"
+        f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}), a Hugging Face checkpoint "
+        "directory (no config.json there) nor a scalerl run or checkpoint directory"
     )
 
 

@@ -47,6 +47,9 @@ def check_budget(cfg: RolloutConfig, n_phrase: int) -> None:
 
 @functools.lru_cache(maxsize=8)
 def _tokenizer(model_name: str):
+    from scalerl.models import base_model
+
+    model_name = base_model(model_name)  # a trained checkpoint keeps its base model's tokenizer
     if model_name in ("tiny", "tiny-random"):  # the cached tiny model saves this very tokenizer
         from scalerl.models.tiny import build_tokenizer
 
