@@ -81,19 +81,25 @@ def _model_free(d: dict) -> str:
     return out
 
 
+def _direction(expected: Direction, delta: float, differs: bool) -> str | None:
+    """The verdict on one claim from a difference judged against its margin; None where a claimed
+    difference did not show (the caller says whether the margin could have shown it)."""
+    if expected == "similar":
+        return "agrees" if not differs else "disagrees"
+    if differs:
+        return "agrees" if delta < 0 else "disagrees"
+    return "agrees" if expected == "not higher" else None
+
+
 def _claim_A(d: dict, f: Finding) -> tuple[str, str]:
     if d.get("A_differs") is None:
         return "not measurable here", ("A on the edge of its range: the curve did not bend enough to pin a "
                                        "ceiling" + _model_free(d))
-    dA, m, differs = d["dA"], d["margin_A"], d["A_differs"]
-    measured = f"{dA:+.3f} ({'beyond' if differs else 'within'} +-{m:.3f})"
-    if f.A == "similar":
-        return ("agrees" if not differs else "disagrees"), measured
-    if differs:
-        return ("agrees" if dA < 0 else "disagrees"), measured
-    if f.A == "not higher":
-        return "agrees", measured
-    if f.effect_A is not None and m >= f.effect_A:
+    measured = f"{d['dA']:+.3f} ({'beyond' if d['A_differs'] else 'within'} +-{d['margin_A']:.3f})"
+    verdict = _direction(f.A, d["dA"], d["A_differs"])
+    if verdict is not None:
+        return verdict, measured
+    if f.effect_A is not None and d["margin_A"] >= f.effect_A:
         return "not measurable here", f"{measured}: the seed margin is not smaller than the paper's effect ({f.effect_A:.3f})"
     return "disagrees", f"{measured}: no difference beyond the seed margin"
 
@@ -103,13 +109,9 @@ def _claim_B(d: dict, f: Finding) -> tuple[str, str]:
         return "not measurable here", "no B without a pinned ceiling (A on the edge of its range)"
     if d.get("B_differs") is None:
         return "not measurable here", f"{d['dB']:+.2f}: one seed a side, no measured spread of B"
-    dB, m, differs = d["dB"], d["margin_B"], d["B_differs"]
-    measured = f"{dB:+.2f} ({'beyond' if differs else 'within'} +-{m:.2f})"
-    if f.B == "similar":
-        return ("agrees" if not differs else "disagrees"), measured
-    if differs:
-        return ("agrees" if dB < 0 else "disagrees"), measured
-    return ("agrees" if f.B == "not higher" else "disagrees"), f"{measured}: no difference beyond the seed spread"
+    measured = f"{d['dB']:+.2f} ({'beyond' if d['B_differs'] else 'within'} +-{d['margin_B']:.2f})"
+    verdict = _direction(f.B, d["dB"], d["B_differs"])
+    return (verdict, measured) if verdict else ("disagrees", f"{measured}: no difference beyond the seed spread")
 
 
 def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
