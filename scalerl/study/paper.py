@@ -118,7 +118,7 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
     """Verdicts on the paper's claims about A and B (those it makes) from `d`, the measured
     differences of the variant from the reference (`scalerl.study.report.compare`).
     `trunk_dtype`: what the variant's trunk computed in ('fp32' makes a head-precision claim
-    not measurable). Returns {"A": (verdict, measured), "B": ..., "overall": verdict}."""
+    not measurable). Returns {"A": [verdict, measured], "B": ..., "overall": verdict}."""
     out: dict = {}
     if f.needs_bf16 and trunk_dtype != "bf16":
         why = (f"the trunk computes in {trunk_dtype}, where the head's precision changes nothing "
@@ -132,6 +132,7 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
             out["A"] = _claim_A(d, f)
         if f.B is not None:
             out["B"] = _claim_B(d, f)
+    out = {k: list(v) for k, v in out.items()}  # [verdict, measured]: the same in report.json as here
     verdicts = [v for v, _ in out.values()]
     out["overall"] = ("disagrees" if "disagrees" in verdicts else "agrees" if "agrees" in verdicts
                       else "not measurable here")
