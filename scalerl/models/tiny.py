@@ -80,16 +80,54 @@ BUILD_VERSION = "tiny-v1"       # bump when the build procedure changes in a way
 WARM_TASK = "arith-mixed"   # the broad 2-4 digit mix the tiny model is warm-started on (tasks/arith.py)
 
 
-def build_spec(settings, shape: str = "tiny") -> dict:
+# `tiny-order`: a testbed probe (docs/study.md, "A testbed whose ceiling pins"). The warm start
+# runs to an accurate scratchpad (2,700 steps, the last one kept) but writes 85% of its answers
+# most-significant digit first, which the checker refuses: what RL then learns is one habit,
+# the answer's order, so its curve is one sigmoid with a ceiling (the solvable share times the
+# scratchpad's accuracy) reached within the default run.
+WRONG_ORDER_SHARE = 0.85
+
+
+def order_settings():
+    from scalerl.models.warmstart import WarmStartSettings
+
+    return WarmStartSettings(max_steps=2700, eval_from=2700, eval_every=2700, target=1.0, lo=0.0, hi=1.01)
+
+
+class _WrongOrderHabit:
+    """A task whose training targets write the answer most-significant digit first for a fixed,
+    seeded `share` of indices (everything else is the task's)."""
+
+    def __init__(self, task, share: float):
+        self.task, self.share = task, share
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def train_prompt(self, index: int):
+        import dataclasses
+
+        from scalerl.tasks.arith import most_significant_first
+
+        p = self.task.train_prompt(index)
+        if (index * 2654435761 % 1_000_003) / 1_000_003 >= self.share:
+            return p
+        return dataclasses.replace(p, meta={**p.meta, "target": most_significant_first(p.meta["target"])})
+
+
+def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0) -> dict:
     """Everything that determines the built weights: the cache key is a hash of this."""
     tok = build_tokenizer()
     from scalerl.tasks.arith import parse_mix
 
-    return {"version": BUILD_VERSION, "model": model_config(tok, shape).to_dict(), "vocab": tok.get_vocab(),
+    spec = {"version": BUILD_VERSION, "model": model_config(tok, shape).to_dict(), "vocab": tok.get_vocab(),
             "task": WARM_TASK, "mix": repr(parse_mix(WARM_TASK)), "warm_start": settings.to_dict()}
+    if wrong_order_share:  # only then: the other models keep their cache keys
+        spec["wrong_order_share"] = wrong_order_share
+    return spec
 
 
-def build_tiny(out_dir, settings, log=print, shape: str = "tiny") -> None:
+def build_tiny(out_dir, settings, log=print, shape: str = "tiny", wrong_order_share: float = 0.0) -> None:
     """Build, warm-start and save the tiny (or `small`) model and its tokenizer into `out_dir`.
     The warm start runs on a CUDA GPU when there is one (the small model: ~1 min there against
     ~30 on 2 CPU cores), else on the CPU."""
@@ -103,6 +141,8 @@ def build_tiny(out_dir, settings, log=print, shape: str = "tiny") -> None:
     if shape != "tiny" and torch.cuda.is_available():
         model.cuda()
     task = ArithTask(WARM_TASK, seed=settings.seed)
+    if wrong_order_share:
+        task = _WrongOrderHabit(task, wrong_order_share)
     from scalerl.models.warmstart import warm_start
 
     threads = torch.get_num_threads()

@@ -161,6 +161,14 @@ def completion_text(operands: tuple[int, ...], digits: int) -> str:
     return THINK_OPEN + scratchpad(operands, digits) + THINK_CLOSE + hinted(sum(operands))
 
 
+def most_significant_first(target: str) -> str:
+    """`target` with its answer's digits in the other order (a2b1c9d6 -> d6c9b1a2): the same
+    column-tagged digits, which the checker (least-significant first) refuses."""
+    head, sep, answer = target.rpartition(THINK_CLOSE)
+    pairs = [answer[i:i + 2] for i in range(0, len(answer), 2)]
+    return head + sep + "".join(reversed(pairs))
+
+
 def problem_text(operands: tuple[int, ...]) -> str:
     return "+".join(hinted(x) for x in operands) + "="
 
