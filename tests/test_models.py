@@ -167,9 +167,11 @@ def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
     from scalerl.rollout.length import phrase_tokens
     from scalerl.run.checkpoint import TrainState, save_checkpoint
 
+    from scalerl.config import dump_config, load_config
+
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("recipe: scalerl\nmodel:\n  name: tiny-random\n")
+    (run / "config.yaml").write_text(dump_config(load_config("scalerl", None, ["model.name=tiny-random"])))
     with pytest.raises(ScaleRLError, match="without a finished checkpoint"):
         load_model(str(run))
     (run / "checkpoints").mkdir()
@@ -196,6 +198,6 @@ def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
     with pytest.raises(ScaleRLError, match="outside its run directory"):
         load_model(str(lone))
     # a run whose config names the run itself
-    (run / "config.yaml").write_text(f"model:\n  name: {run}\n")
+    (run / "config.yaml").write_text(dump_config(load_config("scalerl", None, [f"model.name={run}"])))
     with pytest.raises(ScaleRLError, match="leads back"):
         load_model(str(run))

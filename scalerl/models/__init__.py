@@ -50,10 +50,9 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
 
         model, tokenizer = build_shape_random()
     elif (trained := run_checkpoint(name)) is not None:
-        base, weights = trained
-        base_model(name)  # a run whose config.yaml leads back to this checkpoint is refused, not recursed into
-        model, tokenizer = load_model(base, dtype, device)
-        _load_trained(model, weights)
+        # the model the chain of runs started from (a loop is refused), then this checkpoint's weights
+        model, tokenizer = load_model(base_model(name), dtype, device)
+        _load_trained(model, trained[1])
         return model, tokenizer
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -69,28 +68,26 @@ def run_checkpoint(name: str) -> tuple[str, Path] | None:
     (`<run>/checkpoints/step_N`: model.safetensors + state.json) or a run directory (its newest
     checkpoint with a state.json); None for anything else. The base model is the `model.name`
     of the run's config.yaml; a run directory without a checkpoint is a one-line error."""
+    from scalerl.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, read_run_config
+
     path = Path(name).expanduser()
     if (path / "config.json").is_file() or not path.is_dir():
         return None
-    if (path / "config.yaml").is_file():   # a run directory
-        done = sorted(p for p in (path / "checkpoints").glob("step_*") if (p / "state.json").is_file())
-        if not done:
+    if (path / CONFIG_FILE).is_file():   # a run directory
+        from scalerl.run.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(path)
+        if newest is None:
             raise ScaleRLError(f"model {name!r}: a run directory without a finished checkpoint "
-                               f"(nothing under {path / 'checkpoints'} has a state.json)")
-        path = done[-1]
+                               f"(nothing under {path / CHECKPOINT_DIR} has a state.json)")
+        path = newest
     if not ((path / "model.safetensors").is_file() and (path / "state.json").is_file()):
         return None
-    config = path.parent.parent / "config.yaml"
-    if not config.is_file():
-        raise ScaleRLError(f"model {name!r}: a scalerl checkpoint outside its run directory ({config} is "
-                           "missing: it names the model the weights belong to)")
-    import yaml
-
-    try:
-        base = (yaml.safe_load(config.read_text()) or {}).get("model", {}).get("name", "tiny")
-    except (yaml.YAMLError, AttributeError) as exc:
-        raise ScaleRLError(f"{config}: cannot read model.name ({exc.__class__.__name__})") from None
-    return str(base), path / "model.safetensors"
+    run = path.parent.parent
+    if not (run / CONFIG_FILE).is_file():
+        raise ScaleRLError(f"model {name!r}: a scalerl checkpoint outside its run directory ({run / CONFIG_FILE} "
+                           "is missing: it names the model the weights belong to)")
+    return str(read_run_config(run)["model"]["name"]), path / "model.safetensors"
 
 
 def base_model(name: str) -> str:

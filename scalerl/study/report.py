@@ -109,8 +109,9 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     return run
 
 
-def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int) -> ConfigFit:
-    cfg = ConfigFit(name, swaps, runs)
+def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
+               trunk_dtype: str = "fp32") -> ConfigFit:
+    cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype)
     finished = [r for r in runs if r.finished and len(r.x)]
     usable = finished or [r for r in runs if len(r.x)]  # unfinished seeds only while none has finished
     try:
@@ -163,7 +164,8 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
     for spec in specs:
         c = configs.setdefault(spec.variant.name, ConfigFit(spec.variant.name, spec.variant.swaps, []))
         c.notes = list(dict.fromkeys(c.notes + spec.notes))
-        c.trunk_dtype = run_trunk_dtype(spec)
+        if not c.runs:  # a configuration's seeds share their precision: taken from its first run
+            c.trunk_dtype = run_trunk_dtype(spec)
         if (spec.run_dir / "metrics.jsonl").is_file():
             c.runs.append(fit_run(spec.variant.name, spec.seed, spec.run_dir, x_col,
                                   spec.cfg.eval.fit_min_frac, n_bootstrap))
@@ -171,10 +173,7 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
             c.runs.append(RunFit(spec.variant.name, spec.seed, np.empty(0), np.empty(0), False,
                                  failure(spec.run_dir), error="no evaluations"))
     frac = specs[0].cfg.eval.fit_min_frac if specs else 0.1
-    fits = [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap) for c in configs.values()]
-    for f in fits:
-        f.trunk_dtype = configs[f.name].trunk_dtype
-    return fits
+    return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap, c.trunk_dtype) for c in configs.values()]
 
 
 def run_trunk_dtype(spec: RunSpec) -> str:
@@ -343,9 +342,10 @@ def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
     return None if not len(v) else {"compute": C, **_stats(v), "runs": len(v)}
 
 
-def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str) -> dict:
+def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict[str, dict] | None = None) -> dict:
+    """`paper`: `against_paper(configs, base)` when the caller has it already."""
     by_name = {c.name: c for c in configs}
-    paper = against_paper(configs, base)
+    paper = against_paper(configs, base) if paper is None else paper
     out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
            "predictability": predictability_summary(configs), "configs": []}
     for c in sorted(configs, key=sort_key):
@@ -381,7 +381,8 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
                  variants_md: str, command: str = "") -> dict:
     """report.md, report.json, fits.png and fits_linearised.png in `study_dir`."""
     study_dir = Path(study_dir)
-    data = report_dict(configs, base, x_col)
+    paper = against_paper(configs, base)
+    data = report_dict(configs, base, x_col, paper)
     (study_dir / "report.json").write_text(json.dumps(data, indent=1))
     plotted = [(c.name, np.concatenate([r.x for r in c.runs]), np.concatenate([r.y for r in c.runs]), c.fit)
                for c in sorted(configs, key=sort_key) if c.fit is not None]
@@ -410,7 +411,6 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
            "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
            "curve has not bent enough to pin its ceiling).", ""]
-    paper = against_paper(configs, base)
     if paper:
         md += ["## Against the paper", "",
                "Each configuration's difference from its reference, judged against the paper's finding "
