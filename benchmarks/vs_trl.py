@@ -22,7 +22,8 @@ Target (issue 15): scalerl at least 3x the faster TRL on each.
 
     .venv/bin/python benchmarks/vs_trl.py                          # 3 x 20 min of training, plus evaluations
     .venv/bin/python benchmarks/vs_trl.py --minutes 5 --skip-bf16
-    .venv/bin/python benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --minutes 2 --eval-every 1000   # throughput only
+    .venv/bin/python benchmarks/vs_trl.py --model smollm2-shape-random --device cuda --minutes 2 --eval-every 1000 \
+        --set filter.zero_variance=false   # throughput only: a random model never passes, so no group has variance
     .venv/bin/python benchmarks/vs_trl.py --model tiny --task arith --minutes 1    # the plumbing, in minutes
 
 Timings depend on the machine's load: compare sides only within one invocation, on an idle machine.
@@ -193,6 +194,10 @@ def rate_at(curve, seconds: float) -> float:
 
 def compare(results: dict) -> dict:
     """The three figures of the module docstring, from the sides' curves."""
+    idle = [n for n, r in results.items() if not r["step_s"]]
+    if idle:  # e.g. a random model under scalerl's zero-variance filter: every group fails alike
+        raise SystemExit(f"vs_trl: {', '.join(idle)} made no optimizer step in the budget; with a model that never "
+                         "passes, turn scalerl's filter off (--set filter.zero_variance=false)")
     start = min(r["curve"][0][1] for r in results.values())
     common = min(max(rate for _, rate, _ in r["curve"]) for r in results.values())
     levels = sorted({round(common, 4), round(start + 0.05, 4)} - {None})

@@ -44,7 +44,8 @@ class _Section(BaseModel):
 
 # ---------------------------------------------------------------- model
 class ModelConfig(_Section):
-    name: str = Field("tiny", description="'tiny' (built-in, warm-started), 'smollm2-135m', or a HF checkpoint dir")
+    name: str = Field("tiny-order", description="'tiny-order' (built-in, warm-started; the default testbed, "
+                      "docs/study.md), 'tiny', 'small', 'smollm2-135m', a run directory, or a HF checkpoint dir")
     dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
     compute_dtype: Literal["auto", "fp32", "bf16"] = Field(
@@ -66,8 +67,8 @@ class TaskConfig(_Section):
                                            "`path`, or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, a weighted mix)")
     path: str | None = Field(None, description="JSONL/CSV/parquet with prompt/answer (or problem/answer) fields")
     train_size: int | None = Field(
-        None, ge=1, description="training pool size, traversed in epochs (none: 1024 for built-in and reasoning-gym "
-                                "tasks, every distinct row of a file)")
+        None, ge=1, description="training pool size, traversed in epochs (none: 4096 for built-in tasks, 1024 for "
+                                "reasoning-gym ones, every distinct row of a file)")
     val_size: int = Field(384, ge=1, description="held-out validation prompts (disjoint from the training pool)")
     seed: int = Field(0, description="seed of the task generator / split")
     options: dict[str, Any] = Field(
@@ -306,7 +307,7 @@ class EvalConfig(_Section):
 
 class RunConfig(_Section):
     seed: int = Field(0, description="global seed (sampling, curriculum order)")
-    max_steps: int = Field(80, ge=1, description="optimizer steps to run")
+    max_steps: int = Field(120, ge=1, description="optimizer steps to run")
     max_minutes: float | None = Field(None, gt=0, description="stop after this much wall-clock training time "
                                       "(evaluations and checkpoints not counted)")
     checkpoint_every: int = Field(25, ge=1, description="save a checkpoint every N optimizer steps")

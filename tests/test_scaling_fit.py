@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling import PowerLaw, Sigmoid, fit_curve, fit_seeds, linearise, sigmoid
+from scalerl.scaling import PowerLaw, Sigmoid, first_half_prediction, fit_curve, fit_seeds, linearise, sigmoid
 
 # (A, B, C_mid, R0, final compute, spacing): paper Table 1 and the corners of its range
 TABLE1 = [
@@ -82,6 +82,33 @@ def test_fit_r0_recovers_the_start():
     fit = fit_curve(x, y, fit_min=300, fit_r0=True, n_bootstrap=0)
     assert fit.R0 == pytest.approx(0.35, abs=0.02)
     assert fit.A == pytest.approx(0.65, abs=0.01)
+
+
+def test_first_half_check_fits_from_the_whole_runs_window_start():
+    # the paper's predictability check: fit the first half of the compute, starting where the
+    # whole run's fit starts (20% of the final compute here), predict the mean of the last 3
+    x, y = synthetic(0.61, 1.92, 2542, 0.40, 16000, 400, seed=2)
+    truth_end = np.mean(0.40 + 0.21 / (1 + (2542 / x[-3:]) ** 1.92))
+    h = first_half_prediction(x, y, 0.2)
+    assert h["window_from"] == pytest.approx(0.2 * 16000)
+    assert h["points"] == int((x <= 8000).sum()) and h["half_frac"] == pytest.approx(8000 / 16000)
+    assert h["measured"] == pytest.approx(np.mean(y[-3:]))
+    assert h["error"] == pytest.approx(h["predicted"] - h["measured"])
+    assert abs(h["predicted"] - truth_end) <= 0.02
+    # R0 fitted (the default): the step-0 evaluation lies outside the window and cannot move the
+    # forecast; with R0 fixed to the measured start (the paper's Eq. 1 use) it does
+    y_off = y.copy()
+    y_off[0] = 0.0
+    assert first_half_prediction(x, y_off, 0.2)["predicted"] == pytest.approx(h["predicted"], abs=1e-9)
+    fixed, fixed_off = (first_half_prediction(x, v, 0.2, fit_r0=False) for v in (y, y_off))
+    assert abs(fixed_off["predicted"] - fixed["predicted"]) > 0.002   # 0.004 with this seed
+
+
+def test_first_half_window_moves_back_to_keep_five_points():
+    x = np.array([0.0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 40, 80, 160])
+    y = 0.1 + 0.5 * x / (x + 10)
+    h = first_half_prediction(x, y, 0.2)   # 20% of 160 = 32: only 40 and 80 in the first half
+    assert h["window_from"] == 9.0           # the fifth-last positive evaluation of the first half
 
 
 def test_bootstrap_intervals_bracket_estimates():

@@ -63,7 +63,7 @@ def test_arith_pool_is_finite_stable_and_disjoint_from_validation():
     assert [task.train_prompt(i).id for i in range(3)] == ["arith/s0/train/0", "arith/s0/train/1", "arith/s0/train/2"]
     pool = {task.train_prompt(i).text for i in range(50)}
     assert pool.isdisjoint(p.text for p in task.val_prompts(20))
-    assert len(get_task(TaskConfig(name="arith"))) == 1024
+    assert len(get_task(TaskConfig(name="arith"))) == 4096   # the documented default pool (DEFAULT_TRAIN_SIZE)
 
 
 def _g(prompt, n_pass, n=4):

@@ -120,7 +120,10 @@ def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0) ->
     tok = build_tokenizer()
     from scalerl.tasks.arith import parse_mix
 
-    spec = {"version": BUILD_VERSION, "model": model_config(tok, shape).to_dict(), "vocab": tok.get_vocab(),
+    model = model_config(tok, shape).to_dict()
+    model.pop("transformers_version", None)  # the installed library's, not the build's: a cache carried
+    # to a machine with another transformers (a GPU image) is found there instead of rebuilt
+    spec = {"version": BUILD_VERSION, "model": model, "vocab": tok.get_vocab(),
             "task": WARM_TASK, "mix": repr(parse_mix(WARM_TASK)), "warm_start": settings.to_dict()}
     if wrong_order_share:  # only then: the other models keep their cache keys
         spec["wrong_order_share"] = wrong_order_share

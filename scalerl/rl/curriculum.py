@@ -8,7 +8,7 @@ Departures from the paper:
 1. The pass rate that retires a prompt is, by default (`curriculum.pass_rate=last`), that of
    its latest scored group: the epoch it was last drawn in, as Polaris (which the paper
    follows) filters prompts between epochs. `cumulative` reads "historical pass rate" as the
-   pass rate over every group of the prompt; measured on the default run (1,024 prompts, 2.5
+   pass rate over every group of the prompt; measured on the previous default run (`tiny`, 1,024 prompts, 2.5
    epochs), it retired 3 prompts in 80 steps: early failures keep a prompt's cumulative rate
    below 0.9 long after the model has learnt it, so the component hardly acts. Retirement is
    permanent, even if a group of the prompt that was already in flight later lowers it.

@@ -23,7 +23,9 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of built-in and reasoning-gym tasks by default
+from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of the built-in tasks by default
+
+RG_TRAIN_SIZE = 1024   # pool of reasoning-gym tasks by default
 from scalerl.tasks.pool import PromptLimit
 from scalerl.types import Prompt
 
@@ -59,7 +61,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
     if cfg.name.startswith("rg:"):
         from scalerl.tasks.rg import ANSWER_TAG, RgTask
 
-        return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+        return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or RG_TRAIN_SIZE,
                       val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
                       answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
                       shots=cfg.shots)

@@ -34,10 +34,12 @@ the lowest `VAL_SHARE` of hash space; training draws reject such problems. The t
 disjoint by construction, whatever the seed and however many prompts are drawn.
 
 Training pool: the first `train_size` training problems (`task.train_size`, default
-`DEFAULT_TRAIN_SIZE` = 1024), ids `arith/s<seed>/train/<index>`; the curriculum sampler
-traverses them in a seeded order that changes every epoch, so the default run (80 steps x 32
-prompts = 2,560 draws) sees each prompt about 2.5 times and No-Positive-Resampling can retire
-the ones it has learnt. `train_prompt(index)` still generates any index (the warm start reads
+`DEFAULT_TRAIN_SIZE` = 4096), ids `arith/s<seed>/train/<index>`; the curriculum sampler
+traverses them in a seeded order that changes every epoch. The default run (120 steps x 32
+prompts, plus the groups the zero-variance filter drops) draws more than the pool and enters its
+second epoch; No-Positive-Resampling retires about 40% of the pool by then (1,600-1,750 measured,
+docs/study.md). A pool of 1,024 starves that run: by step ~70 what is left is prompts every
+sample fails, which the filter drops, 50 empty batches in a row. `train_prompt(index)` still generates any index (the warm start reads
 problems beyond the pool).
 
 Departures from the paper:
@@ -63,7 +65,7 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 VAL_SHARE = 0.05            # share of problem space held out for validation
 _SPLIT_SALT = "scalerl-arith-split-v1"
 _MAX_DRAWS = 10_000         # rejection-sampling bound (validation share is tiny)
-DEFAULT_TRAIN_SIZE = 1024   # training pool of the built-in tasks (see "Training pool")
+DEFAULT_TRAIN_SIZE = 4096   # training pool of the built-in tasks (see "Training pool")
 COLUMNS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"   # column letters (index hints)
 
 
