@@ -15,7 +15,8 @@ model.name=smollm2-135m --set task.name=rg:...`: PipelineRL-8, forced interrupti
 
 Printed, from the three learning curves (pass rate against training wall-clock):
 - the wall-clock each side takes to first reach a validation pass rate that every side reaches
-  (the highest such level, and the start + 0.05 when that is lower), and the ratio;
+  (the highest such level, the start + 0.05, and the highest level scalerl and each TRL side
+  both reach), and the ratio;
 - the pass rate of each side after the same wall-clock (the shortest side's training time);
 - completion tokens per second over all steps, the first included, and the ratios.
 Target (issue 15): scalerl at least 3x the faster TRL on each.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -199,8 +201,12 @@ def compare(results: dict) -> dict:
         raise SystemExit(f"vs_trl: {', '.join(idle)} made no optimizer step in the budget; with a model that never "
                          "passes, turn scalerl's filter off (--set filter.zero_variance=false)")
     start = min(r["curve"][0][1] for r in results.values())
-    common = min(max(rate for _, rate, _ in r["curve"]) for r in results.values())
-    levels = sorted({round(common, 4), round(start + 0.05, 4)} - {None})
+    best = {n: max(rate for _, rate, _ in r["curve"]) for n, r in results.items()}
+    common = min(best.values())
+    # every side reaches `common`; scalerl and each TRL side reach the lower of their two bests
+    # (levels rounded down: rounded up, one could sit above the slower side's best and read "never")
+    pairs = {min(best["scalerl"], b) for n, b in best.items() if n != "scalerl"} if "scalerl" in best else set()
+    levels = sorted({math.floor(v * 1e4 + 1e-6) / 1e4 for v in {common, start + 0.05} | pairs})
     reach = {lv: {n: first_reach(r["curve"], lv) for n, r in results.items()} for lv in levels}
     equal_s = min(r["curve"][-1][0] for r in results.values())
     at_equal = {n: rate_at(r["curve"], equal_s) for n, r in results.items()}

@@ -278,9 +278,9 @@ class RayConfig(_Section):
 
 class EvalConfig(_Section):
     schedule: Literal["geometric", "linear"] = Field(
-        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps from half-way to the "
-        "fit window (fit_min_frac / 2 of run.max_steps: where the first-half fit starts) to the end; linear: "
-        "every `every` steps")
+        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps from fit_min_frac / 2 "
+        "of run.max_steps (the rise before the fits' windows, which start at fit_min_frac of the final compute) to "
+        "the end; linear: every `every` steps")
     count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
                        "run.max_steps is small: one per step at most)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
@@ -288,7 +288,8 @@ class EvalConfig(_Section):
                          "default run's sampling error (val/pass_rate_se) under 0.01")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
-    fit_min_frac: float = Field(0.2, ge=0, lt=1, description="live forecast ignores the first fraction of compute")
+    fit_min_frac: float = Field(0.2, ge=0, lt=1, description="every fit (live forecast, the final fit, the "
+                                "first-half check) leaves out this first fraction of the compute")
 
     @model_validator(mode="before")
     @classmethod

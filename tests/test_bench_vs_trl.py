@@ -27,6 +27,21 @@ def test_time_to_a_common_pass_rate_pass_rate_at_equal_time_and_tokens_per_secon
     assert c["start"] == 0.10 and c["common_level"] == 0.30
     assert c["reach_s"][0.30] == {"scalerl": 60, "TRL fp32": 240}      # x4 to the common level
     assert c["reach_s"][0.15] == {"scalerl": 60, "TRL fp32": 240}      # start + 0.05: 0.14 at 120 s is below it
+    assert sorted(c["reach_s"]) == [0.15, 0.30]                        # the pair's level is the common one here
     assert c["equal_s"] == 120                                         # the shorter side's training time
     assert c["pass_at_equal"] == {"scalerl": 0.40, "TRL fp32": 0.14}
     assert c["tok_s"]["scalerl"] == pytest.approx(100.0) and c["tok_s"]["TRL fp32"] == pytest.approx(20.0)
+
+
+def test_levels_include_what_scalerl_and_each_trl_side_reach_and_never_exceed_a_best():
+    bench = _bench()
+    # TRL bf16's best (0.41796) caps the common level; scalerl and TRL fp32 both reach 0.55
+    results = {
+        "scalerl": {"curve": [(0, 0.06, 0), (16, 0.45, 8), (40, 0.56, 20)], "step_s": [2.0] * 20, "tokens": [100] * 20},
+        "TRL fp32": {"curve": [(0, 0.06, 0), (45, 0.48, 20), (116, 0.55, 50)], "step_s": [2.3] * 50, "tokens": [100] * 50},
+        "TRL bf16": {"curve": [(0, 0.06, 0), (248, 0.41796, 13)], "step_s": [19.0] * 13, "tokens": [100] * 13},
+    }
+    c = bench.compare(results)
+    assert sorted(c["reach_s"]) == [0.11, 0.4179, 0.55]
+    assert c["reach_s"][0.4179] == {"scalerl": 16, "TRL fp32": 45, "TRL bf16": 248}   # rounded down: bf16 reaches it
+    assert c["reach_s"][0.55] == {"scalerl": 40, "TRL fp32": 116, "TRL bf16": None}

@@ -29,7 +29,7 @@ def test_geometric_schedule_is_even_in_log_steps():
 def test_default_is_geometric_and_eval_every_picks_linear():
     cfg = load_config("scalerl")
     assert cfg.eval.schedule == "geometric"
-    # from where the first-half fit's window starts (fit_min_frac x half the run) to the end
+    # from half of fit_min_frac of the run (the rise before the fits' windows) to the end
     steps = cfg.eval.steps(80)
     first = 80 * cfg.eval.fit_min_frac / 2
     assert steps[0] == round(first) and steps[-1] == 80 and len(steps) == cfg.eval.count
