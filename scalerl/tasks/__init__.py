@@ -24,8 +24,6 @@ from typing import Callable, Protocol
 
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of the built-in tasks by default
-
-RG_TRAIN_SIZE = 1024   # pool of reasoning-gym tasks by default
 from scalerl.tasks.pool import PromptLimit
 from scalerl.types import Prompt
 
@@ -60,6 +58,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
                         answer_marker=marker or "</think>", limit=limit, min_train=min_train)
     if cfg.name.startswith("rg:"):
         from scalerl.tasks.rg import ANSWER_TAG, RgTask
+        from scalerl.tasks.rg import DEFAULT_TRAIN_SIZE as RG_TRAIN_SIZE
 
         return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or RG_TRAIN_SIZE,
                       val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,

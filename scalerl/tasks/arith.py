@@ -36,11 +36,11 @@ disjoint by construction, whatever the seed and however many prompts are drawn.
 Training pool: the first `train_size` training problems (`task.train_size`, default
 `DEFAULT_TRAIN_SIZE` = 4096), ids `arith/s<seed>/train/<index>`; the curriculum sampler
 traverses them in a seeded order that changes every epoch. The default run (120 steps x 32
-prompts, plus the groups the zero-variance filter drops) draws more than the pool and enters its
-second epoch; No-Positive-Resampling retires about 40% of the pool by then (1,600-1,750 measured,
-docs/study.md). A pool of 1,024 starves that run: by step ~70 what is left is prompts every
-sample fails, which the filter drops, 50 empty batches in a row. `train_prompt(index)` still generates any index (the warm start reads
-problems beyond the pool).
+prompts, plus the groups the zero-variance filter drops) draws about as many prompts as the pool
+holds (3 of 5 seeds entered the second epoch) and No-Positive-Resampling retires 41-44% of it
+(1,673-1,821 measured, docs/study.md). A pool of 1,024 starves that run: by step ~70 what is
+left is prompts every sample fails, which the filter drops, 50 empty batches in a row.
+`train_prompt(index)` still generates any index (the warm start reads problems beyond the pool).
 
 Departures from the paper:
 1. The paper trains on maths/code datasets (Polaris-53k etc.); this synthetic task exists so a

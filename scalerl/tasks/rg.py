@@ -43,6 +43,7 @@ from scalerl.types import Prompt
 
 ANSWER_TAG = "<answer>"
 RG_ANSWER_MAX_CHARS = 2048
+DEFAULT_TRAIN_SIZE = 1024            # training pool of a reasoning-gym task (`task.train_size`)
 _VAL_SEED_OFFSET = 1_000_003        # validation entries come from the generator under seed + this
 _SHOT_SEED_OFFSET = 2_000_006       # and the examples of `task.shots` under seed + this
 _OVERDRAW = 4                       # draw at most this many entries per wanted distinct one
@@ -127,7 +128,7 @@ class RgTask(PromptPool):
     isolate_checker = False     # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
 
     def __init__(self, name: str, options: dict | None = None, weights: list[float] | None = None,
-                 train_size: int = 1024, val_size: int = 256, seed: int = 0, tokenizer=None,
+                 train_size: int = DEFAULT_TRAIN_SIZE, val_size: int = 256, seed: int = 0, tokenizer=None,
                  system_prompt: str | None = None, answer_marker: str = ANSWER_TAG, think: bool = False,
                  limit: PromptLimit = PromptLimit(), min_train: int = 1, shots: int = 0):
         self.names = parse_names(name)
