@@ -16,7 +16,8 @@ model.name=smollm2-135m --set task.name=rg:...`: PipelineRL-8, forced interrupti
 Printed, from the three learning curves (pass rate against training wall-clock):
 - the wall-clock each side takes to first reach a validation pass rate that every side reaches
   (the highest such level, the start + 0.05, and the highest level scalerl and each TRL side
-  both reach), and the ratio;
+  both reach), interpolated linearly between the evaluations around the crossing (the ratio is
+  taken on these; the first evaluation at or above the level is printed beside them);
 - the pass rate of each side after the same wall-clock (the shortest side's training time);
 - completion tokens per second over all steps, the first included, and the ratios.
 Target (issue 15): scalerl at least 3x the faster TRL on each.
@@ -184,9 +185,59 @@ def run_trl(a, cfg, dtype: str, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------- the comparison
+def trl_dtypes(only: str | None, skip_bf16: bool) -> list[str]:
+    """The TRL sides `--only` and `--skip-bf16` ask for."""
+    if only == "scalerl":
+        return []
+    if only in ("trl-fp32", "trl-bf16"):
+        return [only.removeprefix("trl-")]
+    return ["fp32"] + ([] if skip_bf16 else ["bf16"])
+
+
+SAME_SETTINGS = ("model", "task", "device", "minutes", "eval_every", "eval_prompts", "eval_samples", "lr",
+                 "max_new_tokens", "threads", "overrides")
+
+
+def combine(paths: list[str]) -> dict:
+    """The sides saved by several `--json` runs (e.g. one per lease call), checked to share every
+    setting that shapes a curve; a side saved twice is refused."""
+    results, first = {}, None
+    for path in paths:
+        try:
+            saved = json.loads(Path(path).read_text())
+            args, sides = saved["args"], saved["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"vs_trl --combine: {path}: not a --json output of this benchmark ({exc})") from None
+        if first is None:
+            first = (path, args)
+        for key in SAME_SETTINGS:
+            if args.get(key) != first[1].get(key):
+                raise SystemExit(f"vs_trl --combine: {path}: {key} = {args.get(key)!r}, but {first[0]} has "
+                                 f"{first[1].get(key)!r}: the sides must share their settings")
+        for name, side in sides.items():
+            if name in results:
+                raise SystemExit(f"vs_trl --combine: {path}: side {name!r} is in an earlier file too")
+            results[name] = side
+    return results
+
+
 def first_reach(curve, level: float) -> float | None:
     """Training seconds at the first evaluation at or above `level` (None: never)."""
     return next((t for t, rate, _ in curve if rate >= level), None)
+
+
+def crossing(curve, level: float) -> float | None:
+    """Training seconds at which the curve first reaches `level`, linearly interpolated between
+    the evaluation before and the first one at or above it (None: never). Unlike `first_reach`
+    it does not charge a side for the spacing of its evaluations (every `--eval-every` steps is
+    more seconds on the side with slower steps)."""
+    for i, (t, rate, _) in enumerate(curve):
+        if rate >= level:
+            if i == 0:
+                return t
+            t0, r0, _ = curve[i - 1]
+            return t0 + (level - r0) / (rate - r0) * (t - t0)
+    return None
 
 
 def rate_at(curve, seconds: float) -> float:
@@ -208,10 +259,11 @@ def compare(results: dict) -> dict:
     pairs = {min(best["scalerl"], b) for n, b in best.items() if n != "scalerl"} if "scalerl" in best else set()
     levels = sorted({math.floor(v * 1e4 + 1e-6) / 1e4 for v in {common, start + 0.05} | pairs})
     reach = {lv: {n: first_reach(r["curve"], lv) for n, r in results.items()} for lv in levels}
+    cross = {lv: {n: crossing(r["curve"], lv) for n, r in results.items()} for lv in levels}
     equal_s = min(r["curve"][-1][0] for r in results.values())
     at_equal = {n: rate_at(r["curve"], equal_s) for n, r in results.items()}
     tok_s = {n: sum(r["tokens"]) / sum(r["step_s"]) for n, r in results.items()}
-    return {"start": start, "common_level": common, "reach_s": reach, "equal_s": equal_s,
+    return {"start": start, "common_level": common, "reach_s": reach, "cross_s": cross, "equal_s": equal_s,
             "pass_at_equal": at_equal, "tok_s": tok_s}
 
 
@@ -223,11 +275,13 @@ def report(results: dict, c: dict) -> None:
         print(f"{n:<10} {len(r['step_s']):>6} {sum(r['step_s']):>8.0f} {sum(r['step_s']) / len(r['step_s']):>7.1f} "
               f"{c['tok_s'][n]:>8.1f}   {pts}")
     for level, reach in c["reach_s"].items():
-        shown = ", ".join(f"{n} {'never' if s is None else f'{s:.0f} s'}" for n, s in reach.items())
-        print(f"wall-clock to pass rate {level:.3f}: {shown}")
-        if "scalerl" in reach and trls and reach["scalerl"]:
-            best = min((reach[n] for n in trls if reach[n] is not None), default=None)
-            print(f"  scalerl x{best / reach['scalerl']:.2f} faster than the faster TRL" if best else
+        cross = c["cross_s"][level]
+        shown = ", ".join(f"{n} {'never' if s is None else f'{cross[n]:.1f} s (evaluation at {s:.0f} s)'}"
+                          for n, s in reach.items())
+        print(f"wall-clock to pass rate {level:.3f}, interpolated between evaluations: {shown}")
+        if "scalerl" in cross and trls and cross["scalerl"]:
+            best = min((cross[n] for n in trls if cross[n] is not None), default=None)
+            print(f"  scalerl x{best / cross['scalerl']:.2f} faster than the faster TRL" if best else
                   "  no TRL side reached it")
     shown = ", ".join(f"{n} {v:.3f}" for n, v in c["pass_at_equal"].items())
     print(f"pass rate after {c['equal_s']:.0f} s of training: {shown}")
@@ -250,11 +304,19 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="both sides (default: the profile's, 64 for SmolLM2)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--skip-bf16", action="store_true", help="TRL in fp32 only")
-    ap.add_argument("--only", choices=["scalerl", "trl"], help="run one side only (no ratios)")
+    ap.add_argument("--only", choices=["scalerl", "trl", "trl-fp32", "trl-bf16"],
+                    help="run these sides only (for a lease that caps a command's time; join them with --combine)")
     ap.add_argument("--json", metavar="FILE", help="also write the curves and figures as JSON")
+    ap.add_argument("--combine", nargs="+", metavar="FILE",
+                    help="run nothing: compare the sides saved by earlier --json runs with the same settings")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra scalerl config override (repeatable)")
     a = ap.parse_args()
+    if a.combine:
+        results = combine(a.combine)
+        c = compare(results)
+        report(results, c)
+        return
     cfg = scalerl_config(a)
     gpu = f", {torch.cuda.get_device_name()}" if a.device.startswith("cuda") else ""
     print(f"machine: {os.cpu_count()} cores{gpu}, load average {os.getloadavg()[0]:.1f}")
@@ -263,17 +325,18 @@ def main() -> None:
           f"training per side, evaluation every {a.eval_every} steps on {a.eval_prompts} x {a.eval_samples}", flush=True)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if a.only != "trl":
+        if a.only in (None, "scalerl"):
             print("== scalerl (ScaleRL recipe, the model's profile)", flush=True)
             results["scalerl"] = run_scalerl(a, Path(tmp) / "scalerl")
-        for dtype in ([] if a.only == "scalerl" else ["fp32"] + ([] if a.skip_bf16 else ["bf16"])):
+        for dtype in trl_dtypes(a.only, a.skip_bf16):
             print(f"== TRL GRPOTrainer ({dtype})", flush=True)
             results[f"TRL {dtype}"] = run_trl(a, cfg, dtype, Path(tmp) / f"trl-{dtype}")
     c = compare(results)
     report(results, c)
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "results": results, "figures": {
-            **c, "reach_s": {str(k): v for k, v in c["reach_s"].items()}}}, indent=1))
+            **c, "reach_s": {str(k): v for k, v in c["reach_s"].items()},
+            "cross_s": {str(k): v for k, v in c["cross_s"].items()}}}, indent=1))
     print("settings that differ: scalerl runs its recipe (PipelineRL-8 with in-flight weight updates, forced "
           "interruptions with the profile's thinking budget, FP32 head, prompt-level aggregation, batch advantage "
           "normalisation, zero-variance filter, No-Positive-Resampling, constant lr) against TRL's defaults "

@@ -45,7 +45,7 @@ class _Section(BaseModel):
 # ---------------------------------------------------------------- model
 class ModelConfig(_Section):
     name: str = Field("tiny-order", description="'tiny-order' (built-in, warm-started; the default testbed, "
-                      "docs/study.md), 'tiny', 'small', 'smollm2-135m', a run directory, or a HF checkpoint dir")
+                      "docs/study.md), 'tiny', 'small', 'small-order', 'smollm2-135m', a run directory, or a HF checkpoint dir")
     dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
     compute_dtype: Literal["auto", "fp32", "bf16"] = Field(

