@@ -373,6 +373,38 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
 
 
+def test_the_samples_of_a_prompt_admitted_one_by_one_are_prefilled_once_per_weights_version(tok, monkeypatch):
+    """With one row, each of a prompt's n samples is admitted only when the previous one finished:
+    its prompt is run through the model once per weights version, not once per sample, and every
+    log-prob still equals a fresh full forward of the weights it was sampled with. A weight update
+    staged during the first sample makes the next samples prefill again, under the new weights."""
+    old, new = tiny_llama(len(tok), seed=21), tiny_llama(len(tok), seed=22)
+    widths = prefill_widths(monkeypatch)
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=6, batch_slots=1, length=NoLengthControl())
+    engine = Engine(old, tok, cfg, seed=4, ignore_eos=True)
+    texts = ["12+3=", "7+8="]
+    out = engine.generate(prompts(texts), n=3)
+    assert len(out) == 6 and sorted(widths) == sorted((1, len(tok(t)["input_ids"]) - 1) for t in texts)
+    for c in out:
+        assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(old, c.prompt_tokens, c.tokens, 1.0), atol=1e-4)
+
+    widths.clear()
+    steps = itertools.count(1)
+    real_step = engine._step
+
+    def step(state, cache):
+        if next(steps) == 3:                                  # during the first sample (6 steps long)
+            engine.update_weights(new.state_dict(), version=1)
+        return real_step(state, cache)
+
+    monkeypatch.setattr(engine, "_step", step)
+    first, *rest = engine.generate(prompts(texts[:1]), n=3)
+    assert first.versions == [0, 0, 0, 1, 1, 1] and widths == [(1, len(first.prompt_tokens) - 1)] * 2
+    for c in rest:                                            # admitted under version 1: its prefill, exact
+        assert c.versions == [1] * 6
+        assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0), atol=1e-4)
+
+
 def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, monkeypatch):
     """`stream(..., hold=event)`: while the event is set (the trainer evaluates) the engine takes
     no decode step; released, it finishes the sequences in flight exactly as an unheld stream
