@@ -15,8 +15,8 @@ model.name=smollm2-135m --set task.name=rg:...`: PipelineRL-8, forced interrupti
 
 Printed, from the three learning curves (pass rate against training wall-clock):
 - the wall-clock each side takes to first reach a validation pass rate that every side reaches
-  (the highest such level, the start + 0.05, and the highest level scalerl and each TRL side
-  both reach), interpolated linearly between the evaluations around the crossing (the ratio is
+  (the highest such level, the start + 0.05, and 90% of the rise to the highest level scalerl
+  and each TRL side both reach: the highest itself is touched by plateau noise), interpolated linearly between the evaluations around the crossing (the ratio is
   taken on these; the first evaluation at or above the level is printed beside them);
 - the pass rate of each side after the same wall-clock (the shortest side's training time);
 - completion tokens per second over all steps, the first included, and the ratios.
@@ -240,9 +240,21 @@ def crossing(curve, level: float) -> float | None:
     return None
 
 
+def interpolated_rate(curve, seconds: float) -> float:
+    """The pass rate at `seconds` of training, linear between the evaluations around it (the last
+    evaluation's beyond the curve's end)."""
+    for (t0, r0, _), (t1, r1, _) in zip(curve, curve[1:]):
+        if t0 <= seconds <= t1:
+            return r0 + (r1 - r0) * (seconds - t0) / (t1 - t0) if t1 > t0 else r1
+    return curve[-1][1] if seconds > curve[-1][0] else curve[0][1]
+
+
 def rate_at(curve, seconds: float) -> float:
     """The pass rate of the last evaluation at or before `seconds` of training."""
     return [rate for t, rate, _ in curve if t <= seconds + 1e-9][-1]
+
+
+RISE = 0.9   # the share of the rise to the best pass rate a pair of sides both reach, timed for each pair
 
 
 def compare(results: dict) -> dict:
@@ -254,17 +266,24 @@ def compare(results: dict) -> dict:
     start = min(r["curve"][0][1] for r in results.values())
     best = {n: max(rate for _, rate, _ in r["curve"]) for n, r in results.items()}
     common = min(best.values())
-    # every side reaches `common`; scalerl and each TRL side reach the lower of their two bests
-    # (levels rounded down: rounded up, one could sit above the slower side's best and read "never")
-    pairs = {min(best["scalerl"], b) for n, b in best.items() if n != "scalerl"} if "scalerl" in best else set()
+    # every side reaches `common`; scalerl and each TRL side reach 90% of the rise to the lower of
+    # their two bests (a best itself sits in the plateau's evaluation noise, so the first evaluation
+    # to touch it times the noise, not the learning) (levels rounded down: rounded up, one could sit
+    # above the slower side's best and read "never")
+    pairs = {start + RISE * (min(best["scalerl"], b) - start) for n, b in best.items() if n != "scalerl"} \
+        if "scalerl" in best else set()
     levels = sorted({math.floor(v * 1e4 + 1e-6) / 1e4 for v in {common, start + 0.05} | pairs})
     reach = {lv: {n: first_reach(r["curve"], lv) for n, r in results.items()} for lv in levels}
     cross = {lv: {n: crossing(r["curve"], lv) for n, r in results.items()} for lv in levels}
     equal_s = min(r["curve"][-1][0] for r in results.values())
     at_equal = {n: rate_at(r["curve"], equal_s) for n, r in results.items()}
+    # the same at the moment scalerl reached the common level: by the end of the shortest side
+    # every side may sit at the task's ceiling, which says nothing about speed
+    early_s = cross[math.floor(common * 1e4 + 1e-6) / 1e4].get("scalerl")
+    at_early = {n: interpolated_rate(r["curve"], early_s) for n, r in results.items()} if early_s else {}
     tok_s = {n: sum(r["tokens"]) / sum(r["step_s"]) for n, r in results.items()}
     return {"start": start, "common_level": common, "reach_s": reach, "cross_s": cross, "equal_s": equal_s,
-            "pass_at_equal": at_equal, "tok_s": tok_s}
+            "pass_at_equal": at_equal, "early_s": early_s, "pass_at_early": at_early, "tok_s": tok_s}
 
 
 def report(results: dict, c: dict) -> None:
@@ -285,6 +304,10 @@ def report(results: dict, c: dict) -> None:
                   "  no TRL side reached it")
     shown = ", ".join(f"{n} {v:.3f}" for n, v in c["pass_at_equal"].items())
     print(f"pass rate after {c['equal_s']:.0f} s of training: {shown}")
+    if c["pass_at_early"]:
+        shown = ", ".join(f"{n} {v:.3f} (+{v - c['start']:.3f})" for n, v in c["pass_at_early"].items())
+        print(f"pass rate after {c['early_s']:.1f} s of training (scalerl at the common level), interpolated "
+              f"between evaluations (gain over the start): {shown}")
     if "scalerl" in results and trls:
         best = max(trls, key=lambda n: c["tok_s"][n])
         print(f"completion tokens/s over all steps: scalerl / {best} x{c['tok_s']['scalerl'] / c['tok_s'][best]:.2f}")
