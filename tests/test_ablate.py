@@ -249,6 +249,15 @@ def test_paper_verdicts_on_hand_made_differences():
     assert judge({**d, "A_differs": None}, lower)["A"][0] == "not measurable here"  # A on the edge
     assert judge({**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}, lower)["B"][0] == "agrees"
     assert judge({"judged": False, "why": "no fit"}, lower)["overall"] == "not measurable here"
+    # PipelineRL's k and PPO-off-policy: the paper's B is per GPU-hour, which a FLOPs axis cannot show;
+    # on device-hours it is judged like any B, and A is judged on either axis
+    per_hour = FINDINGS["pipeline-k2"]
+    measured = {**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}
+    on_flops = judge(measured, per_hour, x_col="compute/flops")
+    assert on_flops["B"][0] == "not measurable here" and "per GPU-hour" in on_flops["B"][1]
+    assert on_flops["A"][0] == "disagrees"                         # 0.03 lower beyond the margin: not 'similar'
+    assert judge(measured, per_hour, x_col="compute/device_hours")["B"][0] == "agrees"
+    assert judge(measured, FINDINGS["no-npr"], x_col="compute/flops")["A"][0] == "agrees"   # other claims unchanged
     # every configuration a study plans has the paper's finding, except the base and the bf16 reference
     names = {v.name for v in plan_variants("scalerl", leave_one_out=True, recipes=("grpo", "dapo", "gspo",
              "magistral", "minimax"), k_sweep=True, precision=True)}

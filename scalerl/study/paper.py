@@ -12,7 +12,9 @@ into one verdict per claim:
   where the paper found one that the margin could have shown;
 - **not measurable here**, with the reason: `A` on the edge of its range (the curve did not
   bend enough to pin a ceiling), one seed a side (no measured spread of `B`), a seed margin
-  wider than the paper's own effect, or a component that cannot act in the run's precision.
+  wider than the paper's own effect, a component that cannot act in the run's precision, or a
+  claim about `B` per GPU-hour (PipelineRL's k, PPO-off-policy: the paper's gain is generator
+  and trainer kept busy) judged on an axis that counts no idle time (FLOPs).
 
 Departures from the paper:
 1. The paper judges recipes at 8B / 100k GPU-hour scale; a study here judges them on its own
@@ -37,6 +39,7 @@ class Finding:
     effect_A: float | None = None     # the size of the paper's difference in A, where it gives one
     against: str | None = None        # the reference configuration (None: the study's base)
     needs_bf16: bool = False          # acts only when the trunk computes in bf16
+    b_per_hour: bool = False          # the paper's B difference is per GPU-hour: idle time, which FLOPs do not count
 
 
 _RECIPE = ("Fig. 2", "ScaleRL reaches the highest ceiling of the recipes compared (A = 0.61 at 8B) and is more "
@@ -63,10 +66,10 @@ FINDINGS: dict[str, Finding] = {
     "no-zero-var-filter": Finding("Fig. 6a", "dropping zero-variance prompts raises the ceiling", A="lower"),
     "no-npr": Finding("Fig. 6b", "No-Positive-Resampling improves scalability and the ceiling", A="lower"),
     "ppo-off-policy": Finding("Fig. 4a", "PPO-off-policy-k reaches a similar or slightly lower ceiling than "
-                              "PipelineRL-k with a much lower B", A="not higher", B="lower"),
+                              "PipelineRL-k with a much lower B", A="not higher", B="lower", b_per_hour=True),
     "length-penalty": Finding(_LOO.split(":")[0], _LOO.split(": ", 1)[1], A="similar", B="lower"),
     **{f"pipeline-k{k}": Finding("Fig. 4b", "k = 8 is the most efficient PipelineRL (k = 4 close); the ceiling "
-                                 "barely moves with k", A="similar", B="lower") for k in (1, 2, 4)},
+                                 "barely moves with k", A="similar", B="lower", b_per_hour=True) for k in (1, 2, 4)},
 }
 
 
@@ -114,11 +117,17 @@ def _claim_B(d: dict, f: Finding) -> tuple[str, str]:
     return (verdict, measured) if verdict else ("disagrees", f"{measured}: no difference beyond the seed spread")
 
 
-def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
+TIME_AXES = ("compute/device_hours",)   # x axes that count the time a device waits, as GPU-hours do
+
+
+def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/flops") -> dict:
     """Verdicts on the paper's claims about A and B (those it makes) from `d`, the measured
     differences of the variant from the reference (`scalerl.study.report.compare`).
     `trunk_dtype`: what the variant's trunk computed in ('fp32' makes a head-precision claim
-    not measurable). Returns {"A": [verdict, measured], "B": ..., "overall": verdict}."""
+    not measurable). `x_col`: the fits' x axis; a claim about B per GPU-hour (PipelineRL's k,
+    PPO-off-policy: the paper's gain is generator and trainer kept busy) is not measurable on
+    an axis that counts no idle time (FLOPs). Returns {"A": [verdict, measured], "B": ...,
+    "overall": verdict}."""
     out: dict = {}
     if f.needs_bf16 and trunk_dtype != "bf16":
         why = (f"the trunk computes in {trunk_dtype}, where the head's precision changes nothing "
@@ -130,7 +139,11 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16") -> dict:
     else:
         if f.A is not None:
             out["A"] = _claim_A(d, f)
-        if f.B is not None:
+        if f.B is not None and f.b_per_hour and x_col not in TIME_AXES:
+            out["B"] = ("not measurable here", f"the paper's B here is per GPU-hour (idle generator or trainer time), "
+                        f"which x = {x_col} does not count: see the report with --x compute/device_hours, from runs "
+                        "that had their cores to themselves")
+        elif f.B is not None:
             out["B"] = _claim_B(d, f)
     out = {k: list(v) for k, v in out.items()}  # [verdict, measured]: the same in report.json as here
     verdicts = [v for v, _ in out.values()]

@@ -261,9 +261,9 @@ def _verdict(d: dict) -> str:
     return f"{a}; {b}; {fin}"
 
 
-def against_paper(configs: Sequence[ConfigFit], base: str) -> dict[str, dict]:
+def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -> dict[str, dict]:
     """For every configuration the paper has a finding about (`scalerl.study.paper.FINDINGS`):
-    that finding, the reference it is measured against, and `judge`'s verdicts."""
+    that finding, the reference it is measured against, and `judge`'s verdicts on fits against `x_col`."""
     by_name = {c.name: c for c in configs}
     out = {}
     for c in configs:
@@ -277,7 +277,7 @@ def against_paper(configs: Sequence[ConfigFit], base: str) -> dict[str, dict]:
                 f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing)}
         else:
             d = compare(by_name[ref], c)
-        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype)}
+        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col)}
     return out
 
 
@@ -345,7 +345,7 @@ def _at_dict(c: ConfigFit, C: float | None) -> dict | None:
 def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict[str, dict] | None = None) -> dict:
     """`paper`: `against_paper(configs, base)` when the caller has it already."""
     by_name = {c.name: c for c in configs}
-    paper = against_paper(configs, base) if paper is None else paper
+    paper = against_paper(configs, base, x_col) if paper is None else paper
     out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
            "predictability": predictability_summary(configs), "configs": []}
     for c in sorted(configs, key=sort_key):
@@ -381,7 +381,7 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
                  variants_md: str, command: str = "") -> dict:
     """report.md, report.json, fits.png and fits_linearised.png in `study_dir`."""
     study_dir = Path(study_dir)
-    paper = against_paper(configs, base)
+    paper = against_paper(configs, base, x_col)
     data = report_dict(configs, base, x_col, paper)
     (study_dir / "report.json").write_text(json.dumps(data, indent=1))
     plotted = [(c.name, np.concatenate([r.x for r in c.runs]), np.concatenate([r.y for r in c.runs]), c.fit)
