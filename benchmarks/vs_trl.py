@@ -362,9 +362,9 @@ def main() -> None:
             "cross_s": {str(k): v for k, v in c["cross_s"].items()}}}, indent=1))
     print("settings that differ: scalerl runs its recipe (PipelineRL-8 with in-flight weight updates, forced "
           "interruptions with the profile's thinking budget, FP32 head, prompt-level aggregation, batch advantage "
-          "normalisation, zero-variance filter, No-Positive-Resampling, constant lr) against TRL's defaults "
-          "(on-policy, no length control, token-level cispo, group std normalisation, linear lr decay, gradient "
-          "checkpointing)")
+          "normalisation, zero-variance filter, No-Positive-Resampling, lr warmed up linearly over "
+          f"{cfg.optim.warmup_steps} steps then constant) against TRL's defaults (on-policy, no length control, "
+          "token-level cispo, group std normalisation, no warm-up and a linear lr decay, gradient checkpointing)")
 
 
 if __name__ == "__main__":
