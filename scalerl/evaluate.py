@@ -73,26 +73,31 @@ def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
     return var ** 0.5 / n
 
 
-def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50) -> dict:
-    """Refit the sigmoid to (compute, pass rate) so far; {} while too few points.
+def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50,
+                  se: list[float] | None = None) -> dict:
+    """Refit the sigmoid to (compute, pass rate) so far; {} while too few points. From six
+    evaluations on, also whether the curve fell after its peak (`scalerl.scaling.find_fall`, with
+    each evaluation's standard error `se` where given): `forecast/fell` (1 or 0) and `forecast/peak`.
 
     A fit that cannot be made (e.g. a flat curve) is reported in the row as `forecast/error`
     rather than stopping the training run; the final fit (launch.final_fit) does raise.
     """
     from scalerl.errors import ScaleRLError
-    from scalerl.scaling import fit_curve
+    from scalerl.scaling import find_fall, fit_curve
 
     if not evals:
         return {}
-    fit_min = fit_min_frac * evals[-1][0]
-    if sum(c >= fit_min and c > 0 for c, _ in evals) < MIN_POINTS:
-        return {}
     x = [c for c, _ in evals]
     y = [r for _, r in evals]
+    fall = find_fall(y, se)
+    out = {} if fall is None else {"forecast/fell": int(fall["fell"]), "forecast/peak": fall["peak"]}
+    fit_min = fit_min_frac * evals[-1][0]
+    if sum(c >= fit_min and c > 0 for c, _ in evals) < MIN_POINTS:
+        return out
     try:
         fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap, seed=0)
     except ScaleRLError as exc:
-        return {"forecast/error": str(exc)}
+        return {**out, "forecast/error": str(exc)}
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
-    return {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
+    return {**out, "forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
             "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse}

@@ -286,14 +286,23 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     return tr
 
 
-def eval_curve(run_dir) -> list[tuple[float, float]]:
-    """(FIT_X, val/pass_rate) of every evaluation so far, from the run's metrics.jsonl (rolled back
-    to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
+def _eval_rows(run_dir) -> list[dict]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [(r[FIT_X], r["val/pass_rate"]) for r in read_rows(path)
+    return [r for r in read_rows(path)
             if r.get("kind") == "eval" and r.get(FIT_X) is not None and r.get("val/pass_rate") is not None]
+
+
+def eval_curve(run_dir) -> list[tuple[float, float]]:
+    """(FIT_X, val/pass_rate) of every evaluation so far, from the run's metrics.jsonl (rolled back
+    to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
+    return [(r[FIT_X], r["val/pass_rate"]) for r in _eval_rows(run_dir)]
+
+
+def eval_se(run_dir) -> list[float | None]:
+    """`val/pass_rate_se` of the evaluations of `eval_curve`, None where a row has none."""
+    return [r.get("val/pass_rate_se") for r in _eval_rows(run_dir)]
 
 
 def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
@@ -313,7 +322,8 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     totals = tr.meter.totals()
     row.update(totals)
     curve = [*eval_curve(tr.run_dir), (totals[FIT_X], row["val/pass_rate"])]   # metrics.jsonl: the one record
-    row.update(live_forecast(curve, cfg.eval.fit_min_frac))
+    se = [*eval_se(tr.run_dir), row.get("val/pass_rate_se")]
+    row.update(live_forecast(curve, cfg.eval.fit_min_frac, se=None if None in se else se))
     row["time/eval"] = time.monotonic() - t0
     return {"step": tr.state.step, "kind": "eval", **row}
 
@@ -395,7 +405,7 @@ class Stages:
         self.postfix: dict[str, str] = {}
         self.clock = Clock()
         self.observe = _observer(tr, mode)
-        self.empty_in_a_row, self.warned_at = 0, -WARN_EVERY
+        self.empty_in_a_row, self.warned_at, self.fell_warned = 0, -WARN_EVERY, False
         budget = tr.cfg.run.max_minutes
         self.t_budget = budget * 60 if budget else float("inf")
         self.t_start = self.last = time.monotonic()
@@ -493,6 +503,13 @@ class Stages:
         self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
         if "forecast/A" in erow:
             self.postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+        if erow.get("forecast/fell"):
+            self.postfix["A"] = "fell"
+        if erow.get("forecast/fell") and not self.fell_warned:
+            self.fell_warned = True
+            warnings.warn(f"step {erow['step']}: the validation pass rate fell after its peak ({erow['forecast/peak']:.3f} "
+                          f"-> {erow['val/pass_rate']:.3f}): the run is collapsing and its sigmoid forecast no longer "
+                          "holds; see forecast/fell and the training metrics in metrics.jsonl", stacklevel=1)
         self.bar.set_postfix(self.postfix, refresh=True)
 
     def checkpoint(self) -> None:

@@ -5,7 +5,8 @@ The final fit uses the run's own validation curve (x = `FIT_X`, the analytic FLO
 (the early window), and writes `fit.json` + `fit.png`. `fit.json` also holds the hold-out check
 (`scalerl.scaling.first_half_prediction`): a sigmoid fitted on the first half of the compute
 only, and how far its prediction of the mean of the last three evaluations landed from the
-measured mean.
+measured mean; and `fall` (`scalerl.scaling.find_fall`): whether the curve fell after its peak,
+which no sigmoid describes (then a warning says so).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     """Fit the sigmoid to the run's validation curve; write fit.json and fit.png."""
     from scalerl.run.compute import FIT_X, FIT_X_LABEL
-    from scalerl.scaling import first_half_prediction, fit_curve, plot_fits, read_metrics, window_start
+    from scalerl.scaling import fall_warning, find_fall, first_half_prediction, fit_curve, plot_fits, read_metrics, window_start
     from scalerl.scaling.fit import MIN_POINTS
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate")
@@ -33,7 +34,9 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     fit = fit_curve(x, y, model="sigmoid", fit_min=window_start(x, fit_min_frac, warns))
     half = x <= x[-1] / 2
     out = fit.to_dict()
-    out["warnings"] = list(out.get("warnings", [])) + list(warns)
+    out["fall"] = find_fall(y, _pass_rate_se(run_dir, x))
+    fell = fall_warning(out["fall"], x)
+    out["warnings"] = list(out.get("warnings", [])) + list(warns) + ([fell] if fell else [])
     out["x"] = FIT_X
     out["final"] = {"compute": float(x[-1]), "pass_rate": float(y[-1]), "start_pass_rate": float(y[0]),
                     "end_pass_rate": float(y[-3:].mean())}
@@ -47,6 +50,19 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
               ylabel="validation pass rate (mean@k)")
     out["_fit"] = fit
     return out
+
+
+def _pass_rate_se(run_dir: Path, x):
+    """Each evaluation's standard error (`val/pass_rate_se`) in the order of `x`, or None where the
+    run's evaluations do not all log one."""
+    from scalerl.run.compute import FIT_X
+    from scalerl.scaling import read_metrics
+
+    try:
+        xs, se, _ = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se")
+    except ScaleRLError:  # a run from before the column was logged
+        return None
+    return se if len(xs) == len(x) and (xs == x).all() else None
 
 
 def print_fit(out: dict) -> None:

@@ -440,6 +440,47 @@ def fit_seeds(runs: Sequence[tuple[np.ndarray, np.ndarray]], model: Model = "sig
 
 
 TAIL_EVALS = 3  # the end of a run is the mean of its last three evaluations (one is too noisy)
+FALL_SHARE = 0.1  # a curve "fell" when its end gave back at least this share of its gain
+FALL_SE_MULT = 3.0  # ... and, where each evaluation's standard error is known, more than 3 of them
+
+
+def find_fall(y, se=None, window: int = TAIL_EVALS, share: float = FALL_SHARE) -> dict | None:
+    """Did the curve fall after its peak? A sigmoid only rises, so the fit of a run that collapsed
+    describes neither its peak nor its end, and nothing forecasts a collapse that has not started.
+
+    `y` in compute order; `se`, optionally, each evaluation's standard error. The peak is the best
+    mean of `window` consecutive evaluations, the end the mean of the last `window`; the curve fell
+    when peak - end is at least `share` of its gain (peak - first evaluation) and, with `se`, more
+    than FALL_SE_MULT standard errors of that difference. In the 51 runs of the committed study
+    (docs/study.md) drop / gain split into 0.00-0.06 (the 45 runs that stayed up) and 0.17-1.09
+    (the six that collapsed); 0.1 sits between the two.
+
+    Returns None with fewer than 2 `window` evaluations (no peak apart from the end), else
+    {fell, peak, peak_index (the peak window's last evaluation), end, drop, gain}."""
+    y = np.asarray(y, dtype=float)
+    if window < 1 or y.size < 2 * window:
+        return None
+    means = np.convolve(y, np.ones(window) / window, "valid")
+    i = int(np.argmax(means))
+    peak, end = float(means[i]), float(means[-1])
+    drop, gain = peak - end, peak - float(y[0])
+    fell = gain > 0 and drop >= share * gain
+    if fell and se is not None:
+        se = np.asarray(se, dtype=float)
+        noise = np.sqrt(np.mean(se[i:i + window] ** 2) / window + np.mean(se[-window:] ** 2) / window)
+        fell = bool(np.isfinite(noise)) and drop > FALL_SE_MULT * noise
+    return {"fell": bool(fell), "peak": peak, "peak_index": i + window - 1, "end": end, "drop": drop, "gain": gain}
+
+
+def fall_warning(f: dict | None, x=None) -> str | None:
+    """The one-line warning about a fall (None when the curve did not fall)."""
+    if not f or not f["fell"]:
+        return None
+    at = f" (at {x[f['peak_index']]:.4g})" if x is not None else ""
+    return (f"the curve fell after its peak: {f['peak']:.3f}{at} -> {f['end']:.3f} at the end, a drop of "
+            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; a sigmoid does not describe a falling run, so its "
+            "ceiling and forecast do not hold (look for the instability in the training metrics: lengths, "
+            "truncation, gradient norm, staleness)")
 
 
 def first_half_prediction(x, y, frac: float, tail: int = TAIL_EVALS, fit_r0: bool = True) -> dict:

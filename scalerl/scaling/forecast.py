@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import FitResult, fit_curve, fit_seeds, window_start
+from scalerl.scaling.fit import FitResult, fall_warning, find_fall, fit_curve, fit_seeds, window_start
 from scalerl.scaling.report import verdict
 from scalerl.scaling.sources import Compute, Series, read_run
 
@@ -91,6 +91,9 @@ def fit_series(s: Series, o: Options) -> FitResult:
     warns = list(s.warnings)
     fit = fit_curve(s.x, s.y, **_kwargs(o, _fit_min(s.x, o, warns)))
     fit.warnings[:0] = warns
+    fell = fall_warning(find_fall(s.y), s.x)
+    if fell:
+        fit.warnings.append(fell)
     return fit
 
 
@@ -99,19 +102,26 @@ def fit_pooled(runs: Sequence[Series], o: Options) -> FitResult:
     warns = [w for s in runs for w in s.warnings]
     fit = fit_seeds([(s.x, s.y) for s in runs], **_kwargs(o, _fit_min(np.concatenate([s.x for s in runs]), o, warns)))
     fit.warnings[:0] = warns
+    for i, s in enumerate(runs):
+        fell = fall_warning(find_fall(s.y), s.x)
+        if fell:
+            fit.warnings.append(f"seed {i + 1} of {len(runs)}: {fell}")
     return fit
 
 
 def forecast_dict(s: Series, fit: FitResult, o: Options) -> dict:
-    """The `--json` object of one run: the fit, how compute was derived, the window, the verdict."""
+    """The `--json` object of one run: the fit, how compute was derived, the window, whether the
+    curve fell after its peak (`find_fall`, None with too few evaluations), the verdict."""
     out = fit.to_dict(o.predict)
     out["x"], out["y"] = s.x_name, s.y_name
     out["compute"] = dict(s.how)
     out["window"] = list(fit.window)
+    fall = find_fall(s.y)
+    out["fall"] = fall
     positive = s.x > 0
     if positive.any():
         last = int(np.flatnonzero(positive)[-1])
-        out["verdict"] = verdict(fit, float(s.x[last]), float(s.y[last]))
+        out["verdict"] = verdict(fit, float(s.x[last]), float(s.y[last]), fall=fall)
     return finite_json(out)
 
 

@@ -98,8 +98,9 @@ def _signed(g: dict) -> str:
     return f"{g['gain']:+.3f}{band}"
 
 
-def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGIN) -> dict:
-    """What a user with a run at compute `c_now` (measured value `y_now`) can act on."""
+def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGIN, fall: dict | None = None) -> dict:
+    """What a user with a run at compute `c_now` (measured value `y_now`) can act on. `fall`:
+    `scalerl.scaling.find_fall` of the run's curve; a curve that fell overrides the fit's advice."""
     fitted = float(f.predict([c_now])[0])
     out = {"compute": c_now, "measured": y_now, "fitted": fitted, "ceiling": f.A,
            "ceiling_interval": list(f.ci["A"]) if "A" in f.ci else None, "remaining": f.A - fitted,
@@ -108,7 +109,10 @@ def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGI
     out["multiple_for_margin"] = k
     g2, g10 = out["gains"]["2x"], out["gains"]["10x"]
     lo, hi = f.ci.get("A", (f.A, f.A))
-    if f.a_on_edge or hi - lo > WIDE_A:
+    if fall and fall["fell"]:
+        text = (f"the run fell after its peak ({fall['peak']:.3f} -> {fall['end']:.3f}): the fit does not describe it "
+                "and more compute on this recipe will not pay until the instability is found and fixed")
+    elif f.a_on_edge or hi - lo > WIDE_A:
         text = (f"the ceiling is not pinned down yet (A {f.A:.3f}, interval {lo:.3f} .. {hi:.3f}): keep the run "
                 "going and refit before deciding")
     elif out["remaining"] < margin or k is None:

@@ -30,7 +30,8 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
-from scalerl.scaling import FitResult, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics, window_start
+from scalerl.scaling import (FitResult, find_fall, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics,
+                             window_start)
 from scalerl.study.paper import FINDINGS, judge
 from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
 
@@ -51,6 +52,11 @@ class RunFit:
     fit: FitResult | None = None
     half: dict | None = None               # first_half_prediction: predicted / measured end, error, half_frac
     error: str | None = None               # why a fit could not be made
+    fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
+
+    @property
+    def fell(self) -> bool:
+        return bool(self.fall and self.fall["fell"])
 
     @property
     def prediction_error(self) -> float | None:
@@ -101,12 +107,22 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
     run = RunFit(name, seed, x, y, is_done(path), failure(path))
+    run.fall = find_fall(y, _se(path, x_col, x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
         run.half = first_half_prediction(x, y, frac, END_EVALS)
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
     return run
+
+
+def _se(path: Path, x_col: str, x: np.ndarray) -> np.ndarray | None:
+    """Each evaluation's standard error of the pass rate, in the order of `x`; None where not logged."""
+    try:
+        xs, se, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN + "_se")
+    except ScaleRLError:  # a run from before `val/pass_rate_se` was logged
+        return None
+    return se if len(xs) == len(x) and np.array_equal(xs, x) else None
 
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
@@ -209,7 +225,8 @@ def table_markdown(configs: Sequence[ConfigFit], base: str) -> str:
             "| end pass rate | at base compute | vs base |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in sorted(configs, key=sort_key):
-        n = f"{len(c.runs)}"
+        fell = sum(r.fell for r in c.runs)
+        n = f"{len(c.runs)}" + (f" ({fell} fell)" if fell else "")
         if c.fit is None:
             lines.append(f"| {c.name} | {c.swaps} | no fit: {c.error} | | | | | | | | {n} | {_final(c)} "
                          f"| {_at(c, base_c)} | |")
@@ -295,8 +312,8 @@ def paper_markdown(rows: dict[str, dict]) -> str:
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
     lines = [f"| config | seed | run | evals | start | end (mean of last {END_EVALS}) | A [90%] | predicted end from "
-             "the first half | first half (points, compute) | error | within 0.02 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "the first half | first half (points, compute) | error | within 0.02 | fell after its peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -306,29 +323,41 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             if r.fit is not None:
                 lo, hi = r.fit.ci.get("A", (float("nan"), float("nan")))
                 a = f"{r.fit.A:.3f} [{lo:.3f}, {hi:.3f}]"
+            fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
-                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {r.error} | | | |")
+                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {r.error} | | | "
+                             f"| {fell} |")
                 continue
             h = r.half
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {h['predicted']:.3f} "
                          f"| {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
-                         f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} |")
+                         f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} | {fell} |")
     s = predictability_summary(configs)
     if s is not None:
         lines += ["", f"{s['runs']} runs: mean |error| {s['mean_abs_error']:.3f}, largest {s['max_abs_error']:.3f}, "
                       f"mean signed error {s['mean_error']:+.3f}; {s['within']} of {s['runs']} within "
                       f"{PAPER_MARGIN}."]
+        if s["fell"]:
+            lines[-1] += (f" {s['fell']} of them fell after their peak (gave back at least a tenth of their gain: "
+                          f"`find_fall`), which no sigmoid forecasts; of the {s['runs_standing']} others, "
+                          f"{s['within_standing']} within {PAPER_MARGIN}.")
     return "\n".join(lines)
 
 
 def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
-    """How well first-half fits predicted the end of the run, over every run that has a prediction."""
-    errs = np.array([r.prediction_error for c in configs for r in c.runs if r.half is not None])
-    if not errs.size:
+    """How well first-half fits predicted the end of the run, over every run that has a prediction;
+    `fell`, `runs_standing`, `within_standing`: how many of them fell after their peak, and the
+    share within the margin among the others."""
+    runs = [r for c in configs for r in c.runs if r.half is not None]
+    if not runs:
         return None
+    errs = np.array([r.prediction_error for r in runs])
+    standing = np.array([not r.fell for r in runs])
+    ok = np.abs(errs) <= PAPER_MARGIN
     return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
             "max_abs_error": float(np.abs(errs).max()), "mean_error": float(errs.mean()),
-            "within": int((np.abs(errs) <= PAPER_MARGIN).sum())}
+            "within": int(ok.sum()), "fell": int((~standing).sum()), "runs_standing": int(standing.sum()),
+            "within_standing": int((ok & standing).sum())}
 
 
 def _stats(v: np.ndarray) -> dict | None:
@@ -363,7 +392,8 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict
                            "end_pass_rate": float(r.y[-END_EVALS:].mean()) if len(r.y) else None,
                            "A_ci": list(r.fit.ci["A"]) if r.fit and "A" in r.fit.ci else None,
                            "first_half": r.half, "prediction_error": r.prediction_error,
-                           "error": r.error} for r in c.runs]}
+                           "fall": r.fall, "error": r.error} for r in c.runs],
+                 "fell": sum(r.fell for r in c.runs)}
         out["configs"].append(entry)
     return out
 
