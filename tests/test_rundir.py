@@ -214,6 +214,15 @@ def test_damaged_config_yaml_is_refused_never_replaced(run, capsys, content, pro
     assert snapshot(run) == before
 
 
+@pytest.mark.parametrize("flag", ["--resume", "--restart"])
+def test_resume_or_restart_of_a_directory_without_a_run_names_the_flag(tmp_path, capsys, flag):
+    code, _, err = train_cli(capsys, flag, "--run-dir", str(tmp_path / "new"))
+    assert code == 2
+    line = one_line(err)
+    assert f"{flag} {tmp_path / 'new'}: no config.yaml there" in line and f"drop {flag}" in line
+    assert not (tmp_path / "new").exists()
+
+
 def test_missing_checkpoints_folder_is_refused_unless_restart(run, capsys):
     shutil.rmtree(run / CHECKPOINT_DIR)
     before = snapshot(run)

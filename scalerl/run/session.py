@@ -118,7 +118,11 @@ def _reopen(config_file, overrides, run_dir, max_steps, restart, log) -> Iterato
         raise ScaleRLError(f"{flag} continues the run with its own config.yaml; drop --config "
                            "(use --set KEY=VALUE or --max-steps to change a field)")
     path = Path(run_dir)
-    read_run_config(path)  # refused before anything else if missing, empty or invalid
+    if not (path / CONFIG_FILE).is_file():
+        what = "start over" if restart else "continue"
+        raise ScaleRLError(f"{flag} {path}: no {CONFIG_FILE} there, so no run to {what}; drop {flag} to start a new "
+                           "run in that directory")
+    read_run_config(path)  # refused before anything else if empty or invalid
     with RunLock(path) as lock:
         note = lock.took_over()
         if note:
