@@ -286,7 +286,9 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     return tr
 
 
-def _eval_rows(run_dir) -> list[dict]:
+def eval_rows(run_dir) -> list[dict]:
+    """The evaluation rows so far that hold FIT_X and val/pass_rate, from the run's metrics.jsonl
+    (rolled back to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
@@ -295,14 +297,8 @@ def _eval_rows(run_dir) -> list[dict]:
 
 
 def eval_curve(run_dir) -> list[tuple[float, float]]:
-    """(FIT_X, val/pass_rate) of every evaluation so far, from the run's metrics.jsonl (rolled back
-    to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
-    return [(r[FIT_X], r["val/pass_rate"]) for r in _eval_rows(run_dir)]
-
-
-def eval_se(run_dir) -> list[float | None]:
-    """`val/pass_rate_se` of the evaluations of `eval_curve`, None where a row has none."""
-    return [r.get("val/pass_rate_se") for r in _eval_rows(run_dir)]
+    """(FIT_X, val/pass_rate) of every evaluation so far (`eval_rows`)."""
+    return [(r[FIT_X], r["val/pass_rate"]) for r in eval_rows(run_dir)]
 
 
 def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
@@ -321,8 +317,9 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
         mode.resume()
     totals = tr.meter.totals()
     row.update(totals)
-    curve = [*eval_curve(tr.run_dir), (totals[FIT_X], row["val/pass_rate"])]   # metrics.jsonl: the one record
-    se = [*eval_se(tr.run_dir), row.get("val/pass_rate_se")]
+    rows = [*eval_rows(tr.run_dir), row]   # metrics.jsonl: the one record, and this evaluation
+    curve = [(r[FIT_X], r["val/pass_rate"]) for r in rows]
+    se = [r.get("val/pass_rate_se") for r in rows]
     row.update(live_forecast(curve, cfg.eval.fit_min_frac, se=None if None in se else se))
     row["time/eval"] = time.monotonic() - t0
     return {"step": tr.state.step, "kind": "eval", **row}
@@ -505,11 +502,12 @@ class Stages:
             self.postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
         if erow.get("forecast/fell"):
             self.postfix["A"] = "fell"
-        if erow.get("forecast/fell") and not self.fell_warned:
-            self.fell_warned = True
-            warnings.warn(f"step {erow['step']}: the validation pass rate fell after its peak ({erow['forecast/peak']:.3f} "
-                          f"-> {erow['val/pass_rate']:.3f}): the run is collapsing and its sigmoid forecast no longer "
-                          "holds; see forecast/fell and the training metrics in metrics.jsonl", stacklevel=1)
+            if not self.fell_warned:
+                self.fell_warned = True
+                warnings.warn(f"step {erow['step']}: the validation pass rate fell after its peak "
+                              f"({erow['forecast/peak']:.3f} -> {erow['val/pass_rate']:.3f}): the run is collapsing and "
+                              "its sigmoid forecast no longer holds; see forecast/fell and the training metrics in "
+                              "metrics.jsonl", stacklevel=1)
         self.bar.set_postfix(self.postfix, refresh=True)
 
     def checkpoint(self) -> None:

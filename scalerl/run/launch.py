@@ -25,6 +25,7 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     from scalerl.run.compute import FIT_X, FIT_X_LABEL
     from scalerl.scaling import fall_warning, find_fall, first_half_prediction, fit_curve, plot_fits, read_metrics, window_start
     from scalerl.scaling.fit import MIN_POINTS
+    from scalerl.scaling.readers import read_column_at
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate")
     warns = list(warns)
@@ -34,7 +35,7 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     fit = fit_curve(x, y, model="sigmoid", fit_min=window_start(x, fit_min_frac, warns))
     half = x <= x[-1] / 2
     out = fit.to_dict()
-    out["fall"] = find_fall(y, _pass_rate_se(run_dir, x))
+    out["fall"] = find_fall(y, read_column_at(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se", x))
     fell = fall_warning(out["fall"], x)
     out["warnings"] = list(out.get("warnings", [])) + list(warns) + ([fell] if fell else [])
     out["x"] = FIT_X
@@ -50,19 +51,6 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
               ylabel="validation pass rate (mean@k)")
     out["_fit"] = fit
     return out
-
-
-def _pass_rate_se(run_dir: Path, x):
-    """Each evaluation's standard error (`val/pass_rate_se`) in the order of `x`, or None where the
-    run's evaluations do not all log one."""
-    from scalerl.run.compute import FIT_X
-    from scalerl.scaling import read_metrics
-
-    try:
-        xs, se, _ = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se")
-    except ScaleRLError:  # a run from before the column was logged
-        return None
-    return se if len(xs) == len(x) and (xs == x).all() else None
 
 
 def print_fit(out: dict) -> None:

@@ -77,6 +77,17 @@ def read_metrics(path: str | Path, x: str, y: str) -> Columns:
     return xs, ys, warns + more
 
 
+def read_column_at(path: str | Path, x: str, column: str, at: np.ndarray) -> np.ndarray | None:
+    """`column` at each of the points `at` that `read_metrics(path, x, ...)` gave, or None where the
+    file has no such column or no value at every one of them (an optional column, such as
+    `val/pass_rate_se`, that older runs did not log)."""
+    try:
+        xs, values, _ = read_metrics(path, x, column)
+    except ScaleRLError:
+        return None
+    return values if np.array_equal(xs, at) else None
+
+
 def read_table(path: str | Path) -> Table:
     """All rows of `path` (see the module docstring)."""
     path = _file_of(path)

@@ -30,6 +30,7 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
+from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics,
                              window_start)
 from scalerl.study.paper import FINDINGS, judge
@@ -107,22 +108,13 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
     run = RunFit(name, seed, x, y, is_done(path), failure(path))
-    run.fall = find_fall(y, _se(path, x_col, x))
+    run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
         run.half = first_half_prediction(x, y, frac, END_EVALS)
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
     return run
-
-
-def _se(path: Path, x_col: str, x: np.ndarray) -> np.ndarray | None:
-    """Each evaluation's standard error of the pass rate, in the order of `x`; None where not logged."""
-    try:
-        xs, se, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN + "_se")
-    except ScaleRLError:  # a run from before `val/pass_rate_se` was logged
-        return None
-    return se if len(xs) == len(x) and np.array_equal(xs, x) else None
 
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
