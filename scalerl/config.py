@@ -44,8 +44,9 @@ class _Section(BaseModel):
 
 # ---------------------------------------------------------------- model
 class ModelConfig(_Section):
-    name: str = Field("tiny-order", description="'tiny-order' (built-in, warm-started; the default testbed, "
-                      "docs/study.md), 'tiny', 'small', 'small-order', 'smollm2-135m', a run directory, or a HF checkpoint dir")
+    name: str = Field("ladder-1m", description="'ladder-1m' (built-in, warm-started; the default testbed, docs/study.md), "
+                      "'ladder-4m', 'tiny', 'tiny-order', 'small', 'small-order', 'smollm2-135m', a run directory, or a "
+                      "HF checkpoint dir")
     dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
     compute_dtype: Literal["auto", "fp32", "bf16"] = Field(
@@ -121,9 +122,10 @@ class InterruptConfig(_Section):
     with the run's tokenizer), so every interrupted completion gets its whole answer budget."""
 
     type: Literal["interrupt"] = Field("interrupt", description="forced interruption of thinking (paper Section 2, A.10)")
-    think_min: int = Field(40, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens "
-                                                "(tiny default: a correct 3-digit scratchpad closes at 32)")
-    think_max: int = Field(56, ge=1, description="upper end of the interruption point (>= think_min)")
+    think_min: int = Field(88, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens "
+                                                "(default: a correct 8-digit scratchpad, the longest of the default "
+                                                "task, closes at 82)")
+    think_max: int = Field(104, ge=1, description="upper end of the interruption point (>= think_min)")
     answer_budget: int = Field(32, ge=1, description="tokens allowed after the interruption phrase")
     phrase: str = Field(
         DEFAULT_PHRASE, min_length=1,
@@ -288,8 +290,9 @@ class EvalConfig(_Section):
                          "default run's sampling error (val/pass_rate_se) under 0.01")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
-    fit_min_frac: float = Field(0.2, ge=0, lt=1, description="every fit (live forecast, the final fit, the "
-                                "first-half check) leaves out this first fraction of the compute")
+    fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
+                                "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
+                                "first-half check always uses the frozen method's tenth (docs/forecasting.md)")
 
     @model_validator(mode="before")
     @classmethod

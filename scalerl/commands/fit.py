@@ -174,7 +174,7 @@ def _json(args: argparse.Namespace, o, data: dict, fits: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from scalerl.scaling import comparison_table, summary
     from scalerl.scaling.forecast import forecast_dict, read
-    from scalerl.scaling.report import verdict_lines
+    from scalerl.scaling.report import first_half_line, verdict_lines
 
     o = options(args)
     check_plot_path(args.plot)
@@ -195,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  compute: {_how(d['compute'])}")
             if "verdict" in d:
                 print("\n".join(verdict_lines(d["verdict"], s.x_name)))
+            if d.get("first_half_fit") and "error" in d["first_half_fit"]:
+                print(first_half_line(d["first_half_fit"]))
         print()
     if len(fits) > 1:
         print(comparison_table([(names[p], f) for p, f in fits.items()]))

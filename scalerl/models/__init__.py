@@ -36,7 +36,10 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("tiny", "tiny-random", "tiny-order", "small", "small-order", "smollm2-135m", "smollm2-shape-random")
+MODEL_NAMES = ("ladder-1m", "ladder-4m", "tiny", "tiny-random", "tiny-order", "small", "small-order", "smollm2-135m",
+               "smollm2-shape-random")
+CHAR_TOKENIZER_MODELS = MODEL_NAMES[:7]   # the built-in models: the character tokenizer of scalerl.models.tiny
+LADDER_NAMES = MODEL_NAMES[:2]             # the default testbed's models (scalerl.models.tiny.LADDER_MODELS)
 DTYPES = ("fp32", "bf16")
 
 
@@ -150,6 +153,13 @@ def checkpoint_dir(name: str) -> Path:
         settings, share, shape = tiny.order_settings(), tiny.WRONG_ORDER_SHARE, name.removesuffix("-order")
         return cached_build(build_key(name, tiny.build_spec(settings, shape, share)),
                             lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share))
+    if name in LADDER_NAMES:
+        from scalerl.models import tiny
+
+        settings, share, shape = tiny.ladder_settings(), tiny.WRONG_ORDER_SHARE, tiny.LADDER_MODELS[name]
+        spec = tiny.build_spec(settings, shape, share, tiny.LADDER_WARM_TASK)
+        return cached_build(build_key(name, spec), lambda d: tiny.build_tiny(
+            d, settings, shape=shape, wrong_order_share=share, warm_task=tiny.LADDER_WARM_TASK))
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 

@@ -98,6 +98,10 @@ def warm_start(model, tokenizer, task, s: WarmStartSettings, log=print) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        if step == 1 or step % max(1, s.max_steps // 20) == 0:   # progress from the first seconds
+            spent = time.time() - t0
+            log(f"warm start: step {step}/{s.max_steps} loss {loss.item():.3f} "
+                f"({spent:.0f}s, about {spent / step * (s.max_steps - step):.0f}s left)")
         if step < s.eval_from or step % s.eval_every:
             continue
         rate = sampled_pass_rate(model, tokenizer, task, monitor, s.max_target_tokens, s.seed + step)

@@ -50,7 +50,9 @@ def _tokenizer(model_name: str):
     from scalerl.models import base_model
 
     model_name = base_model(model_name)  # a trained checkpoint keeps its base model's tokenizer
-    if model_name in ("tiny", "tiny-random", "tiny-order", "small", "small-order"):  # the cached tiny models save this tokenizer
+    from scalerl.models import CHAR_TOKENIZER_MODELS
+
+    if model_name in CHAR_TOKENIZER_MODELS:  # the cached tiny models save this tokenizer
         from scalerl.models.tiny import build_tokenizer
 
         return build_tokenizer()

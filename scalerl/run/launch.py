@@ -3,9 +3,10 @@
 The final fit uses the run's own validation curve (x = `FIT_X`, the analytic FLOPs, y =
 `val/pass_rate` from metrics.jsonl), skipping the first `eval.fit_min_frac` of the compute
 (the early window), and writes `fit.json` + `fit.png`. `fit.json` also holds the hold-out check
-(`scalerl.scaling.first_half_prediction`): a sigmoid fitted on the first half of the compute
-only, and how far its prediction of the mean of the last three evaluations landed from the
-measured mean; and `fall` (`scalerl.scaling.find_fall`): whether the curve fell after its peak,
+(`scalerl.scaling.first_half_prediction`, the frozen method of docs/forecasting.md): a sigmoid
+fitted on the first half of the compute only, how far its prediction of the mean of the last three
+evaluations landed from the measured mean, and the same for two naive predictors (the last and
+the best first-half evaluation); and `fall` (`scalerl.scaling.find_fall`): whether the curve fell after its peak,
 which no sigmoid describes (then a warning says so).
 """
 
@@ -23,8 +24,7 @@ MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     """Fit the sigmoid to the run's validation curve; write fit.json and fit.png."""
     from scalerl.run.compute import FIT_X, FIT_X_LABEL
-    from scalerl.scaling import fall_warning, find_fall, first_half_prediction, fit_curve, plot_fits, read_metrics, window_start
-    from scalerl.scaling.fit import MIN_POINTS
+    from scalerl.scaling import fall_warning, find_fall, first_half_check, fit_curve, plot_fits, read_metrics, window_start
     from scalerl.scaling.readers import read_column_at
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate")
@@ -33,7 +33,6 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
         raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
                            f"{MIN_FIT_EVALS} (raise eval.count or run.max_steps)")
     fit = fit_curve(x, y, model="sigmoid", fit_min=window_start(x, fit_min_frac, warns))
-    half = x <= x[-1] / 2
     out = fit.to_dict()
     out["fall"] = find_fall(y, read_column_at(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se", x))
     fell = fall_warning(out["fall"], x)
@@ -41,11 +40,9 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     out["x"] = FIT_X
     out["final"] = {"compute": float(x[-1]), "pass_rate": float(y[-1]), "start_pass_rate": float(y[0]),
                     "end_pass_rate": float(y[-3:].mean())}
-    if (half & (x > 0)).sum() >= MIN_POINTS:
-        try:
-            out["first_half_fit"] = first_half_prediction(x, y, fit_min_frac)
-        except ScaleRLError as exc:
-            out["first_half_fit"] = {"error_reason": str(exc)}
+    half_fit = first_half_check(x, y)   # the frozen method, whatever fit_min_frac
+    if half_fit is not None:
+        out["first_half_fit"] = half_fit
     (Path(run_dir) / "fit.json").write_text(json.dumps(out, indent=1))
     plot_fits([("validation pass rate", x, y, fit)], Path(run_dir) / "fit.png", xlabel=FIT_X_LABEL,
               ylabel="validation pass rate (mean@k)")
@@ -54,6 +51,8 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
 
 
 def print_fit(out: dict) -> None:
+    from scalerl.scaling.report import first_half_line
+
     fit = out["_fit"]
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
     print(f"sigmoid fit: A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90%), B = {fit.B:.2f}, C_mid = {fit.C_mid:.4g} FLOPs")
@@ -64,8 +63,7 @@ def print_fit(out: dict) -> None:
     print(f"  measured: {f['start_pass_rate']:.3f} -> {f['end_pass_rate']:.3f} (mean of the last three evaluations)")
     h = out.get("first_half_fit", {})
     if "predicted" in h:
-        print(f"  fit on the first half of the compute predicted that mean as {h['predicted']:.3f} "
-              f"(error {h['error']:+.3f})")
+        print(first_half_line(h))
     for w in out["warnings"]:
         print(f"  warning: {w}")
 

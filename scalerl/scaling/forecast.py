@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import FitResult, fall_warning, find_fall, fit_curve, fit_seeds, window_start
+from scalerl.scaling.fit import FitResult, fall_warning, find_fall, first_half_check, fit_curve, fit_seeds, window_start
 from scalerl.scaling.report import verdict
 from scalerl.scaling.sources import Compute, Series, read_run
 
@@ -111,13 +111,17 @@ def fit_pooled(runs: Sequence[Series], o: Options) -> FitResult:
 
 def forecast_dict(s: Series, fit: FitResult, o: Options) -> dict:
     """The `--json` object of one run: the fit, how compute was derived, the window, whether the
-    curve fell after its peak (`find_fall`, None with too few evaluations), the verdict."""
+    curve fell after its peak (`find_fall`, None with too few evaluations), the verdict, and the
+    first-half check with its two baselines (`first_half_check`: the frozen method, whatever the
+    options of the whole-run fit; None where the first half holds too few evaluations)."""
     out = fit.to_dict(o.predict)
     out["x"], out["y"] = s.x_name, s.y_name
     out["compute"] = dict(s.how)
     out["window"] = list(fit.window)
     fall = find_fall(s.y)
     out["fall"] = fall
+    order = np.argsort(s.x, kind="stable")
+    out["first_half_fit"] = first_half_check(s.x[order], s.y[order])
     positive = s.x > 0
     if positive.any():
         last = int(np.flatnonzero(positive)[-1])

@@ -1,9 +1,11 @@
 """The study report: fits per configuration, predictability per run, differences from the base.
 
 For every run: a sigmoid fitted to its validation curve (x = compute, y = `val/pass_rate`),
-and the predictability check (`scalerl.scaling.first_half_prediction`): a sigmoid fitted on
-the evaluations in the first half of its compute, whose prediction of the mean of the last three
-evaluations is compared with the measured mean (the paper's standard: within 0.02). For every configuration: one fit of all its seeds' points
+and the predictability check (`scalerl.scaling.first_half_prediction`, the frozen method of
+docs/forecasting.md): a sigmoid fitted on the evaluations in the first half of its compute, whose
+prediction of the mean of the last three evaluations is compared with the measured mean (the
+paper's standard: within 0.02), beside two naive predictors from the same evaluations (the last
+and the best first-half evaluation). For every configuration: one fit of all its seeds' points
 (`scalerl.scaling.fit_seeds`, which also fits each seed to measure the spread of A, B, C_mid),
 or the single run's fit. Rows are sorted as the paper's tables are: by A, then B, best first.
 
@@ -31,10 +33,11 @@ import numpy as np
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
 from scalerl.scaling.readers import read_column_at
-from scalerl.scaling import (FitResult, find_fall, first_half_prediction, fit_curve, fit_seeds, plot_fits, read_metrics,
+from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              window_start)
 from scalerl.study.paper import FINDINGS, judge
 from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
+from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
 
 PAPER_MARGIN = 0.02
 END_EVALS = 3  # the end pass rate averages this many last evaluations
@@ -51,7 +54,7 @@ class RunFit:
     finished: bool
     failed: str | None = None              # the training error that stopped the run
     fit: FitResult | None = None
-    half: dict | None = None               # first_half_prediction: predicted / measured end, error, half_frac
+    half: dict | None = None               # first_half_check: predicted / measured end, error, baselines
     error: str | None = None               # why a fit could not be made
     fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
 
@@ -61,7 +64,7 @@ class RunFit:
 
     @property
     def prediction_error(self) -> float | None:
-        return self.half["error"] if self.half else None
+        return self.half["error"] if self.half and "error" in self.half else None
 
 
 @dataclass
@@ -73,6 +76,7 @@ class ConfigFit:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     trunk_dtype: str = "fp32"              # what its runs' trunk computed in (run_trunk_dtype)
+    frac: float = 0.1                      # the share of the compute its fit leaves out (eval.fit_min_frac)
 
     def spread(self, param: str) -> float | None:
         s = self.fit.seed_spread() if self.fit is not None else None
@@ -111,15 +115,19 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
-        run.half = first_half_prediction(x, y, frac, END_EVALS)
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
+    half = first_half_check(x, y)   # the frozen method (docs/forecasting.md), whatever `frac`
+    if half is not None and "error_reason" in half:
+        run.error = run.error or half["error_reason"]
+    else:
+        run.half = half
     return run
 
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
                trunk_dtype: str = "fp32") -> ConfigFit:
-    cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype)
+    cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype, frac=frac)
     finished = [r for r in runs if r.finished and len(r.x)]
     usable = finished or [r for r in runs if len(r.x)]  # unfinished seeds only while none has finished
     try:
@@ -303,9 +311,10 @@ def paper_markdown(rows: dict[str, dict]) -> str:
 
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
-    lines = [f"| config | seed | run | evals | start | end (mean of last {END_EVALS}) | A [90%] | predicted end from "
-             "the first half | first half (points, compute) | error | within 0.02 | fell after its peak |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| config | seed | run | evals | start | at half compute | end (mean of last {END_EVALS}) | A [90%] | "
+             "predicted end from the first half | first half (points, compute) | error | within 0.02 | baseline: last "
+             "first-half eval, error | baseline: best first-half eval, error | fit beat both | fell after its peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -317,18 +326,26 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                 a = f"{r.fit.A:.3f} [{lo:.3f}, {hi:.3f}]"
             fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
-                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {r.error} | | | "
-                             f"| {fell} |")
+                lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | | {end} | {a} | {r.error} "
+                             f"| | | | | | | {fell} |")
                 continue
             h = r.half
-            lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {end} | {a} | {h['predicted']:.3f} "
-                         f"| {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
-                         f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} | {fell} |")
+            lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {h['at_half']:.3f} | {end} | {a} "
+                         f"| {h['predicted']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
+                         f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
+                         f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
+                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
+                         f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} |")
     s = predictability_summary(configs)
     if s is not None:
-        lines += ["", f"{s['runs']} runs: mean |error| {s['mean_abs_error']:.3f}, largest {s['max_abs_error']:.3f}, "
-                      f"mean signed error {s['mean_error']:+.3f}; {s['within']} of {s['runs']} within "
-                      f"{PAPER_MARGIN}."]
+        lines += ["", f"{s['runs']} runs (the frozen method): mean |error| {s['mean_abs_error']:.3f}, largest "
+                      f"{s['max_abs_error']:.3f}, mean signed error {s['mean_error']:+.3f}; {s['within']} of {s['runs']} "
+                      f"within {PAPER_MARGIN}. Baselines on the same runs: the last first-half evaluation, mean |error| "
+                      f"{s['baseline_last_mean_abs_error']:.3f} ({s['baseline_last_within']} within {PAPER_MARGIN}); the "
+                      f"best first-half evaluation, mean |error| {s['baseline_best_mean_abs_error']:.3f} "
+                      f"({s['baseline_best_within']} within {PAPER_MARGIN}); the fit beat both on {s['beat_baselines']} "
+                      f"of {s['runs']}. The second half gained {s['mean_left']:+.3f} on average from the value at half "
+                      "the compute."]
         if s["fell"]:
             lines[-1] += (f" {s['fell']} of them fell after their peak (gave back at least a tenth of their gain: "
                           f"`find_fall`), which no sigmoid forecasts; of the {s['runs_standing']} others, "
@@ -344,12 +361,102 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
     if not runs:
         return None
     errs = np.array([r.prediction_error for r in runs])
+    last = np.array([r.half["baseline_last_error"] for r in runs])
+    best = np.array([r.half["baseline_best_error"] for r in runs])
     standing = np.array([not r.fell for r in runs])
     ok = np.abs(errs) <= PAPER_MARGIN
     return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
             "max_abs_error": float(np.abs(errs).max()), "mean_error": float(errs.mean()),
             "within": int(ok.sum()), "fell": int((~standing).sum()), "runs_standing": int(standing.sum()),
-            "within_standing": int((ok & standing).sum())}
+            "within_standing": int((ok & standing).sum()),
+            "baseline_last_mean_abs_error": float(np.abs(last).mean()),
+            "baseline_last_within": int((np.abs(last) <= PAPER_MARGIN).sum()),
+            "baseline_best_mean_abs_error": float(np.abs(best).mean()),
+            "baseline_best_within": int((np.abs(best) <= PAPER_MARGIN).sum()),
+            "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
+            "mean_left": float(np.mean([r.half["left"] for r in runs]))}
+
+
+def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> dict | None:
+    """The controls of the instrument (`scalerl ablate --controls`), judged as every configuration is
+    (`compare`: A beyond the larger of the paper's margin and either side's seed std):
+    - each positive control (`CONTROLS`) is `detected` when A differs from the base beyond the margin
+      in the expected direction;
+    - the negative control (`base-again`, the base under other seeds) must not differ;
+    - `false_positive`: over every split of the base's and base-again's finished runs into two
+      halves of equal size (the 10 splits of 6 seeds into 3 + 3), the share the study calls
+      different in A (and, model-free, in the end pass rate).
+    None when the study has no controls."""
+    by_name = {c.name: c for c in configs}
+    if base not in by_name or not ({n for n, *_ in CONTROLS} | {CONTROL_AGAIN}) & set(by_name):
+        return None
+    b = by_name[base]
+    out: dict = {"positive": {}, "negative": None, "false_positive": None}
+    for name, swaps, _, expect in CONTROLS:
+        if name in by_name:
+            d = compare(b, by_name[name])
+            sign = 1 if expect == "higher" else -1
+            detected = bool(d.get("A_differs")) and sign * d["dA"] > 0
+            end = bool(d.get("end_differs")) and sign * d.get("dEnd", 0.0) > 0
+            out["positive"][name] = {"swaps": swaps, "expect": expect, "detected": detected,
+                                     "end_detected": end, **d}
+    if CONTROL_AGAIN in by_name:
+        d = compare(b, by_name[CONTROL_AGAIN])
+        out["negative"] = {"differs": bool(d.get("A_differs")), "end_differs": bool(d.get("end_differs")), **d}
+        out["false_positive"] = split_false_positives(b, by_name[CONTROL_AGAIN])
+    return out
+
+
+def split_false_positives(a: ConfigFit, b: ConfigFit) -> dict | None:
+    """How often `compare` calls two groups of runs of one configuration different: every split of
+    the finished runs of `a` and `b` into two equal halves (each split once), fitted and compared as
+    two configurations. None with fewer than 4 runs or an odd number."""
+    from itertools import combinations
+
+    runs = [r for r in (*a.runs, *b.runs) if r.finished and len(r.x)]
+    if len(runs) < 4 or len(runs) % 2:
+        return None
+    n, splits, differs_a, differs_end, judged = len(runs), 0, 0, 0, 0
+    for left in combinations(range(n), n // 2):
+        if 0 not in left:  # each split once: the first run is always on the left
+            continue
+        right = [i for i in range(n) if i not in left]
+        ca = fit_config("split-a", "", [runs[i] for i in left], a.frac, 0)
+        cb = fit_config("split-b", "", [runs[i] for i in right], a.frac, 0)
+        d = compare(ca, cb)
+        splits += 1
+        if d.get("A_differs") is not None:
+            judged += 1
+            differs_a += bool(d["A_differs"])
+        differs_end += bool(d.get("end_differs"))
+    return {"runs": n, "splits": splits, "judged_A": judged, "differs_A": differs_a,
+            "rate_A": differs_a / judged if judged else None, "differs_end": differs_end,
+            "rate_end": differs_end / splits}
+
+
+def controls_markdown(s: dict) -> str:
+    lines = ["| control | what it changes | expected | A: measured vs base | detected (A) | end pass rate vs base "
+             "| detected (end) |", "|---|---|---|---|---|---|---|"]
+    for name, p in s["positive"].items():
+        a = (f"{p['dA']:+.3f} (margin +-{p['margin_A']:.3f})" if p.get("judged") else "not judged")
+        end = f"{p['dEnd']:+.3f} (margin +-{p['margin_end']:.3f})" if "dEnd" in p else "-"
+        lines.append(f"| {name} (positive) | {p['swaps']} | A {p['expect']} | {a} | "
+                     f"{'yes' if p['detected'] else '**no**'} | {end} | {'yes' if p['end_detected'] else 'no'} |")
+    n = s["negative"]
+    if n is not None:
+        a = f"{n['dA']:+.3f} (margin +-{n['margin_A']:.3f})" if n.get("judged") else "not judged"
+        end = f"{n['dEnd']:+.3f} (margin +-{n['margin_end']:.3f})" if "dEnd" in n else "-"
+        lines.append(f"| {CONTROL_AGAIN} (negative) | nothing: the base under other seeds | no difference | {a} | "
+                     f"{'**differs**' if n['differs'] else 'no difference (correct)'} | {end} | "
+                     f"{'**differs**' if n['end_differs'] else 'no difference (correct)'} |")
+    fp = s["false_positive"]
+    if fp is not None:
+        rate_a = "-" if fp["rate_A"] is None else f"{fp['rate_A']:.0%}"
+        lines += ["", f"False-positive rate of the \"differs\" verdict over the {fp['splits']} splits of the "
+                      f"{fp['runs']} runs of `{CONTROL_BASE}` and `{CONTROL_AGAIN}` into two groups of {fp['runs'] // 2}: "
+                      f"in A {fp['differs_A']} of {fp['judged_A']} judged ({rate_a}); in the end pass rate "
+                      f"{fp['differs_end']} of {fp['splits']} ({fp['rate_end']:.0%})."]
+    return "\n".join(lines)
 
 
 def _stats(v: np.ndarray) -> dict | None:
@@ -368,7 +475,8 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict
     by_name = {c.name: c for c in configs}
     paper = against_paper(configs, base, x_col) if paper is None else paper
     out = {"base": base, "x": x_col, "y": Y_COLUMN, "margin": PAPER_MARGIN,
-           "predictability": predictability_summary(configs), "configs": []}
+           "predictability": predictability_summary(configs), "controls": controls_summary(configs, base),
+           "configs": []}
     for c in sorted(configs, key=sort_key):
         entry = {"name": c.name, "swaps": c.swaps, "notes": c.notes, "error": c.error,
                  "fit": c.fit.to_dict() if c.fit is not None else None, "A_on_edge": c.a_on_edge(),
@@ -433,6 +541,9 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
            "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
            "curve has not bent enough to pin its ceiling).", ""]
+    if data["controls"] is not None:
+        md += ["## Controls: does the study detect what exists, and only that?", "",
+               controls_markdown(data["controls"]), ""]
     if paper:
         md += ["## Against the paper", "",
                "Each configuration's difference from its reference, judged against the paper's finding "

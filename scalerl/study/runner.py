@@ -84,7 +84,7 @@ def plan_runs(variants: Sequence[Variant], seeds: int, study_dir: Path, override
         raise ScaleRLError(f"study configurations must have distinct names, got {names}")
     specs = []
     for v in variants:
-        for seed in range(seeds):
+        for seed in range(v.seed_offset, v.seed_offset + seeds):
             sets = [*overrides, *v.overrides, *budget_overrides(budget), f"run.seed={seed}"]
             try:
                 cfg = load_config(v.recipe, None, sets)

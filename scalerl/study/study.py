@@ -10,11 +10,11 @@ from typing import Callable, Sequence
 from scalerl.run.compute import FIT_X
 from scalerl.study.report import fit_study, write_report
 from scalerl.study.runner import RunSpec, plan_runs, restore_archived, run_study, write_plan
-from scalerl.study.variants import plan_variants, variants_table
+from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 
 
 def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
-           k_sweep: bool = False, precision: bool = False,
+           k_sweep: bool = False, precision: bool = False, controls: bool = False,
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
            x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
@@ -28,7 +28,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     """
     from scalerl.errors import ScaleRLError
 
-    variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision)
+    variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision, controls, seeds)
     unknown = set(only) - {v.name for v in variants}
     if unknown:
         raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "
@@ -45,6 +45,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
             f"{counts['failed']} failed")
     configs = fit_study(specs, x_col, n_bootstrap)
     planned = {s.variant.name for s in specs}
+    base = CONTROL_BASE if controls else base
     report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
                           command)
     log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
@@ -58,8 +59,8 @@ def drop_no_ops(specs: list[RunSpec], base: str, log: Callable[[str], None]) -> 
         d.pop("recipe")
         return spec.seed, json.dumps(d, sort_keys=True)
 
-    base_keys = {key(s) for s in specs if s.variant.name == base}
-    same = {s.variant.name for s in specs if s.variant.name != base and key(s) in base_keys}
+    base_keys = {key(s) for s in specs if s.variant.name in (base, CONTROL_BASE)}
+    same = {s.variant.name for s in specs if s.variant.name not in (base, CONTROL_BASE) and key(s) in base_keys}
     for name in sorted(same):
         log(f"{name}: the same config as the base {base!r} (nothing to swap), left out")
     return [s for s in specs if s.variant.name not in same]

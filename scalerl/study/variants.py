@@ -35,6 +35,7 @@ class Variant:
     recipe: str                      # preset the overrides apply to
     overrides: tuple[str, ...] = ()  # `--set` overrides after the user's own
     swaps: str = ""                  # what changed, in words (the report's table)
+    seed_offset: int = 0             # its seeds are seed_offset, seed_offset + 1, ... (`base-again`)
 
 
 # (name, what the paper swapped, overrides): ScaleRL component -> the paper's alternative.
@@ -63,12 +64,37 @@ PRECISION: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
 
+# The controls of a study (docs/study.md, "The controls"): effects known to exist, which the study
+# must detect before its other verdicts are read, and one known not to exist, which it must not.
+# `think-short` interrupts thinking at 56-64 tokens: the 5-digit scratchpad (52 tokens with its
+# tags) fits, the 8-digit one (82) cannot, so a third of the default validation set cannot pass.
+CONTROLS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("model-larger", "ladder-1m -> ladder-4m (4.2M parameters, the same warm start)", ("model.name=ladder-4m",),
+     "higher"),
+    ("think-short", "thinking budget 88-104 -> 56-64 tokens (the 8-digit scratchpad does not fit)",
+     ("rollout.length.think_min=56", "rollout.length.think_max=64"), "lower"),
+)
+CONTROL_BASE = "base"            # the controls' name for the base configuration
+CONTROL_AGAIN = "base-again"     # the base under as many other seeds: the negative control
+
 
 def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: tuple[str, ...] = (),
-                  k_sweep: bool = False, precision: bool = False) -> list[Variant]:
+                  k_sweep: bool = False, precision: bool = False, controls: bool = False,
+                  seeds: int = 1) -> list[Variant]:
     """The base first, then the other recipes, then the leave-one-out variants of the base, the
     PipelineRL k-sweep (`pipeline-k<N>` for every N of `K_SWEEP`; the one equal to the base is
-    left out by the study as a no-op) and the bf16-trunk pair (`PRECISION`)."""
+    left out by the study as a no-op) and the bf16-trunk pair (`PRECISION`).
+
+    `controls`: the study of the instrument instead (`CONTROLS`): the base named `base`, the
+    positive controls, and `base-again`, the base under `seeds` other seeds (seeds, seeds + 1, ...)."""
+    if controls:
+        if leave_one_out or recipes or k_sweep or precision:
+            raise ScaleRLError("--controls is a study of its own: run it without --leave-one-out, --recipes, "
+                               "--k-sweep and --precision")
+        return [Variant(CONTROL_BASE, base, (), "base"),
+                *(Variant(name, base, overrides, swaps) for name, swaps, overrides, _ in CONTROLS),
+                Variant(CONTROL_AGAIN, base, (), f"base, seeds {seeds}..{2 * seeds - 1} (negative control)",
+                        seed_offset=seeds)]
     variants = [Variant(base, base, (), "base")]
     variants += [Variant(r, r, (), f"recipe {r}") for r in recipes if r != base]
     if leave_one_out:
