@@ -64,7 +64,8 @@ def test_validation_never_overlaps_training(name):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("arith", {"2x3": 0.62, "2x16": 0.38}),
+    ("arith", {"2x3": 1 / 3, "2x5": 1 / 3, "2x8": 1 / 3}),
+    ("arith-tail", {"2x3": 0.62, "2x16": 0.38}),
     ("arith-mixed", {"2x2": 0.20, "2x3": 0.25, "2x4": 0.30, "2x16": 0.25}),
 ])
 def test_difficulty_mix_frequencies_follow_the_weights(name, expected):
@@ -74,15 +75,23 @@ def test_difficulty_mix_frequencies_follow_the_weights(name, expected):
         assert abs(counts[subset] / 10_000 - share) < 0.02
 
 
-def test_tail_does_not_fit_the_default_completion_budget():
+def test_every_rung_of_the_default_ladder_fits_the_default_budgets():
+    """The default task has no item the length budget makes unlearnable: every target's thinking
+    (up to and including `</think>`) closes before the earliest interruption, and the whole target
+    fits the completion budget; the old tail (`arith-tail`, 16 digits) fits neither."""
+    from scalerl.config import InterruptConfig
     from scalerl.models.tiny import build_tokenizer
 
     tok = build_tokenizer()
-    budget = RolloutConfig().max_new_tokens
-    task = ArithTask("arith")
-    for p in (task.train_prompt(i) for i in range(300)):
-        n = len(tok(p.meta["target"])["input_ids"]) + 1                 # + EOS
-        assert (n > budget) == (p.meta["digits"] == 16)
+    budget, think_min = RolloutConfig().max_new_tokens, InterruptConfig().think_min
+    for name, fits in (("arith", True), ("arith-tail", None)):
+        task = ArithTask(name)
+        for p in (task.train_prompt(i) for i in range(300)):
+            thinking = p.meta["target"].split("</think>")[0] + "</think>"
+            n_think, n = len(tok(thinking)["input_ids"]), len(tok(p.meta["target"])["input_ids"]) + 1   # + EOS
+            assert n_think == 1 + 10 * p.meta["digits"] + 1          # <think>, 10 characters a column, </think>
+            ok = n_think < think_min and n <= budget
+            assert ok == (fits if fits is not None else p.meta["digits"] != 16)
 
 
 def test_difficulty_knob_in_the_name():
