@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "fit": "fit",
     "watch": "watch",
+    "plan": "plan",
     "generate": "generate",
     "recipes": "recipes",
     "ablate": "ablate",

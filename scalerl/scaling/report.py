@@ -72,8 +72,9 @@ def comparison_table(rows: Sequence[tuple[str, FitResult]]) -> str:
     return "\n".join(out)
 
 
-def _gain(f: FitResult, c_now: float, c_then: float) -> dict:
-    """Predicted gain from c_now to c_then, with the bootstrap interval of that difference."""
+def gain_between(f: FitResult, c_now: float, c_then: float) -> dict:
+    """Predicted value at c_then and gain from c_now, with the bootstrap intervals of both
+    (`lo`/`hi` of the gain, `value_lo`/`value_hi` of the value; None without replicas)."""
     now, then = (float(v) for v in f.predict([c_now, c_then]))
     out = {"compute": c_then, "value": then, "gain": then - now, "lo": None, "hi": None}
     if len(f.boot):
@@ -104,7 +105,7 @@ def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGI
     fitted = float(f.predict([c_now])[0])
     out = {"compute": c_now, "measured": y_now, "fitted": fitted, "ceiling": f.A,
            "ceiling_interval": list(f.ci["A"]) if "A" in f.ci else None, "remaining": f.A - fitted,
-           "margin": margin, "gains": {f"{m}x": _gain(f, c_now, m * c_now) for m in MULTIPLES}}
+           "margin": margin, "gains": {f"{m}x": gain_between(f, c_now, m * c_now) for m in MULTIPLES}}
     k = _multiple_for(f, c_now, margin)
     out["multiple_for_margin"] = k
     g2, g10 = out["gains"]["2x"], out["gains"]["10x"]
