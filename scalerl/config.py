@@ -70,7 +70,7 @@ class TaskConfig(_Section):
     train_size: int | None = Field(
         None, ge=1, description="training pool size, traversed in epochs (none: 4096 for built-in tasks, 1024 for "
                                 "reasoning-gym ones, every distinct row of a file)")
-    val_size: int = Field(384, ge=1, description="held-out validation prompts (disjoint from the training pool)")
+    val_size: int = Field(512, ge=1, description="held-out validation prompts (disjoint from the training pool)")
     seed: int = Field(0, description="seed of the task generator / split")
     options: dict[str, Any] = Field(
         default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
@@ -241,7 +241,8 @@ LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss], F
 
 # ---------------------------------------------------------------- optimizer, pipeline, eval, run
 class OptimConfig(_Section):
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate (paper 8B: 5e-7; 2e-4 suits the tiny model; 3e-4 collapsed after warm-up)")
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate (paper 8B: 5e-7; the default testbed: 5e-5, docs/study.md; "
+                                         "the old tiny testbed ran at 2e-4 and collapsed at 6e-4)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas, each in [0, 1)")
     eps: float = Field(1e-15, gt=0, description="AdamW epsilon (paper: 1e-15)")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (paper: 0.01)")
@@ -286,7 +287,7 @@ class EvalConfig(_Section):
     count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
                        "run.max_steps is small: one per step at most)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
-    prompts: int = Field(384, ge=1, description="validation prompts (<= task.val_size); 384 x 4 samples keep the "
+    prompts: int = Field(512, ge=1, description="validation prompts (<= task.val_size); 512 x 4 samples keep the "
                          "default run's sampling error (val/pass_rate_se) under 0.01")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")

@@ -145,7 +145,7 @@ def test_overrides_are_validated_together_in_any_order():
     for order in (["task.val_size=128", "eval.prompts=128"], ["eval.prompts=128", "task.val_size=128"]):
         cfg = load_config("scalerl", overrides=order)
         assert (cfg.task.val_size, cfg.eval.prompts) == (128, 128)
-    with pytest.raises(ScaleRLError, match=r"^--set task.val_size=100: eval.prompts \(384\) must be <= task.val_size \(100\)$"):
+    with pytest.raises(ScaleRLError, match=r"^--set task.val_size=100: eval.prompts \(512\) must be <= task.val_size \(100\)$"):
         load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])
     with pytest.raises(ScaleRLError, match=r"^--set rollout.length.think_min=500: .*think_min \(500\) must be <= think_max"):
         load_config("scalerl", overrides=["rollout.length.think_min=500", "batch.prompts=4"])
@@ -153,7 +153,7 @@ def test_overrides_are_validated_together_in_any_order():
 
 def test_model_dependent_profile_fills_only_keys_the_user_left():
     plain = load_config("scalerl", overrides=["model.name=smollm2-135m"])           # no profile for arith
-    assert plain.optim.lr == 2e-4 and plain.rollout.max_new_tokens == 160
+    assert plain.optim.lr == 5e-5 and plain.rollout.max_new_tokens == 160
     cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum", "optim.lr=3e-6"])
     assert cfg.optim.lr == 3e-6                                                       # the user's value wins
     assert (cfg.rollout.max_new_tokens, cfg.rollout.length.think_max, cfg.batch.prompts) == (64, 24, 8)

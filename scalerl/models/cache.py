@@ -13,7 +13,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -43,10 +45,14 @@ def cached_build(key: str, build: Callable[[Path], None]) -> Path:
         for stale in root.glob(f".{key}.*"):     # left by a build that was killed (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        started = time.monotonic()
+        print(f"building model {key} once (later runs load it from {final}); progress follows", file=sys.stderr,
+              flush=True)
         try:
             build(tmp)
             if not final.is_dir():             # a copy put in place by hand wins
                 os.rename(tmp, final)
+            print(f"built model {key} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)

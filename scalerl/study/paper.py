@@ -10,6 +10,10 @@ into one verdict per claim:
   claim of no difference: within it);
 - **disagrees**: the opposite direction beyond the margin, or no difference beyond the margin
   where the paper found one that the margin could have shown;
+- **not testable here: the task sets the ceiling**, for a claim about `A`, where some validation
+  subset never passes in any evaluation of any run of the study (`task_cap`): every configuration
+  then meets the same ceiling, set by the items nobody solves, and only a variant that ends below
+  it beyond the margin (an instability) says anything about `A`;
 - **not measurable here**, with the reason: `A` on the edge of its range (the curve did not
   bend enough to pin a ceiling), one seed a side (no measured spread of `B`), a seed margin
   wider than the paper's own effect, a component that cannot act in the run's precision, or a
@@ -120,14 +124,18 @@ def _claim_B(d: dict, f: Finding) -> tuple[str, str]:
 TIME_AXES = ("compute/device_hours",)   # x axes that count the time a device waits, as GPU-hours do
 
 
-def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/flops") -> dict:
+TASK_SETS_CEILING = "not testable here: the task sets the ceiling"
+
+
+def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/flops",
+          task_cap: str | None = None) -> dict:
     """Verdicts on the paper's claims about A and B (those it makes) from `d`, the measured
     differences of the variant from the reference (`scalerl.study.report.compare`).
     `trunk_dtype`: what the variant's trunk computed in ('fp32' makes a head-precision claim
     not measurable). `x_col`: the fits' x axis; a claim about B per GPU-hour (PipelineRL's k,
     PPO-off-policy: the paper's gain is generator and trainer kept busy) is not measurable on
     an axis that counts no idle time (FLOPs). Returns {"A": [verdict, measured], "B": ...,
-    "overall": verdict}."""
+    "overall": verdict}. `task_cap`: why the task sets the ceiling (subsets that never pass), or None."""
     out: dict = {}
     if f.needs_bf16 and trunk_dtype != "bf16":
         why = (f"the trunk computes in {trunk_dtype}, where the head's precision changes nothing "
@@ -139,6 +147,8 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/
     else:
         if f.A is not None:
             out["A"] = _claim_A(d, f)
+            if task_cap and not (d.get("A_differs") and d["dA"] < 0):   # only a drop below the cap informs
+                out["A"] = (TASK_SETS_CEILING, f"{out['A'][1]}; {task_cap}")
         if f.B is not None and f.b_per_hour and x_col not in TIME_AXES:
             out["B"] = ("not measurable here", f"the paper's B here is per GPU-hour (idle generator or trainer time), "
                         f"which x = {x_col} does not count: see the report with --x compute/device_hours, from runs "
@@ -148,5 +158,5 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/
     out = {k: list(v) for k, v in out.items()}  # [verdict, measured]: the same in report.json as here
     verdicts = [v for v, _ in out.values()]
     out["overall"] = ("disagrees" if "disagrees" in verdicts else "agrees" if "agrees" in verdicts
-                      else "not measurable here")
+                      else TASK_SETS_CEILING if TASK_SETS_CEILING in verdicts else "not measurable here")
     return out

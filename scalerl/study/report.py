@@ -35,7 +35,7 @@ from scalerl.run.compute import FIT_X
 from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              window_start)
-from scalerl.study.paper import FINDINGS, judge
+from scalerl.study.paper import FINDINGS, TASK_SETS_CEILING, judge
 from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
 from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
 
@@ -57,6 +57,7 @@ class RunFit:
     half: dict | None = None               # first_half_check: predicted / measured end, error, baselines
     error: str | None = None               # why a fit could not be made
     fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
+    never_passing: frozenset[str] = frozenset()   # validation subsets at 0 in every evaluation
 
     @property
     def fell(self) -> bool:
@@ -111,7 +112,7 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
-    run = RunFit(name, seed, x, y, is_done(path), failure(path))
+    run = RunFit(name, seed, x, y, is_done(path), failure(path), never_passing=never_passing(path / "metrics.jsonl"))
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
@@ -123,6 +124,30 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     else:
         run.half = half
     return run
+
+
+def never_passing(metrics: Path) -> frozenset[str]:
+    """The validation subsets (`val/pass_rate/<subset>`) whose pass rate is 0 in every evaluation."""
+    seen: dict[str, bool] = {}
+    with open(metrics) as f:
+        for line in f:
+            row = json.loads(line) if line.strip() else {}
+            for key, value in row.items():
+                if key.startswith(Y_COLUMN + "/") and isinstance(value, (int, float)):
+                    seen[key[len(Y_COLUMN) + 1:]] = seen.get(key[len(Y_COLUMN) + 1:], False) or value > 0
+    return frozenset(k for k, passed in seen.items() if not passed)
+
+
+def task_cap(configs: Sequence[ConfigFit]) -> str | None:
+    """Why the task sets the ceiling of every run of the study: the subsets no run ever passes."""
+    runs = [r for c in configs for r in c.runs if len(r.y)]
+    if not runs:
+        return None
+    never = frozenset.intersection(*(r.never_passing for r in runs))
+    if not never:
+        return None
+    return (f"validation subset(s) {', '.join(sorted(never))} never passed in any evaluation of any of the "
+            f"{len(runs)} runs: every configuration meets the ceiling those items set")
 
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
@@ -282,6 +307,7 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
     """For every configuration the paper has a finding about (`scalerl.study.paper.FINDINGS`):
     that finding, the reference it is measured against, and `judge`'s verdicts on fits against `x_col`."""
     by_name = {c.name: c for c in configs}
+    cap = task_cap(configs)
     out = {}
     for c in configs:
         f = FINDINGS.get(c.name)
@@ -294,7 +320,7 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
                 f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing)}
         else:
             d = compare(by_name[ref], c)
-        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col)}
+        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col, cap)}
     return out
 
 
@@ -305,7 +331,8 @@ def paper_markdown(rows: dict[str, dict]) -> str:
         a, b = r.get("A", ("-", "no claim")), r.get("B", ("-", "no claim"))
         lines.append(f"| {name} | {r['against']} | {r['figure']} | {r['claim']} | {a[0]} | {a[1]} | {b[0]} | {b[1]} "
                      f"| **{r['overall']}** |")
-    counts = {v: sum(r["overall"] == v for r in rows.values()) for v in ("agrees", "disagrees", "not measurable here")}
+    counts = {v: sum(r["overall"] == v for r in rows.values())
+              for v in ("agrees", "disagrees", TASK_SETS_CEILING, "not measurable here")}
     lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(rows)})."]
     return "\n".join(lines)
 

@@ -1,0 +1,115 @@
+"""The controls of a study (`scalerl ablate --controls`): what they change, how they are judged,
+the false-positive rate over splits of the base's seeds, and the verdict on claims about `A`
+where the task, not the recipe, sets the ceiling."""
+
+import json
+
+import numpy as np
+import pytest
+
+from scalerl.study import fit_study, plan_runs, plan_variants, write_report
+from scalerl.study.paper import FINDINGS, TASK_SETS_CEILING, judge
+from scalerl.study.report import controls_summary
+from scalerl.study.runner import DONE_FILE
+
+X = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 16)])
+
+
+def eq1(c, A, B=2.0, C_mid=1.0, R0=0.1):
+    return np.where(c > 0, R0 + (A - R0) / (1 + (C_mid / np.maximum(c, 1e-12)) ** B), R0)
+
+
+def write_run(run_dir, A, subsets=None):
+    y = eq1(X, A)
+    run_dir.mkdir(parents=True)
+    rows = []
+    for i, (c, v) in enumerate(zip(X, y)):
+        row = {"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
+        row.update({f"val/pass_rate/{k}": float(f(v)) for k, f in (subsets or {}).items()})
+        rows.append(row)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / DONE_FILE).write_text("{}")
+
+
+def test_the_controls_plan_and_what_each_changes(tmp_path):
+    from scalerl.config import InterruptConfig
+    from scalerl.models.tiny import build_tokenizer
+    from scalerl.tasks.arith import completion_text
+
+    specs = plan_runs(plan_variants("scalerl", controls=True, seeds=3), 3, tmp_path)
+    seeds = {}
+    for s in specs:
+        seeds.setdefault(s.variant.name, []).append(s.seed)
+    assert seeds == {"base": [0, 1, 2], "model-larger": [0, 1, 2], "think-short": [0, 1, 2], "base-again": [3, 4, 5]}
+    by = {(s.variant.name, s.seed): s.cfg for s in specs}
+    base = by[("base", 0)]
+    assert base.model.name == "ladder-1m" and by[("model-larger", 0)].model.name == "ladder-4m"
+    assert by[("base-again", 3)].model_dump(exclude={"run"}) == base.model_dump(exclude={"run"})
+    # think-short: the 5-digit scratchpad closes before its earliest interruption, the 8-digit one cannot
+    tok, short = build_tokenizer(), by[("think-short", 0)].rollout.length
+    def thinking(digits):   # tokens up to and including </think> of a correct completion
+        return len(tok(completion_text((10 ** digits - 1, 10 ** digits - 1), digits).split("</think>")[0] + "</think>")["input_ids"])
+    assert thinking(5) < short.think_min and thinking(8) > short.think_max
+    assert thinking(8) < InterruptConfig().think_min     # ... while the default budget fits every rung
+    with pytest.raises(Exception, match="--controls is a study of its own"):
+        plan_variants("scalerl", leave_one_out=True, controls=True)
+
+
+def _study(tmp_path, a_of):
+    specs = plan_runs(plan_variants("scalerl", controls=True, seeds=3), 3, tmp_path)
+    for s in specs:
+        write_run(s.run_dir, a_of(s.variant.name, s.seed))
+    return fit_study(specs, n_bootstrap=5)
+
+
+def test_controls_are_detected_and_the_negative_control_is_not(tmp_path):
+    true_a = {"base": 0.70, "base-again": 0.70, "model-larger": 0.80, "think-short": 0.55}
+    jitter = {0: -0.003, 1: 0.0, 2: 0.003, 3: -0.003, 4: 0.0, 5: 0.003}
+    configs = _study(tmp_path, lambda name, seed: true_a[name] + jitter[seed])
+    s = controls_summary(configs)
+    assert s["positive"]["model-larger"]["detected"] is True and s["positive"]["think-short"]["detected"] is True
+    assert s["positive"]["model-larger"]["dA"] == pytest.approx(0.10, abs=0.01)
+    assert s["positive"]["think-short"]["dA"] == pytest.approx(-0.15, abs=0.01)
+    assert s["negative"]["differs"] is False
+    fp = s["false_positive"]
+    assert fp["runs"] == 6 and fp["splits"] == 10 and fp["differs_A"] == 0 and fp["rate_A"] == 0.0
+    data = write_report(tmp_path, configs, "base", "compute/flops", "table")
+    assert data["controls"]["false_positive"]["splits"] == 10
+    assert "False-positive rate" in (tmp_path / "report.md").read_text()
+
+
+def test_a_control_in_the_wrong_direction_is_not_detected(tmp_path):
+    true_a = {"base": 0.70, "base-again": 0.70, "model-larger": 0.60, "think-short": 0.70}
+    configs = _study(tmp_path, lambda name, seed: true_a[name])
+    s = controls_summary(configs)
+    assert s["positive"]["model-larger"]["detected"] is False     # lower, where higher was expected
+    assert s["positive"]["think-short"]["detected"] is False      # no difference
+
+
+def test_false_positives_count_the_splits_that_separate_two_real_groups(tmp_path):
+    # base seeds at A 0.70, base-again seeds at 0.76: of the 10 splits of 6 runs into 3 + 3, only the
+    # one with the three 0.70 runs on one side and the three 0.76 on the other has a difference (0.06)
+    # beyond its margin; a mixed split differs by 0.02 against a seed std of about 0.035
+    configs = _study(tmp_path, lambda name, seed: 0.76 if name == "base-again" else 0.70)
+    s = controls_summary(configs)
+    assert s["negative"]["differs"] is True
+    fp = s["false_positive"]
+    assert fp["splits"] == 10 and fp["differs_A"] == 1 and fp["rate_A"] == pytest.approx(0.1)
+
+
+def test_claims_about_A_are_not_testable_where_a_subset_never_passes(tmp_path):
+    specs = plan_runs(plan_variants("scalerl", leave_one_out=True), 1, tmp_path)
+    a_of = {"scalerl": 0.60, "dapo-loss": 0.60, "no-npr": 0.45}
+    specs = [s for s in specs if s.variant.name in a_of]
+    for s in specs:   # the 2x16 subset never passes: the task caps every run
+        write_run(s.run_dir, a_of[s.variant.name], {"2x3": lambda v: min(1.0, v / 0.62), "2x16": lambda v: 0.0})
+    configs = fit_study(specs, n_bootstrap=5)
+    data = write_report(tmp_path, configs, "scalerl", "compute/flops", "table")
+    paper = {c["name"]: c["paper"] for c in data["configs"] if c["paper"]}
+    assert paper["dapo-loss"]["A"][0] == TASK_SETS_CEILING          # no difference: nothing learnt about A
+    assert "2x16" in paper["dapo-loss"]["A"][1]
+    assert paper["no-npr"]["A"][0] == "agrees"                       # a drop below the cap still shows
+    # without the cap the same no-difference is a disagreement with the paper's "lower"
+    d = {"judged": True, "dA": 0.0, "A_differs": False, "margin_A": 0.02, "dB": 0.0, "B_differs": None}
+    assert judge(d, FINDINGS["no-npr"])["A"][0] == "disagrees"
+    assert judge(d, FINDINGS["no-npr"], task_cap="2x16 never passes")["A"][0] == TASK_SETS_CEILING
