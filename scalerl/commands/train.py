@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-HELP = "train with a recipe (default: ScaleRL on the tiny-order model, ~8 min on 2 CPU cores) and forecast its curve"
+HELP = "train with a recipe (default: ScaleRL on the ladder-1m model and the arith ladder, CPU) and forecast its curve"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,18 @@
 """Load a causal LM and its tokenizer: `load_model(name, dtype, device) -> (model, tokenizer)`.
 
 Names:
+  ladder-1m     the default: the tiny shape (~1M parameters) warm-started a fixed 2,500 steps on the
+                default `arith` ladder (3-, 5- and 8-digit sums) with 85% of its answers written in
+                the wrong digit order (the default testbed, docs/study.md; built once, about 10
+                minutes on 2 cores)
+  ladder-4m     the same warm start at ~4.2M parameters (width 256, 4 layers): the default
+                testbed's larger-model control (built once, about 30 minutes on 2 cores)
   tiny          ~1M-parameter Llama, character tokenizer, warm-started on the default task
                 (`arith`); built once (about 2-3 minutes on 2 cores) and cached
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
-  tiny-order    the default: the tiny model warm-started to an accurate scratchpad that writes
-                85% of its answers in the wrong digit order (the default testbed, docs/study.md;
+  tiny-order    the tiny model warm-started to an accurate scratchpad that writes 85% of its
+                answers in the wrong digit order (the testbed of 2026-11-23, docs/study-history.md;
                 built once, about 4-5 minutes on 2 cores)
   small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
                 built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)
@@ -27,7 +33,7 @@ A bf16 model keeps its RoPE frequencies (`inv_freq` buffers) in fp32 (`cast_mode
 trainer's bf16 forward on fp32 master weights does, so generator and trainer rotate alike.
 
 Departures from the paper:
-1. Model sizes: 1M / 135M parameters instead of 8B / 17Bx16 (CPU machines, docs/design.md).
+1. Model sizes: 1M / 4M / 135M parameters instead of 8B / 17Bx16 (CPU machines, docs/design.md).
 """
 
 from __future__ import annotations

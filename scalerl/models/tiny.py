@@ -133,7 +133,7 @@ LADDER_MODELS = {"ladder-1m": "tiny", "ladder-4m": "mid"}
 def ladder_settings():
     from scalerl.models.warmstart import WarmStartSettings
 
-    return WarmStartSettings(max_steps=2000, eval_from=2000, eval_every=2000, target=1.0, lo=0.0, hi=1.01)
+    return WarmStartSettings(max_steps=2500, eval_from=2500, eval_every=2500, target=1.0, lo=0.0, hi=1.01)
 
 
 def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0, warm_task: str = WARM_TASK) -> dict:

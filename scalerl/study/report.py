@@ -333,7 +333,8 @@ def paper_markdown(rows: dict[str, dict]) -> str:
                      f"| **{r['overall']}** |")
     counts = {v: sum(r["overall"] == v for r in rows.values())
               for v in ("agrees", "disagrees", TASK_SETS_CEILING, "not measurable here")}
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(rows)})."]
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != TASK_SETS_CEILING)
+              + f" (of {len(rows)})."]
     return "\n".join(lines)
 
 

@@ -171,16 +171,18 @@ def archive_run(run_dir: Path, dest: Path) -> None:
     tmp.replace(dest / METRICS_FILE)
 
 
-def restore_archived(spec: RunSpec, results: Path) -> bool:
+def restore_archived(spec: RunSpec, results: Path, check: bool = True) -> bool:
     """Put a run kept in `results` into its (unfinished or missing) run directory; True if it did.
-    Its config must be the one this study plans, as for a run directory."""
+    Its config must be the one this study plans, as for a run directory (`check=False`: a report of
+    committed runs as they were, whatever the defaults are now)."""
     from scalerl.run.metrics import METRICS_FILE
     from scalerl.run.rundir import CONFIG_FILE
 
     src = archived_dir(spec, results)
     if is_done(spec.run_dir) or not all((src / n).is_file() for n in (CONFIG_FILE, DONE_FILE, METRICS_FILE)):
         return False
-    _check_same_config(RunSpec(spec.variant, spec.seed, src, spec.cfg, spec.notes))
+    if check:
+        _check_same_config(RunSpec(spec.variant, spec.seed, src, spec.cfg, spec.notes))
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     for name in (CONFIG_FILE, METRICS_FILE, DONE_FILE):      # done.json last: a copy cut short is not done
         (spec.run_dir / name).write_bytes((src / name).read_bytes())

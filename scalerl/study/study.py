@@ -35,9 +35,10 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
                            f"({', '.join(v.name for v in variants)})")
     specs = drop_no_ops(plan_runs(variants, seeds, Path(out), overrides, budget), base, log)
     write_plan(Path(out), specs, base, overrides, budget)
-    if report_only and results is not None:  # the report of a study kept in `results` (a fresh checkout)
-        restored = sum(restore_archived(s, Path(results)) for s in specs)
-        log(f"{restored} finished runs taken from {results}")
+    if report_only and results is not None:  # the report of a study kept in `results` (a fresh checkout),
+        # as its runs were configured: a default changed since does not stop the report of a finished study
+        restored = sum(restore_archived(s, Path(results), check=False) for s in specs)
+        log(f"{restored} finished runs taken from {results} (reported with the configs they ran with)")
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
         counts = run_study(todo, train_fn, progress, log, jobs, None if results is None else Path(results))

@@ -16,18 +16,17 @@ the answer digit and its first the carry out; a non-zero final carry is the answ
 digit (6912 is written a2b1c9d6; 1005 as a5b0c0d1).
 
 Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix (the task
-name: `arith`, `arith-mixed`, `arith-easy`, `arith-<D>`, `arith-<K>x<D>`). The default mix
-(`arith`) is 62% 3-digit sums, which the warm-started tiny model passes about 0.3 of the time
-at temperature 1 and RL brings to about 0.75 within a few dozen steps, and a 38% tail of 16-digit
-sums whose scratchpad (10 characters a column, 160 in all) is longer than the default thinking
-budget (interruption at 96..128 thinking tokens) and, with the answer, than the default
-completion budget (160 tokens). Solving them would mean adding 16-digit numbers without the
-scratchpad, which the tiny model does not learn (no sampled completion ever passes, so RL gets
-no signal), so the default task starts below 0.2 and levels off near 0.45: a whole sigmoid in
-the 5-minute default run. One learnable difficulty keeps one timescale: with several (2-, 3-
-and 4-digit sums, `arith-mixed`) the slow 4-digit part keeps the curve rising long after the
-others have levelled off, and a fit on the first half under-predicts the end. The tiny model
-is warm-started on `arith-mixed` (2-4 digit sums; never on the tail: targets over budget).
+name: `arith`, `arith-tail`, `arith-mixed`, `arith-easy`, `arith-<D>`, `arith-<K>x<D>`, or a mix
+`arith-<K>x<D>:<w>,...`). The default (`arith`) is a ladder of 3-, 5- and 8-digit sums in equal
+shares. Every rung's scratchpad fits the default thinking budget (the 8-digit one closes
+`</think>` at its 82nd token, the interruption comes at 88-104), so no item is out of reach by
+construction: how many of the longer sums pass is set by the model, whose per-column errors
+compound over 3, 5 or 8 columns (docs/study.md, "The default testbed"). `arith-tail` is the
+testbed before 2026-11-24: 62% 3-digit sums and a 38% tail of 16-digit sums whose 160-character
+scratchpad no thinking budget of that testbed held, so no sample ever passed them and the task
+capped every run at 0.62 (docs/study-history.md). The `tiny` and `tiny-order` models are
+warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are over budget and skipped),
+the ladder models on `arith` itself.
 
 Splits: a problem belongs to the validation split iff a salted hash of its operands falls in
 the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
@@ -35,18 +34,16 @@ disjoint by construction, whatever the seed and however many prompts are drawn.
 
 Training pool: the first `train_size` training problems (`task.train_size`, default
 `DEFAULT_TRAIN_SIZE` = 4096), ids `arith/s<seed>/train/<index>`; the curriculum sampler
-traverses them in a seeded order that changes every epoch. The default run (120 steps x 32
-prompts, plus the groups the zero-variance filter drops) draws about as many prompts as the pool
-holds (3 of 5 seeds entered the second epoch) and No-Positive-Resampling retires 41-44% of it
-(1,673-1,821 measured, docs/study.md). A pool of 1,024 starves that run: by step ~70 what is
-left is prompts every sample fails, which the filter drops, 50 empty batches in a row.
+traverses them in a seeded order that changes every epoch (on the `tiny-order` testbed a pool of
+1,024 starved the 120-step run: by step ~70 what was left were prompts every sample failed, which
+the filter dropped, 50 empty batches in a row; docs/study-history.md).
 `train_prompt(index)` still generates any index (the warm start reads problems beyond the pool).
 
 Departures from the paper:
 1. The paper trains on maths/code datasets (Polaris-53k etc.); this synthetic task exists so a
    ~1M-parameter model shows a full sigmoid on a CPU in minutes (docs/design.md, "The machines").
-2. Its ceiling comes from the difficulty mix (a tail beyond the thinking budget), a stand-in
-   for the paper's problems the model cannot solve at any compute.
+2. The ceiling of the default task is the model's: no rung is beyond the thinking budget, so
+   which sums pass depends on how accurately the model carries out a long scratchpad.
 """
 
 from __future__ import annotations
