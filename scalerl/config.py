@@ -63,14 +63,25 @@ class ModelConfig(_Section):
 
 
 # ---------------------------------------------------------------- task and reward
+DEFAULT_VAL_SIZE = 384        # validation prompts of a generated task, and the most a file's share holds out
+COLUMN_ROLES = ("prompt", "answer")   # the keys of task.columns
+
+
 class TaskConfig(_Section):
     name: str = Field("arith", description="built-in task (arith, arith-easy, arith-<D>, arith-<K>x<D>), 'file' to read "
                                            "`path`, or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, a weighted mix)")
-    path: str | None = Field(None, description="JSONL/CSV/parquet with prompt/answer (or problem/answer) fields")
+    path: str | None = Field(None, description="a JSONL/JSON/CSV/parquet file, a folder saved by datasets' save_to_disk, "
+                                                "or a Hugging Face Hub dataset id, with prompt/answer (or problem/answer) "
+                                                "columns, or those named in `columns`")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
+                                          "answer: solution} (none: prompt or problem, and answer)")
     train_size: int | None = Field(
         None, ge=1, description="training pool size, traversed in epochs (none: 4096 for built-in tasks, 1024 for "
                                 "reasoning-gym ones, every distinct row of a file)")
-    val_size: int = Field(384, ge=1, description="held-out validation prompts (disjoint from the training pool)")
+    val_size: int | None = Field(
+        None, ge=1, description="held-out validation prompts, disjoint from the training pool (none: 384; for a file, "
+                                "a tenth of its distinct rows, at least 1, at most 384)")
     seed: int = Field(0, description="seed of the task generator / split")
     options: dict[str, Any] = Field(
         default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
@@ -96,6 +107,10 @@ class TaskConfig(_Section):
             raise ValueError(f"weights must each be positive and finite, got {self.weights}")
         if self.answer_marker is not None and not self.answer_marker.strip():
             raise ValueError("answer_marker must not be empty")
+        unknown = sorted(set(self.columns) - set(COLUMN_ROLES))
+        if unknown:
+            raise ValueError(f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "
+                             f"{{prompt: <column>, answer: <column>}})")
         return self
 
 
@@ -286,8 +301,9 @@ class EvalConfig(_Section):
     count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
                        "run.max_steps is small: one per step at most)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
-    prompts: int = Field(384, ge=1, description="validation prompts (<= task.val_size); 384 x 4 samples keep the "
-                         "default run's sampling error (val/pass_rate_se) under 0.01")
+    prompts: int | None = Field(
+        None, ge=1, description="validation prompts (<= task.val_size; none: the validation set, at most 384); 384 x 4 "
+                                "samples keep the default run's sampling error (val/pass_rate_se) under 0.01")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
@@ -301,6 +317,11 @@ class EvalConfig(_Section):
         if isinstance(data, dict) and "every" in data and "schedule" not in data:
             data = {**data, "schedule": "linear"}
         return data
+
+    def prompts_for(self, val_size: int) -> int:
+        """Validation prompts evaluated when the task holds out `val_size`: `prompts`, else
+        `min(val_size, 384)`."""
+        return self.prompts if self.prompts is not None else min(val_size, DEFAULT_VAL_SIZE)
 
     def steps(self, max_steps: int) -> list[int]:
         """The optimizer steps evaluated after step 0 (the last step always is)."""
@@ -384,7 +405,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _eval_within_val(self) -> Config:
-        if self.eval.prompts > self.task.val_size:
+        if None not in (self.eval.prompts, self.task.val_size) and self.eval.prompts > self.task.val_size:
             raise ValueError(f"eval.prompts ({self.eval.prompts}) must be <= task.val_size ({self.task.val_size})")
         return self
 

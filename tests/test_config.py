@@ -145,8 +145,10 @@ def test_overrides_are_validated_together_in_any_order():
     for order in (["task.val_size=128", "eval.prompts=128"], ["eval.prompts=128", "task.val_size=128"]):
         cfg = load_config("scalerl", overrides=order)
         assert (cfg.task.val_size, cfg.eval.prompts) == (128, 128)
-    with pytest.raises(ScaleRLError, match=r"^--set task.val_size=100: eval.prompts \(384\) must be <= task.val_size \(100\)$"):
-        load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])
+    cfg = load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])   # eval.prompts follows it
+    assert cfg.eval.prompts is None and cfg.eval.prompts_for(100) == 100
+    with pytest.raises(ScaleRLError, match=r"^--set eval.prompts=101: eval.prompts \(101\) must be <= task.val_size \(100\)$"):
+        load_config("scalerl", overrides=["task.val_size=100", "eval.prompts=101"])
     with pytest.raises(ScaleRLError, match=r"^--set rollout.length.think_min=500: .*think_min \(500\) must be <= think_max"):
         load_config("scalerl", overrides=["rollout.length.think_min=500", "batch.prompts=4"])
 
