@@ -473,6 +473,73 @@ def _all_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
     return out
 
 
+# Key names of TRL's GRPOConfig (and transformers' TrainingArguments) and of verl's ppo_trainer
+# config, with the scalerl key that does the same (docs/training.md, "Coming from TRL or verl").
+# A note says where the two differ. Looked up by the whole dotted key, then by its last part.
+FOREIGN_KEYS: dict[str, tuple[str, str]] = {
+    # TRL
+    "learning_rate": ("optim.lr", ""),
+    "beta": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
+    "max_completion_length": ("rollout.max_new_tokens", ""),
+    "max_prompt_length": ("task.max_prompt_tokens", ""),
+    "num_generations": ("batch.generations", ""),
+    "temperature": ("rollout.temperature", ""),
+    "top_p": ("rollout.top_p", ""),
+    "per_device_train_batch_size": ("batch.prompts", "TRL counts completions, scalerl prompts: "
+                                                     "batch.prompts = completions / batch.generations"),
+    "generation_batch_size": ("batch.prompts", "prompts x batch.generations completions per step"),
+    "eval_steps": ("eval.every", ""),
+    "eval.steps": ("eval.every", ""),
+    "max_steps": ("run.max_steps", ""),
+    "seed": ("run.seed", ""),
+    "save_steps": ("run.checkpoint_every", ""),
+    "warmup_steps": ("optim.warmup_steps", ""),
+    "weight_decay": ("optim.weight_decay", ""),
+    "max_grad_norm": ("optim.grad_clip", ""),
+    "adam_epsilon": ("optim.eps", ""),
+    "adam_beta1": ("optim.betas", "a pair, [beta1, beta2]"),
+    "adam_beta2": ("optim.betas", "a pair, [beta1, beta2]"),
+    "epsilon": ("loss.eps_low", "a field of loss.type=ppo_clip"),
+    "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
+    "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
+    "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
+    # verl
+    "actor_rollout_ref.actor.optim.lr": ("optim.lr", ""),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": ("optim.warmup_steps", ""),
+    "actor_rollout_ref.actor.optim.weight_decay": ("optim.weight_decay", ""),
+    "actor_rollout_ref.actor.grad_clip": ("optim.grad_clip", ""),
+    "actor_rollout_ref.actor.kl_loss_coef": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.actor.clip_ratio_low": ("loss.eps_low", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.actor.clip_ratio_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.rollout.n": ("batch.generations", ""),
+    "actor_rollout_ref.rollout.temperature": ("rollout.temperature", ""),
+    "actor_rollout_ref.rollout.top_p": ("rollout.top_p", ""),
+    "actor_rollout_ref.model.path": ("model.name", ""),
+    "algorithm.kl_ctrl.kl_coef": ("loss.kl_beta", "a KL penalty in the loss, a field of loss.type=ppo_clip"),
+    "data.train_files": ("task.path", "with task.name=file"),
+    "data.train_batch_size": ("batch.prompts", ""),
+    "data.max_prompt_length": ("task.max_prompt_tokens", ""),
+    "data.max_response_length": ("rollout.max_new_tokens", ""),
+    "data.prompt_key": ("task.columns", "{prompt: <column>}"),
+    "trainer.total_training_steps": ("run.max_steps", ""),
+    "trainer.save_freq": ("run.checkpoint_every", ""),
+    "trainer.test_freq": ("eval.every", ""),
+}
+
+
+_VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer")
+
+
+def foreign_key(path: str) -> str | None:
+    """"verl's name; in scalerl it is <key> (<note>)" for a TRL or verl key (`FOREIGN_KEYS`); None if unknown."""
+    found = FOREIGN_KEYS.get(path) or FOREIGN_KEYS.get(path.rsplit(".", 1)[-1])
+    if found is None:
+        return None
+    key, note = found
+    origin = "verl" if path.split(".", 1)[0] in _VERL_SECTIONS else "TRL"
+    return f"{origin}'s name; in scalerl it is {key}" + (f" ({note})" if note else "")
+
+
 def _suggest(path: str) -> str:
     candidates = _all_paths(Config)
     leaf = path.rsplit(".", 1)[-1]
@@ -482,7 +549,11 @@ def _suggest(path: str) -> str:
     return f" (did you mean {', '.join(repr(f) for f in found)}?)" if found else ""
 
 
-def _unknown_key(path: str, cls: type[BaseModel], source: str) -> ScaleRLError:
+def _unknown_key(path: str, cls: type[BaseModel], source: str, value: Any = None) -> ScaleRLError:
+    for key in [path, *_leaf_keys(value, path + ".")]:   # a nested verl key is unknown at its first part
+        ours = foreign_key(key)
+        if ours is not None:
+            return ScaleRLError(f"{source}: unknown config key '{key}': {ours}")
     parent = path.rsplit(".", 1)[0] if "." in path else ""
     if "type" in cls.model_fields and parent:
         owners = [tag for tag, var in (_variants(_parent_annotation(parent)) or {}).items()
@@ -525,7 +596,7 @@ def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: st
     for key, value in patch.items():
         path = f"{prefix}{key}"
         if key not in cls.model_fields:
-            raise _unknown_key(path, cls, source)
+            raise _unknown_key(path, cls, source, value)
         annotation = cls.model_fields[key].annotation
         variants, section = _variants(annotation), _section(annotation)
         if variants is not None:
