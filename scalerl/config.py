@@ -123,6 +123,20 @@ class RewardConfig(_Section):
     partial_credit: bool = Field(False, description="a failing completion earns fail_value + score * (pass_value - "
                                                    "fail_value) instead of fail_value")
     slow_s: float = Field(1.0, gt=0, description="a check slower than this (or timed out) counts in train/reward_slow")
+    function: str | None = Field(
+        None, description="a custom reward with TRL's signature fn(prompts, completions, **columns) -> list[float | "
+                          "None], as '<module>:<name>' or '<path/to/file.py>:<name>'; alone (no weights) its value is "
+                          "the reward and a completion passes iff it reaches threshold")
+    weights: list[float] | None = Field(
+        None, description="[checker, function]: the reward is checker reward x weights[0] + function value x "
+                          "weights[1], and passing stays the checker's (none: the function alone)")
+
+    @model_validator(mode="after")
+    def _weights_need_function(self) -> RewardConfig:
+        if self.weights is not None and (self.function is None or len(self.weights) != 2):
+            raise ValueError(f"weights = {self.weights}: expected [checker weight, function weight] beside a "
+                             f"reward.function")
+        return self
 
 
 # ---------------------------------------------------------------- rollout / length control
@@ -501,6 +515,8 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "adam_beta2": ("optim.betas", "a pair, [beta1, beta2]"),
     "epsilon": ("loss.eps_low", "a field of loss.type=ppo_clip"),
     "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
+    "reward_funcs": ("reward.function", "<module>:<name> or <path/to/file.py>:<name>"),
+    "reward_weights": ("reward.weights", "[checker, function]"),
     "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
     "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
     # verl

@@ -358,11 +358,12 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
 
 
 def _check_rewards(mb, step: int) -> None:
-    """Stop when the checker failed on every answer of a batch: nothing could ever pass."""
+    """Stop when the reward (the checker, or reward.function) failed on every answer of a batch:
+    nothing could ever pass."""
     errors = [s.error for g in mb.groups for s in g.scores]
     if errors and all(e is not None for e in errors):
-        raise ScaleRLError(f"step {step}: the answer checker failed on all {len(errors)} answers of the batch "
-                           f"(first error: {errors[0]}); fix the checker or the dataset's answers")
+        raise ScaleRLError(f"step {step}: the reward failed on all {len(errors)} answers of the batch (first error: "
+                           f"{errors[0]}); fix the checker, reward.function or the dataset's answers")
 
 
 def _observer(tr: Trainer, mode) -> Callable:

@@ -166,7 +166,7 @@ def read_records(path: str) -> list[dict]:
 
 @dataclass(frozen=True)
 class Row:
-    """One dataset row: its prompt (text, or chat messages), its answer, and its other columns."""
+    """One dataset row: its prompt (text, or chat messages), its answer, and every column but the prompt."""
 
     question: str | list[dict]
     answer: str
@@ -185,7 +185,7 @@ def read_rows(path: str, columns: dict[str, str] | None = None) -> list[Row]:
         q, a = record.get(field), record.get(answer)
         if a is None or isinstance(a, (dict, list)) or not str(a).strip():
             raise ScaleRLError(f"{path}: row {i} has no {answer!r}")
-        others = {k: v for k, v in record.items() if k not in (field, answer)}
+        others = {k: v for k, v in record.items() if k != field}    # as TRL: the answer too
         rows.append(Row(_question(path, i, field, q), str(a), others))
     return rows
 
@@ -260,7 +260,8 @@ class FileTask(PromptPool):
         question = row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
         h = _content_hash(question, row.answer)
         return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer), answer=row.answer,
-                      meta={"row": index, "hash": h, "question": question, "columns": row.columns})
+                      meta={"row": index, "hash": h, "question": question, "prompt": row.question,
+                            "columns": row.columns})
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         """math-verify inline (main thread only); `RewardFn` runs it in a worker process."""
