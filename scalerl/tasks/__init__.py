@@ -36,6 +36,7 @@ class Task(Protocol):
     name: str
     train_size: int
     val_size: int
+    answer_marker: str          # where the checker reads the answer (`scalerl.rewards.answer_section`)
     isolate_checker: bool
     checker: Callable[[str, Prompt], float]
 

@@ -225,6 +225,7 @@ class ArithTask:
         self.val_size = val_size    # validation prompts evaluated by default; val_prompts draws any number
         self.mix = parse_mix(name)
         self.train_size = train_size
+        self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_check, marker=answer_marker)
         self._template = _chat_wrapper(tokenizer)
 

@@ -253,6 +253,7 @@ class FileTask(PromptPool):
         self._train = by_hash[:len(by_hash) - val_size]
         random.Random(seed).shuffle(self._train)
         self._train = self._train[:train_size]
+        self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
 
     @staticmethod
