@@ -46,7 +46,7 @@ def main() -> None:
     load_weights(model, str(ckpt / "model.safetensors"))
     model = model.to(torch.bfloat16 if decode_dtype(cfg) == "bf16" else torch.float32).eval()
     task = task_for_run(cfg, tokenizer, model)
-    prompts = task.val_prompts(cfg.eval.prompts)
+    prompts = task.val_prompts(cfg.eval.prompts_for(task.val_size))
     reward = RewardFn(task, cfg.reward)
     rollout = cfg.rollout.model_copy(update={"temperature": cfg.eval.temperature})
     rates, ses, t0 = [], [], time.monotonic()
@@ -58,7 +58,7 @@ def main() -> None:
         ses.append(row["val/pass_rate_se"])
     reward.close()
     rates, ses = np.array(rates), np.array(ses)
-    print(f"{a.run_dir} at {ckpt.name}: {cfg.eval.prompts} prompts x {cfg.eval.samples} samples, {a.repeats} "
+    print(f"{a.run_dir} at {ckpt.name}: {len(prompts)} prompts x {cfg.eval.samples} samples, {a.repeats} "
           f"evaluations with different seeds ({time.monotonic() - t0:.0f} s, load average {os.getloadavg()[0]:.1f})")
     from scipy.stats import chi2
 

@@ -96,7 +96,7 @@ def evaluator(cfg, tokenizer):
     from scalerl.tasks import get_task
 
     task = get_task(cfg.task, tokenizer)
-    prompts = task.val_prompts(cfg.eval.prompts)
+    prompts = task.val_prompts(cfg.eval.prompts_for(task.val_size))
     reward = RewardFn(task, cfg.reward)
     rollout = cfg.rollout.model_copy(update={"temperature": cfg.eval.temperature})
 

@@ -63,14 +63,25 @@ class ModelConfig(_Section):
 
 
 # ---------------------------------------------------------------- task and reward
+DEFAULT_VAL_SIZE = 512        # validation prompts of a generated task, and the most a file's share holds out
+COLUMN_ROLES = ("prompt", "answer")   # the keys of task.columns
+
+
 class TaskConfig(_Section):
     name: str = Field("arith", description="built-in task (arith, arith-easy, arith-<D>, arith-<K>x<D>), 'file' to read "
                                            "`path`, or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, a weighted mix)")
-    path: str | None = Field(None, description="JSONL/CSV/parquet with prompt/answer (or problem/answer) fields")
+    path: str | None = Field(None, description="a JSONL/JSON/CSV/parquet file, a folder saved by datasets' save_to_disk, "
+                                                "or a Hugging Face Hub dataset id, with prompt/answer (or problem/answer) "
+                                                "columns, or those named in `columns`")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
+                                          "answer: solution} (none: prompt or problem, and answer)")
     train_size: int | None = Field(
         None, ge=1, description="training pool size, traversed in epochs (none: 4096 for built-in tasks, 1024 for "
                                 "reasoning-gym ones, every distinct row of a file)")
-    val_size: int = Field(512, ge=1, description="held-out validation prompts (disjoint from the training pool)")
+    val_size: int | None = Field(
+        None, ge=1, description="held-out validation prompts, disjoint from the training pool (none: 512; for a file, "
+                                "a tenth of its distinct rows, at least 1, at most 512)")
     seed: int = Field(0, description="seed of the task generator / split")
     options: dict[str, Any] = Field(
         default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
@@ -96,6 +107,10 @@ class TaskConfig(_Section):
             raise ValueError(f"weights must each be positive and finite, got {self.weights}")
         if self.answer_marker is not None and not self.answer_marker.strip():
             raise ValueError("answer_marker must not be empty")
+        unknown = sorted(set(self.columns) - set(COLUMN_ROLES))
+        if unknown:
+            raise ValueError(f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "
+                             f"{{prompt: <column>, answer: <column>}})")
         return self
 
 
@@ -108,6 +123,20 @@ class RewardConfig(_Section):
     partial_credit: bool = Field(False, description="a failing completion earns fail_value + score * (pass_value - "
                                                    "fail_value) instead of fail_value")
     slow_s: float = Field(1.0, gt=0, description="a check slower than this (or timed out) counts in train/reward_slow")
+    function: str | None = Field(
+        None, description="a custom reward with TRL's signature fn(prompts, completions, **columns) -> list[float | "
+                          "None], as '<module>:<name>' or '<path/to/file.py>:<name>'; alone (no weights) its value is "
+                          "the reward and a completion passes iff it reaches threshold")
+    weights: list[float] | None = Field(
+        None, description="[checker, function]: the reward is checker reward x weights[0] + function value x "
+                          "weights[1], and passing stays the checker's (none: the function alone)")
+
+    @model_validator(mode="after")
+    def _weights_need_function(self) -> RewardConfig:
+        if self.weights is not None and (self.function is None or len(self.weights) != 2):
+            raise ValueError(f"weights = {self.weights}: expected [checker weight, function weight] beside a "
+                             f"reward.function")
+        return self
 
 
 # ---------------------------------------------------------------- rollout / length control
@@ -287,8 +316,9 @@ class EvalConfig(_Section):
     count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
                        "run.max_steps is small: one per step at most)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
-    prompts: int = Field(512, ge=1, description="validation prompts (<= task.val_size); 512 x 4 samples keep the "
-                         "default run's sampling error (val/pass_rate_se) under 0.01")
+    prompts: int | None = Field(
+        None, ge=1, description="validation prompts (<= task.val_size; none: the validation set, at most 512); 512 x 4 "
+                                "samples keep the default run's sampling error (val/pass_rate_se) under 0.01")
     samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
@@ -302,6 +332,11 @@ class EvalConfig(_Section):
         if isinstance(data, dict) and "every" in data and "schedule" not in data:
             data = {**data, "schedule": "linear"}
         return data
+
+    def prompts_for(self, val_size: int) -> int:
+        """Validation prompts evaluated when the task holds out `val_size`: `prompts`, else
+        `min(val_size, DEFAULT_VAL_SIZE)`."""
+        return self.prompts if self.prompts is not None else min(val_size, DEFAULT_VAL_SIZE)
 
     def steps(self, max_steps: int) -> list[int]:
         """The optimizer steps evaluated after step 0 (the last step always is)."""
@@ -385,7 +420,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _eval_within_val(self) -> Config:
-        if self.eval.prompts > self.task.val_size:
+        if None not in (self.eval.prompts, self.task.val_size) and self.eval.prompts > self.task.val_size:
             raise ValueError(f"eval.prompts ({self.eval.prompts}) must be <= task.val_size ({self.task.val_size})")
         return self
 
@@ -453,6 +488,75 @@ def _all_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
     return out
 
 
+# Key names of TRL's GRPOConfig (and transformers' TrainingArguments) and of verl's ppo_trainer
+# config, with the scalerl key that does the same (docs/training.md, "Coming from TRL or verl").
+# A note says where the two differ. Looked up by the whole dotted key, then by its last part.
+FOREIGN_KEYS: dict[str, tuple[str, str]] = {
+    # TRL
+    "learning_rate": ("optim.lr", ""),
+    "beta": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
+    "max_completion_length": ("rollout.max_new_tokens", ""),
+    "max_prompt_length": ("task.max_prompt_tokens", ""),
+    "num_generations": ("batch.generations", ""),
+    "temperature": ("rollout.temperature", ""),
+    "top_p": ("rollout.top_p", ""),
+    "per_device_train_batch_size": ("batch.prompts", "TRL counts completions, scalerl prompts: "
+                                                     "batch.prompts = completions / batch.generations"),
+    "generation_batch_size": ("batch.prompts", "prompts x batch.generations completions per step"),
+    "eval_steps": ("eval.every", ""),
+    "eval.steps": ("eval.every", ""),
+    "max_steps": ("run.max_steps", ""),
+    "seed": ("run.seed", ""),
+    "save_steps": ("run.checkpoint_every", ""),
+    "warmup_steps": ("optim.warmup_steps", ""),
+    "weight_decay": ("optim.weight_decay", ""),
+    "max_grad_norm": ("optim.grad_clip", ""),
+    "adam_epsilon": ("optim.eps", ""),
+    "adam_beta1": ("optim.betas", "a pair, [beta1, beta2]"),
+    "adam_beta2": ("optim.betas", "a pair, [beta1, beta2]"),
+    "epsilon": ("loss.eps_low", "a field of loss.type=ppo_clip"),
+    "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
+    "reward_funcs": ("reward.function", "<module>:<name> or <path/to/file.py>:<name>"),
+    "reward_weights": ("reward.weights", "[checker, function]"),
+    "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
+    "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
+    # verl
+    "actor_rollout_ref.actor.optim.lr": ("optim.lr", ""),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": ("optim.warmup_steps", ""),
+    "actor_rollout_ref.actor.optim.weight_decay": ("optim.weight_decay", ""),
+    "actor_rollout_ref.actor.grad_clip": ("optim.grad_clip", ""),
+    "actor_rollout_ref.actor.kl_loss_coef": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.actor.clip_ratio_low": ("loss.eps_low", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.actor.clip_ratio_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
+    "actor_rollout_ref.rollout.n": ("batch.generations", ""),
+    "actor_rollout_ref.rollout.temperature": ("rollout.temperature", ""),
+    "actor_rollout_ref.rollout.top_p": ("rollout.top_p", ""),
+    "actor_rollout_ref.model.path": ("model.name", ""),
+    "algorithm.kl_ctrl.kl_coef": ("loss.kl_beta", "a KL penalty in the loss, a field of loss.type=ppo_clip"),
+    "data.train_files": ("task.path", "with task.name=file"),
+    "data.train_batch_size": ("batch.prompts", ""),
+    "data.max_prompt_length": ("task.max_prompt_tokens", ""),
+    "data.max_response_length": ("rollout.max_new_tokens", ""),
+    "data.prompt_key": ("task.columns", "{prompt: <column>}"),
+    "trainer.total_training_steps": ("run.max_steps", ""),
+    "trainer.save_freq": ("run.checkpoint_every", ""),
+    "trainer.test_freq": ("eval.every", ""),
+}
+
+
+_VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer")
+
+
+def foreign_key(path: str) -> str | None:
+    """"verl's name; in scalerl it is <key> (<note>)" for a TRL or verl key (`FOREIGN_KEYS`); None if unknown."""
+    found = FOREIGN_KEYS.get(path) or FOREIGN_KEYS.get(path.rsplit(".", 1)[-1])
+    if found is None:
+        return None
+    key, note = found
+    origin = "verl" if path.split(".", 1)[0] in _VERL_SECTIONS else "TRL"
+    return f"{origin}'s name; in scalerl it is {key}" + (f" ({note})" if note else "")
+
+
 def _suggest(path: str) -> str:
     candidates = _all_paths(Config)
     leaf = path.rsplit(".", 1)[-1]
@@ -462,7 +566,11 @@ def _suggest(path: str) -> str:
     return f" (did you mean {', '.join(repr(f) for f in found)}?)" if found else ""
 
 
-def _unknown_key(path: str, cls: type[BaseModel], source: str) -> ScaleRLError:
+def _unknown_key(path: str, cls: type[BaseModel], source: str, value: Any = None) -> ScaleRLError:
+    for key in [path, *_leaf_keys(value, path + ".")]:   # a nested verl key is unknown at its first part
+        ours = foreign_key(key)
+        if ours is not None:
+            return ScaleRLError(f"{source}: unknown config key '{key}': {ours}")
     parent = path.rsplit(".", 1)[0] if "." in path else ""
     if "type" in cls.model_fields and parent:
         owners = [tag for tag, var in (_variants(_parent_annotation(parent)) or {}).items()
@@ -505,7 +613,7 @@ def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: st
     for key, value in patch.items():
         path = f"{prefix}{key}"
         if key not in cls.model_fields:
-            raise _unknown_key(path, cls, source)
+            raise _unknown_key(path, cls, source, value)
         annotation = cls.model_fields[key].annotation
         variants, section = _variants(annotation), _section(annotation)
         if variants is not None:

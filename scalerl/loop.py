@@ -269,6 +269,7 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     torch.set_num_threads(threads.train)
     torch.manual_seed(cfg.run.seed)
     comps = comps or build_components(cfg, device)
+    _report_split(cfg, comps.task)
     comps.model.train()
     tr = Trainer(cfg, comps, Path(run_dir))
     threads.eval = eval_threads(cfg, threads, tr.meter.n_params, device)
@@ -284,6 +285,14 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
         mode.close()
         metrics.close()
     return tr
+
+
+def _report_split(cfg: Config, task) -> None:
+    """One line when a file's validation split is its default share (`task.val_size` unset)."""
+    if cfg.task.name == "file" and cfg.task.val_size is None:
+        print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
+              f"tenth of the distinct rows, at most 384; task.val_size sets it); evaluation: "
+              f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples")
 
 
 def eval_rows(run_dir) -> list[dict]:
@@ -349,11 +358,12 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
 
 
 def _check_rewards(mb, step: int) -> None:
-    """Stop when the checker failed on every answer of a batch: nothing could ever pass."""
+    """Stop when the reward (the checker, or reward.function) failed on every answer of a batch:
+    nothing could ever pass."""
     errors = [s.error for g in mb.groups for s in g.scores]
     if errors and all(e is not None for e in errors):
-        raise ScaleRLError(f"step {step}: the answer checker failed on all {len(errors)} answers of the batch "
-                           f"(first error: {errors[0]}); fix the checker or the dataset's answers")
+        raise ScaleRLError(f"step {step}: the reward failed on all {len(errors)} answers of the batch (first error: "
+                           f"{errors[0]}); fix the checker, reward.function or the dataset's answers")
 
 
 def _observer(tr: Trainer, mode) -> Callable:
@@ -396,7 +406,8 @@ class Stages:
         from tqdm import tqdm
 
         self.tr, self.cfg, self.mode, self.metrics, self.eval_gen, self.threads = tr, tr.cfg, mode, metrics, eval_gen, threads
-        self.val_prompts = tr.comps.task.val_prompts(tr.cfg.eval.prompts)
+        task = tr.comps.task
+        self.val_prompts = task.val_prompts(tr.cfg.eval.prompts_for(task.val_size))
         self.eval_steps = set(tr.cfg.eval.steps(tr.cfg.run.max_steps))
         self.bar = tqdm(total=tr.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}

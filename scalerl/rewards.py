@@ -1,6 +1,7 @@
 """Rewards: run a task's checker on a completion and return its `Score` (reward, passed, error, slow).
 
-`RewardFn(task, cfg)(prompt, completion) -> Score` never raises and leaves the completion as it is. A task exposes `checker`, a picklable
+`RewardFn(task, cfg)(prompt, completion) -> Score` never raises on a checker error (a completion that is
+not a `Completion` is a TypeError) and leaves the completion as it is. A task exposes `checker`, a picklable
 `(completion_text, prompt) -> score` (a bool, or a float in [0, 1]), and `isolate_checker`:
 - built-in tasks (exact match, bounded work) and reasoning-gym tasks run inline;
 - user maths data runs `math-verify` (parse + verify). Its own timeouts use signals, which
@@ -13,6 +14,9 @@ A completion passes iff its score reaches `cfg.threshold` (default 1.0); with
 or times out scores `cfg.fail_value` and records the error in the score (`Score.error`; the run's
 `train/reward_errors` counts them per step); a check slower than `cfg.slow_s` (or timed out) sets
 `Score.slow`.
+
+`cfg.function` adds a user's reward function (TRL's signature), alone or weighted beside the
+checker (`RewardFn`, `scalerl.custom_reward`).
 
 The checker reads the answer only (`answer_section`): the text after the last `</think>` by
 default, or after a configurable marker (`task.answer_marker`: `Answer:`, or an opening tag
@@ -189,16 +193,55 @@ class CheckerPool:
 
 class RewardFn:
     """`(prompt, completion) -> Score`; thread-safe. The run's metrics count errors and slow
-    checks per step from the scores (`group_stats`)."""
+    checks per step from the scores (`group_stats`).
+
+    With `cfg.function` (`scalerl.custom_reward`): without `cfg.weights` the function's value is
+    the reward and the completion passes iff it reaches `cfg.threshold` (None, or an error: it
+    scores `fail_value` and fails); with `cfg.weights = [w_checker, w_function]` the reward is
+    `w_checker * checker reward + w_function * value` (None: the checker's term only) and
+    passing stays the checker's."""
 
     def __init__(self, task, cfg, pool_size: int = 2):
+        from scalerl.custom_reward import CustomReward
+
         self.task = task
         self.cfg = cfg
+        self.custom = CustomReward(cfg.function) if cfg.function else None
         self._pool_size = pool_size
         self._pool: CheckerPool | None = None
         self._lock = threading.Lock()
 
     def __call__(self, prompt: Prompt, completion: Completion) -> Score:
+        if not isinstance(completion, Completion):
+            raise TypeError(f"RewardFn(prompt, completion): expected a scalerl.types.Completion, got "
+                            f"{type(completion).__name__} (wrap text as Completion(..., text=...))")
+        if self.custom is None:
+            return self._checked(prompt, completion)
+        if self.cfg.weights is None:
+            return self._custom_alone(prompt, completion)
+        return self._custom_beside(prompt, completion)
+
+    def _custom_alone(self, prompt: Prompt, completion: Completion) -> Score:
+        try:
+            value = self.custom(prompt, completion.text)
+        except RuntimeError as e:
+            return Score(self.cfg.fail_value, False, str(e))
+        if value is None:
+            return Score(self.cfg.fail_value, False)
+        return Score(value, value >= self.cfg.threshold)
+
+    def _custom_beside(self, prompt: Prompt, completion: Completion) -> Score:
+        checked = self._checked(prompt, completion)
+        w_checker, w_function = self.cfg.weights
+        try:
+            value, error = self.custom(prompt, completion.text), None
+        except RuntimeError as e:
+            value, error = None, str(e)
+        reward = w_checker * checked.reward + (w_function * value if value is not None else 0.0)
+        return dataclasses.replace(checked, reward=reward, error=checked.error or error)
+
+    def _checked(self, prompt: Prompt, completion: Completion) -> Score:
+        """The task's checker on `completion`: pass/fail (or partial credit) as a Score."""
         score, error, seconds = 0.0, None, 0.0
         try:
             result, seconds = self._check(completion.text, prompt)

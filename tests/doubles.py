@@ -117,6 +117,7 @@ class FakeTask:
 
     name = "fake"
     train_size = 1024
+    val_size = 384
     isolate_checker = False
 
     def __len__(self) -> int:

@@ -145,8 +145,10 @@ def test_overrides_are_validated_together_in_any_order():
     for order in (["task.val_size=128", "eval.prompts=128"], ["eval.prompts=128", "task.val_size=128"]):
         cfg = load_config("scalerl", overrides=order)
         assert (cfg.task.val_size, cfg.eval.prompts) == (128, 128)
-    with pytest.raises(ScaleRLError, match=r"^--set task.val_size=100: eval.prompts \(512\) must be <= task.val_size \(100\)$"):
-        load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])
+    cfg = load_config("scalerl", overrides=["loss.eps_max=6", "task.val_size=100"])   # eval.prompts follows it
+    assert cfg.eval.prompts is None and cfg.eval.prompts_for(100) == 100
+    with pytest.raises(ScaleRLError, match=r"^--set eval.prompts=101: eval.prompts \(101\) must be <= task.val_size \(100\)$"):
+        load_config("scalerl", overrides=["task.val_size=100", "eval.prompts=101"])
     with pytest.raises(ScaleRLError, match=r"^--set rollout.length.think_min=500: .*think_min \(500\) must be <= think_max"):
         load_config("scalerl", overrides=["rollout.length.think_min=500", "batch.prompts=4"])
 
@@ -162,3 +164,39 @@ def test_model_dependent_profile_fills_only_keys_the_user_left():
     pen = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum",
                                             "rollout.length.type=penalty"])
     assert pen.rollout.length.type == "penalty" and pen.rollout.max_new_tokens == 64
+
+
+# ---------------------------------------------------------------- TRL and verl key names
+@pytest.mark.parametrize("typed,ours", [
+    ("beta", "loss.kl_beta"), ("max_completion_length", "rollout.max_new_tokens"), ("learning_rate", "optim.lr"),
+    ("eval.steps", "eval.every"), ("eval_steps", "eval.every"), ("num_generations", "batch.generations"),
+    ("temperature", "rollout.temperature"), ("per_device_train_batch_size", "batch.prompts"),
+    ("actor_rollout_ref.actor.optim.lr", "optim.lr"), ("data.max_response_length", "rollout.max_new_tokens"),
+    ("actor_rollout_ref.rollout.n", "batch.generations"), ("algorithm.kl_ctrl.kl_coef", "loss.kl_beta"),
+])
+def test_trl_and_verl_names_get_the_scalerl_key(typed, ours):
+    origin = "verl" if typed.split(".")[0] in ("actor_rollout_ref", "algorithm", "data") else "TRL"
+    with pytest.raises(ScaleRLError, match=rf"^--set {typed}=3: unknown config key '{typed}': {origin}'s name; in "
+                                           rf"scalerl it is {ours}( \(|$)"):
+        load_config("scalerl", overrides=[f"{typed}=3"])
+
+
+def test_verl_nested_yaml_keys_get_the_scalerl_key(tmp_path):
+    f = tmp_path / "verl.yaml"
+    f.write_text("actor_rollout_ref:\n  rollout:\n    n: 8\n")
+    with pytest.raises(ScaleRLError, match=r"unknown config key 'actor_rollout_ref.rollout.n': verl's name; in "
+                                           r"scalerl it is batch.generations$"):
+        load_config(None, f)
+
+
+def test_the_docs_table_is_the_code_table():
+    from pathlib import Path
+
+    from scalerl.config import FOREIGN_KEYS, _all_paths
+
+    text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
+    section = text.split("## Coming from TRL or verl", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| `")]
+    assert {r[0]: r[1] for r in rows} == {k: v for k, (v, _) in FOREIGN_KEYS.items()}
+    assert set(v for v, _ in FOREIGN_KEYS.values()) <= set(_all_paths(Config)) | {"loss.type", "task.columns"}

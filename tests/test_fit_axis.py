@@ -69,3 +69,17 @@ def test_fits_use_flops_not_device_hours(tmp_path):
     # the study report, default x, on the same run: the same axis
     r = fit_run("scalerl", 0, tmp_path / "run", "compute/flops", 0.1, n_bootstrap=0)
     assert r.fit.C_mid == pytest.approx(1e12, rel=0.05) and abs(r.half["error"]) < 0.01
+
+
+def test_a_metrics_file_inside_a_run_directory_fits_the_directorys_axis(tmp_path):
+    from scalerl.scaling.sources import read_run
+
+    flops, hours, y = [1e10, 2e10, 4e10], [0.5, 0.7, 0.9], [0.1, 0.2, 0.3]
+    _write(tmp_path / "run", flops, hours, y)
+    (tmp_path / "run" / "config.yaml").write_text("recipe: scalerl\n")
+    for path in (tmp_path / "run", tmp_path / "run" / "metrics.jsonl"):
+        s = read_run(path, y="val/pass_rate")
+        assert (s.x_name, s.x.tolist()) == ("compute/flops", flops)
+    _write(tmp_path / "loose", flops, hours, y)              # no config.yaml: not a scalerl run directory
+    s = read_run(tmp_path / "loose" / "metrics.jsonl", y="val/pass_rate")
+    assert (s.x_name, s.x.tolist()) == ("compute/device_hours", hours)

@@ -44,6 +44,7 @@ class _TwoPrompts:
     """A task with two training prompts, drawn over and over (ids repeat)."""
 
     name = "two"
+    val_size = 384
 
     def __len__(self) -> int:
         return 2
@@ -83,7 +84,7 @@ def test_a_batch_whose_every_check_failed_stops_the_run_naming_the_error(tmp_pat
         return Score(-1.0, False, error="AssertionError: daemonic processes are not allowed to have children")
 
     comps.reward_fn = broken_checker
-    with pytest.raises(ScaleRLError, match=r"step 1: the answer checker failed on all 8 answers.*daemonic"):
+    with pytest.raises(ScaleRLError, match=r"step 1: the reward failed on all 8 answers.*daemonic"):
         train(cfg, tmp_path, comps=comps, progress=False)
 
 

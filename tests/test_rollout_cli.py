@@ -12,6 +12,7 @@ from scalerl.types import Prompt, Score
 
 class FakeTask:
     name = "echo"
+    answer_marker = "</think>"
 
     def val_prompts(self, n):
         return [Prompt(id=f"v{i}", text=f"{i}+{i}=", answer=str(2 * i)) for i in range(n)]
@@ -48,7 +49,10 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "scalerl.models", types.SimpleNamespace(load_model=load_model))
     monkeypatch.setitem(sys.modules, "scalerl.tasks", types.SimpleNamespace(get_task=get_task))
-    monkeypatch.setitem(sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward))
+    from scalerl.rewards import answer_section
+
+    monkeypatch.setitem(sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward,
+                                                                               answer_section=answer_section))
     rc = main(["generate", "--model", "m", "--task", "echo", "--n", "3", "--prompts", "2", "--greedy",
                "--set", "rollout.max_new_tokens=6", "--set", "rollout.length.type=none",
                "--set", "reward.fail_value=0"])
@@ -88,3 +92,21 @@ def test_train_refuses_an_interruption_budget_that_cuts_the_answer(tmp_path):
             "rollout.max_new_tokens (160)") in lines[0]
     metrics = run / "metrics.jsonl"
     assert not metrics.exists() or metrics.read_text() == ""  # refused before the step-0 evaluation
+
+
+def test_generate_says_no_answer_apart_from_wrong_answer():
+    from scalerl.commands.generate import format_samples, format_summary
+    from scalerl.types import Completion
+
+    def completion(text):
+        return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[1, 2], logprobs=[], versions=[],
+                          text=text, finish_reason="eos")
+
+    texts = ["<think>1+1</think>2", "<think>1+1</think>3", "<think>1+1 is"]
+    answered = [True, True, False]                       # the last has no '</think>': no answer section
+    scores = [Score(1.0, True), Score(-1.0, False), Score(-1.0, False)]
+    out = format_samples([Prompt("p", "1+1=", "2")], [completion(t) for t in texts], scores, 3, answered)
+    marks = [line.split("  ")[0] for line in out.splitlines() if line.startswith("--- ")]
+    assert marks == ["--- PASS reward +1", "--- fail (wrong answer) reward -1", "--- fail (no answer found) reward -1"]
+    summary = format_summary([completion(t) for t in texts], scores, 1.0, "m", "t", answered)
+    assert "pass rate 0.333 over 3 completions" in summary and "no answer found in 33.3%" in summary

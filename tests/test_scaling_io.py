@@ -12,6 +12,7 @@ import pytest
 from scalerl.cli import main
 from scalerl.errors import ScaleRLError
 from scalerl.scaling import read_metrics
+from scalerl.scaling.sources import Compute, read_run
 
 X, Y = "compute/device_hours", "val/pass_rate"
 
@@ -51,7 +52,7 @@ def test_csv_and_wandb_export(tmp_path):
     f = tmp_path / "plain.csv"
     f.write_text("hours,acc\n10,0.3\n20,\n5,0.2\n")
     x, y, warns = read_metrics(f, "hours", "acc")
-    assert list(x) == [5, 10] and list(y) == [0.2, 0.3] and "skipped 1" in warns[0]
+    assert list(x) == [5, 10] and list(y) == [0.2, 0.3] and warns == []    # row 20 lacks acc: not a skip
     w = tmp_path / "wandb.csv"
     w.write_text('Step,"run-a - eval/acc","run-a - eval/acc__MIN","run-a - eval/acc__MAX"\n'
                  "1,0.1,0.05,0.15\n2,0.2,0.1,0.3\n")
@@ -183,3 +184,13 @@ def test_demo_writes_outputs(tmp_path, capsys):
     fits = json.loads((tmp_path / "fit.json").read_text())
     assert math.isclose(fits["fit_to_16k"]["A"], 0.61, abs_tol=0.02)  # the example's Table 1 ceiling
     assert (tmp_path / "forecast.png").stat().st_size < 200_000
+
+
+def test_sparse_csv_columns_warn_only_for_present_but_invalid_values(tmp_path):
+    f = tmp_path / "trl.csv"                  # TRL / W&B: loss every step, eval accuracy every third
+    f.write_text("step,loss,eval_acc\n1,0.9,\n2,0.8,\n3,0.7,0.25\n4,0.6,\n5,0.5,\n6,0.4,0.5\n7,0.3,n/a\n")
+    x, y, warns = read_metrics(f, "step", "eval_acc")
+    assert list(x) == [3, 6] and list(y) == [0.25, 0.5]
+    assert warns == [f"{f}: skipped 1 row(s) with a missing or non-finite 'step' or 'eval_acc'"]   # the n/a
+    s = read_run(f, y="eval_acc", compute=Compute("steps", per_step=2.0))
+    assert list(s.x) == [6.0, 12.0] and s.warnings == [f"{f}: skipped 1 row(s) with a missing or non-finite 'eval_acc'"]

@@ -225,3 +225,21 @@ def test_evaluation_engine_decodes_the_trained_weights(dtype):
     assert [c.tokens for c in after] == [c.tokens for c in fresh]
     assert [c.logprobs for c in after] == [c.logprobs for c in fresh]
     assert [c.logprobs for c in after] != [c.logprobs for c in before]  # the step changed the policy
+
+
+def test_no_deprecated_cache_argument_reaches_transformers():
+    """The trainer's shared-prompt forward and the engine pass the KV cache under the name the
+    installed transformers takes: no `past_key_values` FutureWarning on any run."""
+    import warnings
+
+    from scalerl.rollout import Engine
+
+    model, tok = load_model("tiny-random")
+    cfg = load_config("scalerl", overrides=["rollout.max_new_tokens=6", "rollout.length.type=none"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            completion_logprobs(model, collate(_groups(seed=2), pad_id=0), temperature=1.0, fp32_head=True,
+                                share_prompt=True)
+        Engine(model, tok, cfg.rollout, seed=0).generate([Prompt("p", "a1b2+a3b4=", "")], 2)
+    assert [str(w.message) for w in caught if "past_key_values" in str(w.message)] == []

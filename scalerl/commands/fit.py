@@ -19,8 +19,8 @@ def add_reading_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="preset", choices=PRESETS, default=None,
                    help="the framework that wrote the logs: picks its validation metric, steps, wall time, tokens")
     p.add_argument("--x", default=None,
-                   help="compute column (default: compute/flops for a scalerl run directory, the axis `scalerl "
-                        "train` fits; compute/device_hours otherwise; or derived with --compute)")
+                   help="compute column (default: compute/flops for a scalerl run directory or the metrics.jsonl in "
+                        "one, the axis `scalerl train` fits; compute/device_hours otherwise; or derived with --compute)")
     p.add_argument("--y", default=None, help="metric column (default: val/pass_rate, or the --from preset's)")
     p.add_argument("--compute", choices=["wall", "tokens", "steps"], default=None,
                    help="derive compute: wall (device-hours, with --devices), tokens (FLOPs, with --params), "

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.models import load_model
     from scalerl.rollout import Engine
     from scalerl.tasks import get_task
-    from scalerl.rewards import RewardFn
+    from scalerl.rewards import RewardFn, answer_section
 
     if args.n < 1 or args.prompts < 1:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
@@ -53,27 +53,32 @@ def run(args: argparse.Namespace) -> int:
         scores = [reward(by_prompt[c.prompt_id], c) for c in completions]
     finally:
         reward.close()
-    print(format_samples(prompts, completions, scores, args.n))
-    print(format_summary(completions, scores, seconds, cfg.model.name, task.name))
+    answered = [answer_section(c.text, task.answer_marker) is not None for c in completions]
+    wrong = "wrong answer" if cfg.reward.function is None else "scored below reward.threshold"
+    print(format_samples(prompts, completions, scores, args.n, answered, wrong))
+    print(format_summary(completions, scores, seconds, cfg.model.name, task.name, answered))
     return 0
 
 
-def format_samples(prompts, completions, scores, n: int) -> str:
+def format_samples(prompts, completions, scores, n: int, answered: list[bool], wrong: str = "wrong answer") -> str:
+    """Each prompt and its samples: PASS, or fail with why (no answer section found, or `wrong`)."""
     lines = []
     for i, prompt in enumerate(prompts):
         lines.append(f"=== {prompt.id}  (answer {prompt.answer!r})\n{prompt.text}")
-        for c, s in zip(completions[i * n : (i + 1) * n], scores[i * n : (i + 1) * n]):
-            mark = "PASS" if s.passed else "fail"
+        part = slice(i * n, (i + 1) * n)
+        for c, s, has in zip(completions[part], scores[part], answered[part]):
+            mark = "PASS" if s.passed else f"fail ({wrong})" if has else "fail (no answer found)"
             extra = f"  checker error: {s.error}" if s.error else ""
             lines.append(f"--- {mark} reward {s.reward:+g}  {c.finish_reason}, {len(c.tokens)} tokens{extra}\n{c.text}")
     return "\n".join(lines)
 
 
-def format_summary(completions, scores, seconds: float, model: str, task: str) -> str:
+def format_summary(completions, scores, seconds: float, model: str, task: str, answered: list[bool]) -> str:
     k = len(completions)
+    missing = 1 - sum(answered) / k
     tokens = sum(len(c.tokens) for c in completions)
     rate = sum(s.passed for s in scores) / k
     cut = sum(c.truncated for c in completions) / k
     interrupted = sum(c.interrupted for c in completions) / k
     return (f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "
-            f"truncated {cut:.1%}, interrupted {interrupted:.1%}; {tokens / seconds:.0f} tokens/s")
+            f"no answer found in {missing:.1%}; truncated {cut:.1%}, interrupted {interrupted:.1%}; {tokens / seconds:.0f} tokens/s")

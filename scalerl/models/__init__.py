@@ -179,6 +179,14 @@ def checkpoint_dir(name: str) -> Path:
     )
 
 
+def cache_kwarg(module) -> str:
+    """The name under which `module`'s forward takes a KV cache: `cache` from transformers 5.x
+    (whose `past_key_values` warns a FutureWarning on every call), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 def compute_dtype(model_cfg) -> str:
     """The trunk's compute dtype for a `ModelConfig`: `compute_dtype`, with 'auto' resolved to bf16
     on a CUDA device that computes in bf16 and to fp32 elsewhere (a CPU without native bf16

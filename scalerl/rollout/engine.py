@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from scalerl.config import InterruptConfig, RolloutConfig
 from scalerl.errors import ScaleRLError
+from scalerl.models import cache_kwarg
 from scalerl.rollout.cache import SlotCache
 from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.rollout.sampling import sample
@@ -115,6 +116,7 @@ class Engine:
         self.model, self.tokenizer, self.cfg, self.seed = model.eval(), tokenizer, cfg, seed
         self.greedy = greedy or cfg.temperature < GREEDY_BELOW
         self.base = model.base_model
+        self._cache_kw = cache_kwarg(self.base)      # `cache` or, before transformers 5, `past_key_values`
         head = model.get_output_embeddings()
         self._head = head
         self.device = head.weight.device
@@ -386,7 +388,7 @@ class Engine:
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         positions = (p + torch.arange(length, device=self.device))[None].expand(g, length)
         self.base(input_ids=torch.tensor(suffixes, device=self.device), attention_mask=mask[None, None].expand(g, 1, -1, -1),
-                  position_ids=positions, past_key_values=src, use_cache=True)
+                  position_ids=positions, use_cache=True, **{self._cache_kw: src})
         src.write = p + length
         return src
 
@@ -402,8 +404,8 @@ class Engine:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         src = SlotCache(self._n_layers, k, self._kv_heads, self._head_dim, width, self.dtype, self.device)
-        self.base(input_ids=ids, attention_mask=mask[:, None], position_ids=positions,
-                  past_key_values=src, use_cache=True)
+        self.base(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, use_cache=True,
+                  **{self._cache_kw: src})
         src.write = width
         return src
 
@@ -412,7 +414,7 @@ class Engine:
         cache.reserve(1, state.active)
         cache.start = torch.where(state.active, cache.start, cache.write)  # idle rows see only themselves
         out = self.base(input_ids=state.next_input[:, None], attention_mask=cache.decode_mask(self.dtype),
-                        position_ids=state.pos[:, None], past_key_values=cache, use_cache=True)
+                        position_ids=state.pos[:, None], use_cache=True, **{self._cache_kw: cache})
         cache.write += 1
         tokens, logprobs = sample(self._logits(out.last_hidden_state[:, -1]), self.cfg.temperature,
                                   self.cfg.top_p, self._gen, self.greedy)

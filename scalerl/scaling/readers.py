@@ -10,8 +10,10 @@
   another kind of row (a train row beside eval rows) and is ignored silently; a row with the key
   but a null / NaN / inf / non-numeric value is skipped and counted in a warning.
 - CSV: a header row. A W&B export names its columns `<run> - <metric>` (plus `__MIN`/`__MAX`);
-  `y="<metric>"` selects the one `... - <metric>` column when that is unambiguous. Empty cells
-  count as missing values.
+  `y="<metric>"` selects the one `... - <metric>` column when that is unambiguous. An empty cell
+  is a metric the row lacks (sparse columns are normal in W&B and TRL exports): the row is
+  ignored silently for that metric; a cell that holds something other than a finite number is
+  skipped and counted in a warning.
 - TensorBoard: scalars via `event_accumulator`; x is `step` or another scalar tag joined on step.
 
     read_table(path) -> Table(path, rows, columns, warnings)
@@ -165,8 +167,9 @@ def _csv_rows(path: Path) -> tuple[list[dict], list[str]]:
     with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: spreadsheets write a BOM
         reader = csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
         columns = list(reader.fieldnames or [])
-        # an empty cell is a missing value (W&B leaves cells empty where a run did not log)
-        rows = [{k: (None if v == "" else v) for k, v in r.items()} for r in reader]
+        # an empty cell is a metric the row lacks (W&B and TRL leave cells empty where nothing was
+        # logged): left out of the row, as a JSONL row leaves out a key, so it is never "skipped"
+        rows = [{k: v for k, v in r.items() if v not in ("", None)} for r in reader]
     if not rows:
         raise ScaleRLError(f"{path}: the file has a header but no rows")
     return rows, columns

@@ -139,12 +139,15 @@ class Series:
 
 def default_x(path: str | Path) -> str:
     """The compute column when neither --x nor --from names one: a scalerl run directory's own fit
-    axis (`compute/flops`, the one `scalerl train` fits, so both give the same numbers), otherwise
+    axis (`compute/flops`, the one `scalerl train` fits, so both give the same numbers), for the
+    directory and for the metrics.jsonl inside it (a `config.yaml` beside it), otherwise
     `compute/device_hours` (the paper's GPU-hours)."""
     from scalerl.run.metrics import METRICS_FILE   # torch-free, as this module must stay
     from scalerl.run.rundir import CONFIG_FILE
 
     p = Path(path)
+    if p.is_file() and p.name == METRICS_FILE:
+        p = p.parent
     if p.is_dir() and (p / CONFIG_FILE).is_file() and (p / METRICS_FILE).is_file():
         return PRESETS["scalerl"].x
     return "compute/device_hours"

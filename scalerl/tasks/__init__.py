@@ -3,11 +3,12 @@
 `get_task(cfg, tokenizer) -> Task`, or `task_for_run(cfg, tokenizer, model)` for a training run
 (the run's batch size, prompt-length limit and thinking format applied):
   arith, arith-easy, arith-<D>, arith-<K>x<D>   built-in addition (see `scalerl.tasks.arith`)
-  file (with `cfg.path`)                        a user JSONL/JSON/CSV/parquet dataset (`scalerl.tasks.files`)
+  file (with `cfg.path`)                        a user dataset: JSONL/JSON/CSV/parquet, save_to_disk, Hub (`scalerl.tasks.files`)
   rg:<dataset>, rg:<a>,<b>,...                  reasoning-gym datasets and weighted mixes (`scalerl.tasks.rg`)
 Every task is a finite training pool: `len(task)` prompts (`task.train_size`), read by index
 with `train_prompt(index)` for 0 <= index < len(task) (stable ids; the curriculum sampler
-traverses them in a seeded order per epoch), and a disjoint validation set `val_prompts(n)`.
+traverses them in a seeded order per epoch), and a disjoint validation set of `val_size`
+prompts, `val_prompts(n)` for n <= val_size.
 `check(completion_text, prompt) -> bool` checks one answer inline; for `RewardFn`, `checker`
 is a picklable `(completion_text, prompt) -> score` (bool or a float in [0, 1]) and
 `isolate_checker` says whether it must run in a worker process. Checkers read the answer
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from scalerl.config import DEFAULT_VAL_SIZE
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of the built-in tasks by default
 from scalerl.tasks.pool import PromptLimit
@@ -33,6 +35,8 @@ BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>")
 class Task(Protocol):
     name: str
     train_size: int
+    val_size: int
+    answer_marker: str          # where the checker reads the answer (`scalerl.rewards.answer_section`)
     isolate_checker: bool
     checker: Callable[[str, Prompt], float]
 
@@ -51,17 +55,21 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
     marker = cfg.answer_marker
     if cfg.name == "file":
         if not cfg.path:
-            raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file)")
+            raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file, a folder saved "
+                               "by datasets' save_to_disk, or a Hub dataset id)")
         from scalerl.tasks.files import FileTask
 
         return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
-                        answer_marker=marker or "</think>", limit=limit, min_train=min_train)
+                        answer_marker=marker or "</think>", limit=limit, min_train=min_train, columns=cfg.columns)
+    if cfg.columns:
+        raise ScaleRLError(f"task.columns applies to task.name 'file', not {cfg.name!r}")
+    val_size = cfg.val_size or DEFAULT_VAL_SIZE
     if cfg.name.startswith("rg:"):
         from scalerl.tasks.rg import ANSWER_TAG, RgTask
         from scalerl.tasks.rg import DEFAULT_TRAIN_SIZE as RG_TRAIN_SIZE
 
         return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or RG_TRAIN_SIZE,
-                      val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
+                      val_size=val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
                       answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
                       shots=cfg.shots)
     if cfg.shots:
@@ -72,7 +80,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
         from scalerl.tasks.arith import ArithTask
 
         task = ArithTask(cfg.name, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
-                         answer_marker=marker or "</think>")
+                         answer_marker=marker or "</think>", val_size=val_size)
         if len(task) < min_train:
             raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
         return task

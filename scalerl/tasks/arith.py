@@ -216,11 +216,13 @@ class ArithTask:
     isolate_checker = False     # bounded work: `checker` runs inline in the calling thread
 
     def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None, train_size: int = DEFAULT_TRAIN_SIZE,
-                 answer_marker: str = THINK_CLOSE):
+                 answer_marker: str = THINK_CLOSE, val_size: int = 512):
         self.name = name
         self.seed = seed
+        self.val_size = val_size    # validation prompts evaluated by default; val_prompts draws any number
         self.mix = parse_mix(name)
         self.train_size = train_size
+        self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_check, marker=answer_marker)
         self._template = _chat_wrapper(tokenizer)
 

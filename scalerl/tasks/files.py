@@ -1,20 +1,28 @@
-"""User datasets: JSONL, JSON, CSV or parquet files of `prompt`/`answer` (or `problem`/`answer`) rows.
+"""User datasets: JSONL, JSON, CSV or parquet files, folders saved by `datasets`' `save_to_disk`,
+or Hugging Face Hub ids, of `prompt`/`answer` (or `problem`/`answer`) rows, or the columns that
+`task.columns` names.
 
-Read line by line (JSONL), as one JSON array (.json), with `csv` or with `pyarrow.parquet`,
-so that every unreadable file is one `ScaleRLError` naming the file, the line and the problem
-(an empty file, bytes that are not UTF-8, a text file named .parquet, an invalid JSON line, a
-row that is not an object, a missing field). Each row becomes a `Prompt` whose id is
-`<file name>:<row>:<hash of content>` (stable while the file is unchanged). Instruct
-tokenizers (those with a chat template) get the question as a user turn with a generation
-prompt. Prompts that repeat a question are kept once and counted; prompts over the length
-limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split into training
-and validation by a hash of their content: the last `val_size` rows in hash order are held
-out, so the split does not depend on file order and the two parts never share a prompt; the
-training pool is the rest (or its first `train_size` in a seeded order). Answers are checked
-with `math-verify` on the answer section (`scalerl.rewards`, in a worker process).
+Files are read line by line (JSONL), as one JSON array (.json), with `csv` or with
+`pyarrow.parquet`, so that every unreadable file is one `ScaleRLError` naming the file, the line
+and the problem (an empty file, bytes that are not UTF-8, a text file named .parquet, an invalid
+JSON line, a row that is not an object, a missing field). A folder is read with
+`datasets.load_from_disk`, a path that is neither file nor folder with `datasets.load_dataset`
+(a DatasetDict: its `train` split). A prompt is text, or TRL's conversational form, a list of
+`{role, content}` messages. Each row becomes a `Prompt` whose id is `<file name>:<row>:<hash of
+content>` (stable while the file is unchanged) and whose `meta["columns"]` holds the row's other
+columns (custom rewards receive them). Instruct tokenizers (those with a chat template) get text
+as a user turn, messages as they are, with a generation prompt; without a template, messages are
+their contents, one per line. Prompts that repeat a question are kept once and counted; prompts
+over the length limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split
+into training and validation by a hash of their content: the last `val_size` rows in hash order
+are held out (unset: a tenth of the distinct rows, at least 1, at most 512), so the split does
+not depend on file order and the two parts never share a prompt; the training pool is the rest
+(or its first `train_size` in a seeded order). Answers are checked with `math-verify` on the
+answer section (`scalerl.rewards`, in a worker process).
 
 Departures from the paper:
-1. The paper holds out 1,000 prompts of Polaris-53k; here `task.val_size` rows of the file.
+1. The paper holds out 1,000 prompts of Polaris-53k; here `task.val_size` rows of the file, or a
+   tenth of them.
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ import functools
 import hashlib
 import json
 import random
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from scalerl.config import DEFAULT_VAL_SIZE
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
 from scalerl.rewards import THINK_CLOSE, math_verify_check
@@ -34,6 +45,7 @@ from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _QUESTION_FIELDS = ("prompt", "problem")
+VAL_FRACTION = 10          # a file without task.val_size holds out a tenth of its distinct rows
 
 
 def _lines(path: Path) -> list[tuple[int, str]]:
@@ -97,40 +109,123 @@ def _read_parquet(path: Path) -> list[dict]:
 
 
 _READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
-def read_rows(path: str) -> list[tuple[str, str]]:
-    """`(question, answer)` of every row; any problem is a `ScaleRLError` naming the file (and row)."""
+def _read_saved(path: Path) -> list[dict]:
+    """A folder written by `datasets`' `save_to_disk`: a Dataset, or a DatasetDict's `train` split."""
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except FileNotFoundError as e:
+        raise ScaleRLError(f"task.path {str(path)!r}: a folder, but not one saved by datasets' save_to_disk "
+                           f"({' '.join(str(e).split())[:200]})") from None
+    return _train_split(ds, str(path)).to_list()
+
+
+def _read_hub(name: str) -> list[dict]:
+    """The `train` split of a Hugging Face Hub dataset (`datasets.load_dataset`)."""
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(name)
+    except (ConnectionError, FileNotFoundError, ValueError) as e:
+        raise ScaleRLError(f"task.path {name!r}: no such file or folder, and not loadable as a Hugging Face Hub "
+                           f"dataset ({' '.join(str(e).split())[:200]})") from None
+    return _train_split(ds, name).to_list()
+
+
+def _train_split(ds, source: str):
+    if not hasattr(ds, "keys"):                          # a Dataset, not a DatasetDict
+        return ds
+    if "train" not in ds:
+        raise ScaleRLError(f"{source}: expected a 'train' split, found {', '.join(ds.keys())}")
+    return ds["train"]
+
+
+def read_records(path: str) -> list[dict]:
+    """Every row of `path` as a dict: a file by its suffix, a `save_to_disk` folder, else a Hub id."""
     p = Path(path)
+    if p.is_dir():
+        return _read_saved(p)
     if p.suffix.lower() not in _READERS:
-        raise ScaleRLError(f"task.path {path!r}: expected a {', '.join(_SUFFIXES)} file")
+        if not p.exists() and _HUB_ID.fullmatch(path):
+            return _read_hub(path)
+        raise ScaleRLError(f"task.path {path!r}: expected a {', '.join(_SUFFIXES)} file, a folder saved by "
+                           f"datasets' save_to_disk, or a Hugging Face Hub dataset id")
     if not p.is_file():
         raise ScaleRLError(f"task.path {path!r}: no such file")
     if p.stat().st_size == 0:
         raise ScaleRLError(f"{path}: the file is empty")
     try:
-        records = _READERS[p.suffix.lower()](p)
+        return _READERS[p.suffix.lower()](p)
     except (OSError, MemoryError) as e:
         raise ScaleRLError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One dataset row: its prompt (text, or chat messages), its answer, and every column but the prompt."""
+
+    question: str | list[dict]
+    answer: str
+    columns: dict
+
+
+def read_rows(path: str, columns: dict[str, str] | None = None) -> list[Row]:
+    """The rows of `path` (`read_records`); prompt and answer read from `columns` (`task.columns`),
+    else `prompt` or `problem`, and `answer`. Any problem is a `ScaleRLError` naming the file (and row)."""
+    records = read_records(path)
     if not records:
         raise ScaleRLError(f"{path}: no rows")
-    columns = list(records[0])
-    field = next((f for f in _QUESTION_FIELDS if f in columns), None)
-    if field is None or "answer" not in columns:
-        raise ScaleRLError(f"{path}: expected columns prompt/answer or problem/answer, found {columns}")
+    field, answer = _columns(path, list(records[0]), columns or {})
     rows = []
-    for i, row in enumerate(records):
-        q, a = row.get(field), row.get("answer")
-        if q is None or isinstance(q, (dict, list)) or not str(q).strip():
-            raise ScaleRLError(f"{path}: row {i} has no {field!r}")
+    for i, record in enumerate(records):
+        q, a = record.get(field), record.get(answer)
         if a is None or isinstance(a, (dict, list)) or not str(a).strip():
-            raise ScaleRLError(f"{path}: row {i} has no 'answer'")
-        rows.append((str(q), str(a)))
+            raise ScaleRLError(f"{path}: row {i} has no {answer!r}")
+        others = {k: v for k, v in record.items() if k != field}    # as TRL: the answer too
+        rows.append(Row(_question(path, i, field, q), str(a), others))
     return rows
+
+
+def _columns(path: str, found: list[str], columns: dict[str, str]) -> tuple[str, str]:
+    """(prompt column, answer column) of a file whose columns are `found`."""
+    field = columns.get("prompt") or next((f for f in _QUESTION_FIELDS if f in found), None)
+    answer = columns.get("answer", "answer")
+    missing = [c for c in (field, answer) if c is not None and c not in found]
+    if columns and missing:
+        raise ScaleRLError(f"{path}: task.columns names {', '.join(map(repr, missing))}, not a column of the file "
+                           f"(its columns: {', '.join(found)})")
+    if field is None or missing:
+        raise ScaleRLError(f"{path}: expected columns prompt/answer or problem/answer, found {found} (set "
+                           f"task.columns={{prompt: <column>, answer: <column>}} to name others)")
+    return field, answer
+
+
+def _question(path: str, row: int, field: str, value) -> str | list[dict]:
+    """A row's prompt: non-empty text, or TRL's conversational form, a list of {role, content} messages."""
+    if isinstance(value, list):
+        bad = next((m for m in value if not isinstance(m, dict) or not isinstance(m.get("role"), str)
+                    or not isinstance(m.get("content"), str)), None)
+        if not value or bad is not None:
+            raise ScaleRLError(f"{path}: row {row} {field!r}: expected text or a list of {{role, content}} messages, "
+                               f"got {json.dumps(bad if value else value, default=str)[:120]}")
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+    if value is None or isinstance(value, dict) or not str(value).strip():
+        raise ScaleRLError(f"{path}: row {row} has no {field!r}")
+    return str(value)
 
 
 def _content_hash(question: str, answer: str) -> str:
     return hashlib.sha256(f"{question}\x00{answer}".encode()).hexdigest()[:12]
+
+
+def val_share(distinct: int) -> int:
+    """Validation prompts a file holds out when `task.val_size` is unset: a tenth of its distinct
+    rows, at least 1, at most `DEFAULT_VAL_SIZE`."""
+    return max(1, min(DEFAULT_VAL_SIZE, distinct // VAL_FRACTION))
 
 
 class FileTask(PromptPool):
@@ -138,15 +233,17 @@ class FileTask(PromptPool):
 
     isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
 
-    def __init__(self, path: str, val_size: int, seed: int = 0, tokenizer=None, train_size: int | None = None,
-                 answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1):
-        rows = read_rows(path)
-        name = Path(path).name
-        prompts, duplicates = dedupe([self._make(name, i, q, a, tokenizer) for i, (q, a) in enumerate(rows)])
+    def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
+                 answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1,
+                 columns: dict[str, str] | None = None):
+        rows = read_rows(path, columns)
+        name = Path(path.rstrip("/")).name
+        prompts, duplicates = dedupe([self._make(name, i, row, tokenizer) for i, row in enumerate(rows)])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
         prompts, overlong = apply_limit(prompts, limit, path)
         dropped = report_dropped(path, duplicates, overlong, limit)
+        val_size = val_size if val_size is not None else val_share(len(prompts))
         check_sizes(path, len(prompts), val_size, min_train, dropped)
         by_hash = sorted(prompts, key=lambda p: p.meta["hash"])
         self.name = f"file:{name}"
@@ -156,13 +253,16 @@ class FileTask(PromptPool):
         self._train = by_hash[:len(by_hash) - val_size]
         random.Random(seed).shuffle(self._train)
         self._train = self._train[:train_size]
+        self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
 
     @staticmethod
-    def _make(name: str, row: int, question: str, answer: str, tokenizer) -> Prompt:
-        h = _content_hash(question, answer)
-        return Prompt(id=f"{name}:{row}:{h}", text=_apply_template(question, tokenizer), answer=answer,
-                      meta={"row": row, "hash": h, "question": question})
+    def _make(name: str, index: int, row: Row, tokenizer) -> Prompt:
+        question = row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
+        h = _content_hash(question, row.answer)
+        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer), answer=row.answer,
+                      meta={"row": index, "hash": h, "question": question, "prompt": row.question,
+                            "columns": row.columns})
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         """math-verify inline (main thread only); `RewardFn` runs it in a worker process."""
@@ -174,8 +274,10 @@ def prompt_math_check(completion_text: str, prompt: Prompt, marker: str = THINK_
     return math_verify_check(completion_text, prompt.answer, marker)
 
 
-def _apply_template(question: str, tokenizer) -> str:
+def _apply_template(question: str | list[dict], tokenizer) -> str:
+    """The prompt text: a chat template's rendering (text becomes a user turn) with a generation
+    prompt; without a template, the text, or the messages' contents one per line."""
+    messages = [{"role": "user", "content": question}] if isinstance(question, str) else question
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        return question
-    return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                         add_generation_prompt=True)
+        return question if isinstance(question, str) else "\n".join(m["content"] for m in messages)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -105,6 +105,10 @@ class PromptPool:
     def train_size(self) -> int:
         return len(self._train)
 
+    @property
+    def val_size(self) -> int:
+        return len(self._val)
+
     def __len__(self) -> int:
         return len(self._train)
 

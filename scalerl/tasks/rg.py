@@ -153,6 +153,7 @@ class RgTask(PromptPool):
                                f"pool{dropped}, task.val_size is {val_size}; lower it or widen the dataset's options")
         check_sizes(f"task {self.name}", len(train) + len(val), len(val), min_train, dropped)
         self._train, self._val = train, val
+        self.answer_marker = answer_marker
         self.checker = RgScorer(train_ds, answer_marker)   # scores any entry (a mix dispatches by its source)
 
     def _draw(self, ds, split: str, n: int, exclude: set[str]) -> list[Prompt]:

@@ -178,6 +178,8 @@ def _unshared(model, batch: Batch, trunk) -> torch.Tensor:
 
 def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
     """Each group's prompt once, its K/V repeated to the group's completions; hidden (N, T, H)."""
+    from scalerl.models import cache_kwarg
+
     dev = batch.input_ids.device
     N, T = batch.targets.shape
     ctx = batch.prompt_lens.to(dev) - 1                                                     # (N,) context before the last prompt token
@@ -193,6 +195,7 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
     comp_pos = ctx[:, None] + cols[None, :]                                                 # (N, T)
     causal = cols[:, None] >= cols[None, :]                                                 # (T, T)
     cache = None
+    kw = cache_kwarg(model.base_model)        # `cache` or, before transformers 5, `past_key_values`
     if Lp > 0:
         pcols = torch.arange(Lp, device=dev)
         pad = Lp - p_ctx                                                                    # (P,) left padding
@@ -203,14 +206,14 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
                                                                                            device=dev)[None])
         cache = _PromptCache(model.config.get_text_config().num_hidden_layers)
         trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
-              past_key_values=cache, use_cache=True)                                        # K/V (P, h, Lp, d)
+              use_cache=True, **{kw: cache})                                        # K/V (P, h, Lp, d)
         cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
         prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
         allowed = torch.cat([prefix, causal[None].expand(N, T, T)], dim=2)                 # (N, T, Lp + T)
     else:  # every prompt is one token: nothing to share
         allowed = causal[None].expand(N, T, T)
     out = trunk(input_ids=comp_ids, attention_mask=_mask(allowed, model, dtype), position_ids=comp_pos,
-                past_key_values=cache, use_cache=cache is not None)
+                use_cache=cache is not None, **{kw: cache})
     return out.last_hidden_state                                                            # (N, T, H)
 
 

@@ -1,0 +1,97 @@
+"""A user's reward function with TRL's signature, beside or instead of the task's checker.
+
+`reward.function` names it: `<module>:<name>` (imported) or `<path/to/file.py>:<name>` (loaded
+from the file). It is called as TRL calls its reward functions,
+`fn(prompts=[prompt], completions=[completion text], **columns) -> [float | None]`, one
+completion per call: `prompts` holds the dataset's prompt (text, or the list of
+`{role, content}` messages), `columns` every other column of the row as one-element lists (the
+answer under its column name; for built-in and reasoning-gym tasks, `answer`). None means "not
+applicable": the function's term is left out. The function runs in the thread that scores (the
+generator's), never in the checker's worker process; a `CustomReward` pickles as its spec and
+loads the function again where it is unpickled (a generator process, a Ray actor).
+
+Departures from TRL:
+1. TRL calls a reward function once per batch; here once per completion (scores are computed as
+   completions finish, in the generator).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+from pathlib import Path
+from typing import Callable
+
+from scalerl.errors import ScaleRLError
+from scalerl.types import Prompt
+
+
+def resolve_spec(spec: str) -> str:
+    """`spec` with a file path made absolute (so that another process finds the same file)."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name:
+        raise ScaleRLError(f"reward.function {spec!r}: expected <module>:<name> or <path/to/file.py>:<name>")
+    return f"{Path(target).resolve()}:{name}" if target.endswith(".py") else spec
+
+
+def load_function(spec: str) -> Callable:
+    """The callable that `spec` names (a file path relative to the working directory); any
+    problem is one `ScaleRLError` naming it."""
+    target, _, name = resolve_spec(spec).rpartition(":")
+    if target.endswith(".py") and not Path(target).is_file():
+        raise ScaleRLError(f"reward.function {spec!r}: no such file {target!r}")
+    try:
+        module = _load_file(target) if target.endswith(".py") else importlib.import_module(target)
+    except Exception as e:  # the user's module failed to import: report it, naming the spec
+        raise ScaleRLError(f"reward.function {spec!r}: importing {target} raised {type(e).__name__}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ScaleRLError(f"reward.function {spec!r}: {target} has no function {name!r}")
+    return fn
+
+
+def _load_file(path: str):
+    spec = importlib.util.spec_from_file_location(f"scalerl_reward_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class CustomReward:
+    """`(prompt, completion text) -> float | None`: the user's function on one completion; raises
+    `RuntimeError` naming the prompt (and its row) when it raises or returns something else."""
+
+    def __init__(self, spec: str):
+        self._fn = load_function(spec)
+        self.spec = resolve_spec(spec)
+        self.name = spec
+
+    def __call__(self, prompt: Prompt, text: str) -> float | None:
+        columns = prompt.meta["columns"] if "columns" in prompt.meta else {"answer": prompt.answer}
+        question = prompt.meta["prompt"] if "prompt" in prompt.meta else prompt.text
+        where = f"row {prompt.meta['row']} ({prompt.id})" if "row" in prompt.meta else prompt.id
+        try:
+            values = self._fn(prompts=[question], completions=[text], **{k: [v] for k, v in columns.items()})
+        except Exception as e:  # the user's code: reported as this completion's error, counted per step
+            raise RuntimeError(f"reward.function {self.name} raised on {where}: {type(e).__name__}: {e}") from None
+        return _one_value(values, self.name, where)
+
+    def __getstate__(self):
+        return {"spec": self.spec, "name": self.name}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fn = load_function(self.spec)
+
+
+def _one_value(values, name: str, where: str) -> float | None:
+    if not isinstance(values, (list, tuple)) or len(values) != 1:
+        raise RuntimeError(f"reward.function {name} on {where}: expected a list of one float or None, got "
+                           f"{str(values)[:80]}")
+    value = values[0]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RuntimeError(f"reward.function {name} on {where}: expected a finite float or None, got {value!r}")
+    return float(value)
