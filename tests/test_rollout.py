@@ -267,7 +267,7 @@ def test_the_default_interruption_fits_the_tiny_tokenizer():
     n = len(phrase_ids(build_tokenizer(), DEFAULT_PHRASE))
     assert n == len(" Time is up. ") + 1                        # one token a character, one for </think>
     cfg = RolloutConfig()
-    assert cfg.length.think_max + n + cfg.length.answer_budget == 56 + 14 + 32 <= cfg.max_new_tokens == 160
+    assert cfg.length.think_max + n + cfg.length.answer_budget == 104 + 14 + 32 <= cfg.max_new_tokens == 160
     check_budget(cfg, n)
 
 

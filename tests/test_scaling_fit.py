@@ -95,12 +95,13 @@ def test_first_half_check_fits_from_the_whole_runs_window_start():
     assert h["measured"] == pytest.approx(np.mean(y[-3:]))
     assert h["error"] == pytest.approx(h["predicted"] - h["measured"])
     assert abs(h["predicted"] - truth_end) <= 0.02
-    # R0 fitted (the default): the step-0 evaluation lies outside the window and cannot move the
-    # forecast; with R0 fixed to the measured start (the paper's Eq. 1 use) it does
+    # R0 fixed at the measured start (the frozen method, the paper's Eq. 1 use): the step-0 evaluation
+    # moves the forecast; with R0 fitted (a departure) it lies outside the window and cannot
     y_off = y.copy()
     y_off[0] = 0.0
-    assert first_half_prediction(x, y_off, 0.2)["predicted"] == pytest.approx(h["predicted"], abs=1e-9)
-    fixed, fixed_off = (first_half_prediction(x, v, 0.2, fit_r0=False) for v in (y, y_off))
+    fitted = first_half_prediction(x, y, 0.2, fit_r0=True)
+    assert first_half_prediction(x, y_off, 0.2, fit_r0=True)["predicted"] == pytest.approx(fitted["predicted"], abs=1e-9)
+    fixed, fixed_off = (first_half_prediction(x, v, 0.2) for v in (y, y_off))
     assert abs(fixed_off["predicted"] - fixed["predicted"]) > 0.002   # 0.004 with this seed
 
 
