@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "watch": "watch",
     "plan": "plan",
     "generate": "generate",
+    "export": "export",
     "recipes": "recipes",
     "ablate": "ablate",
 }
