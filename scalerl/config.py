@@ -95,7 +95,13 @@ class TaskConfig(_Section):
     answer_marker: str | None = Field(
         None, description="where the checker reads the answer: after the last '</think>' (or 'Answer:', ...); an "
                           "opening tag such as '<answer>' or '\\boxed{}' reads the content of the last one; a "
-                          "completion without it fails (none: the task's own, '</think>' or '<answer>' for rg)")
+                          "completion without it fails (none: the task's own: '<answer>' for a file and for rg, "
+                          "'</think>' for arith)")
+    answer_instruction: str | None = Field(
+        "auto", description="what the prompt says about where the answer goes (file tasks; rg tasks without a chat "
+                            "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
+                            "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
+                            "instruct model (chat template) gets it in a system turn, any other model before the question")
     max_prompt_tokens: int | None = Field(
         None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
     overlong: Literal["skip", "refuse"] = Field("skip", description="rows over max_prompt_tokens: skip and count them, "
@@ -107,6 +113,9 @@ class TaskConfig(_Section):
             raise ValueError(f"weights must each be positive and finite, got {self.weights}")
         if self.answer_marker is not None and not self.answer_marker.strip():
             raise ValueError("answer_marker must not be empty")
+        if self.answer_instruction is not None and not self.answer_instruction.strip():
+            raise ValueError(f"answer_instruction = {self.answer_instruction!r}: expected text, 'auto', or null to turn "
+                             "the instruction off")
         unknown = sorted(set(self.columns) - set(COLUMN_ROLES))
         if unknown:
             raise ValueError(f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "

@@ -26,7 +26,7 @@ from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
 from scalerl.config import Config, available_cores
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import evaluate, live_forecast
-from scalerl.rewards import training_reward
+from scalerl.rewards import has_answer, training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import FIT_X, ComputeMeter, StepCompute
@@ -38,6 +38,7 @@ from scalerl.transport.protocol import GeneratorBuild, Stage
 from scalerl.transport.window import LockedSampler, RetiredSet, Window
 
 TRUNCATION_WARN = 0.10
+NO_ANSWER_WARN = 0.5   # share of a batch's completions without an answer section that warns (once)
 WARN_EVERY = 50  # steps between two truncation warnings
 MAX_EMPTY_BATCHES = 50
 
@@ -414,6 +415,7 @@ class Stages:
         self.clock = Clock()
         self.observe = _observer(tr, mode)
         self.empty_in_a_row, self.warned_at, self.fell_warned = 0, -WARN_EVERY, False
+        self.no_answer, self.no_answer_warned = 0.0, False
         budget = tr.cfg.run.max_minutes
         self.t_budget = budget * 60 if budget else float("inf")
         self.t_start = self.last = time.monotonic()
@@ -447,6 +449,7 @@ class Stages:
         """Count what the mini-batch drew and dropped; False (and counted) when no group survived."""
         tr = self.tr
         _check_rewards(mb, tr.state.step + 1)
+        self.warn_no_answer(mb)
         tr.counters["stale_dropped"] += mb.stale_dropped
         tr.counters["groups_drawn"] += len(mb.groups) + mb.stale_dropped
         tr.counters["zero_variance_dropped"] += mb.filler.get("batch/zero_variance_dropped", 0)
@@ -459,6 +462,20 @@ class Stages:
                 f"{MAX_EMPTY_BATCHES} batches in a row had no group with unequal rewards at step "
                 f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
         return False
+
+    def warn_no_answer(self, mb) -> None:
+        """`train/no_answer_rate`: the share of the batch's completions with no answer section at all
+        (not wrong answers: nothing where the checker reads); one warning, the first time it is most."""
+        marker = self.tr.comps.task.answer_marker
+        texts = [c.text for g in mb.groups for c in g.completions]
+        self.no_answer = sum(not has_answer(t, marker) for t in texts) / max(1, len(texts))
+        if self.no_answer > NO_ANSWER_WARN and not self.no_answer_warned:
+            self.no_answer_warned = True
+            warnings.warn(f"step {self.tr.state.step + 1}: {self.no_answer:.0%} of the completions have no answer "
+                          f"section at all (nothing where the checker reads, task.answer_marker = {marker!r}), not "
+                          "wrong answers: the model does not write the format the task asks for; look at samples "
+                          "with `scalerl generate`, set task.answer_marker / task.answer_instruction, or raise "
+                          "rollout.max_new_tokens if they are cut first", stacklevel=1)
 
     def skip(self, mb) -> None:
         """A batch that trains nothing: its tokens count, its wall-clock goes into the next step's."""
@@ -488,6 +505,7 @@ class Stages:
         times = {"step": now - self.last, **self.clock.take()}
         self.last = now
         row = _step_row(tr, mb, loss_row, times, self.threads.devices, self.mode)
+        row["train/no_answer_rate"] = self.no_answer
         self.warn_truncation(row)
         tr.counters["train_seconds"] = time.monotonic() - self.t_start
         self.metrics.write({"step": tr.state.step, "kind": "train", **row})

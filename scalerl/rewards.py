@@ -44,6 +44,7 @@ from scalerl.types import Completion, Prompt, Score
 
 THINK_CLOSE = "</think>"
 BOXED = "\\boxed{}"
+ANSWER_TAG = "<answer>"
 ANSWER_MAX_CHARS = 4096     # an answer section is cut to its first 4 kB (bounded checker work)
 MATH_MAX_CHARS = 1024       # math-verify parses at most the last 1 kB of an answer section
 _END_MARKERS = ("</s>", "<|im_end|>", "<|endoftext|>", "<pad>")
@@ -73,6 +74,28 @@ def answer_section(text: str, marker: str = THINK_CLOSE) -> str | None:
     for end in _END_MARKERS:
         answer = answer.split(end, 1)[0]
     return answer.strip()
+
+
+def format_instruction(marker: str) -> str:
+    """The sentence that asks for the answer where `answer_section(text, marker)` reads it."""
+    if marker == BOXED:
+        return "Put your final answer within \\boxed{}."
+    tag = _TAG.fullmatch(marker)
+    if tag:
+        return f"Put only your final answer between {marker} and </{tag.group(1)}> tags, at the end of your response."
+    if marker == THINK_CLOSE:
+        return "Think inside <think></think>, then write only your final answer after </think>."
+    return f"End your response with {marker.strip()} followed by only your final answer."
+
+
+def instruction_for(instruction: str | None, marker: str) -> str | None:
+    """`task.answer_instruction` resolved: 'auto' -> `format_instruction(marker)`; None -> None; text as is."""
+    return format_instruction(marker) if instruction == "auto" else instruction
+
+
+def has_answer(text: str, marker: str = THINK_CLOSE) -> bool:
+    """Whether a completion has an answer section at all (right or wrong)."""
+    return answer_section(text, marker) is not None
 
 
 def _last_boxed(text: str) -> str | None:

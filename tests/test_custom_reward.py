@@ -82,7 +82,7 @@ def test_beside_the_checker_weighted_and_none_leaves_its_term_out(rewards_file, 
     row0 = next(q for q in [*map(file_task.train_prompt, range(len(file_task))), *file_task.val_prompts(1)]
                 if q.meta["row"] == 0)                   # its `skip` column is "yes": the function says None
     beside = RewardFn(file_task, RewardConfig(function=f"{rewards_file}:length_share", weights=[1.0, 2.0]))
-    assert beside(row0, _completion("<think></think>1")).reward == 1.0    # the checker's term only (0+1 = 1)
+    assert beside(row0, _completion("<answer>1</answer>")).reward == 1.0    # the checker's term only (0+1 = 1)
 
 
 def test_an_error_names_the_row_and_fails_that_completion(rewards_file, data):

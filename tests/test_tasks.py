@@ -120,6 +120,7 @@ def test_chat_template_wraps_the_problem():
 
 
 # ---------------------------------------------------------------- user files
+ASK = "Put only your final answer between <answer> and </answer> tags, at the end of your response."
 ROWS = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(12)]
 
 
@@ -143,7 +144,7 @@ def test_file_task_reads_rows_with_stable_ids_and_disjoint_split(tmp_path, kind)
     assert {p.id for p in val}.isdisjoint(p.id for p in train)
     assert sorted(p.meta["row"] for p in val + train) == list(range(12))
     p = next(q for q in val + train if q.meta["row"] == 7)
-    assert (p.text, p.answer) == ("What is 7 + 7?", "14")
+    assert (p.text, p.answer) == (f"{ASK}\n\nWhat is 7 + 7?", "14")      # the format the checker reads, first
     assert p.id.startswith("data." + kind + ":7:")
 
 

@@ -174,7 +174,8 @@ def test_50MB_row_is_skipped_and_counted_or_refused(tmp_path):
     assert task.overlong == 1 and len(task) == 5
     with pytest.raises(ScaleRLError, match=r"huge.jsonl row 6: a prompt of 50,000,000 characters, over "
                                            r"task.max_prompt_tokens=400"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1), limit=PromptLimit(400, "refuse"))
+        get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None),
+                 limit=PromptLimit(400, "refuse"))
     assert time.perf_counter() - t0 < 30
 
 
@@ -189,7 +190,7 @@ def test_prompt_limit_defaults_to_the_model_context(tmp_path, capsys):
 # ---------------------------------------------------------------- the maths checker on hostile answers
 def test_100k_latex_answer_is_bounded_and_silent(tmp_path, capfd):
     path = _jsonl(tmp_path / "m.jsonl", [{"problem": f"{i}+{i}?", "answer": str(2 * i)} for i in range(4)])
-    task = get_task(TaskConfig(name="file", path=str(path), val_size=1))
+    task = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_marker="</think>"))
     fn = RewardFn(task, RewardConfig(timeout_s=3.0, slow_s=0.5), pool_size=1)
     attack = "</think>" + "\\frac{\\sqrt{" * 8_000 + "x" + "}}" * 8_000 + "\\left(" * 2_000   # ~120k chars
     good = fn(Prompt("w", "", "4"), _completion("<think>2+2</think>\\boxed{4}"))   # starts the worker

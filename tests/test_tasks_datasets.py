@@ -19,7 +19,7 @@ ROWS = [{"prompt": f"What is {i} + {i + 3}?", "answer": str(2 * i + 3), "level":
 
 def _pairs(task) -> set[tuple[str, str]]:
     prompts = [task.train_prompt(i) for i in range(len(task))] + task.val_prompts(task.val_size)
-    return {(p.text, p.answer) for p in prompts}
+    return {(p.meta["question"], p.answer) for p in prompts}
 
 
 def _write(tmp_path, fmt: str, rows: list[dict]):
@@ -50,7 +50,7 @@ def test_every_format_gives_the_rows_written(tmp_path, fmt):
     assert (len(task), task.val_size) == (10, 2)
     by_text = {r["prompt"]: r["level"] for r in ROWS}
     p = task.train_prompt(0)
-    assert str(p.meta["columns"]["level"]) == str(by_text[p.text])   # the other columns travel with the prompt
+    assert str(p.meta["columns"]["level"]) == str(by_text[p.meta["question"]])   # the other columns travel with the prompt
 
 
 def test_columns_map_gsm8k_style_names(tmp_path):
@@ -78,14 +78,22 @@ class ChatTokenizer:
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant:" if add_generation_prompt else "")
 
 
+def _texts(task) -> set[tuple[str, str]]:
+    prompts = [task.train_prompt(i) for i in range(len(task))] + task.val_prompts(task.val_size)
+    return {(p.text, p.answer) for p in prompts}
+
+
 def test_conversational_prompts(tmp_path):
-    rows = [{"prompt": [{"role": "system", "content": "Answer in <answer> tags."},
+    rows = [{"prompt": [{"role": "system", "content": "Be brief."},
                         {"role": "user", "content": f"{i} + 1?"}], "answer": str(i + 1)} for i in range(5)]
     path = _write(tmp_path, "jsonl", rows)
-    plain = get_task(TaskConfig(name="file", path=str(path), val_size=1))
-    assert _pairs(plain) == {(f"Answer in <answer> tags.\n{i} + 1?", str(i + 1)) for i in range(5)}
-    chat = get_task(TaskConfig(name="file", path=str(path), val_size=1), ChatTokenizer())
-    assert _pairs(chat) == {(f"system: Answer in <answer> tags.\nuser: {i} + 1?\nassistant:", str(i + 1))
+    plain = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None))
+    assert _texts(plain) == {(f"Be brief.\n{i} + 1?", str(i + 1)) for i in range(5)}
+    chat = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None), ChatTokenizer())
+    assert _texts(chat) == {(f"system: Be brief.\nuser: {i} + 1?\nassistant:", str(i + 1)) for i in range(5)}
+    told = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction="Say it in <a> tags."),
+                    ChatTokenizer())                     # the row's own system turn, then the instruction
+    assert _texts(told) == {(f"system: Be brief.\n\nSay it in <a> tags.\nuser: {i} + 1?\nassistant:", str(i + 1))
                             for i in range(5)}
     parquet = get_task(TaskConfig(name="file", path=str(_write(tmp_path, "parquet", rows)), val_size=1))
     assert _pairs(parquet) == _pairs(plain)

@@ -9,7 +9,7 @@ base model, puts the checkpoint's weights over it (`scalerl.models.load_model`),
     README.md                                               a model card: recipe, key settings, fitted curve
 
 so that `AutoModelForCausalLM.from_pretrained(OUT_DIR)` and `AutoTokenizer.from_pretrained(OUT_DIR)`
-load it as they are. A LoRA run's checkpoint is merged into the base weights first.
+load it as they are.
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     _check_out_dir(out_dir)
     cfg = read_run_config(run_dir)
     model, tokenizer = load_model(str(ckpt), dtype=cfg["model"]["dtype"], device="cpu")
-    model = merged(model)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -83,12 +82,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     tokenizer.save_pretrained(out_dir)
     (out_dir / CARD).write_text(model_card(cfg, read_fit(run_dir), ckpt, run_dir), encoding="utf-8")
     return ckpt
-
-
-def merged(model):
-    """`model` with any LoRA adapters merged into its weights (a PEFT model), else `model` itself."""
-    merge = getattr(type(model), "merge_and_unload", None)
-    return model.merge_and_unload() if merge is not None else model
 
 
 def read_fit(run_dir: Path) -> dict | None:
@@ -127,7 +120,6 @@ def fit_lines(fit: dict | None) -> list[str]:
 def model_card(cfg: dict, fit: dict | None, ckpt: Path, run_dir: Path) -> str:
     """README.md of an exported model: where it came from, the recipe and key settings, the fitted curve."""
     m, t, loss, b, o, ro = (cfg["model"], cfg["task"], cfg["loss"], cfg["batch"], cfg["optim"], cfg["rollout"])
-    lora = m.get("lora")
     settings = [
         ("recipe", cfg.get("recipe")), ("base model", m["name"]), ("step", read_step(ckpt)),
         ("task", t["name"] + (f" ({t['path']})" if t.get("path") else "")),
@@ -140,8 +132,6 @@ def model_card(cfg: dict, fit: dict | None, ckpt: Path, run_dir: Path) -> str:
         ("pipeline", f"{cfg['pipeline']['mode']}, k={cfg['pipeline']['k']}"),
         ("precision", f"dtype {m['dtype']}, compute {m['compute_dtype']}, fp32 head {m['fp32_head']}"),
     ]
-    if lora:
-        settings.append(("LoRA (merged)", f"r={lora['r']}, alpha={lora['alpha']}, targets {', '.join(lora['targets'])}"))
     rows = "\n".join(f"- {k}: {v}" for k, v in settings)
     return (f"---\nlibrary_name: transformers\ntags: [scalerl, reinforcement-learning]\n---\n\n"
             f"# {run_dir.name} (step {read_step(ckpt)})\n\n"

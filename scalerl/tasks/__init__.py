@@ -57,10 +57,12 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
         if not cfg.path:
             raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file, a folder saved "
                                "by datasets' save_to_disk, or a Hub dataset id)")
+        from scalerl.rewards import ANSWER_TAG
         from scalerl.tasks.files import FileTask
 
         return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
-                        answer_marker=marker or "</think>", limit=limit, min_train=min_train, columns=cfg.columns)
+                        answer_marker=marker or ANSWER_TAG, limit=limit, min_train=min_train, columns=cfg.columns,
+                        instruction=cfg.answer_instruction)
     if cfg.columns:
         raise ScaleRLError(f"task.columns applies to task.name 'file', not {cfg.name!r}")
     val_size = cfg.val_size or DEFAULT_VAL_SIZE
@@ -71,7 +73,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
         return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or RG_TRAIN_SIZE,
                       val_size=val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
                       answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
-                      shots=cfg.shots)
+                      shots=cfg.shots, instruction=cfg.answer_instruction)
     if cfg.shots:
         raise ScaleRLError(f"task.shots applies to reasoning-gym tasks (rg:...), not {cfg.name!r}")
     if cfg.options or cfg.weights:

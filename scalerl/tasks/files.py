@@ -12,7 +12,9 @@ JSON line, a row that is not an object, a missing field). A folder is read with
 content>` (stable while the file is unchanged) and whose `meta["columns"]` holds the row's other
 columns (custom rewards receive them). Instruct tokenizers (those with a chat template) get text
 as a user turn, messages as they are, with a generation prompt; without a template, messages are
-their contents, one per line. Prompts that repeat a question are kept once and counted; prompts
+their contents, one per line. The prompt says where the answer goes (`task.answer_instruction`,
+by default the format of `task.answer_marker`, `<answer>` tags unless set): in a system turn for
+an instruct model, before the question otherwise; the checker reads exactly that. Prompts that repeat a question are kept once and counted; prompts
 over the length limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split
 into training and validation by a hash of their content: the last `val_size` rows in hash order
 are held out (unset: a tenth of the distinct rows, at least 1, at most 512), so the split does
@@ -40,7 +42,7 @@ from pathlib import Path
 from scalerl.config import DEFAULT_VAL_SIZE
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
-from scalerl.rewards import THINK_CLOSE, math_verify_check
+from scalerl.rewards import ANSWER_TAG, instruction_for, math_verify_check
 from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -234,11 +236,13 @@ class FileTask(PromptPool):
     isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
 
     def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
-                 answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-                 columns: dict[str, str] | None = None):
+                 answer_marker: str = ANSWER_TAG, limit: PromptLimit = PromptLimit(), min_train: int = 1,
+                 columns: dict[str, str] | None = None, instruction: str | None = "auto"):
         rows = read_rows(path, columns)
         name = Path(path.rstrip("/")).name
-        prompts, duplicates = dedupe([self._make(name, i, row, tokenizer) for i, row in enumerate(rows)])
+        self.instruction = instruction_for(instruction, answer_marker)
+        prompts, duplicates = dedupe([self._make(name, i, row, tokenizer, self.instruction)
+                                      for i, row in enumerate(rows)])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
         prompts, overlong = apply_limit(prompts, limit, path)
@@ -257,10 +261,11 @@ class FileTask(PromptPool):
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
 
     @staticmethod
-    def _make(name: str, index: int, row: Row, tokenizer) -> Prompt:
+    def _make(name: str, index: int, row: Row, tokenizer, instruction: str | None) -> Prompt:
         question = row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
         h = _content_hash(question, row.answer)
-        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer), answer=row.answer,
+        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer, instruction),
+                      answer=row.answer,
                       meta={"row": index, "hash": h, "question": question, "prompt": row.question,
                             "columns": row.columns})
 
@@ -269,15 +274,31 @@ class FileTask(PromptPool):
         return self.checker(completion_text, prompt)
 
 
-def prompt_math_check(completion_text: str, prompt: Prompt, marker: str = THINK_CLOSE) -> bool:
+def prompt_math_check(completion_text: str, prompt: Prompt, marker: str = ANSWER_TAG) -> bool:
     """`math_verify_check` against the prompt's answer (the file task's picklable `checker`)."""
     return math_verify_check(completion_text, prompt.answer, marker)
 
 
-def _apply_template(question: str | list[dict], tokenizer) -> str:
+def _apply_template(question: str | list[dict], tokenizer, instruction: str | None = None) -> str:
     """The prompt text: a chat template's rendering (text becomes a user turn) with a generation
-    prompt; without a template, the text, or the messages' contents one per line."""
+    prompt, `instruction` in a system turn (after the row's own system turn, if it has one; in the
+    first user turn when the template refuses a system role); without a template, `instruction`,
+    a blank line, and the text or the messages' contents one per line."""
     messages = [{"role": "user", "content": question}] if isinstance(question, str) else question
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        return question if isinstance(question, str) else "\n".join(m["content"] for m in messages)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        body = question if isinstance(question, str) else "\n".join(m["content"] for m in messages)
+        return f"{instruction}\n\n{body}" if instruction else body
+    if not instruction:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if messages[0]["role"] == "system":
+        system = [{"role": "system", "content": f"{messages[0]['content']}\n\n{instruction}"}, *messages[1:]]
+    else:
+        system = [{"role": "system", "content": instruction}, *messages]
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(system, tokenize=False, add_generation_prompt=True)
+    except TemplateError:                   # a template without a system role (Gemma's): the first user turn
+        first = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
+        told = [dict(m, content=f"{instruction}\n\n{m['content']}") if i == first else m for i, m in enumerate(messages)]
+        return tokenizer.apply_chat_template(told, tokenize=False, add_generation_prompt=True)

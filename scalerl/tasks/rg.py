@@ -15,7 +15,8 @@ generator (`create_dataset(name, seed=, size=, **options)`) and a verifier
   `<answer>...</answer>` tags. Instruct models (a chat template) get reasoning-gym's system
   prompt (`task.system_prompt` to change it): its "DeepSeekZero" prompt with a `<think>`
   opened after the generation prompt when the recipe interrupts thinking, its "default"
-  prompt otherwise. Tokenizers without a template get the bare question (+ `<think>`).
+  prompt otherwise. Tokenizers without a template get the question (+ `<think>`) after one
+  sentence asking for the answer in `<answer>` tags (`task.answer_instruction`; null: none).
 - **Examples** (`task.shots` = k > 0, instruct models): k solved entries shown as earlier chat
   turns (the question, then `<answer>answer</answer>`) before each question. They come from
   the generator under a third seed, and their questions are kept out of the pool and the
@@ -38,10 +39,9 @@ from dataclasses import fields
 
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, report_dropped
-from scalerl.rewards import answer_section
+from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.types import Prompt
 
-ANSWER_TAG = "<answer>"
 RG_ANSWER_MAX_CHARS = 2048
 DEFAULT_TRAIN_SIZE = 1024            # training pool of a reasoning-gym task (`task.train_size`)
 _VAL_SEED_OFFSET = 1_000_003        # validation entries come from the generator under seed + this
@@ -130,7 +130,8 @@ class RgTask(PromptPool):
     def __init__(self, name: str, options: dict | None = None, weights: list[float] | None = None,
                  train_size: int = DEFAULT_TRAIN_SIZE, val_size: int = 256, seed: int = 0, tokenizer=None,
                  system_prompt: str | None = None, answer_marker: str = ANSWER_TAG, think: bool = False,
-                 limit: PromptLimit = PromptLimit(), min_train: int = 1, shots: int = 0):
+                 limit: PromptLimit = PromptLimit(), min_train: int = 1, shots: int = 0,
+                 instruction: str | None = "auto"):
         self.names = parse_names(name)
         self.name = "rg:" + ",".join(self.names)
         self.seed = seed
@@ -139,7 +140,7 @@ class RgTask(PromptPool):
         if shots:
             shot_ds = build_dataset(self.names, per, weights, seed + _SHOT_SEED_OFFSET, _OVERDRAW * shots)
             examples = [(e["question"], str(e["answer"])) for e in (shot_ds[i] for i in range(len(shot_ds)))][:shots]
-        self._format = _formatter(tokenizer, system_prompt, think, examples)
+        self._format = _formatter(tokenizer, system_prompt, think, examples, instruction_for(instruction, ANSWER_TAG))
         held = {q for q, _ in examples}
         train_ds = build_dataset(self.names, per, weights, seed, _OVERDRAW * train_size)
         train = self._draw(train_ds, "train", train_size, exclude=held)
@@ -176,14 +177,18 @@ class RgTask(PromptPool):
         return self.checker(completion_text, prompt) >= 1.0
 
 
-def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list[tuple[str, str]] = ()):
+def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list[tuple[str, str]] = (),
+               instruction: str | None = None):
     """question -> prompt text, as reasoning-gym's examples format it (see the module docstring);
-    `examples`: (question, answer) pairs shown as earlier chat turns (`task.shots`)."""
+    `examples`: (question, answer) pairs shown as earlier chat turns (`task.shots`); `instruction`:
+    where the answer goes, before the question of a model without a chat template (an instruct
+    model reads it in reasoning-gym's system prompt)."""
     opener = "<think>\n" if think else ""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         if examples:
             raise ScaleRLError("task.shots needs an instruct model (a tokenizer with a chat template)")
-        return lambda question: question + ("\n" + opener if think else "")
+        head = f"{instruction}\n\n" if instruction else ""
+        return lambda question: head + question + ("\n" + opener if think else "")
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
     system = system_prompt if system_prompt is not None else SYSTEM_PROMPTS["DeepSeekZero" if think else "default"]
