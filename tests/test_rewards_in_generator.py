@@ -15,11 +15,12 @@ from scalerl.transport.protocol import GeneratorBuild, Stage
 
 
 class GuessingGenerator(FakeGenerator):
-    """Completions that think, then answer a digit at random: about one in ten is right."""
+    """Completions that think, then answer a digit at random in the format a file task asks for
+    (`<answer>` tags): about one in ten is right."""
 
     def _finish(self, s):
         completion = super()._finish(s)
-        return dataclasses.replace(completion, text=f"<think>{completion.text}</think>{self.rng.randrange(10)}")
+        return dataclasses.replace(completion, text=f"<think>{completion.text}</think><answer>{self.rng.randrange(10)}</answer>")
 
 
 def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None, reward=None,
@@ -68,3 +69,4 @@ def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
     assert len(steps) == 3
     assert all(r["train/reward_errors"] == 0 for r in steps)       # the checker ran, in the generator
     assert sum(r["train/pass_rate"] for r in steps) > 0            # and some answers passed
+    assert all(r["train/no_answer_rate"] == 0.0 for r in steps)    # every one has its <answer> section
