@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
-from scalerl.config import Config, available_cores
+from scalerl.config import DEFAULT_VAL_SIZE, Config, available_cores
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import evaluate, live_forecast
 from scalerl.rewards import has_answer, training_reward
@@ -292,7 +292,7 @@ def _report_split(cfg: Config, task) -> None:
     """One line when a file's validation split is its default share (`task.val_size` unset)."""
     if cfg.task.name == "file" and cfg.task.val_size is None:
         print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
-              f"tenth of the distinct rows, at most 384; task.val_size sets it); evaluation: "
+              f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
               f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples")
 
 

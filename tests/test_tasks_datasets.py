@@ -108,7 +108,7 @@ def test_bad_messages_name_the_row(tmp_path):
         get_task(TaskConfig(name="file", path=str(path), val_size=1))
 
 
-@pytest.mark.parametrize("rows,val", [(60, 6), (9, 1), (5000, 384)])
+@pytest.mark.parametrize("rows,val", [(60, 6), (9, 1), (5000, 500), (6000, 512)])
 def test_a_file_holds_out_a_tenth_of_its_rows_by_default(tmp_path, rows, val):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(rows)))
@@ -126,7 +126,7 @@ def test_a_small_file_trains_with_the_defaults(capsys, tmp_path):
     code, out, err = train_cli(capsys, *args, "--run-dir", str(tmp_path / "r"))
     assert code == 0, err
     assert ("task file:small.jsonl: 54 training prompts, 6 held out for validation (a tenth of the distinct rows, "
-            "at most 384; task.val_size sets it); evaluation: 6 prompts x 2 samples") in out.splitlines()
+            "at most 512; task.val_size sets it); evaluation: 6 prompts x 2 samples") in out.splitlines()
     evals = [r for r in read_rows(tmp_path / "r" / "metrics.jsonl") if r.get("kind") == "eval"]
     assert evals and all(r["val/completions"] == 6 * 2 for r in evals)
 
