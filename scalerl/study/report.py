@@ -424,13 +424,13 @@ def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> 
         if name in by_name:
             d = compare(b, by_name[name])
             sign = 1 if expect == "higher" else -1
-            detected = bool(d.get("A_differs")) and sign * d["dA"] > 0
-            end = bool(d.get("end_differs")) and sign * d.get("dEnd", 0.0) > 0
+            detected = None if d.get("A_differs") is None else bool(d["A_differs"]) and sign * d["dA"] > 0
+            end = None if "end_differs" not in d else bool(d["end_differs"]) and sign * d["dEnd"] > 0
             out["positive"][name] = {"swaps": swaps, "expect": expect, "detected": detected,
                                      "end_detected": end, **d}
     if CONTROL_AGAIN in by_name:
         d = compare(b, by_name[CONTROL_AGAIN])
-        out["negative"] = {"differs": bool(d.get("A_differs")), "end_differs": bool(d.get("end_differs")), **d}
+        out["negative"] = {**d, "differs": d.get("A_differs"), "end_differs": d.get("end_differs")}
         out["false_positive"] = split_false_positives(b, by_name[CONTROL_AGAIN])
     return out
 
@@ -462,21 +462,29 @@ def split_false_positives(a: ConfigFit, b: ConfigFit) -> dict | None:
             "rate_end": differs_end / splits}
 
 
+def _yes_no(detected: bool | None) -> str:
+    return "not judged (no fit, or A on the edge)" if detected is None else "yes" if detected else "**no**"
+
+
+def _differs(differs: bool | None) -> str:
+    return "not judged (no fit, or A on the edge)" if differs is None else "**differs**" if differs else \
+        "no difference (correct)"
+
+
 def controls_markdown(s: dict) -> str:
     lines = ["| control | what it changes | expected | A: measured vs base | detected (A) | end pass rate vs base "
              "| detected (end) |", "|---|---|---|---|---|---|---|"]
     for name, p in s["positive"].items():
         a = (f"{p['dA']:+.3f} (margin +-{p['margin_A']:.3f})" if p.get("judged") else "not judged")
         end = f"{p['dEnd']:+.3f} (margin +-{p['margin_end']:.3f})" if "dEnd" in p else "-"
-        lines.append(f"| {name} (positive) | {p['swaps']} | A {p['expect']} | {a} | "
-                     f"{'yes' if p['detected'] else '**no**'} | {end} | {'yes' if p['end_detected'] else 'no'} |")
+        lines.append(f"| {name} (positive) | {p['swaps']} | A {p['expect']} | {a} | {_yes_no(p['detected'])} "
+                     f"| {end} | {_yes_no(p['end_detected'])} |")
     n = s["negative"]
     if n is not None:
         a = f"{n['dA']:+.3f} (margin +-{n['margin_A']:.3f})" if n.get("judged") else "not judged"
         end = f"{n['dEnd']:+.3f} (margin +-{n['margin_end']:.3f})" if "dEnd" in n else "-"
         lines.append(f"| {CONTROL_AGAIN} (negative) | nothing: the base under other seeds | no difference | {a} | "
-                     f"{'**differs**' if n['differs'] else 'no difference (correct)'} | {end} | "
-                     f"{'**differs**' if n['end_differs'] else 'no difference (correct)'} |")
+                     f"{_differs(n['differs'])} | {end} | {_differs(n['end_differs'])} |")
     fp = s["false_positive"]
     if fp is not None:
         rate_a = "-" if fp["rate_A"] is None else f"{fp['rate_A']:.0%}"
