@@ -32,7 +32,7 @@ def main(out: str, runs: list[str]) -> None:
         for name, points in sorted(curves(Path(run)).items()):
             x, y = zip(*points)
             ax.plot(x, y, "o-" if name == "all" else ".-", lw=2 if name == "all" else 1, ms=3, label=name)
-        ax.set_title("/".join(Path(run).parts[-2:]), fontsize=9)
+        ax.set_title("/".join(Path(run).parts[-3:]), fontsize=9)
         ax.set_xlabel("compute/flops")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("validation pass rate")
