@@ -45,6 +45,7 @@ class _TwoPrompts:
 
     name = "two"
     val_size = 384
+    answer_marker = "</think>"
 
     def __len__(self) -> int:
         return 2

@@ -42,16 +42,22 @@ def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys
                threading.Thread(target=lambda: errs.extend(iter(watch.stderr.readline, "")), daemon=True)]
     for r in readers:
         r.start()
-    deadline = time.monotonic() + 120  # a fresh checkout compiles and imports for a while on a loaded machine
-    while time.monotonic() < deadline and not any("to appear" in e for e in errs):
-        time.sleep(0.05)  # the watch is up and looking before the first point is written
-    writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=60)
-    assert writer.returncode == 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (lines and json.loads(lines[-1])["n_evaluations"] == n):
-        time.sleep(0.1)
-    watch.send_signal(signal.SIGINT)
-    watch.wait(timeout=120)
+    try:   # whatever fails below, no watch is left running (a loaded machine can make it slow)
+        deadline = time.monotonic() + 120  # a fresh checkout compiles and imports for a while on a loaded machine
+        while time.monotonic() < deadline and not any("to appear" in e for e in errs):
+            time.sleep(0.05)  # the watch is up and looking before the first point is written
+        writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=60)
+        assert writer.returncode == 0
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (lines and json.loads(lines[-1])["n_evaluations"] == n):
+            time.sleep(0.1)
+        assert lines and json.loads(lines[-1])["n_evaluations"] == n, f"the watch did not reach {n} evaluations"
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=120)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=30)
     for r in readers:
         r.join(timeout=5)
     err = "".join(errs)
