@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -43,6 +44,18 @@ class _Section(BaseModel):
 
 
 # ---------------------------------------------------------------- model
+class LoraConfig(_Section):
+    """LoRA adapters (PEFT) on the trainer's Linear layers; the generator decodes the merged weights."""
+
+    r: int = Field(8, ge=1, description="adapter rank")
+    alpha: float = Field(16.0, gt=0, description="the update is alpha / r * B @ A")
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1,
+        description="module-name suffixes of the Linear layers to adapt (e.g. q_proj, v_proj; each must match a "
+                    "module of the model; the LM head cannot be one)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
+
+
 class ModelConfig(_Section):
     name: str = Field("ladder-1m", description="'ladder-1m' (built-in, warm-started; the default testbed, docs/study.md), "
                       "'ladder-4m', 'tiny', 'tiny-order', 'small', 'small-order', 'smollm2-135m', a run directory, or a "
@@ -60,6 +73,9 @@ class ModelConfig(_Section):
         True, description="trainer runs each group's prompt once, its K/V shared by the G completions (exact; "
                           "false: every completion as a full sequence)")
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'")
+    lora: LoraConfig | None = Field(
+        None, description="train LoRA adapters instead of every weight, e.g. {r: 8, alpha: 16, targets: [q_proj, "
+                          "v_proj]} (none: full fine-tuning); the generator, checkpoints and export get merged weights")
 
 
 # ---------------------------------------------------------------- task and reward
@@ -481,7 +497,15 @@ def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
 
 
 def _section(annotation: Any) -> type[BaseModel] | None:
+    """The section class of a section field, a nullable one (`LoraConfig | None`) included."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else None
     return annotation if isinstance(annotation, type) and issubclass(annotation, _Section) else None
+
+
+def _nullable(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
 
 
 def _all_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
@@ -635,8 +659,11 @@ def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: st
             if tag != current["type"]:
                 current = _switch_variant(current, tag, variants, path, source)
             out[key] = _merge(current, value, variants[tag], source, path + ".")
+        elif section is not None and value is None and _nullable(annotation):   # `--set model.lora=null`
+            out[key] = None
         elif section is not None:
-            out[key] = _merge(out[key], value, section, source, path + ".")
+            current = out[key] if out[key] is not None else section().model_dump(mode="json")
+            out[key] = _merge(current, value, section, source, path + ".")
         elif isinstance(value, dict) and isinstance(out.get(key), dict):   # a free mapping (task.options)
             out[key] = {**out[key], **value}
         else:

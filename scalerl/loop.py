@@ -26,6 +26,7 @@ from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
 from scalerl.config import DEFAULT_VAL_SIZE, Config, available_cores
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import evaluate, live_forecast
+from scalerl.models.lora import apply_lora, merged_state_dict, trainable_params
 from scalerl.rewards import has_answer, training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
@@ -72,9 +73,10 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
     as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
     from scalerl.models import cast_model
+    from scalerl.models.lora import merged_copy
     from scalerl.trainer.forward import match_trainer_attention
 
-    return match_trainer_attention(cast_model(copy.deepcopy(model), decode_dtype(cfg)), cfg.model.share_prompt)
+    return match_trainer_attention(cast_model(merged_copy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
 
 def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Module | None = None,
@@ -191,6 +193,11 @@ class Trainer:
         self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
         self.state = TrainState()
+        self.trainable_params = trainable_params(self.model)
+        if cfg.model.lora is not None:
+            lora = cfg.model.lora
+            print(f"LoRA r={lora.r}, alpha={lora.alpha:g} on {', '.join(lora.targets)}: {self.trainable_params:,} "
+                  f"trainable parameters of {self.meter.n_params:,}")
         self.counters: dict[str, float] = {"skipped_batches": 0, "stale_dropped": 0, "zero_variance_dropped": 0,
                                            "groups_drawn": 0}
         kl = uses_reference(cfg.loss)
@@ -245,11 +252,11 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
 
         return ray_mode(tr, comps.build, gen_seed, sampler_state)
     if cfg.pipeline.mode == "pipeline_rl" and _use_process(cfg, device):
-        source = ProcessRollouts(comps.build, gen_seed, tr.model.state_dict(), tr.state.step,
+        source = ProcessRollouts(comps.build, gen_seed, merged_state_dict(tr.model), tr.state.step,
                                  sampler_state, tr.curriculum, G, Window(P, k), threads.decode)
         return PipelineRL(source, k), source
     stage = comps.stage(generator_copy(tr.model, cfg), gen_seed)
-    stage.generator.update_weights(tr.model.state_dict(), tr.state.step)
+    stage.generator.update_weights(merged_state_dict(tr.model), tr.state.step)
     retired = RetiredSet.of(tr.curriculum)
     sampler = CurriculumSampler(stage.task, retired, seed=stage.sampler_seed)
     sampler.load_state_dict(sampler_state)
@@ -270,6 +277,8 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     torch.set_num_threads(threads.train)
     torch.manual_seed(cfg.run.seed)
     comps = comps or build_components(cfg, device)
+    if cfg.model.lora is not None:
+        comps.model = apply_lora(comps.model, cfg.model.lora)
     _report_split(cfg, comps.task)
     comps.model.train()
     tr = Trainer(cfg, comps, Path(run_dir))
@@ -416,6 +425,7 @@ class Stages:
         self.observe = _observer(tr, mode)
         self.empty_in_a_row, self.warned_at, self.fell_warned = 0, -WARN_EVERY, False
         self.no_answer, self.no_answer_warned = 0.0, False
+        self.reported_params = False
         budget = tr.cfg.run.max_minutes
         self.t_budget = budget * 60 if budget else float("inf")
         self.t_start = self.last = time.monotonic()
@@ -497,7 +507,7 @@ class Stages:
     def publish(self) -> None:
         """The new weights and version to the generator (applied in flight under PipelineRL)."""
         with self.clock.stage("publish"):
-            self.mode.after_step(self.tr.model.state_dict(), self.tr.state.step)
+            self.mode.after_step(merged_state_dict(self.tr.model), self.tr.state.step)
 
     def log(self, mb, loss_row: dict) -> None:
         """The step's metrics row, the truncation warning, the progress bar."""
@@ -506,6 +516,9 @@ class Stages:
         self.last = now
         row = _step_row(tr, mb, loss_row, times, self.threads.devices, self.mode)
         row["train/no_answer_rate"] = self.no_answer
+        if not self.reported_params:   # the first train row this process writes
+            row["train/trainable_params"] = tr.trainable_params
+            self.reported_params = True
         self.warn_truncation(row)
         tr.counters["train_seconds"] = time.monotonic() - self.t_start
         self.metrics.write({"step": tr.state.step, "kind": "train", **row})
@@ -562,7 +575,7 @@ class Stages:
 
     def end_of_round(self) -> None:
         """PPO-off-policy: the generator gets the weights after its k steps (PipelineRL: nothing)."""
-        self.mode.after_round(self.tr.model.state_dict(), self.tr.state.step)
+        self.mode.after_round(merged_state_dict(self.tr.model), self.tr.state.step)
 
     def finish(self) -> None:
         """Stopped by `run.max_minutes`: end on an evaluation and a checkpoint."""

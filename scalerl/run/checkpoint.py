@@ -6,7 +6,10 @@ Layout of `<run_dir>/checkpoints/step_000025/`:
     rng.pt              python / numpy / torch RNG states
     state.json          step (= policy version), compute counters, curriculum, prompt-sampler state,
                         byte length of metrics.jsonl at this step, generator seed
-    checksums.json      sha256 of the four files above, written last
+    adapter.safetensors a LoRA run's adapters (model.lora): what resume loads, over the base model;
+                        model.safetensors then holds the merged weights (base names), what
+                        `scalerl export` and a run started from this one read
+    checksums.json      sha256 of the files above, written last
 
 A checkpoint directory only ever appears complete: it is written under `.tmp-step_N` and
 renamed, so after a `kill -9` or a full disk at any moment no partial `step_*` directory
@@ -30,13 +33,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from scalerl.errors import ScaleRLError
+from scalerl.models.lora import adapter_state_dict, has_lora, load_adapters, merged_state_dict, unique_storage
 from scalerl.run.rundir import CHECKPOINT_DIR
 
 CHECKSUMS = "checksums.json"
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
+ADAPTER_FILE = "adapter.safetensors"   # LoRA runs only
 KEEP = 2
 
 
@@ -88,14 +93,20 @@ def _sha256(path: Path) -> str:
 
 
 def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState) -> None:
-    save_model(model, str(tmp / "model.safetensors"))
+    files = FILES
+    if has_lora(model):
+        save_file(unique_storage(merged_state_dict(model)), str(tmp / "model.safetensors"))
+        save_file(adapter_state_dict(model), str(tmp / ADAPTER_FILE))
+        files = (*FILES, ADAPTER_FILE)
+    else:
+        save_model(model, str(tmp / "model.safetensors"))
     torch.save(optimizer_state, tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__, indent=1))
-    for name in FILES:
+    for name in files:
         with open(tmp / name, "rb") as fh:
             os.fsync(fh.fileno())
-    sums = {name: _sha256(tmp / name) for name in FILES}
+    sums = {name: _sha256(tmp / name) for name in files}
     with open(tmp / CHECKSUMS, "w") as fh:
         fh.write(json.dumps(sums, indent=1))
         fh.flush()
@@ -160,7 +171,7 @@ def verify_checksums(path: Path) -> None:
         sums = json.loads(sums_file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedCheckpoint(sums_file, f"garbled ({exc.__class__.__name__})") from None
-    for name in FILES:
+    for name in (*FILES, *([ADAPTER_FILE] if isinstance(sums, dict) and ADAPTER_FILE in sums else [])):
         if not (path / name).is_file():
             raise DamagedCheckpoint(path / name, "missing")
         if not isinstance(sums, dict) or sums.get(name) != _sha256(path / name):
@@ -201,7 +212,7 @@ def _torch_load(file: Path) -> Any:
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module) -> tuple[dict, TrainState]:
-    """Check and load checkpoint `path`: weights into `model`, RNG states restored.
+    """Check and load checkpoint `path`: weights into `model` (a LoRA model: its adapters), RNG states restored.
 
     Returns (optimizer state, TrainState); raises DamagedCheckpoint naming the damaged file,
     before touching the RNG (the model's weights may be partly overwritten: load another).
@@ -215,11 +226,15 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> tuple[dict, TrainStat
     optimizer_state = _torch_load(path / "optimizer.pt")
     if not isinstance(optimizer_state, dict):
         raise DamagedCheckpoint(path / "optimizer.pt", "unexpected content")
-    weights = path / "model.safetensors"
+    weights = path / (ADAPTER_FILE if has_lora(model) else "model.safetensors")
     if not weights.is_file():
-        raise DamagedCheckpoint(weights, "missing")
+        raise DamagedCheckpoint(weights, "missing" if weights.name != ADAPTER_FILE else
+                                "missing (a LoRA run's checkpoint holds its adapters; was model.lora changed?)")
     try:
-        load_model(model, str(weights))
+        if has_lora(model):   # the base weights are the run's model.name, frozen: only the adapters trained
+            load_adapters(model, load_file(str(weights), device=str(next(model.parameters()).device)))
+        else:
+            load_model(model, str(weights))
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types; reported with the file
         raise DamagedCheckpoint(weights, f"cannot be loaded ({' '.join(str(exc).split())[:120]})") from None
     _set_rng_state(rng)

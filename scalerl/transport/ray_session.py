@@ -41,6 +41,7 @@ from scalerl.transport.ray_placement import Placement  # noqa: E402
 from scalerl.transport.protocol import GeneratorBuild  # noqa: E402
 from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
+from scalerl.models.lora import merged_state_dict  # noqa: E402
 from scalerl.batching import PipelineRL  # noqa: E402
 from scalerl.transport.window import Window  # noqa: E402
 
@@ -116,7 +117,7 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> t
                            threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
                            gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,
                            options=[placement.generator(r) for r in range(cfg.ray.generators)])
-        source = RayRollouts(spec, tr.model.state_dict(), tr.state.step, sampler_state)
+        source = RayRollouts(spec, merged_state_dict(tr.model), tr.state.step, sampler_state)
         undo.callback(source.close)
         closers = [session.close, placement.close]
         if cfg.ray.trainers > 1:
