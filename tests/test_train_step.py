@@ -104,7 +104,9 @@ def _two_workers(groups, cfg):
         def reduce(flat):
             flats[rank] = flat.clone()
             barrier.wait()
-            flat.copy_(flats[0] + flats[1])
+            total = flats[0] + flats[1]
+            barrier.wait()   # both have read before either writes its next tensor (gradients, then counters)
+            flat.copy_(total)
         return reduce
 
     for rank in range(2):  # loaded one after the other: the random init draws from the global RNG

@@ -119,9 +119,11 @@ def run(args: argparse.Namespace) -> int:
     check_plot_path(args.plot)
     path, state, seen = Path(args.path), {}, None
     # Ctrl-C and a plain `kill` stop it cleanly, even when started where SIGINT is ignored
-    # (a background job of a non-interactive shell, nohup): Python then installs no handler.
+    # (a background job of a non-interactive shell, nohup): Python then installs no handler; and a
+    # parent that blocked the signals (its children inherit the mask) must not make it unstoppable.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         while True:
             sig = _signature(path)
