@@ -177,8 +177,8 @@ class InterruptConfig(_Section):
 
     type: Literal["interrupt"] = Field("interrupt", description="forced interruption of thinking (paper Section 2, A.10)")
     think_min: int = Field(88, ge=1, description="forced interruption drawn uniformly in [think_min, think_max] thinking tokens "
-                                                "(default: a correct 8-digit scratchpad, the longest of the default "
-                                                "task, closes at 82)")
+                                                "(default: a correct 7-digit scratchpad, the longest of the default "
+                                                "task, closes at 72)")
     think_max: int = Field(104, ge=1, description="upper end of the interruption point (>= think_min)")
     answer_budget: int = Field(32, ge=1, description="tokens allowed after the interruption phrase")
     phrase: str = Field(

@@ -64,7 +64,8 @@ def test_validation_never_overlaps_training(name):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("arith", {"2x3": 1 / 3, "2x5": 1 / 3, "2x8": 1 / 3}),
+    ("arith", {f"2x{d}": 1 / 6 for d in range(2, 8)}),
+    ("arith-358", {"2x3": 1 / 3, "2x5": 1 / 3, "2x8": 1 / 3}),
     ("arith-tail", {"2x3": 0.62, "2x16": 0.38}),
     ("arith-mixed", {"2x2": 0.20, "2x3": 0.25, "2x4": 0.30, "2x16": 0.25}),
 ])
@@ -92,6 +93,26 @@ def test_every_rung_of_the_default_ladder_fits_the_default_budgets():
             assert n_think == 1 + 10 * p.meta["digits"] + 1          # <think>, 10 characters a column, </think>
             ok = n_think < think_min and n <= budget
             assert ok == (fits if fits is not None else p.meta["digits"] != 16)
+
+
+def test_the_think_short_control_cuts_exactly_the_two_top_rungs():
+    """`think-short` (scalerl.study.variants.CONTROLS) interrupts thinking before the 6- and 7-digit
+    scratchpads close and after every shorter one does: a third of the default ladder can no longer
+    pass, whatever the model."""
+    from scalerl.models.tiny import build_tokenizer
+    from scalerl.study.variants import CONTROLS
+
+    sets = dict(s.split("=") for s in next(c for c in CONTROLS if c[0] == "think-short")[2])
+    lo, hi = int(sets["rollout.length.think_min"]), int(sets["rollout.length.think_max"])
+    tok = build_tokenizer()
+    task = ArithTask("arith")
+    cut = Counter()
+    for p in (task.train_prompt(i) for i in range(600)):
+        n_think = len(tok(p.meta["target"].split("</think>")[0] + "</think>")["input_ids"])
+        assert n_think < lo or n_think > hi                         # never decided by the draw
+        cut[p.meta["digits"] > 5] += n_think > hi
+    assert cut[False] == 0 and cut[True] > 0
+    assert abs(sum(cut.values()) / 600 - 1 / 3) < 0.05
 
 
 def test_difficulty_knob_in_the_name():

@@ -17,16 +17,19 @@ digit (6912 is written a2b1c9d6; 1005 as a5b0c0d1).
 
 Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix (the task
 name: `arith`, `arith-tail`, `arith-mixed`, `arith-easy`, `arith-<D>`, `arith-<K>x<D>`, or a mix
-`arith-<K>x<D>:<w>,...`). The default (`arith`) is a ladder of 3-, 5- and 8-digit sums in equal
-shares. Every rung's scratchpad fits the default thinking budget (the 8-digit one closes
-`</think>` at its 82nd token, the interruption comes at 88-104), so no item is out of reach by
-construction: how many of the longer sums pass is set by the model, whose per-column errors
-compound over 3, 5 or 8 columns (docs/study.md, "The default testbed"). `arith-tail` is the
-testbed before 2026-11-24: 62% 3-digit sums and a 38% tail of 16-digit sums whose 160-character
-scratchpad no thinking budget of that testbed held, so no sample ever passed them and the task
-capped every run at 0.62 (docs/study-history.md). The `tiny` and `tiny-order` models are
-warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are over budget and skipped),
-the ladder models on `arith` itself.
+`arith-<K>x<D>:<w>,...`). The default (`arith`) is a ladder of every length from 2 to 7 digits in
+equal shares (since 2026-11-25; docs/study.md, "The default testbed"). Every rung's scratchpad fits
+the default thinking budget (the 7-digit one closes `</think>` at its 72nd token, the interruption
+comes at 88-104), so no item is out of reach by construction: how many of the longer sums pass is
+set by the model, whose per-column errors compound over 2 to 7 columns. The ladder models are
+warm-started on this same ladder: a model warm-started on 3-, 5- and 8-digit sums passed none of
+the 4-, 6- or 7-digit ones (measured: 0.00 over 40 steps of RL), so a rung the warm start never
+showed is one RL cannot reach. `arith-358` is the three-rung ladder before it (its 8-digit rung stayed
+under 0.1 in a 120-step run), `arith-tail` the testbed before 2026-11-24: 62% 3-digit sums and a 38%
+tail of 16-digit sums whose 160-character scratchpad no thinking budget of that testbed held, so no
+sample ever passed them and the task capped every run at 0.62 (docs/study-history.md). The `tiny`
+and `tiny-order` models are warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are
+over budget and skipped), the ladder models on `arith` itself.
 
 Splits: a problem belongs to the validation split iff a salted hash of its operands falls in
 the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
@@ -74,11 +77,15 @@ class Level:
     digits: int
 
 
-# The default task (`arith`): a ladder of 3-, 5- and 8-digit sums in equal shares. Every rung's
-# scratchpad fits the default thinking budget (the longest, 8 columns, is 80 tokens), so nothing is
+# The default task (`arith`): a ladder of 2- to 7-digit sums in equal shares. Every rung's scratchpad
+# fits the default thinking budget (the longest, 7 columns, closes at 72 tokens), so nothing is
 # unlearnable by construction: how many of the longer sums pass is set by the model (a per-column
-# error compounds over 3, 5 or 8 columns), not by the task (docs/study.md, "The default testbed").
-DEFAULT_MIX: tuple[tuple[Level, float], ...] = (
+# error compounds over 2 to 7 columns), not by the task (docs/study.md, "The default testbed").
+DEFAULT_MIX: tuple[tuple[Level, float], ...] = tuple((Level(2, d), 1 / 6) for d in range(2, 8))
+
+# the ladder of 2026-11-24 (docs/study.md, "The three-rung ladder"): 3-, 5- and 8-digit sums. Its top
+# rung stayed under 0.1 for the 120-step run, so a budget cutting it moved nothing measurable
+LADDER_358: tuple[tuple[Level, float], ...] = (
     (Level(2, 3), 1 / 3),
     (Level(2, 5), 1 / 3),
     (Level(2, 8), 1 / 3),
@@ -101,6 +108,7 @@ WARM_MIX: tuple[tuple[Level, float], ...] = (
 
 MIXES: dict[str, tuple[tuple[Level, float], ...]] = {
     "arith": DEFAULT_MIX,
+    "arith-358": LADDER_358,
     "arith-tail": TAIL_MIX,
     "arith-mixed": WARM_MIX,
     # 2-4 digit sums without the tail: ceiling near 1 (docs/design.md: plain addition ran to about 0.9)
