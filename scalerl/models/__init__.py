@@ -2,7 +2,7 @@
 
 Names:
   ladder-1m     the default: the tiny shape (~1M parameters) warm-started a fixed 2,500 steps on the
-                default `arith` ladder (2- to 7-digit sums) with 85% of its answers written in
+                default `arith` ladder (3-, 5- and 7-digit sums) with 85% of its answers written in
                 the wrong digit order (the default testbed, docs/study.md; built once, about 10
                 minutes on 2 cores)
   ladder-4m     the same warm start at ~4.2M parameters (width 256, 4 layers): the default

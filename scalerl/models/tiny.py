@@ -119,7 +119,7 @@ class _WrongOrderHabit:
 
 
 # The ladder models (the default testbed since 2026-11-24, docs/study.md): warm-started the same
-# fixed number of steps on the default task's ladder (2- to 7-digit sums), with `tiny-order`'s
+# fixed number of steps on the default task's ladder (3-, 5- and 7-digit sums), with `tiny-order`'s
 # wrong-order habit. The budget is fixed, not a target: the model learns the scratchpad as well as
 # its size lets it in that many steps, so a larger model starts RL with fewer per-column errors and
 # the ceiling RL reaches is the model's. `ladder-1m` is the tiny shape, `ladder-4m` the `mid` one.
@@ -127,7 +127,7 @@ class _WrongOrderHabit:
 # (on 2-8 digit sums) never passed (0 of 1,536 validation samples: no signal for RL); 3,000 steps
 # wrote an accurate scratchpad, and RL took it to 0.98, a ceiling no larger model could beat.
 # Those builds were on the 3/5/8 ladder (`arith-358`); the 2,500-step budget was kept unchanged when
-# the ladder became every length from 2 to 7 (2026-11-25), so the new build was not tuned either.
+# the ladder changed (2026-11-25: every length 2-7, then 3/5/7), so no later build was tuned.
 LADDER_WARM_TASK = "arith"
 LADDER_MODELS = {"ladder-1m": "tiny", "ladder-4m": "mid"}
 

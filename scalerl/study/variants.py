@@ -67,12 +67,11 @@ RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
 # The controls of a study (docs/study.md, "The controls"): effects known to exist, which the study
 # must detect before its other verdicts are read, and one known not to exist, which it must not.
 # `think-short` interrupts thinking at 54-60 tokens: the 5-digit scratchpad (52 tokens with its
-# tags) fits, the 6- and 7-digit ones (62, 72) cannot, so a third of the default validation set
-# cannot pass.
+# tags) fits, the 7-digit one (72) cannot, so a third of the default validation set cannot pass.
 CONTROLS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("model-larger", "ladder-1m -> ladder-4m (4.2M parameters, the same warm start)", ("model.name=ladder-4m",),
      "higher"),
-    ("think-short", "thinking budget 88-104 -> 54-60 tokens (the 6- and 7-digit scratchpads do not fit)",
+    ("think-short", "thinking budget 88-104 -> 54-60 tokens (the 7-digit scratchpad does not fit)",
      ("rollout.length.think_min=54", "rollout.length.think_max=60"), "lower"),
 )
 CONTROL_BASE = "base"            # the controls' name for the base configuration

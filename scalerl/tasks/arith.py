@@ -17,19 +17,21 @@ digit (6912 is written a2b1c9d6; 1005 as a5b0c0d1).
 
 Difficulty: a `Level(operands, digits)`; a task samples levels from a weighted mix (the task
 name: `arith`, `arith-tail`, `arith-mixed`, `arith-easy`, `arith-<D>`, `arith-<K>x<D>`, or a mix
-`arith-<K>x<D>:<w>,...`). The default (`arith`) is a ladder of every length from 2 to 7 digits in
-equal shares (since 2026-11-25; docs/study.md, "The default testbed"). Every rung's scratchpad fits
-the default thinking budget (the 7-digit one closes `</think>` at its 72nd token, the interruption
-comes at 88-104), so no item is out of reach by construction: how many of the longer sums pass is
-set by the model, whose per-column errors compound over 2 to 7 columns. The ladder models are
+`arith-<K>x<D>:<w>,...`). The default (`arith`, since 2026-11-25) is a ladder of 3-, 5- and 7-digit
+sums in equal shares (docs/study.md, "The default testbed"). Every rung's scratchpad fits the
+default thinking budget (the 7-digit one closes `</think>` at its 72nd token, the interruption comes
+at 88-104), so no item is out of reach by construction: how many of the longer sums pass is set by
+the model, whose per-column errors compound over 3, 5 or 7 columns. The ladder models are
 warm-started on this same ladder: a model warm-started on 3-, 5- and 8-digit sums passed none of
 the 4-, 6- or 7-digit ones (measured: 0.00 over 40 steps of RL), so a rung the warm start never
-showed is one RL cannot reach. `arith-358` is the three-rung ladder before it (its 8-digit rung stayed
-under 0.1 in a 120-step run), `arith-tail` the testbed before 2026-11-24: 62% 3-digit sums and a 38%
-tail of 16-digit sums whose 160-character scratchpad no thinking budget of that testbed held, so no
-sample ever passed them and the task capped every run at 0.62 (docs/study-history.md). The `tiny`
-and `tiny-order` models are warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are
-over budget and skipped), the ladder models on `arith` itself.
+showed is one RL cannot reach. Earlier ladders, kept by name: `arith-358` (3, 5 and 8 digits: its
+8-digit rung stayed under 0.1 in a 120-step run) and `arith-2to7` (every length 2-7: the same
+warm-start budget spread over six lengths left the 5- to 7-digit rungs at 0.00). `arith-tail` is
+the testbed before 2026-11-24: 62% 3-digit sums and a 38% tail of 16-digit sums whose 160-character
+scratchpad no thinking budget of that testbed held, so no sample ever passed them and the task
+capped every run at 0.62 (docs/study-history.md). The `tiny` and `tiny-order` models are
+warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are over budget and skipped),
+the ladder models on `arith` itself.
 
 Splits: a problem belongs to the validation split iff a salted hash of its operands falls in
 the lowest `VAL_SHARE` of hash space; training draws reject such problems. The two splits are
@@ -77,11 +79,19 @@ class Level:
     digits: int
 
 
-# The default task (`arith`): a ladder of 2- to 7-digit sums in equal shares. Every rung's scratchpad
-# fits the default thinking budget (the longest, 7 columns, closes at 72 tokens), so nothing is
-# unlearnable by construction: how many of the longer sums pass is set by the model (a per-column
-# error compounds over 2 to 7 columns), not by the task (docs/study.md, "The default testbed").
-DEFAULT_MIX: tuple[tuple[Level, float], ...] = tuple((Level(2, d), 1 / 6) for d in range(2, 8))
+# The default task (`arith`): a ladder of 3-, 5- and 7-digit sums in equal shares. Every rung's
+# scratchpad fits the default thinking budget (the longest, 7 columns, closes at 72 tokens), so
+# nothing is unlearnable by construction: how many of the longer sums pass is set by the model (a
+# per-column error compounds over 3, 5 or 7 columns), not by the task (docs/study.md).
+DEFAULT_MIX: tuple[tuple[Level, float], ...] = (
+    (Level(2, 3), 1 / 3),
+    (Level(2, 5), 1 / 3),
+    (Level(2, 7), 1 / 3),
+)
+
+# the six-rung ladder of 2026-11-25 (2- to 7-digit sums): a 2,500-step warm start spread over six
+# lengths left the 5-, 6- and 7-digit rungs at 0.00 (docs/study.md), out of RL's reach
+LADDER_2TO7: tuple[tuple[Level, float], ...] = tuple((Level(2, d), 1 / 6) for d in range(2, 8))
 
 # the ladder of 2026-11-24 (docs/study.md, "The three-rung ladder"): 3-, 5- and 8-digit sums. Its top
 # rung stayed under 0.1 for the 120-step run, so a budget cutting it moved nothing measurable
@@ -109,6 +119,7 @@ WARM_MIX: tuple[tuple[Level, float], ...] = (
 MIXES: dict[str, tuple[tuple[Level, float], ...]] = {
     "arith": DEFAULT_MIX,
     "arith-358": LADDER_358,
+    "arith-2to7": LADDER_2TO7,
     "arith-tail": TAIL_MIX,
     "arith-mixed": WARM_MIX,
     # 2-4 digit sums without the tail: ceiling near 1 (docs/design.md: plain addition ran to about 0.9)
