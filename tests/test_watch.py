@@ -128,3 +128,37 @@ def test_watch_follows_a_tensorboard_file_being_appended(tmp_path, capsys):
     code = main(["fit", str(tmp_path), "--from", "trl", "--compute", "wall", "--devices", "2", "--json", *OPTS])
     assert code == 0 and state["n"] == 20
     assert json.loads(capsys.readouterr().out)["compute"]["source"] == "TensorBoard event wall times"
+
+
+def test_watch_stops_on_sigint_even_when_started_with_the_signals_blocked(tmp_path):
+    """A parent that blocked SIGINT/SIGTERM (a test runner's worker, a supervisor) passes its mask
+    to its children through exec: the watch unblocks them, so Ctrl-C still ends it."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": i, "compute/device_hours": 250.0 * i,
+                                       "val/pass_rate": 0.4 + 0.2 / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.4})
+                           + "\n" for i in range(12)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONUNBUFFERED": "1"}
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", *OPTS],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                             preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, blocked))
+    errs: list[str] = []
+    reader = threading.Thread(target=lambda: errs.extend(iter(watch.stderr.readline, "")), daemon=True)
+    reader.start()
+    try:
+        mask = set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (mask and not mask & blocked):
+            status = Path(f"/proc/{watch.pid}/status").read_text()
+            bits = int(re.search(r"SigBlk:\s*([0-9a-f]+)", status).group(1), 16)
+            mask = {signal.Signals(n) for n in range(1, 64) if bits >> (n - 1) & 1} or {"none"}
+            time.sleep(0.1)
+        assert not mask & blocked, f"the watch kept {mask & blocked} blocked"
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=30)
+    reader.join(timeout=5)
+    assert watch.returncode == 0 and "watch: stopped" in "".join(errs), "".join(errs)
