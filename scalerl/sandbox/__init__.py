@@ -16,7 +16,7 @@ output beyond `output_limit` bytes per stream stops the program.
 Where the namespaces cannot be made (a container whose seccomp profile forbids `unshare`, a
 kernel with unprivileged user namespaces off), every call returns status `refused` with a
 one-line reason, unless the caller opts out by name with `allow_unisolated=True` (config
-`sandbox.allow_unisolated: true`): then only the limits and a process group hold; see
+`sandbox.allow_unisolated: true`, never as root): then only the limits and a process group hold; see
 docs/sandbox.md for which guarantee holds where. Python audit hooks are not used: they are no
 boundary.
 """
@@ -96,21 +96,28 @@ def run_program(source: str, stdin: str = "", timeout_s: float = 10.0, memory_mb
 
     `limits` overrides `timeout_s`, `memory_mb` and `output_limit` when given."""
     lim = limits or Limits(timeout_s=timeout_s, memory_mb=memory_mb, output_limit=output_limit)
-    isolate = True
+    why = unisolated_refusal(allow_unisolated)
+    if why:
+        return SandboxResult("refused", "", why, None, 0.0)
+    return _run(source, stdin, lim, isolate=isolation_unavailable() is None)
+
+
+def unisolated_refusal(allow_unisolated: bool) -> str | None:
+    """Why a program may not run here: isolation unavailable and not opted out, or opted out as
+    root (without a pid namespace a root program could signal every process on the machine)."""
+    why = isolation_unavailable()
+    if why is None:
+        return None
     if not allow_unisolated:
-        why = isolation_unavailable()
-        if why:
-            return SandboxResult("refused", "", why, None, 0.0)
-    else:
-        isolate = isolation_unavailable() is None
-    return _run(source, stdin, lim, isolate)
+        return why
+    if os.getuid() == 0:
+        return f"{why}; sandbox.allow_unisolated does not run programs as root (uid 0): run as an unprivileged user"
+    return None
 
 
 @lru_cache(maxsize=1)
 def isolation_unavailable() -> str | None:
     """None when the namespaces can be made here, else the one-line reason (probed once)."""
-    if os.environ.get("SCALERL_SANDBOX_FORCE_REFUSE"):      # tests: the refusal path on a machine that isolates
-        return "sandbox isolation unavailable: SCALERL_SANDBOX_FORCE_REFUSE is set"
     if sys.platform != "linux":
         return f"sandbox isolation unavailable: needs Linux namespaces, this is {sys.platform}"
     r = _run("print('ok')", "", Limits(timeout_s=10.0), isolate=True)
@@ -123,10 +130,12 @@ def isolation_unavailable() -> str | None:
 
 def require_isolation(allow_unisolated: bool = False) -> None:
     """Raise the one-line refusal now (a task that scores code calls this when it is built)."""
-    why = isolation_unavailable()
+    why = unisolated_refusal(allow_unisolated)
     if why and not allow_unisolated:
         raise ScaleRLError(f"{why}; running model-written programs needs it (set sandbox.allow_unisolated=true "
                            "to run them with limits only, see docs/sandbox.md)")
+    if why:
+        raise ScaleRLError(why)
 
 
 def _run(source: str, stdin: str, lim: Limits, isolate: bool) -> SandboxResult:

@@ -309,7 +309,10 @@ def run_unisolated(spec: dict, status_fd: int) -> None:
         os.dup2(spec["stdin_fd"], 0)
         os.closerange(3, 1 << 16)
         cpu, mem = spec["cpu_s"], spec["memory_mb"] << 20
+        if os.getuid() == 0:     # the caller refuses this; never a root program without a pid namespace
+            os._exit(126)
         for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (mem, mem)),
+                           (resource.RLIMIT_NPROC, (spec["nproc"],) * 2),
                            (resource.RLIMIT_NOFILE, (spec["nofile"],) * 2), (resource.RLIMIT_CORE, (0, 0)),
                            (resource.RLIMIT_FSIZE, (spec["fsize_mb"] << 20,) * 2)):
             resource.setrlimit(res, value)
