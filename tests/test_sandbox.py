@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -332,3 +333,32 @@ def test_limits_are_checked():
         Limits(timeout_s=0)
     with pytest.raises(ScaleRLError, match="memory_mb=-1"):
         run_program("print(1)", memory_mb=-1)
+
+
+DENY_UNSHARE = """
+import ctypes, json, sys
+lib = ctypes.CDLL("libseccomp.so.2")
+lib.seccomp_init.restype = ctypes.c_void_p
+ctx = ctypes.c_void_p(lib.seccomp_init(ctypes.c_uint32(0x7FFF0000)))
+nr = lib.seccomp_syscall_resolve_name(b"unshare")
+assert lib.seccomp_rule_add_array(ctx, ctypes.c_uint32(0x00050000 | 1), nr, 0, None) == 0
+assert lib.seccomp_load(ctx) == 0
+import scalerl.sandbox as sb
+r = sb.run_program("open('FLAG', 'w').write('x')")
+print(json.dumps([r.status, r.stderr, r.returncode]))
+"""
+
+
+@pytest.mark.skipif(not HAS_SECCOMP, reason="needs libseccomp to forbid unshare the way a container's profile does")
+def test_refused_in_a_container_that_forbids_unshare(tmp_path):
+    """A real refusal, not a stubbed one: under a seccomp filter denying `unshare` (Docker's default
+    profile does), run_program answers `refused` in one line and the program never runs."""
+    flag = tmp_path / "ran"
+    out = subprocess.run([sys.executable, "-c", DENY_UNSHARE.replace("FLAG", str(flag))], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert out.returncode == 0, out.stderr
+    status, reason, rc = json.loads(out.stdout)
+    assert status == "refused" and rc is None and "\n" not in reason
+    assert reason == ("sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): "
+                      "Operation not permitted")
+    assert not flag.exists()
