@@ -36,7 +36,7 @@ from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
 from scalerl.transport.protocol import GeneratorBuild, Stage
-from scalerl.transport.window import LockedSampler, RetiredSet, Window
+from scalerl.transport.window import GroupAssembler, LockedSampler, RetiredSet, Window
 
 TRUNCATION_WARN = 0.10
 NO_ANSWER_WARN = 0.5   # share of a batch's completions without an answer section that warns (once)
@@ -262,9 +262,10 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     sampler.load_state_dict(sampler_state)
     if cfg.pipeline.mode == "pipeline_rl":
         source = ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window(P, k),
-                                  tr.state.step, retired)
+                                  tr.state.step, retired, score_workers=GroupAssembler.workers_for(stage.task))
         return PipelineRL(source, k), source
-    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired), None
+    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired,
+                        score_workers=GroupAssembler.workers_for(stage.task)), None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
@@ -359,6 +360,7 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
         "train/skipped_batches": tr.counters["skipped_batches"],
         "curriculum/retired": tr.curriculum.n_retired if tr.curriculum is not None else 0,
         "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
+        "time/score": sum(g.score_seconds for g in mb.groups), "time/score_wait": sum(g.score_wait for g in mb.groups),
         "tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9), "version": tr.state.step,
     })
     row.update({f"time/{name}": seconds for name, seconds in times.items()})

@@ -144,3 +144,56 @@ def test_code_task_needs_a_path_and_refuses_without_isolation(monkeypatch):
     monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: "sandbox isolation unavailable: test")
     with pytest.raises(ScaleRLError, match="sandbox isolation unavailable: test; .*sandbox.allow_unisolated=true"):
         get_task(TaskConfig(name="code", path=str(EXAMPLE), val_size=1))
+
+
+def test_scoring_runs_beside_generation_in_a_pool():
+    """With workers, a group's completions are scored concurrently as they arrive (4 slow scores
+    of 0.3 s take about 0.3 s, not 1.2 s), in their order; the group records the scoring time;
+    a scorer's error reaches the caller."""
+    import threading
+    import time
+
+    from scalerl.transport.window import GroupAssembler
+    from scalerl.types import Score
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def slow_reward(prompt, c):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.3)
+        with lock:
+            active[0] -= 1
+        if c.text == "boom":
+            raise RuntimeError("scorer failed")
+        return Score(float(c.text), c.text == "1")
+
+    asm = GroupAssembler(4, slow_reward, workers=4)
+    seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
+    texts = ["1", "0", "1", "0"]
+    t0 = time.monotonic()
+    groups = [asm.add(dataclasses_replace(completion(t), seen.id)) for t in texts]
+    wall = time.monotonic() - t0
+    assert groups[:3] == [None, None, None]
+    g = groups[3]
+    assert [s.reward for s in g.scores] == [1.0, 0.0, 1.0, 0.0] and g.passes == 2
+    assert peak[0] == 4 and wall < 0.9, (peak, wall)
+    assert g.score_seconds == pytest.approx(1.2, abs=0.3) and 0 < g.score_wait < 0.9
+    seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
+    for t in ["1", "1", "1"]:
+        asm.add(dataclasses_replace(completion(t), seen.id))
+    with pytest.raises(RuntimeError, match="scorer failed"):
+        asm.add(dataclasses_replace(completion("boom"), seen.id))
+    asm.close()
+    inline = GroupAssembler(2, lambda p, c: Score(1.0, True))
+    seen = inline.add_prompt(Prompt(id="p", text="q", answer=""))
+    inline.add(dataclasses_replace(completion("1"), seen.id))
+    g = inline.add(dataclasses_replace(completion("1"), seen.id))
+    assert g.score_wait < 0.05 and g.score_seconds >= 0
+
+
+def dataclasses_replace(c: Completion, prompt_id: str) -> Completion:
+    import dataclasses
+
+    return dataclasses.replace(c, prompt_id=prompt_id)

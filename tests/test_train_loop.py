@@ -61,8 +61,9 @@ def test_every_recipe_trains_every_parameter_and_writes_metrics(recipe, tmp_path
     assert [r["step"] for r in train_rows] == [1, 2]
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 2]
     for key in ("compute/device_hours", "compute/flops", "train/reward_mean", "train/truncation_rate",
-                "staleness/max", "tokens/generated", "time/train", "loss/loss"):
+                "staleness/max", "tokens/generated", "time/train", "loss/loss", "time/score", "time/score_wait"):
         assert all(r[key] is not None for r in train_rows), key
+    assert all(0 <= r["time/score"] < r["time/step"] for r in train_rows)
     hours = [r["compute/device_hours"] for r in train_rows]
     assert 0 < hours[0] < hours[1]
     assert (tmp_path / "checkpoints" / "step_000002" / "model.safetensors").exists()

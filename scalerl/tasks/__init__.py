@@ -39,6 +39,7 @@ class Task(Protocol):
     val_size: int
     answer_marker: str          # where the checker reads the answer (`scalerl.rewards.answer_section`)
     isolate_checker: bool
+    score_workers: int          # completions scored concurrently beside generation (0: inline; optional)
     checker: Callable[[str, Prompt], float]
 
     def __len__(self) -> int: ...

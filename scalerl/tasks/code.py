@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import random
 import secrets
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ STDIO_INSTRUCTION = ("Write a complete Python 3 program in a ```python code bloc
                      "standard input and prints the answer to standard output.")
 FUNCTION_INSTRUCTION = "Write Python 3 code in a ```python code block that defines {what}."
 FENCE = "```"
+SCORE_WORKERS = min(8, 2 * len(os.sched_getaffinity(0)))   # benchmarks/sandbox.py: 2 per core is near the best
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,7 @@ class CodeTask(PromptPool):
     """A file of programming problems with tests (see the module docstring)."""
 
     isolate_checker = False     # the sandbox isolates each run; a worker process would add nothing
+    score_workers = SCORE_WORKERS   # programs mostly wait on their process: score beside generation
 
     def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
                  answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1,
