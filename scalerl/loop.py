@@ -330,7 +330,8 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     tr.model.eval()
     try:
         eval_gen.reseed()  # common random numbers across evaluations (Engine.reseed)
-        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn)
+        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn,
+                       workers=GroupAssembler.workers_for(tr.comps.task))
     finally:
         tr.model.train()
         torch.set_num_threads(threads)

@@ -197,3 +197,60 @@ def dataclasses_replace(c: Completion, prompt_id: str) -> Completion:
     import dataclasses
 
     return dataclasses.replace(c, prompt_id=prompt_id)
+
+
+def test_code_expr_problems_are_consistent():
+    """Each built-in problem's tests agree with an independent evaluation of its expression by
+    Python, the splits are disjoint, ids stable, and the reference program passes (when isolated)."""
+    from scalerl.tasks.code_expr import ExprCodeTask, parse_name
+
+    task = ExprCodeTask(seed=3, train_size=64, val_size=16)
+    train = [task.train_prompt(i) for i in range(40)]
+    val = task.val_prompts(16)
+    assert {p.meta["expression"] for p in train}.isdisjoint({p.meta["expression"] for p in val})
+    assert task.train_prompt(5) == train[5] and train[5].id == "code-expr/s3/train/5"
+    assert {p.meta["subset"] for p in train} == {"1", "2", "3"}
+    for p in train + val:
+        for t in p.meta["tests"]:
+            a, b = map(int, t.input.split())
+            assert t.output == f"{eval(p.meta['expression'], {}, {'a': a, 'b': b})}\n", p.meta["expression"]
+    assert parse_name("code-expr-2") == (2,)
+    with pytest.raises(ScaleRLError, match="code-expr-<depth 1-6>"):
+        parse_name("code-expr-x")
+    if ISOLATED:
+        assert task.check("<think>ok</think>" + train[0].answer, train[0])
+        assert not task.check("<think>ok</think>print(0)", train[0])
+
+
+def test_mix_of_domains_tags_prompts_and_dispatches_checkers():
+    task = get_task(TaskConfig(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
+    domains = [task.train_prompt(i).meta["domain"] for i in range(len(task))]
+    assert len(domains) == 400 and domains.count("arith") == 300 and domains.count("code-expr") == 100
+    val = task.val_prompts(8)
+    assert [p.meta["domain"] for p in val] == ["arith"] * 6 + ["code-expr"] * 2
+    arith = next(p for p in val if p.meta["domain"] == "arith")
+    assert task.check(f"<think>x</think>{arith.answer}", arith)
+    assert task.checker(f"<think>x</think>{arith.answer}", arith)
+    assert task.score_workers > 0 and not task.isolate_checker
+    with pytest.raises(ScaleRLError, match="expected 2 weights"):
+        get_task(TaskConfig(name="arith,code-expr", weights=[1, 2, 3]))
+    with pytest.raises(ScaleRLError, match="a part is named twice"):
+        get_task(TaskConfig(name="arith,arith"))
+
+
+def test_evaluation_reports_each_domain():
+    from scalerl.evaluate import evaluate
+    from scalerl.types import Score
+
+    prompts = [Prompt(id=f"p{i}", text="q", answer="", meta={"domain": "arith" if i < 2 else "code"})
+               for i in range(4)]
+
+    class Gen:
+        def generate(self, ps, k):
+            return [Completion(id=f"{p.id}-{j}", prompt_id=p.id, prompt_tokens=[], tokens=[1], logprobs=[0.0],
+                               versions=[0], text=p.id, finish_reason="eos") for p in ps for j in range(k)]
+
+    passing = {"p0", "p2", "p3"}          # arith 1 of 2, code 2 of 2
+    row = evaluate(Gen(), prompts, 2, lambda p, c: Score(1.0, c.text in passing), workers=2)
+    assert row["val/pass_rate"] == 0.75
+    assert row["val/pass_rate/arith"] == 0.5 and row["val/pass_rate/code"] == 1.0
