@@ -363,6 +363,11 @@ class EvalConfig(_Section):
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
                                 "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
                                 "first-half check always uses the frozen method's tenth (docs/forecasting.md)")
+    downstream: list[str] = Field(
+        default_factory=list, description="downstream sets from other distributions, as task names (e.g. arith-2x12, "
+        "code-expr-4; a file or code task reads task.path): each evaluation also scores `downstream_prompts` of their "
+        "validation prompts and logs downstream/<name>/pass_rate")
+    downstream_prompts: int = Field(32, ge=1, description="validation prompts evaluated per downstream set")
 
     @model_validator(mode="before")
     @classmethod

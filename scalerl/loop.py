@@ -321,7 +321,23 @@ def eval_curve(run_dir) -> list[tuple[float, float]]:
     return [(r[FIT_X], r["val/pass_rate"]) for r in eval_rows(run_dir)]
 
 
-def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
+def downstream_sets(cfg: Config, tokenizer) -> list[tuple[str, list, Callable, int]]:
+    """`eval.downstream`: (name, its first `eval.downstream_prompts` validation prompts, its reward,
+    scoring threads) per set; each task is built as `task.name=<name>` would be, with the run's
+    other task settings."""
+    from scalerl.rewards import RewardFn
+    from scalerl.tasks import get_task
+
+    out = []
+    for name in cfg.eval.downstream:
+        task = get_task(cfg.task.model_copy(update={"name": name, "weights": None}), tokenizer, sandbox=cfg.sandbox,
+                        think=cfg.rollout.length.type == "interrupt")
+        n = min(cfg.eval.downstream_prompts, task.val_size)
+        out.append((name, task.val_prompts(n), RewardFn(task, cfg.reward), GroupAssembler.workers_for(task)))
+    return out
+
+
+def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int, downstream=()) -> dict:
     cfg = tr.cfg
     t0 = time.monotonic()
     mode.pause()
@@ -332,6 +348,10 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
         eval_gen.reseed()  # common random numbers across evaluations (Engine.reseed)
         row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn,
                        workers=GroupAssembler.workers_for(tr.comps.task))
+        for name, prompts, reward, workers in downstream:
+            other = evaluate(eval_gen, prompts, cfg.eval.samples, reward, workers=workers)
+            row[f"downstream/{name}/pass_rate"] = other["val/pass_rate"]
+            row[f"downstream/{name}/pass_rate_se"] = other["val/pass_rate_se"]
     finally:
         tr.model.train()
         torch.set_num_threads(threads)
@@ -421,6 +441,7 @@ class Stages:
         self.tr, self.cfg, self.mode, self.metrics, self.eval_gen, self.threads = tr, tr.cfg, mode, metrics, eval_gen, threads
         task = tr.comps.task
         self.val_prompts = task.val_prompts(tr.cfg.eval.prompts_for(task.val_size))
+        self.downstream = downstream_sets(tr.cfg, tr.comps.tokenizer)
         self.eval_steps = set(tr.cfg.eval.steps(tr.cfg.run.max_steps))
         self.bar = tqdm(total=tr.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
@@ -540,7 +561,7 @@ class Stages:
 
     def evaluate(self) -> None:
         """mean@k on the validation set + live forecast: an eval row (its own `time/eval`)."""
-        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval)
+        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval, self.downstream)
         self.metrics.write(erow)
         self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
         if "forecast/A" in erow:

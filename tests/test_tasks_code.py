@@ -209,7 +209,7 @@ def test_code_expr_problems_are_consistent():
     val = task.val_prompts(16)
     assert {p.meta["expression"] for p in train}.isdisjoint({p.meta["expression"] for p in val})
     assert task.train_prompt(5) == train[5] and train[5].id == "code-expr/s3/train/5"
-    assert {p.meta["subset"] for p in train} == {"1", "2", "3"}
+    assert {p.meta["subset"] for p in train} == {"depth1", "depth2", "depth3"}
     for p in train + val:
         for t in p.meta["tests"]:
             a, b = map(int, t.input.split())

@@ -231,3 +231,20 @@ def test_reward_goes_up_on_tiny(tmp_path):
     assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + 0.2        # so did the training reward
     fit = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert 0 < fit["A"] <= 1 and fit["B"] > 0 and fit["C_mid"] > 0
+
+
+def test_downstream_sets_are_logged_at_every_evaluation(tmp_path):
+    """eval.downstream: each evaluation row carries downstream/<name>/pass_rate (and its standard
+    error) for every set, a rate in [0, 1]; training rows do not."""
+    import scalerl.sandbox as sandbox
+
+    sets = ["arith-2x3"] + (["code-expr-1"] if sandbox.isolation_unavailable() is None else [])
+    cfg = small_cfg("scalerl", ["run.max_steps=2", f"eval.downstream=[{', '.join(sets)}]", "eval.downstream_prompts=3"])
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    rows = read_rows(tmp_path / "metrics.jsonl")
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2]
+    for r in evals:
+        for name in sets:
+            assert 0.0 <= r[f"downstream/{name}/pass_rate"] <= 1.0 and f"downstream/{name}/pass_rate_se" in r
+    assert not any(k.startswith("downstream/") for r in rows if r["kind"] == "train" for k in r)

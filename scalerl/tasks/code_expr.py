@@ -6,7 +6,7 @@
 
 The expression is a random tree over `a`, `b` and constants 1-9 with `+ - *`, `max`, `min` and
 `abs`; its depth is the level (`code-expr` mixes depths 1, 2 and 3 in equal shares, `code-expr-<D>`
-is depth D alone; `val/pass_rate/<D>` per level). Each problem has three stdin/stdout tests with
+is depth D alone; `val/pass_rate/depth<D>` per level). Each problem has three stdin/stdout tests with
 operands in [-50, 50], their outputs computed here by walking the tree (nothing is `eval`ed); the
 answer is scored in the sandbox as any code task is (`scalerl.tasks.code.code_check`). Splits and
 pool as in `scalerl.tasks.arith`: a salted hash of the expression puts a problem in validation;
@@ -137,7 +137,7 @@ class ExprCodeTask:
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                                       add_generation_prompt=True)
         return Prompt(id=f"code-expr/s{self.seed}/{split}/{index}", text=text, answer=reference_program(expr),
-                      meta={"subset": str(depth), "tests": tests, "expression": expr, "kind": "code"})
+                      meta={"subset": f"depth{depth}", "tests": tests, "expression": expr, "kind": "code"})
 
     def _is_val(self, expr: str) -> bool:
         h = int(hashlib.sha256(f"code-expr:{expr}".encode()).hexdigest()[:8], 16)
