@@ -168,7 +168,7 @@ CASES = [
     ("write_everywhere", "import os\nhits = []\nfor d, subs, _ in os.walk('/'):\n"
      "    if d.startswith(('/work', '/tmp')):\n        continue\n    try:\n"
      "        open(os.path.join(d, 'pwnedMARKER'), 'w').close()\n        hits.append(d)\n"
-     "    except OSError:\n        pass\nprint('hits', hits)\n", {"ok"}, "hits []", {"timeout_s": 5.0}),
+     "    except OSError:\n        pass\nprint('hits', hits)\n", {"ok"}, "hits []", {"timeout_s": 20.0}),
     ("read_secret", "print(open('SECRET').read())\n", {"error"}, None, {}),
     ("read_expected_output", "print(open('EXPECTED').read())\n", {"error"}, None, {}),
     ("read_through_proc", "import os\nfor p in ('/proc/1/root/SECRET', '/proc/self/root/SECRET', '/proc/self/environ'):\n"
@@ -176,7 +176,7 @@ CASES = [
      {"ok"}, "no FileNotFoundError", {}),
     ("find_secret_by_walk", "import os\nfound = [os.path.join(d, f) for d, _, fs in os.walk('/') for f in fs\n"
      "         if f in ('secret.txt', 'expected_output.txt')]\nprint('found', found)\n", {"ok"}, "found []",
-     {"timeout_s": 5.0}),
+     {"timeout_s": 20.0}),
     ("host_files_absent", "import os\nprint(sorted(p for p in ('/etc', '/home', '/proc', '/sys', '/var', '/run', '/root/.ssh')"
      " if os.path.exists(p)))\n", {"ok"}, "[]", {}),
     ("connect_loopback", "import socket\ns = socket.socket()\ns.settimeout(0.5)\ns.connect(('127.0.0.1', PORT))\n",

@@ -157,16 +157,16 @@ def _run(source: str, stdin: str, lim: Limits, isolate: bool) -> SandboxResult:
                                 start_new_session=True, env={}, cwd=tmp)
         os.close(status_w)
         status_w = -1
-        out, err, lines, over = _collect(proc, status_r, lim)
+        out, err, lines, over, backstop = _collect(proc, status_r, lim)
     finally:
         if status_w >= 0:
             os.close(status_w)
         os.close(status_r)
         shutil.rmtree(tmp)
-    return _result(out, err, lines, over, time.monotonic() - start)
+    return _result(out, err, lines, over, backstop, proc.returncode, time.monotonic() - start)
 
 
-def _collect(proc: subprocess.Popen, status_r: int, lim: Limits) -> tuple[bytes, bytes, list[dict], bool]:
+def _collect(proc: subprocess.Popen, status_r: int, lim: Limits) -> tuple[bytes, bytes, list[dict], bool, bool]:
     """Read stdout, stderr and the status pipe until the launcher ends; stop it past the output limit
     (SIGTERM: it kills the namespace) or, as a backstop, kill its process group past the wall limit."""
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
@@ -175,12 +175,13 @@ def _collect(proc: subprocess.Popen, status_r: int, lim: Limits) -> tuple[bytes,
     for fd in bufs:
         sel.register(fd, selectors.EVENT_READ)
     deadline = time.monotonic() + lim.timeout_s + 5.0
-    over = False
+    over = backstop = False
     try:
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
                 _kill_group(proc.pid)
+                backstop = True
                 break
             for key, _ in sel.select(timeout=left):
                 chunk = os.read(key.fd, 65536)
@@ -204,7 +205,7 @@ def _collect(proc: subprocess.Popen, status_r: int, lim: Limits) -> tuple[bytes,
         proc.wait()
     _kill_group(proc.pid)      # the opted-out mode's leftovers; isolated runs leave none
     lines = [json.loads(line) for line in bufs[status_r].decode().splitlines() if line.strip()]
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), lines, over
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), lines, over, backstop
 
 
 def _kill_group(pgid: int) -> None:
@@ -214,15 +215,19 @@ def _kill_group(pgid: int) -> None:
         return
 
 
-def _result(out: bytes, err: bytes, lines: list[dict], over: bool, seconds: float) -> SandboxResult:
+def _result(out: bytes, err: bytes, lines: list[dict], over: bool, backstop: bool, launcher_rc: int,
+            seconds: float) -> SandboxResult:
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     events = {k: v for line in lines for k, v in line.items()}
     if "refused" in events:
         return SandboxResult("refused", "", events["refused"], None, seconds)
     if over:
         return SandboxResult("output_limit", stdout, stderr, None, seconds)
-    if events.get("timeout") or "returncode" not in events:
+    if events.get("timeout") or backstop:
         return SandboxResult("timeout", stdout, stderr, None, seconds)
+    if "returncode" not in events:
+        return SandboxResult("error", stdout, f"{stderr}sandbox: the launcher ended without reporting the program's "
+                             f"exit (launcher exit code {launcher_rc})", None, seconds)
     rc = events["returncode"]
     if rc == 0:
         status = "ok"
