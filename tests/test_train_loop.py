@@ -248,3 +248,24 @@ def test_downstream_sets_are_logged_at_every_evaluation(tmp_path):
         for name in sets:
             assert 0.0 <= r[f"downstream/{name}/pass_rate"] <= 1.0 and f"downstream/{name}/pass_rate_se" in r
     assert not any(k.startswith("downstream/") for r in rows if r["kind"] == "train" for k in r)
+
+
+def test_a_run_on_maths_and_code_logs_both_domains_and_score_time(tmp_path):
+    """task.name=arith,code-expr-1 end to end (real task, reward and sandbox; tiny-random model):
+    every evaluation has val/pass_rate/<domain> for both domains, every step time/score, and the
+    code completions were run (time/score > 0 on some step)."""
+    import scalerl.sandbox as sandbox
+
+    if sandbox.isolation_unavailable() is not None:
+        with pytest.raises(ScaleRLError, match="sandbox isolation unavailable"):
+            train(small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1"]), tmp_path, progress=False)
+        return
+    cfg = small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1", "task.val_size=8",
+                                "rollout.max_new_tokens=12", "filter.zero_variance=false"])
+    train(cfg, tmp_path, progress=False)         # an untrained model fails everything: keep those groups
+    rows = read_rows(tmp_path / "metrics.jsonl")
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert evals and all(0 <= r["val/pass_rate/arith"] <= 1 and 0 <= r["val/pass_rate/code-expr-1"] <= 1 for r in evals)
+    steps = [r for r in rows if r["kind"] == "train"]
+    assert len(steps) == 2 and all(r["time/score"] >= 0 and r["time/score_wait"] >= 0 for r in steps)
+    assert max(r["time/score"] for r in steps) > 0

@@ -1,21 +1,25 @@
 """The sandbox's launcher: run as a script (`python -I -S jail.py SPEC`), never imported by scalerl.
 
-It imports the standard library only (it runs before any isolation exists, and must start fast)
-and does, in order:
+It imports the standard library only (it runs before any isolation exists, and must start fast).
+Four processes, each the parent of the next:
 
-1. the launcher (pid L, in the caller's pid namespace) makes new user, mount, network, pid, IPC
-   and UTS namespaces (`unshare`), maps one uid/gid (`SANDBOX_UID`) to the caller's, and builds a
-   root: a tmpfs holding read-only, nosuid, nodev bind mounts of the interpreter and the system
-   libraries, four device nodes, and `/work`, a size-limited tmpfs with the program in it. It
-   pivots into that root and detaches the old one, so the caller's files are not in the mount
-   namespace at all (no chroot to climb out of).
-2. it forks init (pid 1 of the new pid namespace), which forks the program (pid 2): rlimits,
-   no-new-privileges, the seccomp filter where libseccomp is present, descriptors closed,
-   scrubbed environment, `exec` of the interpreter as an unprivileged uid (no capabilities).
-3. init reaps everything until the program exits, reports its return code on the status pipe
-   and exits; the kernel then kills whatever is left in the namespace (a double-forked or
-   `setsid` child included). The launcher enforces the wall limit (SIGALRM) and the caller's
-   stop request (SIGTERM) by killing init, and exits only after init is reaped.
+1. the launcher (the caller's child, own session): reads the program and opens its stdin with
+   the caller's rights, forks the jail and, from the caller's namespaces, writes the jail's id
+   maps (`SANDBOX_UID` inside; the caller's uid outside, or `ROOT_CALLER_UID` when the caller is
+   root). It forwards the caller's SIGTERM to the jail and waits for it.
+2. the jail: `unshare`s new user, mount, network, pid, IPC and UTS namespaces, opens the
+   read-only sources, takes the mapped ids, builds the root (a tmpfs over /tmp holding
+   read-only, nosuid, nodev bind mounts of the interpreter and the system libraries, five
+   device nodes, and `/work`, a size-limited tmpfs with the program in it), pivots into it and
+   detaches the old root: the caller's files are not in the mount namespace at all (no chroot to
+   climb out of). It forks init, kills it at the wall limit (SIGALRM) or on SIGTERM, and exits
+   only after init is reaped.
+3. init, pid 1 of the new pid namespace: forks the program, reaps every orphan until the
+   program exits, reports its exit status and exits; the kernel then kills whatever is left in
+   the namespace (a double-forked or `setsid` child included).
+4. the program: rlimits, an empty capability bounding set, no-new-privileges, the seccomp
+   filter where libseccomp is present, descriptors 0-2 only, a scrubbed environment, then
+   `exec` of the interpreter as an unprivileged uid (no capabilities).
 
 Status lines on the status descriptor (JSON, one per line): {"returncode": n} (negative: the
 signal that ended the program), {"timeout": true}, {"stopped": true}, {"refused": "why"}.
