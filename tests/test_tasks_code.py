@@ -199,10 +199,18 @@ def dataclasses_replace(c: Completion, prompt_id: str) -> Completion:
     return dataclasses.replace(c, prompt_id=prompt_id)
 
 
-def test_code_expr_problems_are_consistent():
+def built_anywhere(monkeypatch) -> None:
+    """Build code tasks where the sandbox refuses too (these tests run no program there)."""
+    if not ISOLATED:
+        monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: None)
+
+
+def test_code_expr_problems_are_consistent(monkeypatch):
     """Each built-in problem's tests agree with an independent evaluation of its expression by
     Python, the splits are disjoint, ids stable, and the reference program passes (when isolated)."""
     from scalerl.tasks.code_expr import ExprCodeTask, parse_name
+
+    built_anywhere(monkeypatch)
 
     task = ExprCodeTask(seed=3, train_size=64, val_size=16)
     train = [task.train_prompt(i) for i in range(40)]
@@ -222,7 +230,8 @@ def test_code_expr_problems_are_consistent():
         assert not task.check("<think>ok</think>print(0)", train[0])
 
 
-def test_mix_of_domains_tags_prompts_and_dispatches_checkers():
+def test_mix_of_domains_tags_prompts_and_dispatches_checkers(monkeypatch):
+    built_anywhere(monkeypatch)
     task = get_task(TaskConfig(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
     domains = [task.train_prompt(i).meta["domain"] for i in range(len(task))]
     assert len(domains) == 400 and domains.count("arith") == 300 and domains.count("code-expr") == 100
