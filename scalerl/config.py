@@ -169,9 +169,10 @@ class RewardConfig(_Section):
 class SandboxConfig(_Section):
     """Limits of each run of a model's program (code tasks; `scalerl.sandbox`, docs/sandbox.md)."""
     timeout_s: float = Field(4.0, gt=0, le=600, description="wall limit of one test run (CPU limit: this rounded up + 1 s)")
-    memory_mb: int = Field(512, ge=32, description="address-space limit of the program")
+    memory_mb: int = Field(256, ge=32, description="address-space limit of each of the program's processes (it "
+                                                   "holds at most nproc x memory_mb)")
     output_limit: int = Field(1 << 20, ge=1, description="bytes kept per stream; more stops the program")
-    nproc: int = Field(32, ge=1, description="processes and threads the program may have")
+    nproc: int = Field(8, ge=1, description="processes and threads the program may have")
     disk_mb: int = Field(32, ge=1, description="size of the program's working directory (a tmpfs)")
     allow_unisolated: bool = Field(
         False, description="where namespaces cannot be made, run programs with limits only (no filesystem, network "

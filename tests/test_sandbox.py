@@ -159,7 +159,10 @@ CASES = [
     ("mmap_bomb", "import mmap\nm = mmap.mmap(-1, 1 << 34)\nm[-1] = 1\nprint('mapped')\n", {"error", "memory"}, None, {}),
     ("infinite_loop", "while True:\n    pass\n", {"timeout"}, None, {}),
     ("spinning_threads", "import threading\ndef spin():\n    while True:\n        pass\n"
-     "for _ in range(8):\n    threading.Thread(target=spin).start()\n", {"timeout"}, None, {}),
+     "for _ in range(4):\n    threading.Thread(target=spin).start()\n", {"timeout"}, None, {}),
+    ("thread_bomb", "import threading, time\nn = 0\ntry:\n    while True:\n"
+     "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\n"
+     "except RuntimeError:\n    print('threads', n)\n", {"ok"}, "threads ", {}),
     ("sleep_past_wall", "import time\ntime.sleep(60)\n", {"timeout"}, None, {}),
     ("ignore_sigterm", "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
      "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n", {"timeout"}, None, {}),
@@ -362,3 +365,11 @@ def test_refused_in_a_container_that_forbids_unshare(tmp_path):
     assert reason == ("sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): "
                       "Operation not permitted")
     assert not flag.exists()
+
+
+def test_threads_count_as_processes(outside):
+    """The default process limit (8) caps threads too: a thread bomb stops below it."""
+    r = contained(outside, CASES[[c[0] for c in CASES].index("thread_bomb")][1])
+    if r is None:
+        return
+    assert r.status == "ok" and 0 < int(r.stdout.split()[1]) < Limits().nproc, r

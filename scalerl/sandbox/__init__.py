@@ -58,9 +58,9 @@ class SandboxResult:
 class Limits:
     """What one program may use. `cpu_s` defaults to the wall limit rounded up."""
     timeout_s: float = 10.0
-    memory_mb: int = 512
+    memory_mb: int = 256              # address space per process: a program holds at most nproc x memory_mb
     output_limit: int = 1 << 20       # bytes per stream
-    nproc: int = 32                   # processes and threads of the sandbox's uid, in its own namespace
+    nproc: int = 8                    # processes and threads of the sandbox's uid, in its own namespace
     nofile: int = 64
     fsize_mb: int = 16
     disk_mb: int = 32                 # the working directory's tmpfs
@@ -89,7 +89,7 @@ def readonly_paths(python: str) -> list[str]:
     return paths
 
 
-def run_program(source: str, stdin: str = "", timeout_s: float = 10.0, memory_mb: int = 512, *,
+def run_program(source: str, stdin: str = "", timeout_s: float = 10.0, memory_mb: int = 256, *,
                 output_limit: int = 1 << 20, allow_unisolated: bool = False, limits: Limits | None = None
                 ) -> SandboxResult:
     """Run `source` (Python) on `stdin` in the sandbox; see the module docstring.
