@@ -227,8 +227,9 @@ class PipelineRL:
 
 class PPOOffPolicy:
     def __init__(self, generator, sampler, reward_fn, k: int, prompts_per_step: int, generations: int,
-                 decode_threads: int | None = None, retired=None):
+                 decode_threads: int | None = None, retired=None, score_workers: int = 0):
         self.generator = generator
+        self.score_workers = score_workers
         self.retired = retired          # the sampler's view of the curriculum (a transport.RetiredSet)
         self.decode_threads = decode_threads
         self.sampler = sampler
@@ -241,7 +242,7 @@ class PPOOffPolicy:
         """n_prompts draws, scored; one group per draw (the same prompt drawn twice: two groups)."""
         from scalerl.transport.window import GroupAssembler
 
-        assembler = GroupAssembler(self.G, self.reward_fn)
+        assembler = GroupAssembler(self.G, self.reward_fn, self.score_workers)
         prompts = [assembler.add_prompt(self.sampler.next()) for _ in range(n_prompts)]
         threads = torch.get_num_threads()
         torch.set_num_threads(self.decode_threads or threads)
@@ -249,7 +250,10 @@ class PPOOffPolicy:
             completions = self.generator.generate(prompts, self.G)
         finally:
             torch.set_num_threads(threads)
-        groups = [g for g in map(assembler.add, completions) if g is not None]
+        try:
+            groups = [g for g in map(assembler.add, completions) if g is not None]
+        finally:
+            assembler.close()
         return sorted(groups, key=lambda g: g.draw)
 
     def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:

@@ -85,7 +85,9 @@ COLUMN_ROLES = ("prompt", "answer")   # the keys of task.columns
 
 class TaskConfig(_Section):
     name: str = Field("arith", description="built-in task (arith, arith-easy, arith-<D>, arith-<K>x<D>), 'file' to read "
-                                           "`path`, or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, a weighted mix)")
+                                           "`path`, 'code' to read programming problems with tests from `path` "
+                                           "(scalerl.tasks.code), or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, "
+                                           "a weighted mix)")
     path: str | None = Field(None, description="a JSONL/JSON/CSV/parquet file, a folder saved by datasets' save_to_disk, "
                                                 "or a Hugging Face Hub dataset id, with prompt/answer (or problem/answer) "
                                                 "columns, or those named in `columns`")
@@ -162,6 +164,19 @@ class RewardConfig(_Section):
             raise ValueError(f"weights = {self.weights}: expected [checker weight, function weight] beside a "
                              f"reward.function")
         return self
+
+
+class SandboxConfig(_Section):
+    """Limits of each run of a model's program (code tasks; `scalerl.sandbox`, docs/sandbox.md)."""
+    timeout_s: float = Field(4.0, gt=0, le=600, description="wall limit of one test run (CPU limit: this rounded up + 1 s)")
+    memory_mb: int = Field(256, ge=32, description="address-space limit of each of the program's processes (it "
+                                                   "holds at most nproc x memory_mb)")
+    output_limit: int = Field(1 << 20, ge=1, description="bytes kept per stream; more stops the program")
+    nproc: int = Field(8, ge=1, description="processes and threads the program may have")
+    disk_mb: int = Field(32, ge=1, description="size of the program's working directory (a tmpfs)")
+    allow_unisolated: bool = Field(
+        False, description="where namespaces cannot be made, run programs with limits only (no filesystem, network "
+                           "or process isolation; never as root) instead of refusing")
 
 
 # ---------------------------------------------------------------- rollout / length control
@@ -349,6 +364,11 @@ class EvalConfig(_Section):
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
                                 "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
                                 "first-half check always uses the frozen method's tenth (docs/forecasting.md)")
+    downstream: list[str] = Field(
+        default_factory=list, description="downstream sets from other distributions, as task names (e.g. arith-2x12, "
+        "code-expr-4; a file or code task reads task.path): each evaluation also scores `downstream_prompts` of their "
+        "validation prompts and logs downstream/<name>/pass_rate")
+    downstream_prompts: int = Field(32, ge=1, description="validation prompts evaluated per downstream set")
 
     @model_validator(mode="before")
     @classmethod
@@ -412,6 +432,7 @@ class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="model and precision")
     task: TaskConfig = Field(default_factory=TaskConfig, description="prompt source")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="pass/fail reward values")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="limits of a model's program (code tasks)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="generation and length control")
     batch: BatchConfig = Field(default_factory=BatchConfig, description="prompts x generations per step")
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="baseline and normalisation")

@@ -10,6 +10,7 @@ Departures from the paper (Section 2.1, Appendix A.5-A.7):
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from scalerl.types import Completion, Prompt, Score
@@ -18,15 +19,20 @@ MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
 
 
 def evaluate(generator, prompts: Sequence[Prompt], samples: int,
-             reward_fn: Callable[[Prompt, Completion], Score]) -> dict[str, float]:
+             reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0) -> dict[str, float]:
     """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`.
 
-    Prompts whose `meta` names a `"subset"` (arith: `2x3` = two 3-digit operands) also get
-    `val/pass_rate/<subset>`, the same mean over that subset's completions.
+    Prompts whose `meta` names a `"subset"` (arith: `2x3` = two 3-digit operands) or a
+    `"domain"` (a mix such as `arith,code`: `arith`, `code`) also get `val/pass_rate/<name>`,
+    the same mean over those completions. `workers` > 0 scores in that many threads (code).
     """
     by_id = {p.id: p for p in prompts}
     completions = generator.generate(list(prompts), samples)
-    scores = [reward_fn(by_id[c.prompt_id], c) for c in completions]
+    if workers > 0:
+        with ThreadPoolExecutor(workers, thread_name_prefix="scalerl-eval-score") as pool:
+            scores = list(pool.map(lambda c: reward_fn(by_id[c.prompt_id], c), completions))
+    else:
+        scores = [reward_fn(by_id[c.prompt_id], c) for c in completions]
     n = max(1, len(completions))
     row = {
         "val/pass_rate": sum(s.passed for s in scores) / n,
@@ -41,9 +47,10 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
     # per-subset pass rates (e.g. arith difficulty levels), for prompts that name one
     subsets: dict[str, list[bool]] = {}
     for c, s in zip(completions, scores):
-        subset = by_id[c.prompt_id].meta.get("subset")
-        if subset is not None:
-            subsets.setdefault(str(subset), []).append(s.passed)
+        meta = by_id[c.prompt_id].meta
+        for key in ("subset", "domain"):
+            if meta.get(key) is not None:
+                subsets.setdefault(str(meta[key]), []).append(s.passed)
     for name, passed in sorted(subsets.items()):
         row[f"val/pass_rate/{name}"] = sum(passed) / len(passed)
     return row

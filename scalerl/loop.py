@@ -36,7 +36,7 @@ from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
 from scalerl.transport.protocol import GeneratorBuild, Stage
-from scalerl.transport.window import LockedSampler, RetiredSet, Window
+from scalerl.transport.window import GroupAssembler, LockedSampler, RetiredSet, Window
 
 TRUNCATION_WARN = 0.10
 NO_ANSWER_WARN = 0.5   # share of a batch's completions without an answer section that warns (once)
@@ -262,9 +262,10 @@ def _make_mode(tr: Trainer, device: str, threads: Threads):
     sampler.load_state_dict(sampler_state)
     if cfg.pipeline.mode == "pipeline_rl":
         source = ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window(P, k),
-                                  tr.state.step, retired)
+                                  tr.state.step, retired, score_workers=GroupAssembler.workers_for(stage.task))
         return PipelineRL(source, k), source
-    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired), None
+    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired,
+                        score_workers=GroupAssembler.workers_for(stage.task)), None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
@@ -320,7 +321,23 @@ def eval_curve(run_dir) -> list[tuple[float, float]]:
     return [(r[FIT_X], r["val/pass_rate"]) for r in eval_rows(run_dir)]
 
 
-def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> dict:
+def downstream_sets(cfg: Config, tokenizer) -> list[tuple[str, list, Callable, int]]:
+    """`eval.downstream`: (name, its first `eval.downstream_prompts` validation prompts, its reward,
+    scoring threads) per set; each task is built as `task.name=<name>` would be, with the run's
+    other task settings."""
+    from scalerl.rewards import RewardFn
+    from scalerl.tasks import get_task
+
+    out = []
+    for name in cfg.eval.downstream:
+        task = get_task(cfg.task.model_copy(update={"name": name, "weights": None}), tokenizer, sandbox=cfg.sandbox,
+                        think=cfg.rollout.length.type == "interrupt")
+        n = min(cfg.eval.downstream_prompts, task.val_size)
+        out.append((name, task.val_prompts(n), RewardFn(task, cfg.reward), GroupAssembler.workers_for(task)))
+    return out
+
+
+def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int, downstream=()) -> dict:
     cfg = tr.cfg
     t0 = time.monotonic()
     mode.pause()
@@ -329,7 +346,12 @@ def _eval_row(tr: Trainer, eval_gen, val_prompts, mode, decode_threads: int) -> 
     tr.model.eval()
     try:
         eval_gen.reseed()  # common random numbers across evaluations (Engine.reseed)
-        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn)
+        row = evaluate(eval_gen, val_prompts, cfg.eval.samples, tr.comps.reward_fn,
+                       workers=GroupAssembler.workers_for(tr.comps.task))
+        for name, prompts, reward, workers in downstream:
+            other = evaluate(eval_gen, prompts, cfg.eval.samples, reward, workers=workers)
+            row[f"downstream/{name}/pass_rate"] = other["val/pass_rate"]
+            row[f"downstream/{name}/pass_rate_se"] = other["val/pass_rate_se"]
     finally:
         tr.model.train()
         torch.set_num_threads(threads)
@@ -359,6 +381,7 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
         "train/skipped_batches": tr.counters["skipped_batches"],
         "curriculum/retired": tr.curriculum.n_retired if tr.curriculum is not None else 0,
         "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
+        "time/score": sum(g.score_seconds for g in mb.groups), "time/score_wait": sum(g.score_wait for g in mb.groups),
         "tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9), "version": tr.state.step,
     })
     row.update({f"time/{name}": seconds for name, seconds in times.items()})
@@ -418,6 +441,7 @@ class Stages:
         self.tr, self.cfg, self.mode, self.metrics, self.eval_gen, self.threads = tr, tr.cfg, mode, metrics, eval_gen, threads
         task = tr.comps.task
         self.val_prompts = task.val_prompts(tr.cfg.eval.prompts_for(task.val_size))
+        self.downstream = downstream_sets(tr.cfg, tr.comps.tokenizer)
         self.eval_steps = set(tr.cfg.eval.steps(tr.cfg.run.max_steps))
         self.bar = tqdm(total=tr.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
@@ -537,7 +561,7 @@ class Stages:
 
     def evaluate(self) -> None:
         """mean@k on the validation set + live forecast: an eval row (its own `time/eval`)."""
-        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval)
+        erow = _eval_row(self.tr, self.eval_gen, self.val_prompts, self.mode, self.threads.eval, self.downstream)
         self.metrics.write(erow)
         self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
         if "forecast/A" in erow:

@@ -119,6 +119,7 @@ class FakeTask:
     train_size = 1024
     val_size = 384
     isolate_checker = False
+    score_workers = 0
     answer_marker = "</think>"
 
     def __len__(self) -> int:

@@ -61,8 +61,9 @@ def test_every_recipe_trains_every_parameter_and_writes_metrics(recipe, tmp_path
     assert [r["step"] for r in train_rows] == [1, 2]
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 2]
     for key in ("compute/device_hours", "compute/flops", "train/reward_mean", "train/truncation_rate",
-                "staleness/max", "tokens/generated", "time/train", "loss/loss"):
+                "staleness/max", "tokens/generated", "time/train", "loss/loss", "time/score", "time/score_wait"):
         assert all(r[key] is not None for r in train_rows), key
+    assert all(0 <= r["time/score"] < r["time/step"] for r in train_rows)
     hours = [r["compute/device_hours"] for r in train_rows]
     assert 0 < hours[0] < hours[1]
     assert (tmp_path / "checkpoints" / "step_000002" / "model.safetensors").exists()
@@ -230,3 +231,41 @@ def test_reward_goes_up_on_tiny(tmp_path):
     assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + 0.2        # so did the training reward
     fit = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert 0 < fit["A"] <= 1 and fit["B"] > 0 and fit["C_mid"] > 0
+
+
+def test_downstream_sets_are_logged_at_every_evaluation(tmp_path):
+    """eval.downstream: each evaluation row carries downstream/<name>/pass_rate (and its standard
+    error) for every set, a rate in [0, 1]; training rows do not."""
+    import scalerl.sandbox as sandbox
+
+    sets = ["arith-2x3"] + (["code-expr-1"] if sandbox.isolation_unavailable() is None else [])
+    cfg = small_cfg("scalerl", ["run.max_steps=2", f"eval.downstream=[{', '.join(sets)}]", "eval.downstream_prompts=3"])
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    rows = read_rows(tmp_path / "metrics.jsonl")
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2]
+    for r in evals:
+        for name in sets:
+            assert 0.0 <= r[f"downstream/{name}/pass_rate"] <= 1.0 and f"downstream/{name}/pass_rate_se" in r
+    assert not any(k.startswith("downstream/") for r in rows if r["kind"] == "train" for k in r)
+
+
+def test_a_run_on_maths_and_code_logs_both_domains_and_score_time(tmp_path):
+    """task.name=arith,code-expr-1 end to end (real task, reward and sandbox; tiny-random model):
+    every evaluation has val/pass_rate/<domain> for both domains, every step time/score, and the
+    code completions were run (time/score > 0 on some step)."""
+    import scalerl.sandbox as sandbox
+
+    if sandbox.isolation_unavailable() is not None:
+        with pytest.raises(ScaleRLError, match="sandbox isolation unavailable"):
+            train(small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1"]), tmp_path, progress=False)
+        return
+    cfg = small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1", "task.val_size=8",
+                                "rollout.max_new_tokens=12", "filter.zero_variance=false"])
+    train(cfg, tmp_path, progress=False)         # an untrained model fails everything: keep those groups
+    rows = read_rows(tmp_path / "metrics.jsonl")
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert evals and all(0 <= r["val/pass_rate/arith"] <= 1 and 0 <= r["val/pass_rate/code-expr-1"] <= 1 for r in evals)
+    steps = [r for r in rows if r["kind"] == "train"]
+    assert len(steps) == 2 and all(r["time/score"] >= 0 and r["time/score_wait"] >= 0 for r in steps)
+    assert max(r["time/score"] for r in steps) > 0

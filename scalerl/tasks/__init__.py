@@ -4,6 +4,9 @@
 (the run's batch size, prompt-length limit and thinking format applied):
   arith, arith-easy, arith-<D>, arith-<K>x<D>   built-in addition (see `scalerl.tasks.arith`)
   file (with `cfg.path`)                        a user dataset: JSONL/JSON/CSV/parquet, save_to_disk, Hub (`scalerl.tasks.files`)
+  code (with `cfg.path`)                        programming problems with tests, run in the sandbox (`scalerl.tasks.code`)
+  code-expr, code-expr-<D>                      built-in: print an expression of two integers (`scalerl.tasks.code_expr`)
+  <a>,<b>,...                                   a weighted mix of the above, per-domain pass rates (`scalerl.tasks.mix`)
   rg:<dataset>, rg:<a>,<b>,...                  reasoning-gym datasets and weighted mixes (`scalerl.tasks.rg`)
 Every task is a finite training pool: `len(task)` prompts (`task.train_size`), read by index
 with `train_prompt(index)` for 0 <= index < len(task) (stable ids; the curriculum sampler
@@ -29,7 +32,7 @@ from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of the built-in task
 from scalerl.tasks.pool import PromptLimit
 from scalerl.types import Prompt
 
-BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>")
+BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>", "code-expr", "code-expr-<depth>")
 
 
 class Task(Protocol):
@@ -38,6 +41,7 @@ class Task(Protocol):
     val_size: int
     answer_marker: str          # where the checker reads the answer (`scalerl.rewards.answer_section`)
     isolate_checker: bool
+    score_workers: int          # completions scored concurrently beside generation (0: inline; optional)
     checker: Callable[[str, Prompt], float]
 
     def __len__(self) -> int: ...
@@ -47,12 +51,18 @@ class Task(Protocol):
 
 
 def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-             think: bool = False) -> Task:
+             think: bool = False, sandbox=None, stop_early: bool = False) -> Task:
     """The task named by `cfg` (a `TaskConfig`); `tokenizer` decides on a chat template.
 
     `limit`: the prompt-length rule; `min_train`: the fewest training prompts accepted
-    (one batch); `think`: the recipe interrupts thinking (reasoning-gym opens a `<think>`)."""
+    (one batch); `think`: the recipe interrupts thinking (reasoning-gym opens a `<think>`);
+    `sandbox` (a `SandboxConfig`, default limits when None) and `stop_early` (all-or-nothing
+    rewards: a code answer's first failing test decides): code tasks."""
     marker = cfg.answer_marker
+    if "," in cfg.name and not cfg.name.startswith("rg:"):
+        return _mix_task(cfg, tokenizer, limit, min_train, think, sandbox, stop_early)
+    if cfg.name == "code" or cfg.name.startswith("code-expr"):
+        return _code_task(cfg, tokenizer, limit, min_train, sandbox, stop_early)
     if cfg.name == "file":
         if not cfg.path:
             raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file, a folder saved "
@@ -86,7 +96,54 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
         if len(task) < min_train:
             raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
         return task
-    raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file', 'rg:<dataset>' or one of {', '.join(BUILTIN)}")
+    raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file', 'code', 'rg:<dataset>' or one of {', '.join(BUILTIN)}")
+
+
+def _mix_task(cfg, tokenizer, limit: PromptLimit, min_train: int, think: bool, sandbox, stop_early: bool) -> Task:
+    """`arith,code`: each part as its name gives it alone, mixed by `task.weights` (`scalerl.tasks.mix`)."""
+    from scalerl.tasks.mix import MixTask
+
+    names = [n.strip() for n in cfg.name.split(",")]
+    if any(not n or n.startswith("rg:") for n in names):
+        raise ScaleRLError(f"task.name {cfg.name!r}: expected built-in, 'code' or 'file' parts separated by commas "
+                           "(a reasoning-gym mix is 'rg:<a>,<b>')")
+    parts = [(n, get_task(cfg.model_copy(update={"name": n, "weights": None}), tokenizer, limit=limit, think=think,
+                          sandbox=sandbox, stop_early=stop_early)) for n in names]
+    task = MixTask(parts, cfg.weights, seed=cfg.seed, train_size=cfg.train_size)
+    if len(task) < min_train:
+        raise ScaleRLError(f"task {task.name}: {len(task)} training prompts, fewer than batch.prompts={min_train}")
+    return task
+
+
+def _code_task(cfg, tokenizer, limit: PromptLimit, min_train: int, sandbox, stop_early: bool) -> Task:
+    from scalerl.config import SandboxConfig
+    from scalerl.rewards import THINK_CLOSE
+    from scalerl.sandbox import Limits
+    from scalerl.tasks.code import CodeTask
+
+    sb = sandbox if sandbox is not None else SandboxConfig()
+    limits = Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb, output_limit=sb.output_limit, nproc=sb.nproc,
+                    disk_mb=sb.disk_mb)
+    if cfg.name.startswith("code-expr"):
+        from scalerl.tasks.code_expr import DEFAULT_TRAIN_SIZE as EXPR_TRAIN_SIZE
+        from scalerl.tasks.code_expr import ExprCodeTask
+
+        task = ExprCodeTask(cfg.name, seed=cfg.seed, train_size=cfg.train_size or EXPR_TRAIN_SIZE,
+                            val_size=cfg.val_size or DEFAULT_VAL_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
+                            limits=limits, allow_unisolated=sb.allow_unisolated, stop_early=stop_early,
+                            tokenizer=tokenizer)
+        if len(task) < min_train:
+            raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
+        return task
+    if not cfg.path:
+        raise ScaleRLError("task.name 'code' needs task.path (a JSONL of prompts with tests, see "
+                           "examples/code-tasks.jsonl)")
+    if cfg.columns or cfg.options or cfg.weights or cfg.shots:
+        raise ScaleRLError("task.columns / options / weights / shots do not apply to task.name 'code'")
+    return CodeTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
+                    answer_marker=cfg.answer_marker or THINK_CLOSE, limit=limit, min_train=min_train,
+                    instruction=cfg.answer_instruction, limits=limits, allow_unisolated=sb.allow_unisolated,
+                    stop_early=stop_early)
 
 
 def prompt_limit(cfg, tokenizer, model) -> PromptLimit:
@@ -107,4 +164,5 @@ def task_for_run(cfg, tokenizer, model) -> Task:
     """The task of a training run (`cfg`: a `Config`): at least `batch.prompts` training prompts,
     prompts within the model's context, a thinking section when the recipe interrupts."""
     return get_task(cfg.task, tokenizer, limit=prompt_limit(cfg, tokenizer, model), min_train=cfg.batch.prompts,
-                    think=cfg.rollout.length.type == "interrupt")
+                    think=cfg.rollout.length.type == "interrupt", sandbox=cfg.sandbox,
+                    stop_early=not cfg.reward.partial_credit and cfg.reward.threshold == 1.0)

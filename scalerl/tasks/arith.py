@@ -233,6 +233,7 @@ class ArithTask:
     """A finite training pool of `train_size` problems, a disjoint validation split; see the module docstring."""
 
     isolate_checker = False     # bounded work: `checker` runs inline in the calling thread
+    score_workers = 0
 
     def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None, train_size: int = DEFAULT_TRAIN_SIZE,
                  answer_marker: str = THINK_CLOSE, val_size: int = 512):

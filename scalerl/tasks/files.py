@@ -234,6 +234,7 @@ class FileTask(PromptPool):
     """A finite dataset: a training pool (traversed in epochs by the sampler) and a disjoint validation set."""
 
     isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
+    score_workers = 0
 
     def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
                  answer_marker: str = ANSWER_TAG, limit: PromptLimit = PromptLimit(), min_train: int = 1,

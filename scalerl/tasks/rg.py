@@ -126,6 +126,7 @@ class RgTask(PromptPool):
     """reasoning-gym dataset(s) as a finite training pool and a disjoint validation set."""
 
     isolate_checker = False     # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
+    score_workers = 0
 
     def __init__(self, name: str, options: dict | None = None, weights: list[float] | None = None,
                  train_size: int = DEFAULT_TRAIN_SIZE, val_size: int = 256, seed: int = 0, tokenizer=None,

@@ -77,11 +77,11 @@ class ThreadedRollouts(_PausedByEvent):
 
     def __init__(self, generator, sampler: LockedSampler, n: int,
                  reward_fn: Callable[[Prompt, Completion], None], window: Window, version: int,
-                 retired: RetiredSet | None = None):
+                 retired: RetiredSet | None = None, score_workers: int = 0):
         self.generator = generator
         self.sampler = sampler
         self.retired = retired          # the sampler's view of the curriculum
-        self.assembler = GroupAssembler(n, reward_fn)
+        self.assembler = GroupAssembler(n, reward_fn, score_workers)
         self.window = window
         self.published = version
         self.order = InOrder()
@@ -171,7 +171,7 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         sampler = CurriculumSampler(task, retired, seed=sampler_seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
-        assembler = GroupAssembler(n, reward_fn)
+        assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
         version, horizon, taken = sync_state["version"], sync_state["horizon"], sync_state["taken"]
         staged = [-1]
 

@@ -258,7 +258,7 @@ class GeneratorWorker:
         self.incarnation = reg["incarnation"]
         self.generator, task, reward_fn, sampler_seed = build(actor_seed(base_seed, rank, self.incarnation))
         self.shard = ShardSampler(CurriculumSampler(task, None, seed=sampler_seed), rank, world, reg["state"])
-        self.assembler = GroupAssembler(n, reward_fn)
+        self.assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
         self.version = reg["version"]
         self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
         self.stop = threading.Event()

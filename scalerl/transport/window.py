@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from scalerl.types import Completion, Group, Prompt, Score
@@ -104,14 +106,20 @@ class GroupAssembler:
     The engine sees each draw's prompt under its own id (`<prompt id>#<draw>`), so the same
     prompt may be in flight twice (a small dataset, a pool nearly exhausted by the curriculum)
     without two groups merging; the group carries the original prompt and its draw number.
+
+    `workers` > 0 (a task's `score_workers`: code tasks, whose checker runs programs) scores each
+    completion in a thread pool as it arrives, beside generation; the group is handed on when
+    its last completion is scored (`Group.score_wait`: how long the generator waited for that).
+    0 scores inline. `Group.score_seconds` sums the scoring time of its completions either way.
     """
 
-    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score]):
+    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0):
         self.n = n
         self.reward_fn = reward_fn
         self.next_draw = 0
         self.draws: dict[str, tuple[int, Prompt]] = {}
-        self.partial: dict[str, tuple[list[Completion], list[Score]]] = {}
+        self.partial: dict[str, tuple[list[Completion], list]] = {}
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="scalerl-score") if workers > 0 else None
 
     def add_prompt(self, prompt: Prompt, draw: int | None = None) -> Prompt:
         """Register a draw of `prompt` (the next one, or `draw` when re-running a known one);
@@ -123,12 +131,32 @@ class GroupAssembler:
         self.partial[key] = ([], [])
         return dataclasses.replace(prompt, id=key)
 
+    @staticmethod
+    def workers_for(task) -> int:
+        """A task's `score_workers`; optional in the `Task` protocol (a user's own task may predate it): 0."""
+        return getattr(task, "score_workers", 0)
+
+    def _timed(self, prompt: Prompt, completion: Completion) -> tuple[Score, float]:
+        t0 = time.monotonic()
+        score = self.reward_fn(prompt, completion)
+        return score, time.monotonic() - t0
+
     def add(self, completion: Completion) -> Group | None:
         draw, prompt = self.draws[completion.prompt_id]
-        done, scores = self.partial[completion.prompt_id]
+        done, scored = self.partial[completion.prompt_id]
         done.append(completion)
-        scores.append(self.reward_fn(prompt, completion))
+        if self._pool is None:
+            scored.append(self._timed(prompt, completion))
+        else:
+            scored.append(self._pool.submit(self._timed, prompt, completion))
         if len(done) < self.n:
             return None
         del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
-        return Group(prompt=prompt, completions=done, scores=scores, draw=draw)
+        t0 = time.monotonic()
+        results = [s.result() if isinstance(s, Future) else s for s in scored]   # a scorer's error raises here
+        return Group(prompt=prompt, completions=done, scores=[s for s, _ in results], draw=draw,
+                     score_seconds=sum(t for _, t in results), score_wait=time.monotonic() - t0)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,265 @@
+"""The code task: reading test shapes, taking the program from a completion, scoring it in the
+sandbox (share of tests passed, all-or-nothing), the example file end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import scalerl.sandbox as sandbox
+from scalerl.config import RewardConfig, SandboxConfig, TaskConfig
+from scalerl.errors import ScaleRLError
+from scalerl.rewards import RewardFn
+from scalerl.sandbox import Limits
+from scalerl.tasks import get_task
+from scalerl.tasks.code import CodeTest, code_check, extract_program, parse_tests, same_output
+from scalerl.types import Completion, Prompt
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "code-tasks.jsonl"
+ISOLATED = sandbox.isolation_unavailable() is None
+needs_sandbox = pytest.mark.skipif(not ISOLATED, reason="scoring runs programs: the sandbox refuses here "
+                                                        "(tests/test_sandbox.py asserts the refusal)")
+FAST = Limits(timeout_s=2.0, memory_mb=256)
+
+
+def answer(code: str) -> str:
+    return f"<think>let me write it</think>\n```python\n{code}\n```"
+
+
+def completion(text: str) -> Completion:
+    return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[],
+                      text=text, finish_reason="eos")
+
+
+def prompt_with(tests: list[CodeTest]) -> Prompt:
+    return Prompt(id="p", text="q", answer="", meta={"tests": tests})
+
+
+SUM_TESTS = [CodeTest("stdio", input="1 2\n", output="3\n"), CodeTest("stdio", input="5 5\n", output="10\n"),
+             CodeTest("stdio", input="0 7\n", output="7\n")]
+
+
+def test_parse_every_shape_of_the_example_file():
+    rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    got = [parse_tests(r, f"row {i}") for i, r in enumerate(rows)]
+    assert got[0][2] == CodeTest("stdio", input="1000000000 1000000000\n", output="2000000000\n")
+    assert [t.code for t in got[2]] == ["assert is_prime(2)", "assert not is_prime(1)", "assert is_prime(97)",
+                                        "assert not is_prime(91)"]
+    assert got[3] == [CodeTest("call", fn="max_product", args=([1, 5, 3],), expected=15),
+                      CodeTest("call", fn="max_product", args=([-4, -3, 2],), expected=12)]
+    assert got[4] == [CodeTest("stdio", input="0\n", output="0\n"), CodeTest("stdio", input="1\n", output="1\n"),
+                      CodeTest("stdio", input="10\n", output="55\n")]
+    assert got[5] == [CodeTest("call", fn="count_vowels", args=("hello",), expected=2),
+                      CodeTest("call", fn="count_vowels", args=("xyz",), expected=0)]
+
+
+@pytest.mark.parametrize("row,message", [
+    ({"prompt": "p"}, "row 3: no 'tests'"),
+    ({"prompt": "p", "tests": []}, "'tests' must be a non-empty list"),
+    ({"prompt": "p", "tests": "[{"}, "row 3 'tests': not valid JSON"),
+    ({"prompt": "p", "tests": [{"input": "1"}]}, "row 3 test 0: expected an assert statement"),
+    ({"prompt": "p", "tests": [{"input": "1", "output": "2", "testtype": "functional"}]}, "needs metadata.func_name"),
+    ({"prompt": "p", "input_output": {"inputs": [1], "outputs": []}}, "of equal lengths"),
+])
+def test_bad_tests_name_the_row(row, message):
+    with pytest.raises(ScaleRLError, match=message):
+        parse_tests(row, "f.jsonl: row 3")
+
+
+def test_extract_program():
+    assert extract_program(answer("print(1)")) == "print(1)"
+    assert extract_program("<think>```python\nprint(0)\n```</think>```py\nprint(2)\n```") == "print(2)"
+    assert extract_program("<think>x</think>\nprint(3)\n") == "print(3)"
+    assert extract_program("```python\nprint(1)\n```") is None          # no answer section: cut off while thinking
+    assert extract_program("<think>x</think>   ") is None
+    assert extract_program("<answer>```\nprint(4)\n```</answer>", "<answer>") == "print(4)"
+
+
+def test_same_output():
+    assert same_output("3  \n\n", "3\n")
+    assert same_output("a\nb", "a \nb\n\n")
+    assert not same_output("3\n4\n", "3\n")
+    assert not same_output("", "0\n")
+
+
+@needs_sandbox
+def test_share_of_tests_and_all_or_nothing():
+    good = "a, b = map(int, input().split())\nprint(a + b)"
+    wrong_on_second = "a, b = map(int, input().split())\nprint(a + b + (1 if a == 5 else 0))"
+    p = prompt_with(SUM_TESTS)
+    assert code_check(answer(good), p, limits=FAST) == 1.0
+    assert code_check(answer(wrong_on_second), p, limits=FAST) == pytest.approx(2 / 3)
+    assert code_check(answer(wrong_on_second), p, limits=FAST, stop_early=True) == pytest.approx(1 / 3)
+    assert code_check("<think>no answer yet", p, limits=FAST) == 0.0
+    assert code_check(answer("while True: pass"), p, limits=Limits(timeout_s=0.5)) == 0.0
+
+
+@needs_sandbox
+def test_assert_and_functional_tests():
+    asserts = prompt_with([CodeTest("assert", code="assert sq(3) == 9"), CodeTest("assert", code="assert sq(-2) == 4")])
+    assert code_check(answer("def sq(x):\n    return x * x"), asserts, limits=FAST) == 1.0
+    assert code_check(answer("def sq(x):\n    return 9"), asserts, limits=FAST) == 0.5
+    # a program that exits 0 before the assert can run does not pass
+    assert code_check(answer("import sys\nsys.exit(0)"), asserts, limits=FAST) == 0.0
+    assert code_check(answer("import os\nos._exit(0)"), asserts, limits=FAST) == 0.0
+    calls = prompt_with([CodeTest("call", fn="pair", args=(1,), expected=[1, 2]),
+                         CodeTest("call", fn="pair", args=(5,), expected=[5, 6])])
+    assert code_check(answer("def pair(x):\n    return (x, x + 1)"), calls, limits=FAST) == 1.0   # a tuple is a list
+    assert code_check(answer("def pair(x):\n    print('noise')\n    return [x, 2]"), calls, limits=FAST) == 0.5
+
+
+@needs_sandbox
+def test_the_example_file_end_to_end():
+    """Each example row solved by a reference program passes every test; a wrong one fails; the
+    reward follows reward.partial_credit."""
+    task = get_task(TaskConfig(name="code", path=str(EXAMPLE), val_size=1), sandbox=SandboxConfig(timeout_s=2.0))
+    solutions = {
+        "Read two integers": "a, b = map(int, input().split())\nprint(a + b)",
+        "Read a line of text": "print(input()[::-1])",
+        "Write a function is_prime": "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))",
+        "Given a list of integers": "def max_product(nums):\n    s = sorted(nums)\n    return max(s[0] * s[1], s[-1] * s[-2])",
+        "Read n, then print": "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)",
+        "Return the number of vowels": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)",
+    }
+    prompts = [task.train_prompt(i) for i in range(len(task))] + task.val_prompts(1)
+    assert len(prompts) == 6
+    for p in prompts:
+        code = next(v for k, v in solutions.items() if p.meta["question"].startswith(k))
+        assert "```python" in p.text and "</think>" in p.text
+        assert task.check(answer(code), p), p.meta["question"]
+        assert not task.check(answer("print('no')"), p)
+    sums = next(p for p in prompts if p.meta["question"].startswith("Read two"))
+    half = "a, b = map(int, input().split())\nprint(a + b if a < 100 else 0)"       # passes 2 of 3
+    full = RewardFn(task, RewardConfig(partial_credit=True))(sums, completion(answer(half)))
+    assert full.reward == pytest.approx(-1 + 2 / 3 * 2) and not full.passed
+    plain = RewardFn(task, RewardConfig())(sums, completion(answer(half)))
+    assert plain.reward == -1.0 and not plain.passed
+
+
+def test_code_task_needs_a_path_and_refuses_without_isolation(monkeypatch):
+    with pytest.raises(ScaleRLError, match="task.name 'code' needs task.path"):
+        get_task(TaskConfig(name="code"))
+    monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: "sandbox isolation unavailable: test")
+    with pytest.raises(ScaleRLError, match="sandbox isolation unavailable: test; .*sandbox.allow_unisolated=true"):
+        get_task(TaskConfig(name="code", path=str(EXAMPLE), val_size=1))
+
+
+def test_scoring_runs_beside_generation_in_a_pool():
+    """With workers, a group's completions are scored concurrently as they arrive (4 slow scores
+    of 0.3 s take about 0.3 s, not 1.2 s), in their order; the group records the scoring time;
+    a scorer's error reaches the caller."""
+    import threading
+    import time
+
+    from scalerl.transport.window import GroupAssembler
+    from scalerl.types import Score
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def slow_reward(prompt, c):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.3)
+        with lock:
+            active[0] -= 1
+        if c.text == "boom":
+            raise RuntimeError("scorer failed")
+        return Score(float(c.text), c.text == "1")
+
+    asm = GroupAssembler(4, slow_reward, workers=4)
+    seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
+    texts = ["1", "0", "1", "0"]
+    t0 = time.monotonic()
+    groups = [asm.add(dataclasses_replace(completion(t), seen.id)) for t in texts]
+    wall = time.monotonic() - t0
+    assert groups[:3] == [None, None, None]
+    g = groups[3]
+    assert [s.reward for s in g.scores] == [1.0, 0.0, 1.0, 0.0] and g.passes == 2
+    assert peak[0] == 4 and wall < 0.9, (peak, wall)
+    assert g.score_seconds == pytest.approx(1.2, abs=0.3) and 0 < g.score_wait < 0.9
+    seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
+    for t in ["1", "1", "1"]:
+        asm.add(dataclasses_replace(completion(t), seen.id))
+    with pytest.raises(RuntimeError, match="scorer failed"):
+        asm.add(dataclasses_replace(completion("boom"), seen.id))
+    asm.close()
+    inline = GroupAssembler(2, lambda p, c: Score(1.0, True))
+    seen = inline.add_prompt(Prompt(id="p", text="q", answer=""))
+    inline.add(dataclasses_replace(completion("1"), seen.id))
+    g = inline.add(dataclasses_replace(completion("1"), seen.id))
+    assert g.score_wait < 0.05 and g.score_seconds >= 0
+
+
+def dataclasses_replace(c: Completion, prompt_id: str) -> Completion:
+    import dataclasses
+
+    return dataclasses.replace(c, prompt_id=prompt_id)
+
+
+def built_anywhere(monkeypatch) -> None:
+    """Build code tasks where the sandbox refuses too (these tests run no program there)."""
+    if not ISOLATED:
+        monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: None)
+
+
+def test_code_expr_problems_are_consistent(monkeypatch):
+    """Each built-in problem's tests agree with an independent evaluation of its expression by
+    Python, the splits are disjoint, ids stable, and the reference program passes (when isolated)."""
+    from scalerl.tasks.code_expr import ExprCodeTask, parse_name
+
+    built_anywhere(monkeypatch)
+
+    task = ExprCodeTask(seed=3, train_size=64, val_size=16)
+    train = [task.train_prompt(i) for i in range(40)]
+    val = task.val_prompts(16)
+    assert {p.meta["expression"] for p in train}.isdisjoint({p.meta["expression"] for p in val})
+    assert task.train_prompt(5) == train[5] and train[5].id == "code-expr/s3/train/5"
+    assert {p.meta["subset"] for p in train} == {"depth1", "depth2", "depth3"}
+    for p in train + val:
+        for t in p.meta["tests"]:
+            a, b = map(int, t.input.split())
+            assert t.output == f"{eval(p.meta['expression'], {}, {'a': a, 'b': b})}\n", p.meta["expression"]
+    assert parse_name("code-expr-2") == (2,)
+    with pytest.raises(ScaleRLError, match="code-expr-<depth 1-6>"):
+        parse_name("code-expr-x")
+    if ISOLATED:
+        assert task.check("<think>ok</think>" + train[0].answer, train[0])
+        assert not task.check("<think>ok</think>print(0)", train[0])
+
+
+def test_mix_of_domains_tags_prompts_and_dispatches_checkers(monkeypatch):
+    built_anywhere(monkeypatch)
+    task = get_task(TaskConfig(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
+    domains = [task.train_prompt(i).meta["domain"] for i in range(len(task))]
+    assert len(domains) == 400 and domains.count("arith") == 300 and domains.count("code-expr") == 100
+    val = task.val_prompts(8)
+    assert [p.meta["domain"] for p in val] == ["arith"] * 6 + ["code-expr"] * 2
+    arith = next(p for p in val if p.meta["domain"] == "arith")
+    assert task.check(f"<think>x</think>{arith.answer}", arith)
+    assert task.checker(f"<think>x</think>{arith.answer}", arith)
+    assert task.score_workers > 0 and not task.isolate_checker
+    with pytest.raises(ScaleRLError, match="expected 2 weights"):
+        get_task(TaskConfig(name="arith,code-expr", weights=[1, 2, 3]))
+    with pytest.raises(ScaleRLError, match="a part is named twice"):
+        get_task(TaskConfig(name="arith,arith"))
+
+
+def test_evaluation_reports_each_domain():
+    from scalerl.evaluate import evaluate
+    from scalerl.types import Score
+
+    prompts = [Prompt(id=f"p{i}", text="q", answer="", meta={"domain": "arith" if i < 2 else "code"})
+               for i in range(4)]
+
+    class Gen:
+        def generate(self, ps, k):
+            return [Completion(id=f"{p.id}-{j}", prompt_id=p.id, prompt_tokens=[], tokens=[1], logprobs=[0.0],
+                               versions=[0], text=p.id, finish_reason="eos") for p in ps for j in range(k)]
+
+    passing = {"p0", "p2", "p3"}          # arith 1 of 2, code 2 of 2
+    row = evaluate(Gen(), prompts, 2, lambda p, c: Score(1.0, c.text in passing), workers=2)
+    assert row["val/pass_rate"] == 0.75
+    assert row["val/pass_rate/arith"] == 0.5 and row["val/pass_rate/code"] == 1.0
