@@ -113,3 +113,27 @@ def test_claims_about_A_are_not_testable_where_a_subset_never_passes(tmp_path):
     d = {"judged": True, "dA": 0.0, "A_differs": False, "margin_A": 0.02, "dB": 0.0, "B_differs": None}
     assert judge(d, FINDINGS["no-npr"])["A"][0] == "disagrees"
     assert judge(d, FINDINGS["no-npr"], task_cap="2x16 never passes")["A"][0] == TASK_SETS_CEILING
+
+
+def test_each_subset_is_fitted_on_its_own_and_one_that_never_passed_says_so(tmp_path):
+    """The report's per-subset section: each rung's own Eq. 1 fit (seeds pooled) recovers the
+    ceiling its curve was drawn with, whatever the whole curve's; a rung at 0 throughout gets no
+    fit but the reason."""
+    specs = [s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path)
+             if s.variant.name == "base"]
+    for s in specs:   # the whole curve, a rung at 0 throughout, and two rungs rising on their own timescales
+        write_run(s.run_dir, 0.6, {"hard": lambda v: 0.0})
+        rows = [json.loads(line) for line in (s.run_dir / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            c = row["compute/flops"]
+            row["val/pass_rate/easy"] = float(eq1(np.array([c]), 0.9, B=3.0, C_mid=0.5)[0])
+            row["val/pass_rate/mid"] = float(eq1(np.array([c]), 0.35, B=1.5, C_mid=2.0)[0])
+        (s.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    configs = fit_study(specs, n_bootstrap=20)
+    data = write_report(tmp_path, configs, "base", "compute/flops", "table")
+    subsets = next(c for c in data["configs"] if c["name"] == "base")["subsets"]
+    assert subsets["hard"] == {"error": "never passed"}
+    assert abs(subsets["easy"]["A"] - 0.9) < 0.01 and abs(subsets["easy"]["B"] - 3.0) < 0.1
+    assert abs(subsets["mid"]["A"] - 0.35) < 0.01 and abs(subsets["mid"]["C_mid"] - 2.0) < 0.1
+    md = (tmp_path / "report.md").read_text()
+    assert "## Per subset" in md and "never passed" in md and "0.900 [" in md

@@ -40,6 +40,7 @@ from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
 from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
 
 PAPER_MARGIN = 0.02
+SUBSET_BOOTSTRAP = 100  # bootstrap replicas of each per-subset fit (at most the study's own)
 END_EVALS = 3  # the end pass rate averages this many last evaluations
 AT_COMPUTE_WINDOW = 0.75  # the pass rate at compute C averages the evaluations in [0.75 C, C]
 Y_COLUMN = "val/pass_rate"
@@ -57,7 +58,12 @@ class RunFit:
     half: dict | None = None               # first_half_check: predicted / measured end, error, baselines
     error: str | None = None               # why a fit could not be made
     fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
-    never_passing: frozenset[str] = frozenset()   # validation subsets at 0 in every evaluation
+    subsets: dict[str, np.ndarray] = field(default_factory=dict)   # val/pass_rate/<subset> at each x
+
+    @property
+    def never_passing(self) -> frozenset[str]:
+        """The validation subsets (rungs, domains) at 0 in every evaluation."""
+        return frozenset(k for k, v in self.subsets.items() if not (v > 0).any())
 
     @property
     def fell(self) -> bool:
@@ -78,6 +84,7 @@ class ConfigFit:
     notes: list[str] = field(default_factory=list)
     trunk_dtype: str = "fp32"              # what its runs' trunk computed in (run_trunk_dtype)
     frac: float = 0.1                      # the share of the compute its fit leaves out (eval.fit_min_frac)
+    subset_fits: dict[str, FitResult | str] = field(default_factory=dict)   # per subset: its fit, or why none
 
     def spread(self, param: str) -> float | None:
         s = self.fit.seed_spread() if self.fit is not None else None
@@ -112,7 +119,7 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
-    run = RunFit(name, seed, x, y, is_done(path), failure(path), never_passing=never_passing(path / "metrics.jsonl"))
+    run = RunFit(name, seed, x, y, is_done(path), failure(path), subsets=read_subsets(path / "metrics.jsonl", x_col, x))
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
@@ -126,16 +133,21 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
     return run
 
 
-def never_passing(metrics: Path) -> frozenset[str]:
-    """The validation subsets (`val/pass_rate/<subset>`) whose pass rate is 0 in every evaluation."""
-    seen: dict[str, bool] = {}
+def read_subsets(metrics: Path, x_col: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Each `val/pass_rate/<subset>` column (a rung of a ladder, a domain of a mix) at the run's
+    evaluations `x`; a subset not logged at every one of them is left out."""
+    names: set[str] = set()
     with open(metrics) as f:
         for line in f:
             row = json.loads(line) if line.strip() else {}
-            for key, value in row.items():
-                if key.startswith(Y_COLUMN + "/") and isinstance(value, (int, float)):
-                    seen[key[len(Y_COLUMN) + 1:]] = seen.get(key[len(Y_COLUMN) + 1:], False) or value > 0
-    return frozenset(k for k, passed in seen.items() if not passed)
+            names.update(k[len(Y_COLUMN) + 1:] for k, v in row.items()
+                         if k.startswith(Y_COLUMN + "/") and isinstance(v, (int, float)))
+    out = {}
+    for name in sorted(names):
+        values = read_column_at(metrics, x_col, f"{Y_COLUMN}/{name}", x)
+        if values is not None:
+            out[name] = values
+    return out
 
 
 def task_cap(configs: Sequence[ConfigFit]) -> str | None:
@@ -166,7 +178,51 @@ def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstr
             cfg.error = "no evaluations yet"
     except ScaleRLError as exc:
         cfg.error = str(exc)
+    cfg.subset_fits = fit_subsets(usable, frac, min(n_bootstrap, SUBSET_BOOTSTRAP))
     return cfg
+
+
+def fit_subsets(runs: Sequence[RunFit], frac: float, n_bootstrap: int) -> dict[str, FitResult | str]:
+    """Eq. 1 fitted to each subset's curve (a rung, a domain) over the configuration's runs, as the
+    whole curve is: the same window, seeds pooled; a subset that never passed gets the reason."""
+    names = sorted(set().union(*(r.subsets for r in runs))) if runs else []
+    out: dict[str, FitResult | str] = {}
+    for name in names:
+        curves = [(r.x, r.subsets[name]) for r in runs if name in r.subsets]
+        if not any((y > 0).any() for _, y in curves):
+            out[name] = "never passed"
+            continue
+        try:
+            fit_min = frac * max(float(x[-1]) for x, _ in curves)
+            out[name] = (fit_seeds(curves, "sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap) if len(curves) >= 2
+                         else fit_curve(*curves[0], "sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap))
+        except ScaleRLError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def subsets_markdown(configs: Sequence[ConfigFit]) -> str:
+    """Per configuration, each subset's fitted ceiling and efficiency beside its end pass rate: where
+    a configuration's `A` comes from (which rungs or domains it learnt)."""
+    names = sorted({n for c in configs for n in c.subset_fits})
+    if not names:
+        return ""
+    lines = ["| config | " + " | ".join(f"{n}: A [90%], B, end" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for c in configs:
+        cells = []
+        for n in names:
+            f = c.subset_fits.get(n)
+            ends = [float(r.subsets[n][-END_EVALS:].mean()) for r in c.runs if r.finished and n in r.subsets]
+            end = f"{np.mean(ends):.3f}" if ends else "-"
+            if isinstance(f, FitResult):
+                lo, hi = f.ci.get("A", (float("nan"), float("nan"))) if f.ci else (float("nan"), float("nan"))
+                edge = " (edge)" if f.a_on_edge else ""
+                cells.append(f"{f.A:.3f} [{lo:.3f}, {hi:.3f}]{edge}, {f.B:.2f}, {end}")
+            else:
+                cells.append(f"{f or 'no evaluations'}, end {end}")
+        lines.append(f"| {c.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def sort_key(c: ConfigFit) -> tuple:
@@ -529,7 +585,9 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict
                            "A_ci": list(r.fit.ci["A"]) if r.fit and "A" in r.fit.ci else None,
                            "first_half": r.half, "prediction_error": r.prediction_error,
                            "fall": r.fall, "error": r.error} for r in c.runs],
-                 "fell": sum(r.fell for r in c.runs)}
+                 "fell": sum(r.fell for r in c.runs),
+                 "subsets": {n: (f.to_dict() if isinstance(f, FitResult) else {"error": f})
+                             for n, f in c.subset_fits.items()}}
         out["configs"].append(entry)
     return out
 
@@ -586,6 +644,14 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
                "(`scalerl/study/paper.py`): agrees (the paper's direction beyond the seed margin; for a claim "
                "of no difference, within it), disagrees, or not measurable here (and why).", "",
                paper_markdown(paper), ""]
+    subsets = subsets_markdown(sorted(configs, key=sort_key))
+    if subsets:
+        md += ["## Per subset: each rung or domain fitted on its own", "",
+               f"Eq. 1 fitted to each `{Y_COLUMN}/<subset>` curve as the whole curve is (the same window, seeds "
+               f"pooled, {SUBSET_BOOTSTRAP} bootstrap replicas at most); `end`: the mean over finished runs of the "
+               f"subset's last {END_EVALS} evaluations. A subset whose end is near 1 is learnt; one still far "
+               "below its fitted `A`, or with `A` on the edge, was still rising when the runs ended.", "",
+               subsets, ""]
     md += ["## Predictability: a fit on the first half of the compute vs the mean of the last three evaluations", "",
            predictability_markdown(configs), ""]
     if plotted:
