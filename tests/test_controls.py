@@ -137,3 +137,43 @@ def test_each_subset_is_fitted_on_its_own_and_one_that_never_passed_says_so(tmp_
     assert abs(subsets["mid"]["A"] - 0.35) < 0.01 and abs(subsets["mid"]["C_mid"] - 2.0) < 0.1
     md = (tmp_path / "report.md").read_text()
     assert "## Per subset" in md and "never passed" in md and "0.900 [" in md
+
+
+def test_the_scaling_axes_plan_halves_and_doubles_each_axis_of_the_base(tmp_path):
+    """`scalerl ablate --axes`: x0.5 and x2 of prompts per step, thinking budget, generations per
+    prompt at a fixed number of completions a step, and two larger models; every configuration is
+    one the engine accepts (the thinking budget, the phrase and the answer fit the completion budget)."""
+    from scalerl.rollout.length import phrase_tokens
+
+    specs = plan_runs(plan_variants("scalerl", axes=True), 1, tmp_path)
+    by = {s.variant.name: s.cfg for s in specs}
+    base = by["scalerl"]
+    assert set(by) == {"scalerl", "batch-16", "batch-64", "think-52", "think-208", "gens-4", "gens-16",
+                       "model-2m", "model-4m"}
+    assert (by["batch-16"].batch.prompts, by["batch-64"].batch.prompts) == (base.batch.prompts // 2, base.batch.prompts * 2)
+    for name in ("gens-4", "gens-16"):        # the same completions a step, split otherwise
+        b = by[name].batch
+        assert b.prompts * b.generations == base.batch.prompts * base.batch.generations
+        assert b.generations in (base.batch.generations // 2, base.batch.generations * 2)
+    phrase = phrase_tokens(base.model.name, base.rollout.length.phrase)
+    for name, factor in (("think-52", 0.5), ("think-208", 2)):
+        r = by[name].rollout
+        assert (r.length.think_min, r.length.think_max) == (base.rollout.length.think_min * factor,
+                                                            base.rollout.length.think_max * factor)
+        assert r.length.think_max + phrase + r.length.answer_budget <= r.max_new_tokens
+    assert [by[n].model.name for n in ("model-2m", "model-4m")] == ["ladder-2m", "ladder-4m"]
+    for name, cfg in by.items():              # each changes only its own axis
+        changed = {k for k, v in cfg.model_dump(exclude={"run"}).items() if v != base.model_dump(exclude={"run"})[k]}
+        assert len(changed) <= 1, (name, changed)
+
+
+@pytest.mark.parametrize("dA, differs, expected, verdict", [
+    (+0.05, True, "higher", "agrees"), (-0.05, True, "higher", "disagrees"),
+    (+0.05, True, "lower", "disagrees"), (-0.05, True, "lower", "agrees"),
+    (+0.01, False, "higher", "disagrees"),
+])
+def test_a_claimed_rise_agrees_only_with_a_rise_beyond_the_margin(dA, differs, expected, verdict):
+    from scalerl.study.paper import Finding
+
+    d = {"judged": True, "dA": dA, "A_differs": differs, "margin_A": 0.02, "dB": 0.0, "B_differs": None}
+    assert judge(d, Finding("Fig. x", "claim", A=expected))["A"][0] == verdict

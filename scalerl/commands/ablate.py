@@ -18,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add PipelineRL k = 1, 2, 4, 8 (the base's own k is the base; paper Fig. 4)")
     parser.add_argument("--precision", action="store_true",
                         help="add a bf16 trunk with and without the FP32 head (paper Fig. 5b)")
+    parser.add_argument("--axes", action="store_true",
+                        help="add the paper's scaling axes at x0.5 and x2 of the base: prompts per step (batch-16, "
+                             "batch-64), thinking budget (think-52, think-208), generations per prompt at a fixed "
+                             "256 completions a step (gens-4, gens-16), model size (model-2m, model-4m); paper "
+                             "Section 5, docs/study.md")
     parser.add_argument("--controls", action="store_true",
                         help="the study of the instrument itself: the base (named `base`), a larger model and a "
                              "thinking budget too short for the hardest items (effects that exist), and the base "
@@ -68,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     for name in [args.base, *recipes]:
         recipe_path(name)  # a clear error for an unknown recipe before anything runs
     report = ablate(args.out, base=args.base, leave_one_out=args.leave_one_out, recipes=recipes,
-                    k_sweep=args.k_sweep, precision=args.precision, controls=args.controls, seeds=args.seeds,
+                    k_sweep=args.k_sweep, precision=args.precision, controls=args.controls, axes=args.axes,
+                    seeds=args.seeds,
            budget=args.budget, overrides=args.overrides, only=_names(args.only), x_col=args.x_col,
            n_bootstrap=args.bootstrap, report_only=args.report_only, progress=args.progress,
            command=command_line(sys.argv[1:]), jobs=args.jobs, results=args.results)

@@ -5,6 +5,8 @@ Names:
                 default `arith` ladder (3-, 5- and 7-digit sums) with 85% of its answers written in
                 the wrong digit order (the default testbed, docs/study.md; built once, about 10
                 minutes on 2 cores)
+  ladder-2m     the same warm start at ~2.4M parameters (width 192, 4 layers): the middle size of
+                the scaling-axes study (`scalerl ablate --axes`)
   ladder-4m     the same warm start at ~4.2M parameters (width 256, 4 layers): the default
                 testbed's larger-model control (built once, about 30 minutes on 2 cores)
   tiny          ~1M-parameter Llama, character tokenizer, warm-started on the default task
@@ -42,10 +44,10 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("ladder-1m", "ladder-4m", "tiny", "tiny-random", "tiny-order", "small", "small-order", "smollm2-135m",
-               "smollm2-shape-random")
-CHAR_TOKENIZER_MODELS = MODEL_NAMES[:7]   # the built-in models: the character tokenizer of scalerl.models.tiny
-LADDER_NAMES = MODEL_NAMES[:2]             # the default testbed's models (scalerl.models.tiny.LADDER_MODELS)
+MODEL_NAMES = ("ladder-1m", "ladder-2m", "ladder-4m", "tiny", "tiny-random", "tiny-order", "small", "small-order",
+               "smollm2-135m", "smollm2-shape-random")
+CHAR_TOKENIZER_MODELS = MODEL_NAMES[:8]   # the built-in models: the character tokenizer of scalerl.models.tiny
+LADDER_NAMES = MODEL_NAMES[:3]             # the default testbed's models (scalerl.models.tiny.LADDER_MODELS)
 DTYPES = ("fp32", "bf16")
 
 

@@ -35,7 +35,10 @@ SMALL_SHAPE = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
 # `mid`: ~4.2M parameters (width 256, 4 layers), the larger model of the default testbed's controls
 MID_SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=4, intermediate_size=1024, max_position_embeddings=512)
-SHAPES = {"tiny": MODEL_SHAPE, "mid": MID_SHAPE, "small": SMALL_SHAPE}
+# `w192`: ~2.4M parameters (width 192, 4 layers), the middle size of the scaling-axes study
+W192_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=4, intermediate_size=768, max_position_embeddings=512)
+SHAPES = {"tiny": MODEL_SHAPE, "mid": MID_SHAPE, "small": SMALL_SHAPE, "w192": W192_SHAPE}
 
 
 def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
@@ -129,7 +132,7 @@ class _WrongOrderHabit:
 # Those builds were on the 3/5/8 ladder (`arith-358`); the 2,500-step budget was kept unchanged when
 # the ladder changed (2026-11-25: every length 2-7, then 3/5/7), so no later build was tuned.
 LADDER_WARM_TASK = "arith"
-LADDER_MODELS = {"ladder-1m": "tiny", "ladder-4m": "mid"}
+LADDER_MODELS = {"ladder-1m": "tiny", "ladder-2m": "w192", "ladder-4m": "mid"}
 
 
 def ladder_settings():

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Direction = Literal["lower", "similar", "not higher"]
+Direction = Literal["lower", "higher", "similar", "not higher"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,23 @@ FINDINGS: dict[str, Finding] = {
     "ppo-off-policy": Finding("Fig. 4a", "PPO-off-policy-k reaches a similar or slightly lower ceiling than "
                               "PipelineRL-k with a much lower B", A="not higher", B="lower", b_per_hour=True),
     "length-penalty": Finding(_LOO.split(":")[0], _LOO.split(": ", 1)[1], A="similar", B="lower"),
+    # the scaling axes (Section 5, Table 1): each against the base, from its x0.5 and x2 sides
+    "batch-16": Finding("Fig. 10", "a larger batch is slower early but reaches a higher ceiling (A 0.645 at 2,048 "
+                        "prompts against 0.605-0.610)", A="lower"),
+    "batch-64": Finding("Fig. 10", "a larger batch is slower early but reaches a higher ceiling (A 0.645 at 2,048 "
+                        "prompts against 0.605-0.610)", A="higher"),
+    "think-52": Finding("Fig. 9a", "a longer generation budget lowers B but raises the ceiling (A 0.645 at 32k "
+                        "against 0.61 at 14k)", A="lower", B="higher"),
+    "think-208": Finding("Fig. 9a", "a longer generation budget lowers B but raises the ceiling (A 0.645 at 32k "
+                         "against 0.61 at 14k)", A="higher", B="lower"),
+    "gens-4": Finding("Fig. 17", "at a fixed number of completions a step, 8-32 generations per prompt give "
+                      "the same curve", A="similar"),
+    "gens-16": Finding("Fig. 17", "at a fixed number of completions a step, 8-32 generations per prompt give "
+                       "the same curve", A="similar"),
+    "model-2m": Finding("Fig. 1a", "a larger model reaches a higher ceiling (17Bx16 MoE A 0.71 against the 8B "
+                        "dense 0.61)", A="higher"),
+    "model-4m": Finding("Fig. 1a", "a larger model reaches a higher ceiling (17Bx16 MoE A 0.71 against the 8B "
+                        "dense 0.61)", A="higher"),
     **{f"pipeline-k{k}": Finding("Fig. 4b", "k = 8 is the most efficient PipelineRL (k = 4 close); the ceiling "
                                  "barely moves with k", A="similar", B="lower", b_per_hour=True) for k in (1, 2, 4)},
 }
@@ -94,7 +111,7 @@ def _direction(expected: Direction, delta: float, differs: bool) -> str | None:
     if expected == "similar":
         return "agrees" if not differs else "disagrees"
     if differs:
-        return "agrees" if delta < 0 else "disagrees"
+        return "agrees" if (delta > 0) == (expected == "higher") else "disagrees"
     return "agrees" if expected == "not higher" else None
 
 

@@ -14,7 +14,7 @@ from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 
 
 def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
-           k_sweep: bool = False, precision: bool = False, controls: bool = False,
+           k_sweep: bool = False, precision: bool = False, controls: bool = False, axes: bool = False,
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
            x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
@@ -28,7 +28,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     """
     from scalerl.errors import ScaleRLError
 
-    variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision, controls, seeds)
+    variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision, controls, seeds, axes)
     unknown = set(only) - {v.name for v in variants}
     if unknown:
         raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "

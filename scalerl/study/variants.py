@@ -62,6 +62,25 @@ PRECISION: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("model.compute_dtype=bf16", "model.fp32_head=false")),
 )
 
+# The paper's scaling axes (Section 5; issue "The paper's studies on a trustworthy testbed"), each
+# at x0.5 and x2 of the default testbed's value, named `<axis>-<value>`: prompts per step (32),
+# the thinking budget (interruption at 88-104, completion budget 160), generations per prompt at a
+# fixed 256 completions a step (8), and the model (ladder-1m; the same warm start at 2.4M and 4.2M).
+AXES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("batch-16", "prompts per step 32 -> 16 (x0.5)", ("batch.prompts=16",)),
+    ("batch-64", "prompts per step 32 -> 64 (x2)", ("batch.prompts=64",)),
+    ("think-52", "thinking budget 88-104 -> 44-52 tokens (x0.5; completion budget 160 -> 100)",
+     ("rollout.length.think_min=44", "rollout.length.think_max=52", "rollout.max_new_tokens=100")),
+    ("think-208", "thinking budget 88-104 -> 176-208 tokens (x2; completion budget 160 -> 320)",
+     ("rollout.length.think_min=176", "rollout.length.think_max=208", "rollout.max_new_tokens=320")),
+    ("gens-4", "32 prompts x 8 generations -> 64 x 4 (256 completions a step)",
+     ("batch.prompts=64", "batch.generations=4")),
+    ("gens-16", "32 prompts x 8 generations -> 16 x 16 (256 completions a step)",
+     ("batch.prompts=16", "batch.generations=16")),
+    ("model-2m", "ladder-1m -> ladder-2m (2.4M parameters, the same warm start)", ("model.name=ladder-2m",)),
+    ("model-4m", "ladder-1m -> ladder-4m (4.2M parameters, the same warm start)", ("model.name=ladder-4m",)),
+)
+
 RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
 
 # The controls of a study (docs/study.md, "The controls"): effects known to exist, which the study
@@ -80,17 +99,18 @@ CONTROL_AGAIN = "base-again"     # the base under as many other seeds: the negat
 
 def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: tuple[str, ...] = (),
                   k_sweep: bool = False, precision: bool = False, controls: bool = False,
-                  seeds: int = 1) -> list[Variant]:
+                  seeds: int = 1, axes: bool = False) -> list[Variant]:
     """The base first, then the other recipes, then the leave-one-out variants of the base, the
     PipelineRL k-sweep (`pipeline-k<N>` for every N of `K_SWEEP`; the one equal to the base is
-    left out by the study as a no-op) and the bf16-trunk pair (`PRECISION`).
+    left out by the study as a no-op), the bf16-trunk pair (`PRECISION`) and the scaling axes
+    (`AXES`: prompts per step, thinking budget, generations per prompt, model size).
 
     `controls`: the study of the instrument instead (`CONTROLS`): the base named `base`, the
     positive controls, and `base-again`, the base under `seeds` other seeds (seeds, seeds + 1, ...)."""
     if controls:
-        if leave_one_out or recipes or k_sweep or precision:
+        if leave_one_out or recipes or k_sweep or precision or axes:
             raise ScaleRLError("--controls is a study of its own: run it without --leave-one-out, --recipes, "
-                               "--k-sweep and --precision")
+                               "--k-sweep, --precision and --axes")
         return [Variant(CONTROL_BASE, base, (), "base"),
                 *(Variant(name, base, overrides, swaps) for name, swaps, overrides, _ in CONTROLS),
                 Variant(CONTROL_AGAIN, base, (), f"base, seeds {seeds}..{2 * seeds - 1} (negative control)",
@@ -103,6 +123,8 @@ def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: t
         variants += [Variant(f"pipeline-k{k}", base, (f"pipeline.k={k}",), f"PipelineRL k -> {k}") for k in K_SWEEP]
     if precision:
         variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in PRECISION]
+    if axes:
+        variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in AXES]
     return variants
 
 
