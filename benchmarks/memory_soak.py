@@ -85,7 +85,7 @@ def run(run_dir: Path, steps: int, sets: list[str], config: str | None, minutes:
             "--max-steps", str(steps)]
     if config is not None:
         args += ["--config", config]
-    for s in [*sets, f"run.max_minutes={minutes if minutes is not None else 0}"]:
+    for s in [*sets, *([f"run.max_minutes={minutes}"] if minutes is not None else [])]:
         args += ["--set", s]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.call(args, env=env, cwd=ROOT)

@@ -84,13 +84,14 @@ def test_a_failed_child_is_named_in_one_line(code, line):
     assert exit_reason("generator process", code) == line
 
 
-@pytest.mark.slow  # a 300-step run of the tiny model with its generator process: minutes on 2 cores
+@pytest.mark.slow  # a 120-step run of the tiny model with its generator process: 3-10 minutes on 2 cores
 def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
     """The memory soak on the tiny model (benchmarks/memory_soak.py): every process's resident
-    memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run."""
+    memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run
+    (SmolLM2's 300-step soak is the benchmark's default; docs/design.md "Memory")."""
     import memory_soak
 
-    steps = 300
+    steps = 120
     code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
                                                       "run.threads=2", "eval.every=100"], None, None)
     assert code == 0
@@ -100,9 +101,9 @@ def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
     assert {"trainer", "generator0", "total"} <= set(procs)
     for name, points in procs.items():
         values = [v for _, v in points]
-        a, b = sorted(values[150:160]), sorted(values[-10:])
+        a, b = sorted(values[steps // 2: steps // 2 + 10]), sorted(values[-10:])
         mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2                      # medians of 10 rows, by hand
-        assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step 150, {end:.0f} MB at the end"
+        assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step {steps // 2}, {end:.0f} MB at the end"
         assert memory_soak.second_half_growth(values) == pytest.approx((end - mid) / mid)
 
 
