@@ -75,6 +75,22 @@ def test_warning_at_85_percent_names_the_largest_consumer_once_per_50_steps():
         assert mon.check(high, 52) is not None
 
 
+def test_a_run_past_85_percent_warns_once_naming_the_optimizer_state(tmp_path, monkeypatch):
+    """In the loop: with 100 MB "available" the first step warns, and the largest consumer scalerl
+    knows of is AdamW's state, two fp32 values per trainable parameter."""
+    import scalerl.run.memory as memory
+
+    monkeypatch.setattr(memory, "available_mb", lambda: 100.0)
+    cfg = small_cfg(extra=["run.max_steps=3"])
+    comps = tiny_random_components(cfg)
+    adam_mb = 2 * 4 * sum(p.numel() for p in comps.model.parameters() if p.requires_grad) / 2**20
+    with pytest.warns(UserWarning, match="memory at") as caught:
+        train(cfg, tmp_path, comps=comps, progress=False)
+    lines = [str(w.message) for w in caught if "memory at" in str(w.message)]
+    assert len(lines) == 1 and lines[0].startswith("step 1: ")            # once: not again within 50 steps
+    assert f"largest consumer scalerl knows of: trainer optimizer state ({adam_mb:.0f} MB)" in lines[0]
+
+
 @pytest.mark.parametrize("code, line", [
     (-9, "generator process exited with code -9 (killed: out of memory?)"),
     (-15, "generator process exited with code -15 (ended by SIGTERM)"),
