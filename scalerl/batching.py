@@ -221,6 +221,10 @@ class PipelineRL:
     def resume(self) -> None:
         self.source.resume()
 
+    def processes(self) -> dict[str, int]:
+        """The transport's own processes, name -> pid (`system/rss_mb/<name>`)."""
+        return self.source.processes()
+
     def close(self) -> None:
         self.source.close()
 
@@ -295,5 +299,9 @@ class PPOOffPolicy:
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
+
+    def processes(self) -> dict[str, int]:
+        """None: the generator runs in the trainer process."""
+        return {}
 
     def close(self) -> None: ...

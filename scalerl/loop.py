@@ -31,6 +31,7 @@ from scalerl.rewards import has_answer, training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
 from scalerl.run.compute import FIT_X, ComputeMeter, StepCompute
+from scalerl.run.memory import MemoryMonitor, optimizer_mb, tensor_mb, trim, tune_malloc
 from scalerl.run.metrics import METRICS_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, group_stats, train_step
@@ -273,6 +274,7 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     """Train to `cfg.run.max_steps` optimizer steps (or `run.max_minutes`); return the Trainer."""
     from scalerl.models import resolve_device
 
+    tune_malloc()
     device = resolve_device(cfg.model.device)
     threads = split_threads(cfg, device)
     torch.set_num_threads(threads.train)
@@ -390,6 +392,18 @@ def _step_row(tr: Trainer, mb, loss_row: dict, times: dict[str, float], devices:
     return row
 
 
+def known_consumers(tr: Trainer) -> dict[str, float]:
+    """What scalerl knows holds memory in the trainer process, name -> MiB (the memory warning names
+    the largest): weights, gradients, optimizer state, the frozen reference model."""
+    params = [p for p in tr.model.parameters()]
+    out = {"trainer model weights": tensor_mb(params),
+           "trainer gradients": tensor_mb(p.grad for p in params if p.grad is not None),
+           "trainer optimizer state": optimizer_mb(tr.optim.opt)}
+    if tr.ref_model is not None:
+        out["reference model (KL penalty)"] = tensor_mb(tr.ref_model.parameters())
+    return out
+
+
 def _check_rewards(mb, step: int) -> None:
     """Stop when the reward (the checker, or reward.function) failed on every answer of a batch:
     nothing could ever pass."""
@@ -447,6 +461,7 @@ class Stages:
         self.postfix: dict[str, str] = {}
         self.clock = Clock()
         self.observe = _observer(tr, mode)
+        self.memory = MemoryMonitor(mode.processes, lambda: known_consumers(tr))
         self.empty_in_a_row, self.warned_at, self.fell_warned = 0, -WARN_EVERY, False
         self.no_answer, self.no_answer_warned = 0.0, False
         self.reported_params = False
@@ -544,6 +559,9 @@ class Stages:
             row["train/trainable_params"] = tr.trainable_params
             self.reported_params = True
         self.warn_truncation(row)
+        trim()                                # the step's freed heap pages back to the kernel before measuring
+        row.update(self.memory.row())
+        self.memory.check(row, tr.state.step)
         tr.counters["train_seconds"] = time.monotonic() - self.t_start
         self.metrics.write({"step": tr.state.step, "kind": "train", **row})
         self.postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",

@@ -77,15 +77,19 @@ class SlotCache(Cache):
         return mask[:, None, None, :]
 
     def reserve(self, columns: int, active: torch.Tensor) -> None:
-        """Make room for `columns` more columns at `write`: first drop the leading columns that
-        every active row masks (if that frees at least a quarter), else grow geometrically."""
+        """Make room for `columns` more columns at `write`: drop the leading columns that every
+        active row masks, and when the live columns would then fill more than three quarters of
+        the buffer, grow it to 4/3 of them (so that the next compaction frees a quarter). The
+        capacity stays within 4/3 of the longest live span (prompt + max_new_tokens + 1), about
+        1.33x, where doubling left up to 2x (docs/design.md "Memory")."""
         if self.write + columns <= self.capacity:
             return
         lead = int(torch.where(active, self.start, self.write).min()) if bool(active.any()) else self.write
-        if lead >= self.capacity // 4:
+        live = self.write - lead + columns
+        if lead > 0:
             self._move(-lead)
-        if self.write + columns > self.capacity:
-            self._resize(max(2 * self.capacity, self.write + columns))
+        if live > self.capacity * 3 // 4:
+            self._resize(max(self.capacity + 1, live * 4 // 3 + 1))
 
     def reserve_left(self, columns: int, active: torch.Tensor) -> None:
         """Make `write >= columns` (a prompt of that length must fit right-aligned before
@@ -94,7 +98,7 @@ class SlotCache(Cache):
             return
         shift = columns - self.write
         if self.write + shift + 1 > self.capacity:
-            self._resize(max(2 * self.capacity, self.write + shift + 1))
+            self._resize((self.write + shift + 1) * 4 // 3 + 1)
         self._move(shift)
 
     def place(self, rows: torch.Tensor, src: SlotCache, src_rows: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -105,6 +109,23 @@ class SlotCache(Cache):
             dst.keys[rows, :, self.write - width : self.write] = s.keys[src_rows, :, :width]
             dst.values[rows, :, self.write - width : self.write] = s.values[src_rows, :, :width]
         self.start[rows] = self.write - lengths
+
+    def row_copy(self, row: int) -> SlotCache:
+        """A one-row cache holding a copy of row `row`'s columns up to `write` (a prefilled context
+        kept on its own, so that the other rows of its prefill batch can be freed)."""
+        layer = self.layers[0]
+        one = SlotCache(len(self.layers), 1, layer.keys.shape[1], layer.keys.shape[3], self.write, layer.keys.dtype,
+                        layer.keys.device)
+        for dst, src in zip(one.layers, self.layers):
+            dst.keys.copy_(src.keys[row: row + 1, :, : self.write])
+            dst.values.copy_(src.values[row: row + 1, :, : self.write])
+        one.write = self.write
+        one.start[0] = self.start[row]
+        return one
+
+    def nbytes(self) -> int:
+        """Bytes of its K/V buffers."""
+        return sum(t.nbytes for layer in self.layers for t in (layer.keys, layer.values))
 
     def select_rows(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` (indices), in that order."""

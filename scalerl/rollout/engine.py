@@ -51,7 +51,7 @@ _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted_eos", "inter
 _NEVER = 1 << 40
 _END = object()           # the prompt iterator ran out
 MIN_SHARED_PREFIX = 32     # tokens: a common prefix this long is prefilled once (Engine._shared_prefix)
-RECENT_PREFILLS = 64       # prompts whose prefilled K/V are kept for their later samples (Engine._prefilled)
+RECENT_PREFILLS = 4        # prompts whose prefilled K/V (one row each) are kept for their later samples (_prefilled)
 IDLE_SLEEP_S = 0.005      # wait between two asks when nothing is in flight and no prompt may start
 _HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
@@ -165,7 +165,10 @@ class Engine:
         self._sync_head()
         self._forget_prefills()  # weights may have changed in place since the last call (the evaluation engine)
         rows = min(self.cfg.batch_slots, len(prompts) * n)
-        out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
+        try:
+            out = sorted(self._run(self._requests(prompts, n), rows, None), key=lambda rc: rc[0].serial)
+        finally:
+            self._forget_prefills()  # nothing of a finished call is asked for again (the evaluation engine waits)
         return [c for _, c in out]
 
     def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
@@ -315,17 +318,24 @@ class Engine:
         prefilled since the weights last changed is not run again: the n samples of a prompt are
         admitted as rows free up, often one or two a step, and each would otherwise prefill the
         same tokens (measured on the default testbed: ~1.6 rows an admission, a quarter of the
-        generator's time in prefills). The last `RECENT_PREFILLS` contexts are kept."""
-        missing = [c for c in contexts if c not in self._recent]
+        generator's time in prefills). The samples of a prompt are requested one after another, so
+        only the last contexts admitted can be asked for again: the last `RECENT_PREFILLS` are kept,
+        each as a one-row copy (a prefill batch's other rows are freed), until the weights change.
+        Bound: RECENT_PREFILLS rows of the longest prompt's K/V (docs/design.md "Memory")."""
+        found = {c: self._recent[c] for c in contexts if c in self._recent}
+        missing = [c for c in contexts if c not in found]
         if missing:
             for src, members in self._prefill_contexts(missing):
                 for row, m in enumerate(members):
-                    self._recent[missing[m]] = (src, row)
+                    found[missing[m]] = (src, row)
         groups: dict[int, tuple[SlotCache, dict[int, int]]] = {}
         for i, c in enumerate(contexts):
-            src, row = self._recent[c]
-            self._recent.move_to_end(c)
+            src, row = found[c]
             groups.setdefault(id(src), (src, {}))[1][i] = row
+        for c in list(dict.fromkeys(contexts))[-RECENT_PREFILLS:]:   # the last ones admitted, most recent last
+            src, row = found[c]
+            self._recent[c] = (src, row) if src.rows == 1 else (src.row_copy(row), 0)
+            self._recent.move_to_end(c)
         while len(self._recent) > RECENT_PREFILLS:
             self._recent.popitem(last=False)
         return list(groups.values())

@@ -13,6 +13,9 @@ which no sigmoid describes (then a warning says so).
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from scalerl.errors import ScaleRLError
@@ -74,11 +77,28 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
     from scalerl.loop import train
     from scalerl.run.session import open_run
 
-    with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run:
+    with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run, \
+            terminate_as_interrupt():
         print(f"run directory: {run.path}")
         train(run.cfg, run.path, resume=run.resume, progress=progress)
         fit_run(run.path, run.cfg.eval.fit_min_frac)
     return 0
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """While training, SIGTERM (`kill`, a scheduler's stop) ends the run as Ctrl-C does: the loop's
+    `finally` stops the generator process and multiprocessing unlinks its semaphores, where the
+    default action would kill the trainer at once and leave them to the resource tracker ("leaked
+    semaphore objects"). The previous handler comes back afterwards. Only the main thread may set it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def fit_run(path: Path, fit_min_frac: float) -> None:

@@ -31,7 +31,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Completion, Group
 
-__all__ = ["Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
+__all__ = ["ActivationCost", "Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
            "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
 
 
@@ -102,30 +102,68 @@ class Optimizer:
 
 
 MICRO_BATCH_TOKENS = 8192  # padded (sequence x length) tokens per forward/backward pass
+MICRO_BATCH_BYTES = 1 << 30  # activations (estimated, `ActivationCost`) one forward keeps for its backward
 
 
-def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, shared: bool = False) -> list[list[int]]:
+@dataclass(frozen=True)
+class ActivationCost:
+    """Bytes a forward keeps for its backward, estimated from the model's shape: per token (each
+    layer's saved inputs, 8 x hidden + 4 x intermediate values), per (query, key) pair of
+    attention (scores and probabilities, every head, fp32) and per trained token (the head's kept
+    fp32 log-softmax row, rl/logprobs.py). Measured on SmolLM2-135M (autograd's saved tensors,
+    prompt 100-300 and completions 16-64 tokens): 1.28 MB a token and 1.1 kB a pair; this
+    estimate, 1.29 MB and 2.2 kB."""
+
+    per_token: float
+    per_pair: float
+    per_trained: float
+
+    @classmethod
+    def of(cls, model) -> ActivationCost:
+        c = model.config.get_text_config()
+        width = model.get_input_embeddings().weight.element_size()
+        inter = getattr(c, "intermediate_size", None) or 4 * c.hidden_size
+        return cls(per_token=c.num_hidden_layers * (8 * c.hidden_size + 4 * inter) * width,
+                   per_pair=c.num_hidden_layers * c.num_attention_heads * 2 * 4,
+                   per_trained=c.vocab_size * 4)
+
+
+def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, shared: bool = False,
+                  activations: ActivationCost | None = None, max_bytes: float = MICRO_BATCH_BYTES) -> list[list[int]]:
     """Group indices packed into micro-batches of similar length (whole groups, sorted by their
-    longest sequence), each at most `max_tokens` padded tokens unless one group alone is larger.
-    Completions of one prompt are alike in length while prompts differ a lot (a 2-digit sum vs an
-    interrupted 16-digit one), so this removes most of the padding of one big batch. `shared`:
-    the forward runs each prompt once (forward.py), so a group costs its prompt once plus its
-    completions."""
+    longest sequence), each at most `max_tokens` padded tokens and, given the model's
+    `activations`, at most `max_bytes` of activations kept for the backward, unless one group
+    alone is larger. Completions of one prompt are alike in length while prompts differ a lot (a
+    2-digit sum vs an interrupted 16-digit one), so this removes most of the padding of one big
+    batch. `shared`: the forward runs each prompt once (forward.py), so a group costs its prompt
+    once plus its completions (which attend to it). The byte bound is what keeps a model with long
+    prompts (SmolLM2 with three worked examples: ~300 tokens) from holding gigabytes of
+    activations: 8192 tokens of SmolLM2 keep about 10 GB."""
     def longest(g: Group) -> int:
         return max(len(c.prompt_tokens) + len(c.tokens) for c in g.completions)
 
-    def cost(part: list[int]) -> int:
+    def sizes(part: list[int]) -> tuple[int, int, int]:
+        """(padded tokens, attention pairs, completion tokens) of a micro-batch."""
         gs = [groups[i] for i in part]
         rows = sum(len(g.completions) for g in gs)
+        T = max(len(c.tokens) for g in gs for c in g.completions)
         if not shared:
-            return rows * max(longest(g) for g in gs)
+            L = max(longest(g) for g in gs)
+            return rows * L, rows * L * L, rows * T
         prompt = max(len(g.completions[0].prompt_tokens) for g in gs)
-        return len(gs) * prompt + rows * max(len(c.tokens) for g in gs for c in g.completions)
+        return len(gs) * prompt + rows * T, len(gs) * prompt * prompt + rows * T * (prompt + T), rows * T
+
+    def fits(part: list[int]) -> bool:
+        tokens, pairs, trained = sizes(part)
+        if tokens > max_tokens:
+            return False
+        a = activations
+        return a is None or tokens * a.per_token + pairs * a.per_pair + trained * a.per_trained <= max_bytes
 
     order = sorted(range(len(groups)), key=lambda i: longest(groups[i]))
     out: list[list[int]] = []
     for i in order:
-        if out and cost(out[-1] + [i]) <= max_tokens:
+        if out and fits(out[-1] + [i]):
             out[-1].append(i)
         else:
             out.append([i])
@@ -214,7 +252,8 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
     parts, total, tokens, mismatch = [], 0.0, 0.0, [0.0, 0]   # mismatch: (sum, tokens)
     device = model.get_output_embeddings().weight.device
     advantages = shard.advantages.to(device)
-    for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt):
+    for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt,
+                              activations=ActivationCost.of(model), max_bytes=MICRO_BATCH_BYTES):
         groups = [shard.groups[i] for i in part]
         batch = collate(groups, pad_id).to(device)
         ref = None
@@ -255,15 +294,19 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     model.train()
     optim.opt.zero_grad(set_to_none=True)
     parts, total, tokens, mismatch = _backward(model, shard, cfg, pad_id, step, ref_model)
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in optim.params]
-    flat = torch.cat([g.reshape(-1) for g in grads])                                        # (n_params,)
-    counters = torch.tensor([total, tokens, *mismatch], dtype=torch.float64, device=flat.device)
-    reduce(flat)
-    reduce(counters)
-    offset = 0
     for p in optim.params:
-        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
+        if p.grad is None:   # AdamW still decays it, as on a worker where it had a gradient
+            p.grad = torch.zeros_like(p)
+    if reduce is not no_reduce:   # one flat buffer for the all-reduce (a second copy of the gradients)
+        flat = torch.cat([p.grad.reshape(-1) for p in optim.params])                       # (n_params,)
+        reduce(flat)
+        offset = 0
+        for p in optim.params:
+            p.grad = flat[offset: offset + p.numel()].view_as(p)
+            offset += p.numel()
+        del flat
+    counters = torch.tensor([total, tokens, *mismatch], dtype=torch.float64, device=optim.params[0].device)
+    reduce(counters)
     loss_total, tokens_total, diff_sum, diff_n = counters.tolist()
     tokens_total = int(tokens_total)
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -137,6 +138,10 @@ class ThreadedRollouts(_PausedByEvent):
     def sampler_state(self) -> dict:
         return self.sampler.state_dict()
 
+    def processes(self) -> dict[str, int]:
+        """None of its own: the generator is a thread of the trainer process."""
+        return {}
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
@@ -162,7 +167,10 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
                     retired: RetiredSet | None, n: int, window: Window, shared: dict,
                     sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups; apply weights as they come."""
+    from scalerl.run.memory import trim, tune_malloc
+
     watch_parent(parent, stop)
+    tune_malloc()
     torch.set_num_threads(threads)
     try:
         from scalerl.rl.curriculum import CurriculumSampler
@@ -181,6 +189,7 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
                     window.record(version.value, horizon.value)
                     generator.update_weights(shared, version.value)
                     staged[0] = version.value
+                trim()  # the heap pages freed since the last version (decode steps' small tensors) back to the kernel
             while retired is not None:
                 try:
                     retired.add(retire_q.get_nowait())
@@ -209,6 +218,21 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         out_q.put(("user_error", str(exc), None))
     except BaseException:  # a bug: the trainer raises it with this traceback
         out_q.put(("error", traceback.format_exc(), None))
+
+
+def exit_reason(name: str, code: int | None) -> str:
+    """One line on how a child process ended: "generator process exited with code -9 (killed: out of
+    memory?)"; a negative code is the signal that ended it."""
+    if code is None:
+        return f"{name} is still running"
+    if code < 0:
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            sig = f"signal {-code}"
+        why = "killed: out of memory?" if code == -signal.SIGKILL else f"ended by {sig}"
+        return f"{name} exited with code {code} ({why})"
+    return f"{name} exited with code {code}"
 
 
 class ProcessRollouts(_PausedByEvent):
@@ -250,9 +274,8 @@ class ProcessRollouts(_PausedByEvent):
                 kind, payload, sampler_state = self._out.get(timeout=1.0)
             except queue.Empty:
                 if not self._proc.is_alive():
-                    raise ScaleRLError(f"the generator process died (exit code {self._proc.exitcode}; "
-                                       "killed, or out of memory?): the run stopped at its last checkpoint, "
-                                       "carry on with --resume") from None
+                    raise ScaleRLError(f"{exit_reason('generator process', self._proc.exitcode)}: the run stopped "
+                                       "at its last checkpoint, carry on with --resume") from None
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
                 continue
@@ -294,6 +317,10 @@ class ProcessRollouts(_PausedByEvent):
 
     def sampler_state(self) -> dict:
         return dict(self._sampler_state)
+
+    def processes(self) -> dict[str, int]:
+        """The generator process, for `system/rss_mb/generator0` (while it runs)."""
+        return {"generator0": self._proc.pid} if self._proc.is_alive() else {}
 
     def close(self) -> None:
         self._stop.set()

@@ -62,4 +62,8 @@ class RolloutSource(Protocol):
 
     def resume(self) -> None: ...
 
+    def processes(self) -> dict[str, int]:
+        """The generator processes it runs on this machine, name -> pid (`generator0`, ...), whose
+        resident memory goes into every training row (`scalerl.run.memory`)."""
+
     def close(self) -> None: ...

@@ -391,6 +391,10 @@ class RayRollouts:
     def resume(self) -> None:
         ray.get(self.hub.set_paused.remote(False))
 
+    def processes(self) -> dict[str, int]:
+        """None measured from here: the actors may run on other machines (Ray's dashboard shows them)."""
+        return {}
+
     def counters(self) -> dict:
         return ray.get(self.hub.counters.remote())
 

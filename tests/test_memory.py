@@ -1,0 +1,167 @@
+"""Memory in the metrics (scalerl.run.memory): resident sizes in every training row, the warning at
+85%, a failed child named in one line; the soak (slow tier) on the tiny model."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scalerl.loop import train
+from scalerl.run.memory import MemoryMonitor
+from scalerl.run.metrics import read_rows
+from scalerl.transport.local import exit_reason
+from doubles import tiny_random_components
+from test_train_loop import small_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def vm_rss_mb(pid: str | int = "self") -> float:
+    """VmRSS of a process read from /proc (not through psutil, which scalerl uses)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def test_every_training_row_records_the_trainer_rss(tmp_path):
+    cfg = small_cfg(extra=["run.max_steps=3"])
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    measured = vm_rss_mb()
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["system/rss_mb"] > 50      # a python process with torch imported holds more than 50 MB
+        assert r["system/rss_mb/total"] == r["system/rss_mb"]   # the thread transport: one process
+        assert "system/cuda_allocated_mb" not in r               # no GPU here
+    # the test's process is the trainer: its RSS a moment after the last row is about the recorded one
+    assert rows[-1]["system/rss_mb"] == pytest.approx(measured, rel=0.25)
+
+
+def test_a_generator_process_is_measured_by_its_pid():
+    hold = 300  # MB the child allocates and touches
+    child = subprocess.Popen([sys.executable, "-c", f"import time; b = bytearray({hold} << 20); print(1, flush=True); "
+                              "time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()   # allocated
+        row = MemoryMonitor(lambda: {"generator0": child.pid}, dict, limit_mb=1e9).row()
+        child_rss = vm_rss_mb(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert row["system/rss_mb/generator0"] >= hold
+    assert row["system/rss_mb/generator0"] == pytest.approx(child_rss, rel=0.05)
+    assert row["system/rss_mb/total"] == pytest.approx(row["system/rss_mb"] + row["system/rss_mb/generator0"])
+
+
+def test_warning_at_85_percent_names_the_largest_consumer_once_per_50_steps():
+    consumers = {"trainer optimizer state": 300.0, "trainer model weights": 150.0}
+    mon = MemoryMonitor(dict, lambda: consumers, limit_mb=1000.0)
+    low = {"system/rss_mb": 500.0, "system/rss_mb/generator0": 340.0, "system/rss_mb/total": 840.0}
+    high = {"system/rss_mb": 600.0, "system/rss_mb/generator0": 260.0, "system/rss_mb/total": 860.0}
+    assert mon.check(low, 1) is None                         # 84% of 1000 MB
+    with pytest.warns(UserWarning) as caught:
+        line = mon.check(high, 2)                            # 86%
+    assert len(caught) == 1 and str(caught[0].message) == line
+    assert "\n" not in line and "86%" in line and "trainer process" in line
+    assert "trainer optimizer state (300 MB)" in line
+    assert mon.check(high, 51) is None                       # within 50 steps of the last warning
+    with pytest.warns(UserWarning):
+        assert mon.check(high, 52) is not None
+
+
+def test_a_run_past_85_percent_warns_once_naming_the_optimizer_state(tmp_path, monkeypatch):
+    """In the loop: with 100 MB "available" the first step warns, and the largest consumer scalerl
+    knows of is AdamW's state, two fp32 values per trainable parameter."""
+    import scalerl.run.memory as memory
+
+    monkeypatch.setattr(memory, "available_mb", lambda: 100.0)
+    cfg = small_cfg(extra=["run.max_steps=3"])
+    comps = tiny_random_components(cfg)
+    adam_mb = 2 * 4 * sum(p.numel() for p in comps.model.parameters() if p.requires_grad) / 2**20
+    with pytest.warns(UserWarning, match="memory at") as caught:
+        train(cfg, tmp_path, comps=comps, progress=False)
+    lines = [str(w.message) for w in caught if "memory at" in str(w.message)]
+    assert len(lines) == 1 and lines[0].startswith("step 1: ")            # once: not again within 50 steps
+    assert f"largest consumer scalerl knows of: trainer optimizer state ({adam_mb:.0f} MB)" in lines[0]
+
+
+@pytest.mark.parametrize("code, line", [
+    (-9, "generator process exited with code -9 (killed: out of memory?)"),
+    (-15, "generator process exited with code -15 (ended by SIGTERM)"),
+    (1, "generator process exited with code 1"),
+])
+def test_a_failed_child_is_named_in_one_line(code, line):
+    assert exit_reason("generator process", code) == line
+
+
+@pytest.mark.slow  # a 120-step run of the tiny model with its generator process: 3-10 minutes on 2 cores
+def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
+    """The memory soak on the tiny model (benchmarks/memory_soak.py): every process's resident
+    memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run
+    (SmolLM2's 300-step soak is the benchmark's default; docs/design.md "Memory")."""
+    import memory_soak
+
+    steps = 120
+    code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
+                                                      "run.threads=2", "eval.every=100"], None, None)
+    assert code == 0
+    rows = memory_soak.train_rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    procs = memory_soak.series(rows)
+    assert {"trainer", "generator0", "total"} <= set(procs)
+    for name, points in procs.items():
+        values = [v for _, v in points]
+        a, b = sorted(values[steps // 2: steps // 2 + 10]), sorted(values[-10:])
+        mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2                      # medians of 10 rows, by hand
+        assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step {steps // 2}, {end:.0f} MB at the end"
+        assert memory_soak.second_half_growth(values) == pytest.approx((end - mid) / mid)
+
+
+def _shutdown_run(tmp_path, name: str, sets: list[str], interrupt=None) -> tuple[int, str, list]:
+    """`scalerl train` on tiny-random with its generator process (test_soak's command); `interrupt`:
+    a signal sent once the first training row is written. (exit code, output, processes left)."""
+    import os
+    import signal as _signal  # noqa: F401  (the parametrised signals)
+
+    import psutil
+    from test_soak import CLI, SETS
+
+    run = tmp_path / name
+    args = [sys.executable, "-c", CLI, "train", "--no-progress", "--run-dir", str(run), "--max-steps", "200",
+            *[a for s in [*SETS, *sets] for a in ("--set", s)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    children = []
+    if interrupt is not None:
+        deadline = time.monotonic() + 300
+        while not any(r["kind"] == "train" for r in (read_rows(run / "metrics.jsonl")
+                                                       if (run / "metrics.jsonl").is_file() else [])):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-2000:]
+            time.sleep(0.2)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(interrupt)
+    out, _ = proc.communicate(timeout=300)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    return proc.returncode, out, alive
+
+
+@pytest.mark.slow  # three runs, each spawning a generator process
+@pytest.mark.parametrize("how", ["max_steps", "max_minutes", "SIGINT", "SIGTERM"])
+def test_shutdown_leaks_no_semaphore_and_no_process(tmp_path, how):
+    import signal
+
+    sets = {"max_steps": ["run.max_steps=3"], "max_minutes": ["run.max_minutes=0.05"]}.get(how, [])
+    code, out, alive = _shutdown_run(tmp_path, how, sets, getattr(signal, how, None))
+    assert "leaked" not in out, out[-2000:]                       # multiprocessing's resource tracker found nothing
+    assert not alive, f"left running: {[p.pid for p in alive]}"
+    if how.startswith("max"):
+        assert code == 0, out[-2000:]
+        assert (tmp_path / how / "fit.json").is_file()           # the run ended on its final evaluation and fit
+    else:
+        assert code == 130 and "scalerl: interrupted" in out, out[-2000:]
