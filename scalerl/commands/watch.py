@@ -121,18 +121,32 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C and a plain `kill` stop it cleanly, even when started where SIGINT is ignored
     # (a background job of a non-interactive shell, nohup): Python then installs no handler; and a
     # parent that blocked the signals (its children inherit the mask) must not make it unstoppable.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # The first signal sets a flag that the loop reads between refits; raising KeyboardInterrupt
+    # from the handler instead lost the signal whenever it landed in a garbage-collection callback
+    # (matplotlib's weak references), where Python prints "Exception ignored" and carries on:
+    # the watch then ran on. A second signal interrupts whatever is running.
+    stop: list[int] = []   # a plain flag: a lock taken in a signal handler can deadlock the thread it interrupts
+
+    def _stop(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(signum)
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        while True:
+        while not stop:
             sig = _signature(path)
             if not sig:
                 _say(args, f"waiting for {path} to appear", state)
             elif sig != seen:
                 seen = sig
                 _update(args, o, state)
-            time.sleep(args.every)
+            until = time.monotonic() + args.every
+            while not stop and time.monotonic() < until:
+                time.sleep(min(0.2, max(0.0, until - time.monotonic())))
     except KeyboardInterrupt:
-        print("watch: stopped", file=sys.stderr, flush=True)
-        return 0
+        pass
+    print("watch: stopped", file=sys.stderr, flush=True)
+    return 0
