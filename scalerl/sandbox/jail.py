@@ -266,22 +266,33 @@ def run_jail(spec: dict, sources: dict[str, int], status_fd: int) -> None:
     init = os.fork()
     if init == 0:
         run_init(spec, status_fd, filt)
-    ended = []
+    ended, _ = wait_killing_at(init, spec["timeout_s"])   # init's exit kills and reaps the whole pid namespace
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # init is reaped: its pid is no longer ours to signal
+    if ended:
+        write_ended(status_fd, ended)
+    os._exit(0)
+
+
+def wait_killing_at(pid: int, timeout_s: float) -> tuple[list[int], int]:
+    """Wait for `pid`, killing it at the wall limit (SIGALRM) or when asked to stop (SIGTERM):
+    (the signals that ended it, empty if it exited by itself; its wait status)."""
+    ended: list[int] = []
 
     def stop(signum, _frame) -> None:
         ended.append(signum)
-        os.kill(init, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
 
     signal.signal(signal.SIGALRM, stop)
     signal.signal(signal.SIGTERM, stop)
-    signal.setitimer(signal.ITIMER_REAL, spec["timeout_s"])
-    os.waitpid(init, 0)          # init's exit kills and reaps the whole pid namespace first
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    _, status = os.waitpid(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # init is reaped: its pid is no longer ours to signal
-    if ended:
-        os.write(status_fd, (json.dumps({"timeout": True} if ended[0] == signal.SIGALRM else {"stopped": True})
-                             + "\n").encode())
-    os._exit(0)
+    return ended, status
+
+
+def write_ended(status_fd: int, ended: list[int]) -> None:
+    os.write(status_fd, (json.dumps({"timeout": True} if ended[0] == signal.SIGALRM else {"stopped": True})
+                         + "\n").encode())
 
 
 def main() -> None:
@@ -323,20 +334,9 @@ def run_unisolated(spec: dict, status_fd: int) -> None:
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         env = {"PATH": "/usr/bin:/bin", "HOME": os.getcwd(), "TMPDIR": os.getcwd(), "LANG": "C.UTF-8"}
         os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", "-u", "../prog.py"], env)
-    ended = []
-
-    def stop(signum, _frame) -> None:
-        ended.append(signum)
-        os.kill(prog, signal.SIGKILL)
-
-    signal.signal(signal.SIGALRM, stop)
-    signal.signal(signal.SIGTERM, stop)
-    signal.setitimer(signal.ITIMER_REAL, spec["timeout_s"])
-    _, status = os.waitpid(prog, 0)
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    ended, status = wait_killing_at(prog, spec["timeout_s"])
     if ended:
-        os.write(status_fd, (json.dumps({"timeout": True} if ended[0] == signal.SIGALRM else {"stopped": True})
-                             + "\n").encode())
+        write_ended(status_fd, ended)
     else:
         os.write(status_fd, (json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
     os._exit(0)

@@ -42,7 +42,6 @@ import functools
 import hashlib
 import json
 import os
-import random
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE, answer_section, instruction_for
 from scalerl.sandbox import Limits, require_isolation, run_program
 from scalerl.tasks.files import _apply_template, read_records, val_share
-from scalerl.tasks.pool import PromptLimit, PromptPool, apply_limit, check_sizes, dedupe, report_dropped
+from scalerl.tasks.pool import PromptLimit, PromptPool, dedupe, split_rows
 from scalerl.types import Prompt
 
 PROMPT_FIELDS = ("prompt", "problem", "question")
@@ -220,17 +219,10 @@ class CodeTask(PromptPool):
         self.instruction = instruction_for(instruction, answer_marker)
         made = [self._make(name, i, r, path, tokenizer, self.instruction) for i, r in enumerate(records)]
         prompts, duplicates = dedupe(made)
-        prompts, overlong = apply_limit(prompts, limit, path)
-        dropped = report_dropped(path, duplicates, overlong, limit)
-        val_size = val_size if val_size is not None else val_share(len(prompts))
-        check_sizes(path, len(prompts), val_size, min_train, dropped)
-        by_hash = sorted(prompts, key=lambda p: p.meta["hash"])
+        self._train, self._val, _ = split_rows(prompts, duplicates, path, limit, val_size, val_share,
+                                               min_train, train_size, seed)
         self.name = f"code:{name}"
         self.seed = seed
-        self._val = by_hash[len(by_hash) - val_size:]
-        self._train = by_hash[:len(by_hash) - val_size]
-        random.Random(seed).shuffle(self._train)
-        self._train = self._train[:train_size]
         self.answer_marker = answer_marker
         self.checker = functools.partial(code_check, marker=answer_marker, limits=limits,
                                          allow_unisolated=allow_unisolated, stop_early=stop_early)

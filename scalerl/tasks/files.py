@@ -33,7 +33,6 @@ import csv
 import functools
 import hashlib
 import json
-import random
 import re
 import sys
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, dedupe, report_dropped
+from scalerl.tasks.pool import PromptPool, PromptLimit, dedupe, split_rows
 from scalerl.rewards import ANSWER_TAG, instruction_for, math_verify_check
 from scalerl.types import Prompt
 
@@ -246,18 +245,11 @@ class FileTask(PromptPool):
                                       for i, row in enumerate(rows)])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
-        prompts, overlong = apply_limit(prompts, limit, path)
-        dropped = report_dropped(path, duplicates, overlong, limit)
-        val_size = val_size if val_size is not None else val_share(len(prompts))
-        check_sizes(path, len(prompts), val_size, min_train, dropped)
-        by_hash = sorted(prompts, key=lambda p: p.meta["hash"])
+        self._train, self._val, overlong = split_rows(prompts, duplicates, path, limit, val_size, val_share,
+                                                      min_train, train_size, seed)
         self.name = f"file:{name}"
         self.seed = seed
         self.duplicates, self.overlong = duplicates, overlong
-        self._val = by_hash[len(by_hash) - val_size:]
-        self._train = by_hash[:len(by_hash) - val_size]
-        random.Random(seed).shuffle(self._train)
-        self._train = self._train[:train_size]
         self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
 

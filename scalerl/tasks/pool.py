@@ -15,8 +15,10 @@ What was dropped is reported once, as a warning naming the source.
 
 from __future__ import annotations
 
+import random
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 from scalerl.errors import ScaleRLError
 from scalerl.types import Prompt
@@ -119,3 +121,19 @@ class PromptPool:
         if n > len(self._val):
             raise ScaleRLError(f"task {self.name}: asked for {n} validation prompts, task.val_size is {len(self._val)}")
         return self._val[:n]
+
+
+def split_rows(prompts: list[Prompt], duplicates: int, source: str, limit: PromptLimit, val_size: int | None,
+               default_val: Callable[[int], int], min_train: int, train_size: int | None, seed: int) -> tuple[list[Prompt], list[Prompt], int]:
+    """A dataset's prompts (already deduplicated) into (train, val, overlong): prompts over `limit`
+    dropped, the sizes checked (`val_size` None: `default_val` of the prompts kept), the validation set the last
+    `val_size` by content hash (the same whatever the seed), the training pool shuffled by `seed`
+    and cut to `train_size`."""
+    prompts, overlong = apply_limit(prompts, limit, source)
+    dropped = report_dropped(source, duplicates, overlong, limit)
+    val_size = val_size if val_size is not None else default_val(len(prompts))
+    check_sizes(source, len(prompts), val_size, min_train, dropped)
+    by_hash = sorted(prompts, key=lambda p: p.meta["hash"])
+    train, val = by_hash[:len(by_hash) - val_size], by_hash[len(by_hash) - val_size:]
+    random.Random(seed).shuffle(train)
+    return train[:train_size], val, overlong
