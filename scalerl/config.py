@@ -7,8 +7,9 @@ Unknown keys are errors (`extra="forbid"`), never silently ignored; the message 
 key, where it came from, and the closest valid keys.
 
 Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides
--> the model-dependent profile (`PROFILES`: e.g. SmolLM2 on reasoning-gym tasks) for every key
-that neither the file nor a `--set` gave. Unknown keys are refused as each layer is merged; values
+-> the model-dependent profile for every key that neither the file nor a `--set` gave: derived from
+the model's size, chat template and context (`derived_profile`, any model but the built-in ones),
+overlaid by a measured one where there is one (`PROFILES`: SmolLM2 on reasoning-gym tasks). Unknown keys are refused as each layer is merged; values
 are validated together once all layers are applied, so the order of `--set` overrides never
 matters, and an error names the key and the layer that set it.
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from scalerl.errors import ScaleRLError
 
@@ -105,9 +106,10 @@ class TaskConfig(_Section):
         default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
                                           "{<dataset>: {options}} per dataset")
     weights: list[float] | None = Field(None, description="reasoning-gym mix weights, one per dataset (none: equal)")
-    shots: int = Field(0, ge=0, le=8, description="reasoning-gym, instruct models: solved examples shown as earlier "
-                       "chat turns before each question (answer in <answer> tags), for small models that do not "
-                       "follow the format otherwise; drawn apart from the pool and the validation set")
+    shots: int = Field(0, ge=0, le=8, description="reasoning-gym and file tasks, instruct models: solved examples "
+                       "shown as earlier chat turns before each question (only the answer, written where the checker "
+                       "reads it), for small models that do not follow the format otherwise; drawn apart from the "
+                       "pool and the validation set (a file: its first rows in content-hash order)")
     system_prompt: str | None = Field(
         None, description="system turn for instruct models on reasoning-gym tasks (none: reasoning-gym's 'default')")
     answer_marker: str | None = Field(
@@ -429,6 +431,7 @@ def available_cores() -> int:
 
 class Config(_Section):
     recipe: str = Field("scalerl", description="name of the preset this config came from")
+    _profile: tuple[str, dict] = PrivateAttr(default=("", {}))   # (origin, applied keys): load_config's model profile
     model: ModelConfig = Field(default_factory=ModelConfig, description="model and precision")
     task: TaskConfig = Field(default_factory=TaskConfig, description="prompt source")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="pass/fail reward values")
@@ -827,11 +830,14 @@ def load_config(recipe: str | None = "scalerl", config_file: str | Path | None =
     for source, patch in layers:              # keys checked as each layer is merged ...
         data = _merge(data, patch, Config, source)
     user_keys = [k for _, patch in layers for k in _leaf_keys(patch)]
-    data = apply_profile(data, user_keys)
+    values, origin = model_profile(data)
+    data, applied = apply_profile(data, user_keys, values)
     if "eval.every" in user_keys and "eval.schedule" not in user_keys:
         data["eval"]["schedule"] = "linear"   # setting eval.every asks for evaluations every N steps
     data["recipe"] = name
-    return _validate(data, _blamer(layers, preset))   # ... values checked together, once all are applied
+    cfg = _validate(data, _blamer(layers, preset))   # ... values checked together, once all are applied
+    cfg._profile = (origin, applied)
+    return cfg
 
 
 # ================================================================ model-dependent defaults
@@ -855,18 +861,81 @@ PROFILES: dict[tuple[str, str], dict[str, Any]] = {
 
 
 def profile_for(model: str, task: str) -> dict[str, Any]:
-    """The default profile for a (model, task) pair: {dotted key: value}; empty when none applies."""
+    """The measured profile for a (model, task) pair: {dotted key: value}; empty when none applies."""
     for (m, t), values in PROFILES.items():
         if model == m and task.startswith(t):
             return values
     return {}
 
 
-def apply_profile(data: dict, user_keys: list[str]) -> dict:
-    """`data` with the profile of its model and task applied to every key no user layer set
-    (a profile key under a length-control variant applies only while that variant is selected)."""
-    values = profile_for(data["model"]["name"], data["task"]["name"])
+# The derived profile's anchors (docs/your-data.md, "Defaults for any model"), each chosen for a reason
+# stated before any run used it:
+LR_ANCHORS = ((135e6, 1e-5), (8e9, 5e-7))   # SmolLM2-135M measured on rg:chain_sum (PROFILES); the paper's 8B
+LR_RANGE = (1e-7, 1e-5)                     # no extrapolation above the measured small-model rate
+LORA_LR_FACTOR = 10                         # LoRA's best rate ~10x full fine-tuning's ("LoRA Without Regret", 2025)
+MAX_NEW_TOKENS = 256                        # TRL GRPOConfig's max_completion_length
+CPU_PROMPTS, CPU_GENERATIONS, CPU_EVAL = 8, 8, 128   # batches a CPU decodes in seconds at 135M (PROFILES)
+SHOTS, SHOTS_BELOW = 3, 1e9                  # SmolLM2-135M wrote no answer tags without examples (0 of 20 on rg,
+                                            # 0% on a file's first step), every one with three (PROFILES)
+PHRASE_ROOM = 24                            # tokens kept for the interruption phrase (20: the paper's, SmolLM2)
+
+
+def derived_lr(params: float, lora: bool) -> float:
+    """Log-log interpolation between the two anchors in LR_ANCHORS, clipped to LR_RANGE; x10 for LoRA."""
+    (n0, lr0), (n1, lr1) = LR_ANCHORS
+    slope = math.log(lr1 / lr0) / math.log(n1 / n0)
+    lr = min(max(lr0 * (params / n0) ** slope, LR_RANGE[0]), LR_RANGE[1])
+    return float(f"{lr * (LORA_LR_FACTOR if lora else 1):.2g}")
+
+
+def derived_profile(facts, task: str, lora: bool, device: str) -> dict[str, Any]:
+    """Defaults for a model no measured profile covers, from its facts (`scalerl.models.facts`):
+    the learning rate from its parameter count (`derived_lr`), no warm-up (TRL's and verl's default;
+    SmolLM2 trained without one), TRL's completion budget (a quarter of the context at most) with the
+    interruption window at its end, three solved examples for an instruct model under 1B parameters on
+    a file or reasoning-gym task, and on a CPU the batch and evaluation of the SmolLM2 profile."""
+    budget = min(MAX_NEW_TOKENS, facts.context // 4) if facts.context else MAX_NEW_TOKENS
+    answer = max(16, budget // 8)
+    think_max = max(1, budget - answer - PHRASE_ROOM)
+    values: dict[str, Any] = {
+        "optim.lr": derived_lr(facts.params, lora), "optim.warmup_steps": 0,
+        "rollout.max_new_tokens": budget, "rollout.length.answer_budget": answer,
+        "rollout.length.think_max": think_max, "rollout.length.think_min": max(1, round(0.85 * think_max)),
+    }
+    if facts.chat_template and facts.params < SHOTS_BELOW and task.split(":")[0] in ("file", "rg"):
+        values["task.shots"] = SHOTS
+    if device == "cpu":
+        values.update({"batch.prompts": CPU_PROMPTS, "batch.generations": CPU_GENERATIONS})
+        if task.split(":")[0] not in ("file", "code"):       # a generated task: a file's split follows its size
+            values.update({"task.val_size": CPU_EVAL, "eval.prompts": CPU_EVAL})
+    return values
+
+
+def model_profile(data: dict) -> tuple[dict[str, Any], str]:
+    """(profile values, where they come from) for the config `data`: the derived profile of its model
+    (any model but the built-in ones), overlaid by the measured one of PROFILES; ({}, "") for none."""
+    model, task = data["model"]["name"], data["task"]["name"]
+    measured = profile_for(model, task)
+    from scalerl.models.facts import model_facts
+
+    facts = model_facts(model)
+    if facts is None:
+        return measured, (f"measured for {model} on {task}" if measured else "")
+    device = data["model"]["device"]
+    if device == "auto":                          # as resolve_device, without refusing a device not here
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    derived = derived_profile(facts, task, data["model"]["lora"] is not None, device.split(":")[0])
+    origin = f"derived from {model} ({facts.describe()})"
+    return {**derived, **measured}, origin + (f", measured for {task.split(':')[0]}: tasks" if measured else "")
+
+
+def apply_profile(data: dict, user_keys: list[str], values: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+    """(`data` with `values` applied to every key no user layer set, the keys applied) (a profile key
+    under a length-control variant applies only while that variant is selected)."""
     out = yaml.safe_load(yaml.safe_dump(data))          # a deep copy of plain data
+    applied = {}
     for key, value in values.items():
         if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in user_keys):
             continue
@@ -876,7 +945,17 @@ def apply_profile(data: dict, user_keys: list[str]) -> dict:
             node = node[part]
         if leaf in node or "type" not in node:
             node[leaf] = value
-    return out
+            applied[key] = value
+    return out, applied
+
+
+def profile_line(cfg: Config) -> str | None:
+    """One line naming the model profile a loaded config got and its values (None when none applied)."""
+    origin, applied = getattr(cfg, "_profile", ("", {}))
+    if not applied:
+        return None
+    body = ", ".join(f"{k}={v}" for k, v in applied.items())
+    return f"model profile ({origin}): {body} (each one overridable with --set)"
 
 
 def dump_config(cfg: Config) -> str:

@@ -305,7 +305,9 @@ def _report_split(cfg: Config, task) -> None:
     if cfg.task.name == "file" and cfg.task.val_size is None:
         print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
               f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
-              f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples")
+              f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples"
+              + (f"; {cfg.task.shots} more shown as solved examples before each question (task.shots)"
+                 if cfg.task.shots else ""))
 
 
 def eval_rows(run_dir) -> list[dict]:

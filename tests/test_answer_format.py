@@ -134,3 +134,34 @@ def test_a_run_warns_early_and_logs_the_rate(capsys, tmp_path, data):
     assert len(ours) == 1 and ours[0].startswith("step 1: 100% of the completions have no answer section")
     rows = [r for r in read_rows(tmp_path / "r" / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["train/no_answer_rate"] for r in rows] == [1.0, 1.0]
+
+
+def test_file_shots_show_solved_examples_in_the_checkers_format_and_never_train_on_them(tmp_path):
+    import hashlib
+
+    path = tmp_path / "d.jsonl"
+    rows = [{"question": [{"role": "user", "content": f"What is {i} + 7?"}], "solution": str(i + 7)} for i in range(20)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = {"prompt": "question", "answer": "solution"}
+    # the examples: the first two rows in content-hash order (computed here from the file's own text)
+    key = [hashlib.sha256(f"{json.dumps(r['question'])}\x00{r['solution']}".encode()).hexdigest() for r in rows]
+    shown = [rows[i] for i in sorted(range(20), key=key.__getitem__)[:2]]
+    for marker, reply in (("<answer>", "<answer>{}</answer>"), ("\\boxed{}", "\\boxed{{{}}}"), ("Answer:", "Answer: {}")):
+        task = get_task(TaskConfig(name="file", path=str(path), columns=cols, shots=2, answer_marker=marker),
+                        tokenizer=ChatTokenizer())
+        every = [task.train_prompt(i) for i in range(len(task))] + task.val_prompts(task.val_size)
+        assert len(every) == 18 and task.val_size == 1                       # 2 shown, a tenth of 18 held out
+        asked = {p.meta["prompt"][0]["content"] for p in every}
+        for ex in shown:
+            assert ex["question"][0]["content"] not in asked                  # an example is never a question
+            turn = f"user: {ex['question'][0]['content']}\nassistant: {reply.format(ex['solution'])}\n"
+            assert all(turn in p.text for p in every)
+        text = every[0].text
+        assert text.index("system: ") < text.index("user: ") and text.endswith(
+            f"user: {every[0].meta['prompt'][0]['content']}\nassistant:")
+    with pytest.raises(ScaleRLError, match="task.shots needs an instruct model"):
+        get_task(TaskConfig(name="file", path=str(path), columns=cols, shots=2))
+    with pytest.raises(ScaleRLError, match=r"task.shots=8 leaves no row to train on \(6 distinct rows\)"):
+        small = tmp_path / "s.jsonl"
+        small.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+        get_task(TaskConfig(name="file", path=str(small), columns=cols, shots=8), tokenizer=ChatTokenizer())

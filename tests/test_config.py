@@ -5,7 +5,7 @@ import yaml
 
 from scalerl.cli import main
 from scalerl.config import (Config, CispoLoss, PPOClipLoss, dump_config, list_recipes, load_config,
-                            parse_override)
+                            parse_override, profile_line)
 from scalerl.errors import ScaleRLError
 
 # docs/design.md recipe list, written out independently of the preset files.
@@ -154,8 +154,10 @@ def test_overrides_are_validated_together_in_any_order():
 
 
 def test_model_dependent_profile_fills_only_keys_the_user_left():
-    plain = load_config("scalerl", overrides=["model.name=smollm2-135m"])           # no profile for arith
-    assert plain.optim.lr == 5e-5 and plain.rollout.max_new_tokens == 160
+    builtin = load_config("scalerl", overrides=["model.name=tiny"])                   # built-in: the defaults
+    assert builtin.optim.lr == 5e-5 and builtin.rollout.max_new_tokens == 160 and profile_line(builtin) is None
+    plain = load_config("scalerl", overrides=["model.name=smollm2-135m", "model.device=cpu"])   # derived only
+    assert (plain.optim.lr, plain.optim.warmup_steps, plain.rollout.max_new_tokens) == (1e-5, 0, 256)
     cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum", "optim.lr=3e-6"])
     assert cfg.optim.lr == 3e-6                                                       # the user's value wins
     assert (cfg.rollout.max_new_tokens, cfg.rollout.length.think_max, cfg.batch.prompts) == (64, 24, 8)
@@ -164,6 +166,70 @@ def test_model_dependent_profile_fills_only_keys_the_user_left():
     pen = load_config("scalerl", overrides=["model.name=smollm2-135m", "task.name=rg:chain_sum",
                                             "rollout.length.type=penalty"])
     assert pen.rollout.length.type == "penalty" and pen.rollout.max_new_tokens == 64
+
+
+def _hf_folder(path, hidden=64, layers=2, vocab=300, chat=True, context=2048, tied=False):
+    """A Llama checkpoint folder made by transformers (random weights) with a tokenizer config."""
+    import json
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                         max_position_embeddings=context, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(path)
+    tok = {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"} if chat else {}
+    (path / "tokenizer_config.json").write_text(json.dumps(tok))
+    return model.num_parameters()
+
+
+def test_model_facts_of_a_folder_count_its_weights_and_read_template_and_context(tmp_path):
+    from scalerl.models.facts import estimate_params, folder_facts
+
+    n = _hf_folder(tmp_path / "m", tied=False)
+    facts = folder_facts(tmp_path / "m")
+    assert (facts.params, facts.chat_template, facts.context, facts.params_from) == (n, True, 2048, "safetensors")
+    import json
+    assert estimate_params(json.loads((tmp_path / "m" / "config.json").read_text())) == n   # the shape formula
+    n2 = _hf_folder(tmp_path / "t", tied=True, chat=False, context=512)
+    facts = folder_facts(tmp_path / "t")
+    assert (facts.params, facts.chat_template, facts.context) == (n2, False, 512)
+
+
+def test_derived_profile_follows_the_model_size_lora_and_context(tmp_path):
+    from scalerl.config import derived_lr
+
+    assert derived_lr(135e6, False) == 1e-5 and derived_lr(8e9, False) == 5e-7      # the two anchors
+    assert derived_lr((135e6 * 8e9) ** 0.5, False) == 2.2e-6                         # sqrt(1e-5 * 5e-7) = 2.24e-6
+    assert derived_lr(1e6, False) == 1e-5 and derived_lr(1e12, False) == 1e-7        # clipped both ways
+    assert derived_lr(8e9, True) == 5e-6                                             # LoRA: x10
+    _hf_folder(tmp_path / "m", context=512)
+    cfg = load_config("scalerl", overrides=[f"model.name={tmp_path / 'm'}", "model.device=cpu", "task.name=file",
+                                            "batch.generations=4"])
+    length = cfg.rollout.length
+    assert cfg.optim.lr == 1e-5 and cfg.rollout.max_new_tokens == 128                # a quarter of the context
+    assert (length.answer_budget, length.think_max, length.think_min) == (16, 128 - 16 - 24, round(0.85 * 88))
+    assert (cfg.batch.prompts, cfg.batch.generations, cfg.task.val_size) == (8, 4, None)   # the user's 4 stays
+    assert cfg.task.shots == 3                                  # an instruct model under 1B on a file: examples
+    line = profile_line(cfg)
+    assert line.startswith(f"model profile (derived from {tmp_path / 'm'} (") and "context 512)" in line
+    assert "optim.lr=1e-05" in line and "batch.prompts=8" in line and "batch.generations" not in line
+    lora = load_config("scalerl", overrides=[f"model.name={tmp_path / 'm'}", "model.device=cpu",
+                                             "model.lora={r: 4}"])
+    assert lora.optim.lr == 1e-4 and lora.task.val_size == 128 and lora.eval.prompts == 128   # generated task
+    assert lora.task.shots == 0                                 # arith: no chat turns to show examples in
+
+
+def test_a_hub_id_that_is_not_cached_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ScaleRLError, match=r"^model 'someorg/some-model': not in the local Hugging Face cache"):
+        load_config("scalerl", overrides=["model.name=someorg/some-model"])
+    with pytest.raises(ScaleRLError, match=r"^model 'runs/typo': not a known model name"):   # a path, not a Hub id
+        (tmp_path / "runs").mkdir()
+        load_config("scalerl", overrides=["model.name=runs/typo"])
 
 
 # ---------------------------------------------------------------- TRL and verl key names

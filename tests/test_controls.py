@@ -147,8 +147,8 @@ def test_the_scaling_axes_plan_halves_and_doubles_each_axis_of_the_base(tmp_path
 
     specs = plan_runs(plan_variants("scalerl", axes=True), 1, tmp_path)
     by = {s.variant.name: s.cfg for s in specs}
-    base = by["scalerl"]
-    assert set(by) == {"scalerl", "batch-16", "batch-64", "think-52", "think-208", "gens-4", "gens-16",
+    base = by["base"]
+    assert set(by) == {"base", "batch-16", "batch-64", "think-52", "think-208", "gens-4", "gens-16",
                        "model-2m", "model-4m"}
     assert (by["batch-16"].batch.prompts, by["batch-64"].batch.prompts) == (base.batch.prompts // 2, base.batch.prompts * 2)
     for name in ("gens-4", "gens-16"):        # the same completions a step, split otherwise

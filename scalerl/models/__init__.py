@@ -24,6 +24,8 @@ Names:
   smollm2-shape-random  SmolLM2-135M's architecture, random weights, a character tokenizer
                 padded to its vocabulary (throughput benchmarks where the GGUF is not installed)
   <directory>   any Hugging Face checkpoint directory (config + safetensors + tokenizer)
+  <org>/<name>  a Hugging Face Hub id: the local Hugging Face cache's copy, fetched where a hub is
+                reachable (no network here: a one-line error when it is not cached)
   <run>/checkpoints/step_N, or <run>   a scalerl checkpoint (the trained weights over the model
                 its run's `config.yaml` names), or a run directory's newest intact checkpoint:
                 `scalerl generate --model runs/<run>` samples the trained policy
@@ -40,6 +42,7 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from scalerl.errors import ScaleRLError
@@ -70,7 +73,9 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
         return model, tokenizer
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()   # "Loading weights" bars at every load, the generator's included
         path = checkpoint_dir(name)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
@@ -175,10 +180,32 @@ def checkpoint_dir(name: str) -> Path:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path
+    if HUB_ID.fullmatch(name) and not Path(name.split("/")[0]).exists():   # runs/typo stays a path
+        return hub_snapshot(name)
     raise ScaleRLError(
         f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}), a Hugging Face checkpoint "
-        "directory (no config.json there) nor a scalerl run or checkpoint directory"
+        "directory (no config.json there), a Hub id (org/name) nor a scalerl run or checkpoint directory"
     )
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")      # org/name, as the Hugging Face Hub spells a model
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]   # config, weights, tokenizer
+
+
+def hub_snapshot(name: str) -> Path:
+    """The local folder of Hub model `name`: the Hugging Face cache's copy, fetched first where a hub
+    is reachable (`huggingface_hub.snapshot_download`, safetensors weights only); a one-line error
+    when it is neither cached nor reachable."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
+    except LocalEntryNotFoundError:
+        raise ScaleRLError(f"model {name!r}: not in the local Hugging Face cache and the Hub cannot be reached "
+                           "(download it where there is a network, or give a checkpoint folder)") from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise ScaleRLError(f"model {name!r}: the Hugging Face Hub refused it ({' '.join(str(exc).split())[:160]})") from None
 
 
 def cache_kwarg(module) -> str:

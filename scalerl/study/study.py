@@ -46,7 +46,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
             f"{counts['failed']} failed")
     configs = fit_study(specs, x_col, n_bootstrap)
     planned = {s.variant.name for s in specs}
-    base = CONTROL_BASE if controls else base
+    base = variants[0].name             # `base` for the controls and the axes alone, else the base recipe
     report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
                           command)
     log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")

@@ -103,7 +103,8 @@ def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: t
     """The base first, then the other recipes, then the leave-one-out variants of the base, the
     PipelineRL k-sweep (`pipeline-k<N>` for every N of `K_SWEEP`; the one equal to the base is
     left out by the study as a no-op), the bf16-trunk pair (`PRECISION`) and the scaling axes
-    (`AXES`: prompts per step, thinking budget, generations per prompt, model size).
+    (`AXES`: prompts per step, thinking budget, generations per prompt, model size). The axes alone
+    name their base `base` (studies/axes/base/, as the controls do); beside recipes it is the recipe's name.
 
     `controls`: the study of the instrument instead (`CONTROLS`): the base named `base`, the
     positive controls, and `base-again`, the base under `seeds` other seeds (seeds, seeds + 1, ...)."""
@@ -115,7 +116,8 @@ def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: t
                 *(Variant(name, base, overrides, swaps) for name, swaps, overrides, _ in CONTROLS),
                 Variant(CONTROL_AGAIN, base, (), f"base, seeds {seeds}..{2 * seeds - 1} (negative control)",
                         seed_offset=seeds)]
-    variants = [Variant(base, base, (), "base")]
+    alone = axes and not (leave_one_out or recipes or k_sweep or precision)   # the axes study: its base is `base`
+    variants = [Variant(CONTROL_BASE if alone else base, base, (), "base")]
     variants += [Variant(r, r, (), f"recipe {r}") for r in recipes if r != base]
     if leave_one_out:
         variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in LEAVE_ONE_OUT]

@@ -72,7 +72,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
 
         return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
                         answer_marker=marker or ANSWER_TAG, limit=limit, min_train=min_train, columns=cfg.columns,
-                        instruction=cfg.answer_instruction)
+                        instruction=cfg.answer_instruction, shots=cfg.shots)
     if cfg.columns:
         raise ScaleRLError(f"task.columns applies to task.name 'file', not {cfg.name!r}")
     val_size = cfg.val_size or DEFAULT_VAL_SIZE
@@ -85,7 +85,7 @@ def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_tra
                       answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
                       shots=cfg.shots, instruction=cfg.answer_instruction)
     if cfg.shots:
-        raise ScaleRLError(f"task.shots applies to reasoning-gym tasks (rg:...), not {cfg.name!r}")
+        raise ScaleRLError(f"task.shots applies to reasoning-gym tasks (rg:...) and files (file), not {cfg.name!r}")
     if cfg.options or cfg.weights:
         raise ScaleRLError(f"task.options / task.weights apply to reasoning-gym tasks (rg:...), not {cfg.name!r}")
     if cfg.name == "arith" or cfg.name.startswith("arith-"):

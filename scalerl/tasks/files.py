@@ -14,7 +14,10 @@ columns (custom rewards receive them). Instruct tokenizers (those with a chat te
 as a user turn, messages as they are, with a generation prompt; without a template, messages are
 their contents, one per line. The prompt says where the answer goes (`task.answer_instruction`,
 by default the format of `task.answer_marker`, `<answer>` tags unless set): in a system turn for
-an instruct model, before the question otherwise; the checker reads exactly that. Prompts that repeat a question are kept once and counted; prompts
+an instruct model, before the question otherwise; the checker reads exactly that. With
+`task.shots` = k (instruct models), the file's first k distinct rows in content-hash order are
+taken out of the data and shown before each question as solved chat turns whose reply is only
+the answer, written where the checker reads it (`<answer>87</answer>`). Prompts that repeat a question are kept once and counted; prompts
 over the length limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split
 into training and validation by a hash of their content: the last `val_size` rows in hash order
 are held out (unset: a tenth of the distinct rows, at least 1, at most 512), so the split does
@@ -41,7 +44,7 @@ from pathlib import Path
 from scalerl.config import DEFAULT_VAL_SIZE
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, dedupe, split_rows
-from scalerl.rewards import ANSWER_TAG, instruction_for, math_verify_check
+from scalerl.rewards import ANSWER_TAG, BOXED, instruction_for, math_verify_check
 from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -237,12 +240,13 @@ class FileTask(PromptPool):
 
     def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
                  answer_marker: str = ANSWER_TAG, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-                 columns: dict[str, str] | None = None, instruction: str | None = "auto"):
-        rows = read_rows(path, columns)
+                 columns: dict[str, str] | None = None, instruction: str | None = "auto", shots: int = 0):
+        rows = list(enumerate(read_rows(path, columns)))
         name = Path(path.rstrip("/")).name
         self.instruction = instruction_for(instruction, answer_marker)
-        prompts, duplicates = dedupe([self._make(name, i, row, tokenizer, self.instruction)
-                                      for i, row in enumerate(rows)])
+        rows, self.examples = take_shots(rows, shots, path, tokenizer)
+        turns = example_turns(self.examples, answer_marker)
+        prompts, duplicates = dedupe([self._make(name, i, row, tokenizer, self.instruction, turns) for i, row in rows])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
         self._train, self._val, overlong = split_rows(prompts, duplicates, path, limit, val_size, val_share,
@@ -254,10 +258,10 @@ class FileTask(PromptPool):
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
 
     @staticmethod
-    def _make(name: str, index: int, row: Row, tokenizer, instruction: str | None) -> Prompt:
-        question = row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
+    def _make(name: str, index: int, row: Row, tokenizer, instruction: str | None, turns: list[dict] = ()) -> Prompt:
+        question = _question_key(row)
         h = _content_hash(question, row.answer)
-        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer, instruction),
+        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer, instruction, turns),
                       answer=row.answer,
                       meta={"row": index, "hash": h, "question": question, "prompt": row.question,
                             "columns": row.columns})
@@ -272,15 +276,60 @@ def prompt_math_check(completion_text: str, prompt: Prompt, marker: str = ANSWER
     return math_verify_check(completion_text, prompt.answer, marker)
 
 
-def _apply_template(question: str | list[dict], tokenizer, instruction: str | None = None) -> str:
+def _question_key(row: Row) -> str:
+    return row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
+
+
+def take_shots(rows: list[tuple[int, Row]], shots: int, path: str, tokenizer) -> tuple[list[tuple[int, Row]], list[Row]]:
+    """(the rows left, `shots` solved examples taken out of them): the first distinct rows in content-
+    hash order, so never a validation row (the split holds out the last ones) and never trained on;
+    the same whatever the seed or the file's order. Examples are chat turns: an instruct model only."""
+    if not shots:
+        return rows, []
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ScaleRLError("task.shots needs an instruct model (a tokenizer with a chat template)")
+    first: dict[str, Row] = {}
+    for _, row in sorted(rows, key=lambda r: _content_hash(_question_key(r[1]), r[1].answer)):
+        first.setdefault(_question_key(row), row)
+    if len(first) <= shots:
+        raise ScaleRLError(f"{path}: task.shots={shots} leaves no row to train on ({len(first)} distinct rows)")
+    examples = list(first.values())[:shots]
+    shown = {_question_key(r) for r in examples}
+    return [(i, r) for i, r in rows if _question_key(r) not in shown], examples
+
+
+def example_reply(answer: str, marker: str) -> str:
+    """A solved example's reply: only the answer, written where `answer_section(text, marker)` reads it."""
+    if marker == BOXED:
+        return f"\\boxed{{{answer}}}"
+    tag = re.fullmatch(r"<([A-Za-z_][\w-]*)>", marker)
+    return f"{marker}{answer}</{tag.group(1)}>" if tag else f"{marker} {answer}"
+
+
+def example_turns(examples: list[Row], marker: str) -> list[dict]:
+    """The examples as earlier chat turns: each question's user turns, then the reply."""
+    turns = []
+    for row in examples:
+        asked = ([{"role": "user", "content": row.question}] if isinstance(row.question, str) else
+                 [m for m in row.question if m["role"] != "system"])
+        turns += [*asked, {"role": "assistant", "content": example_reply(row.answer, marker)}]
+    return turns
+
+
+def _apply_template(question: str | list[dict], tokenizer, instruction: str | None = None,
+                    turns: list[dict] = ()) -> str:
     """The prompt text: a chat template's rendering (text becomes a user turn) with a generation
     prompt, `instruction` in a system turn (after the row's own system turn, if it has one; in the
-    first user turn when the template refuses a system role); without a template, `instruction`,
-    a blank line, and the text or the messages' contents one per line."""
+    first user turn when the template refuses a system role), solved examples (`turns`, task.shots)
+    before the question; without a template, `instruction`, a blank line, and the text or the
+    messages' contents one per line."""
     messages = [{"role": "user", "content": question}] if isinstance(question, str) else question
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         body = question if isinstance(question, str) else "\n".join(m["content"] for m in messages)
         return f"{instruction}\n\n{body}" if instruction else body
+    if turns:
+        at = 1 if messages[0]["role"] == "system" else 0
+        messages = [*messages[:at], *turns, *messages[at:]]
     if not instruction:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     if messages[0]["role"] == "system":
