@@ -196,7 +196,7 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
     if fit_max is not None:
         keep &= x <= fit_max
     xw, yw = x[keep], y[keep]
-    window = f"[{fit_min if fit_min is not None else '-'}, {fit_max if fit_max is not None else '-'}]"
+    window = f"[{'-' if fit_min is None else f'{fit_min:.4g}'}, {'-' if fit_max is None else f'{fit_max:.4g}'}]"
     if xw.size < MIN_POINTS:
         raise ScaleRLError(f"only {xw.size} points in the fit window {window} (need at least {MIN_POINTS}); "
                            "lower --fit-min / raise --fit-max or evaluate more often")
