@@ -59,8 +59,8 @@ class LoraConfig(_Section):
 
 class ModelConfig(_Section):
     name: str = Field("ladder-1m", description="'ladder-1m' (built-in, warm-started; the default testbed, docs/study.md), "
-                      "'ladder-4m', 'tiny', 'tiny-order', 'small', 'small-order', 'smollm2-135m', a run directory, or a "
-                      "HF checkpoint dir")
+                      "'ladder-4m', 'ladder-code-1m' (math and code), 'tiny', 'tiny-order', 'small', 'small-order', "
+                      "'smollm2-135m', a run directory, a HF checkpoint dir or a Hub id")
     dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="parameter dtype of generator and trainer (bf16: pure bf16, AdamW updates in bf16 weights)")
     compute_dtype: Literal["auto", "fp32", "bf16"] = Field(

@@ -230,6 +230,37 @@ def test_code_expr_problems_are_consistent(monkeypatch):
         assert not task.check("<think>ok</think>print(0)", train[0])
 
 
+def test_the_two_domain_warm_start_alternates_sums_and_programs_that_pass(monkeypatch):
+    """`ladder-code-1m`'s warm-start examples: every other one a code-expr problem whose target is
+    its reference program after empty thinking (a program that passes its own tests, checked in the
+    sandbox where there is one), the others the ladder's sums; the fits of the models built before
+    it keep their cache keys (no `code` in their build spec)."""
+    from scalerl.models import tiny
+    from scalerl.models.warmstart import WarmStartSettings
+    from scalerl.tasks.code_expr import ExprCodeTask
+
+    built_anywhere(monkeypatch)
+    from scalerl.tasks.arith import ArithTask
+
+    warm = tiny.Interleaved([ArithTask("arith", seed=0), tiny.CodeProblems("code-expr", 0)])
+    examples = [warm.train_prompt(i) for i in range(8)]
+    assert [("tests" in p.meta) for p in examples] == [False, True] * 4
+    task = ExprCodeTask(seed=0)
+    for i, p in enumerate(examples[1::2]):
+        assert p == task.train_prompt(i)                                               # problem i of the task
+        target = p.meta["target"]
+        assert target.startswith("<think></think>```python\n") and p.meta["expression"] in target
+        if ISOLATED:
+            assert task.check(target, p)
+        assert warm.check(target, p) and not warm.check(target.replace("print(", "print(1 + "), p)   # the monitor
+    for i, p in enumerate(examples[0::2]):
+        assert warm.check(p.meta["target"], p) == ArithTask("arith", seed=0).check(p.meta["target"], p)
+        assert p.meta["target"] == ArithTask("arith", seed=0).train_prompt(i).meta["target"]
+    settings = WarmStartSettings()
+    assert "code" not in tiny.build_spec(settings, "tiny", 0.85, "arith")
+    assert tiny.build_spec(settings, "tiny", 0.85, "arith+code-expr")["code"]["tasks"] == ["code-expr"]
+
+
 def test_mix_of_domains_tags_prompts_and_dispatches_checkers(monkeypatch):
     built_anywhere(monkeypatch)
     task = get_task(TaskConfig(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
@@ -263,3 +294,19 @@ def test_evaluation_reports_each_domain():
     row = evaluate(Gen(), prompts, 2, lambda p, c: Score(1.0, c.text in passing), workers=2)
     assert row["val/pass_rate"] == 0.75
     assert row["val/pass_rate/arith"] == 0.5 and row["val/pass_rate/code"] == 1.0
+
+
+def test_a_two_domain_build_runs_end_to_end(tmp_path, monkeypatch):
+    """A two-step `build_tiny` on the mix saves a model that loads, its monitor over both domains."""
+    import json
+
+    from scalerl.models import tiny
+    from scalerl.models.warmstart import WarmStartSettings
+
+    settings = WarmStartSettings(max_steps=2, batch_size=4, eval_from=2, eval_every=2, monitor_size=4,
+                                 max_target_tokens=120, lo=0.0, hi=1.01)
+    tiny.build_tiny(tmp_path, settings, shape="tiny", wrong_order_share=0.85, warm_task="arith+code-expr")
+    summary = json.loads((tmp_path / "warm_start.json").read_text())
+    assert summary["chosen_step"] == 2 and 0.0 <= summary["history"][0]["monitor_pass"] <= 1.0
+    from transformers import AutoModelForCausalLM
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).config.max_position_embeddings >= 420   # prompt + target

@@ -9,6 +9,8 @@ Names:
                 the scaling-axes study (`scalerl ablate --axes`)
   ladder-4m     the same warm start at ~4.2M parameters (width 256, 4 layers): the default
                 testbed's larger-model control (built once, about 30 minutes on 2 cores)
+  ladder-code-1m  `ladder-1m`'s build with every other example a `code-expr` program: the
+                two-domain testbed (`task.name=arith,code-expr`; scalerl.models.tiny)
   tiny          ~1M-parameter Llama, character tokenizer, warm-started on the default task
                 (`arith`); built once (about 2-3 minutes on 2 cores) and cached
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
@@ -47,10 +49,10 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("ladder-1m", "ladder-2m", "ladder-4m", "tiny", "tiny-random", "tiny-order", "small", "small-order",
-               "smollm2-135m", "smollm2-shape-random")
-CHAR_TOKENIZER_MODELS = MODEL_NAMES[:8]   # the built-in models: the character tokenizer of scalerl.models.tiny
-LADDER_NAMES = MODEL_NAMES[:3]             # the default testbed's models (scalerl.models.tiny.LADDER_MODELS)
+MODEL_NAMES = ("ladder-1m", "ladder-2m", "ladder-4m", "ladder-code-1m", "tiny", "tiny-random", "tiny-order", "small",
+               "small-order", "smollm2-135m", "smollm2-shape-random")
+CHAR_TOKENIZER_MODELS = MODEL_NAMES[:9]   # the built-in models: the character tokenizer of scalerl.models.tiny
+LADDER_NAMES = MODEL_NAMES[:4]             # the ladder testbed's models (scalerl.models.tiny.LADDER_MODELS)
 DTYPES = ("fp32", "bf16")
 
 
@@ -170,9 +172,10 @@ def checkpoint_dir(name: str) -> Path:
         from scalerl.models import tiny
 
         settings, share, shape = tiny.ladder_settings(), tiny.WRONG_ORDER_SHARE, tiny.LADDER_MODELS[name]
-        spec = tiny.build_spec(settings, shape, share, tiny.LADDER_WARM_TASK)
+        warm = tiny.WARM_TASKS.get(name, tiny.LADDER_WARM_TASK)
+        spec = tiny.build_spec(settings, shape, share, warm)
         return cached_build(build_key(name, spec), lambda d: tiny.build_tiny(
-            d, settings, shape=shape, wrong_order_share=share, warm_task=tiny.LADDER_WARM_TASK))
+            d, settings, shape=shape, wrong_order_share=share, warm_task=warm))
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 

@@ -121,6 +121,44 @@ class _WrongOrderHabit:
         return dataclasses.replace(p, meta={**p.meta, "target": most_significant_first(p.meta["target"])})
 
 
+class CodeProblems:
+    """`code-expr` problems as warm-start examples (prompt and `meta["target"]`); nothing is run."""
+
+    def __init__(self, name: str, seed: int):
+        from scalerl.tasks.code_expr import parse_name
+
+        self.levels, self.seed = parse_name(name), seed
+
+    def train_prompt(self, index: int):
+        from scalerl.tasks.code_expr import problem
+
+        return problem(self.seed, self.levels, "train", index)
+
+    @staticmethod
+    def check(completion_text: str, prompt) -> bool:
+        """The warm start's monitor: the program is the reference program, as text (no program runs
+        during a build; an equivalent program counts as a miss)."""
+        from scalerl.tasks.code import extract_program
+
+        program = extract_program(completion_text)
+        return program is not None and program.strip() == prompt.answer.strip()
+
+
+class Interleaved:
+    """Several warm-start tasks in turn: example i is task i mod n's example i // n; a prompt is
+    checked by the task it came from (code problems carry tests, sums do not)."""
+
+    def __init__(self, tasks: list):
+        self.tasks = tasks
+
+    def train_prompt(self, index: int):
+        return self.tasks[index % len(self.tasks)].train_prompt(index // len(self.tasks))
+
+    def check(self, completion_text: str, prompt) -> bool:
+        owner = next(t for t in self.tasks if isinstance(t, CodeProblems) == ("tests" in prompt.meta))
+        return owner.check(completion_text, prompt)
+
+
 # The ladder models (the default testbed since 2026-11-24, docs/study.md): warm-started the same
 # fixed number of steps on the default task's ladder (3-, 5- and 7-digit sums), with `tiny-order`'s
 # wrong-order habit. The budget is fixed, not a target: the model learns the scratchpad as well as
@@ -132,7 +170,17 @@ class _WrongOrderHabit:
 # Those builds were on the 3/5/8 ladder (`arith-358`); the 2,500-step budget was kept unchanged when
 # the ladder changed (2026-11-25: every length 2-7, then 3/5/7), so no later build was tuned.
 LADDER_WARM_TASK = "arith"
-LADDER_MODELS = {"ladder-1m": "tiny", "ladder-2m": "w192", "ladder-4m": "mid"}
+LADDER_MODELS = {"ladder-1m": "tiny", "ladder-2m": "w192", "ladder-4m": "mid", "ladder-code-1m": "tiny"}
+# `ladder-code-1m`: the two-domain testbed (math and code, as the paper's Fig. 11). The same build as
+# `ladder-1m` (shape, 2,500 steps of 16 examples, the wrong-order habit on the sums) with every other
+# example a `code-expr` problem (depths 1-3) whose target is its reference program. Chosen before a
+# build, for these reasons: the budget is the arithmetic model's, not a target; the programs carry no
+# made-up habit, because what a 1M model gets wrong in copying an expression of 5-30 characters out
+# of a 290-character prompt into a program is its own imperfection for RL to work on, and the depths
+# are a ladder of expression lengths. Half the budget goes to each domain, so its sums are weaker
+# than `ladder-1m`'s. It is refuted as a testbed if a domain starts at 0 and stays there, or starts
+# at its top (nothing to learn).
+WARM_TASKS = {"ladder-code-1m": "arith+code-expr"}
 
 
 def ladder_settings():
@@ -149,8 +197,13 @@ def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0, wa
     model = model_config(tok, shape).to_dict()
     model.pop("transformers_version", None)  # the installed library's, not the build's: a cache carried
     # to a machine with another transformers (a GPU image) is found there instead of rebuilt
+    arith, *code = warm_task.split("+")
     spec = {"version": BUILD_VERSION, "model": model, "vocab": tok.get_vocab(),
-            "task": warm_task, "mix": repr(parse_mix(warm_task)), "warm_start": settings.to_dict()}
+            "task": warm_task, "mix": repr(parse_mix(arith)), "warm_start": settings.to_dict()}
+    if code:  # only then: the other models keep their cache keys
+        from scalerl.tasks.code_expr import LEVELS, TESTS
+
+        spec["code"] = {"tasks": code, "levels": list(LEVELS), "tests": TESTS}
     if wrong_order_share:  # only then: the other models keep their cache keys
         spec["wrong_order_share"] = wrong_order_share
     return spec
@@ -170,9 +223,12 @@ def build_tiny(out_dir, settings, log=print, shape: str = "tiny", wrong_order_sh
     model = build_random(tokenizer, seed=settings.seed, shape=shape)
     if shape != "tiny" and torch.cuda.is_available():
         model.cuda()
-    task = ArithTask(warm_task, seed=settings.seed)
+    arith, *code = warm_task.split("+")
+    task = ArithTask(arith, seed=settings.seed)
     if wrong_order_share:
         task = _WrongOrderHabit(task, wrong_order_share)
+    if code:
+        task = Interleaved([task, *(CodeProblems(name, settings.seed) for name in code)])
     from scalerl.models.warmstart import warm_start
 
     threads = torch.get_num_threads()

@@ -14,9 +14,9 @@ the training pool is the first `train_size` training problems, ids `code-expr/s<
 
 Departures from the paper:
 1. The paper's code data is DeepCoder's; this procedural task gives the CPU testbed a second,
-   learnable domain beside `arith` (`task.name=arith,code-expr`). No built-in model is warm-started
-   on it: the default tiny models' vocabulary has no room for Python (a pretrained model such as
-   SmolLM2 learns it).
+   learnable domain beside `arith` (`task.name=arith,code-expr`). `ladder-code-1m` is the tiny
+   model warm-started on both (`scalerl.models.tiny`): the character tokenizer writes Python as any
+   other text; the other built-in models saw no code.
 """
 
 from __future__ import annotations
@@ -92,6 +92,40 @@ def reference_program(expr: str) -> str:
     return f"a, b = map(int, input().split())\nprint({expr})\n"
 
 
+def warm_target(expr: str) -> str:
+    """The completion a built-in model is warm-started on (`scalerl.models.tiny`, `ladder-code-1m`):
+    empty thinking, then the reference program in a fenced block (what `extract_program` reads)."""
+    return f"<think></think>```python\n{reference_program(expr)}```"
+
+
+def is_val(expr: str) -> bool:
+    """Whether an expression belongs to the validation split (a salted hash, the same for every seed)."""
+    h = int(hashlib.sha256(f"code-expr:{expr}".encode()).hexdigest()[:8], 16)
+    return h < VAL_SHARE * 0xFFFFFFFF
+
+
+def problem(seed: int, levels: tuple[int, ...], split: str, index: int, tokenizer=None) -> Prompt:
+    """Problem `index` of `split` ('train' | 'val'): its prompt, tests and reference program; no
+    program runs here (the warm start builds its examples with this, outside any sandbox)."""
+    rng = random.Random(f"{seed}/{split}/{index}")
+    while True:
+        depth = rng.choice(levels)
+        tree = random_tree(rng, depth)
+        expr = render(tree)
+        if is_val(expr) == (split == "val") and uses_a_variable(tree):
+            break
+    pairs = [(rng.randint(-50, 50), rng.randint(-50, 50)) for _ in range(TESTS)]
+    tests = [CodeTest("stdio", input=f"{a} {b}\n", output=f"{value(tree, a, b)}\n") for a, b in pairs]
+    text = (f"Write a Python program that reads two integers a and b (one line, separated by a space) from "
+            f"standard input and prints the value of {expr}.\n\n{STDIO_INSTRUCTION}")
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return Prompt(id=f"code-expr/s{seed}/{split}/{index}", text=text, answer=reference_program(expr),
+                  meta={"subset": f"depth{depth}", "tests": tests, "expression": expr, "kind": "code",
+                        "target": warm_target(expr)})
+
+
 def parse_name(name: str) -> tuple[int, ...]:
     if name == "code-expr":
         return LEVELS
@@ -121,35 +155,13 @@ class ExprCodeTask:
     def __len__(self) -> int:
         return self.train_size
 
-    def _problem(self, split: str, index: int) -> Prompt:
-        rng = random.Random(f"{self.seed}/{split}/{index}")
-        while True:
-            depth = rng.choice(self.levels)
-            tree = random_tree(rng, depth)
-            expr = render(tree)
-            if self._is_val(expr) == (split == "val") and uses_a_variable(tree):
-                break
-        pairs = [(rng.randint(-50, 50), rng.randint(-50, 50)) for _ in range(TESTS)]
-        tests = [CodeTest("stdio", input=f"{a} {b}\n", output=f"{value(tree, a, b)}\n") for a, b in pairs]
-        text = (f"Write a Python program that reads two integers a and b (one line, separated by a space) from "
-                f"standard input and prints the value of {expr}.\n\n{STDIO_INSTRUCTION}")
-        if self.tokenizer is not None and getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True)
-        return Prompt(id=f"code-expr/s{self.seed}/{split}/{index}", text=text, answer=reference_program(expr),
-                      meta={"subset": f"depth{depth}", "tests": tests, "expression": expr, "kind": "code"})
-
-    def _is_val(self, expr: str) -> bool:
-        h = int(hashlib.sha256(f"code-expr:{expr}".encode()).hexdigest()[:8], 16)
-        return h < VAL_SHARE * 0xFFFFFFFF
-
     def train_prompt(self, index: int) -> Prompt:
-        return self._problem("train", index)
+        return problem(self.seed, self.levels, "train", index, self.tokenizer)
 
     def val_prompts(self, n: int) -> list[Prompt]:
         if n > self.val_size:
             raise ScaleRLError(f"task {self.name}: asked for {n} validation prompts, task.val_size is {self.val_size}")
-        return [self._problem("val", i) for i in range(n)]
+        return [problem(self.seed, self.levels, "val", i, self.tokenizer) for i in range(n)]
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
