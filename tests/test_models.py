@@ -53,7 +53,7 @@ def test_checkpoint_directory_round_trip_and_bf16(tmp_path, tiny_random):
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):
-    with pytest.raises(ScaleRLError, match="ladder-1m, ladder-2m, ladder-4m, tiny, tiny-random, tiny-order, small, small-order, "
+    with pytest.raises(ScaleRLError, match="ladder-1m, ladder-2m, ladder-4m, ladder-code-1m, tiny, tiny-random, tiny-order, small, small-order, "
                                            "smollm2-135m, smollm2-shape-random"):
         load_model("gpt-17")
     with pytest.raises(ScaleRLError, match="no config.json"):

@@ -47,6 +47,11 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
         seen["task"] = cfg.name
         return FakeTask()
 
+    import scalerl.models.facts as facts
+    import scalerl.rollout.engine  # noqa: F401 (the real engine, imported before scalerl.models is replaced:
+    # alone, this test otherwise failed on the engine's own import of scalerl.models)
+
+    monkeypatch.setattr(facts, "model_facts", lambda name: None)   # "m" is no model: no derived profile
     monkeypatch.setitem(sys.modules, "scalerl.models", types.SimpleNamespace(load_model=load_model))
     monkeypatch.setitem(sys.modules, "scalerl.tasks", types.SimpleNamespace(get_task=get_task))
     from scalerl.rewards import answer_section
