@@ -30,6 +30,13 @@ with open(path, "w") as f:
 OPTS = ["--bootstrap", "20", "--seed", "3", "--no-grid-check"]
 
 
+
+def _kill_if_running(proc) -> None:
+    """A failing test leaves no `scalerl watch` behind."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+
 def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys):
     log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's scalerl
@@ -55,9 +62,7 @@ def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=120)
     finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait(timeout=30)
+        _kill_if_running(watch)
     for r in readers:
         r.join(timeout=5)
     err = "".join(errs)
@@ -157,8 +162,6 @@ def test_watch_stops_on_sigint_even_when_started_with_the_signals_blocked(tmp_pa
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=60)
     finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait(timeout=30)
+        _kill_if_running(watch)
     reader.join(timeout=5)
     assert watch.returncode == 0 and "watch: stopped" in "".join(errs), "".join(errs)
