@@ -37,7 +37,8 @@ The two off-policy modes of the paper (Section 3.1), as batch collectors.
 `collect(version, new_filler, observe)` returns the mini-batches the trainer steps on next, one
 optimizer step each. Every group drawn is shown to `observe` (the curriculum's pass history)
 and offered to a `scalerl.batching.BatchFiller` (zero-variance filter, DAPO's dynamic
-sampling), which decides when a mini-batch is full and which groups it trains on.
+sampling), which decides when a mini-batch is full; the loop's filter stage (`filter_groups`)
+then picks the groups it trains on by the same rule (`has_variance`).
 Staleness of a group = trainer version - min(policy versions of its tokens).
 
 - `PipelineRL(k)`: the generator streams continuously (see scalerl.transport) and applies each new
@@ -46,7 +47,8 @@ Staleness of a group = trainer version - min(policy versions of its tokens).
   should never fire; if it does (a bug, or a source that does not keep the rule) the group is
   dropped and counted (`staleness/dropped`), never trained on.
 - `PPOOffPolicy(k)`: generate k*P groups with frozen weights and cut them into k mini-batches
-  of P; the generator gets the new weights only after those k steps.
+  of P; the generator gets the new weights only after those k steps (the newest `TrainerUpdate`
+  is applied when the next round starts).
 
 Departures from the paper (collectors):
 2. PipelineRL's trainer waits for a draw still in flight instead of taking a later, finished
@@ -67,6 +69,7 @@ import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
+from scalerl.transport.protocol import TrainerUpdate
 from scalerl.types import Group
 
 
@@ -94,6 +97,13 @@ def zero_variance_filter(groups: list[Group]) -> tuple[list[Group], int]:
     """(groups of mixed correctness, how many were dropped). All dropped -> ([], len(groups))."""
     kept = [g for g in groups if has_variance(g)]
     return kept, len(groups) - len(kept)
+
+
+def filter_groups(groups: list[Group], cfg: Config) -> tuple[list[Group], int]:
+    """The loop's filter stage: (the groups a step trains on, how many the filter dropped). With
+    `filter.zero_variance` the zero-variance filter (the groups `BatchFiller` counted as kept while
+    drawing: the same `has_variance`), else every group."""
+    return zero_variance_filter(groups) if cfg.filter.zero_variance else (list(groups), 0)
 
 
 @dataclass
@@ -162,15 +172,17 @@ class BatchFiller:
                 "batch/zero_variance_dropped": float(self.n_dropped), "batch/exhausted": float(self.exhausted),
                 "batch/extra_prompts": float(self.extra_prompts), "batch/empty": float(self.empty)}
 
-@dataclass
+@dataclass(frozen=True)
 class MiniBatch:
-    groups: list[Group]             # every group drawn for this step (for reward/length stats)
-    kept: list[Group]               # the groups it trains on
+    """The groups drawn for one optimizer step, as the transport delivered them (scored; the loop's
+    filter stage picks the ones it trains on: `filter_groups`). Nothing changes it once made."""
+
+    groups: list[Group]             # every group drawn for this step, in draw order (stale ones excluded)
     gen_seconds: float = 0.0        # generation wall-clock attributed to it (PPO mode)
     wait_seconds: float = 0.0       # trainer waited this long for data
     stale_dropped: int = 0
     tokens_generated: int = 0       # every token generated for it: trained, filtered out or dropped
-    filler: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)   # the batch rule's (batch/*), the transport's
 
 
 def staleness(group: Group, version: int) -> int:
@@ -197,20 +209,16 @@ class PipelineRL:
             observe(group)
             groups.append(group)
             filler.add(group)
-        return [MiniBatch(groups, filler.groups, wait_seconds=time.monotonic() - t0, stale_dropped=len(dropped),
-                          tokens_generated=n_tokens(groups) + n_tokens(dropped), filler=filler.metrics())]
+        return [MiniBatch(groups, wait_seconds=time.monotonic() - t0, stale_dropped=len(dropped),
+                          tokens_generated=n_tokens(groups) + n_tokens(dropped), metrics=filler.metrics())]
 
     def ready(self) -> None:
         """Wait until the source can generate (start-up is not compute)."""
         self.source.ready()
 
-    def after_step(self, state_dict: dict, version: int) -> None:
-        self.source.publish(state_dict, version)
-
-    def retire(self, prompt_id: str) -> None:
-        self.source.retire(prompt_id)
-
-    def after_round(self, state_dict: dict, version: int) -> None: ...
+    def send(self, update: TrainerUpdate) -> None:
+        """After every step: the weights are applied in flight, the retired prompts never drawn again."""
+        self.source.send(update)
 
     def sampler_state(self) -> dict:
         return self.source.sampler_state()
@@ -241,6 +249,7 @@ class PPOOffPolicy:
         self.k = k
         self.P = prompts_per_step
         self.G = generations
+        self.pending: TrainerUpdate | None = None   # the newest weights, applied when the next round starts
 
     def _generate(self, n_prompts: int) -> list[Group]:
         """n_prompts draws, scored; one group per draw (the same prompt drawn twice: two groups)."""
@@ -261,10 +270,13 @@ class PPOOffPolicy:
         return sorted(groups, key=lambda g: g.draw)
 
     def collect(self, version: int, new_filler: Callable, observe: Callable[[Group], None]) -> list[MiniBatch]:
+        if self.pending is not None:      # a round starts on the newest weights (frozen for its k steps)
+            self.generator.update_weights(self.pending.weights, self.pending.version)
+            self.pending = None
         t0 = time.monotonic()
         pool = self._generate(self.k * self.P)
         gen_seconds = time.monotonic() - t0
-        out = []
+        drawn = []
         for _ in range(self.k):
             filler, groups = new_filler(), []
             while not filler.full:
@@ -276,22 +288,20 @@ class PPOOffPolicy:
                 observe(group)
                 groups.append(group)
                 filler.add(group)
-            out.append(MiniBatch(groups, filler.groups, tokens_generated=n_tokens(groups), filler=filler.metrics()))
-        out[-1].tokens_generated += n_tokens(pool)  # generated but left over: still compute
-        for mb in out:
-            mb.gen_seconds = gen_seconds / self.k
-        return out
+            drawn.append((groups, filler.metrics()))
+        left_over = n_tokens(pool)   # generated but not drawn: still compute, counted with the last step
+        return [MiniBatch(groups, gen_seconds=gen_seconds / self.k, metrics=metrics,
+                          tokens_generated=n_tokens(groups) + (left_over if i == self.k - 1 else 0))
+                for i, (groups, metrics) in enumerate(drawn)]
 
     def ready(self) -> None: ...
 
-    def after_step(self, state_dict: dict, version: int) -> None: ...
-
-    def retire(self, prompt_id: str) -> None:
+    def send(self, update: TrainerUpdate) -> None:
+        """Retired prompts leave the sampler at once; the weights wait for the next round (`collect`)."""
         if self.retired is not None:
-            self.retired.add(prompt_id)
-
-    def after_round(self, state_dict: dict, version: int) -> None:
-        self.generator.update_weights(state_dict, version)
+            for prompt_id in update.retired:
+                self.retired.add(prompt_id)
+        self.pending = update
 
     def sampler_state(self) -> dict:
         return self.sampler.state_dict()

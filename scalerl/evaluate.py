@@ -11,9 +11,13 @@ Departures from the paper (Section 2.1, Appendix A.5-A.7):
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable, Sequence
 
-from scalerl.types import Completion, Prompt, Score
+from scalerl.config import Config
+from scalerl.run.compute import FIT_X
+from scalerl.run.metrics import METRICS_FILE, read_rows
+from scalerl.types import Completion, Prompt, Score, rollout_stats
 
 MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
 
@@ -33,16 +37,8 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
             scores = list(pool.map(lambda c: reward_fn(by_id[c.prompt_id], c), completions))
     else:
         scores = [reward_fn(by_id[c.prompt_id], c) for c in completions]
-    n = max(1, len(completions))
-    row = {
-        "val/pass_rate": sum(s.passed for s in scores) / n,
-        "val/reward_mean": sum(s.reward for s in scores) / n,
-        "val/length_mean": sum(len(c.tokens) for c in completions) / n,
-        "val/truncation_rate": sum(c.truncated for c in completions) / n,      # cut without an interruption
-        "val/interrupted_rate": sum(c.interrupted for c in completions) / n,
-        "val/completions": len(completions),
-        "tokens/val_generated": sum(len(c.tokens) for c in completions),
-    }
+    row = rollout_stats(completions, scores, "val")
+    row.update({"val/completions": len(completions), "tokens/val_generated": sum(len(c.tokens) for c in completions)})
     row["val/pass_rate_se"] = sampling_se([c.prompt_id for c in completions], [s.passed for s in scores])
     # per-subset pass rates (e.g. arith difficulty levels), for prompts that name one
     subsets: dict[str, list[bool]] = {}
@@ -108,3 +104,54 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_boots
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
     return {**out, "forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
             "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse}
+
+
+def eval_rows(run_dir) -> list[dict]:
+    """The evaluation rows so far that hold FIT_X and val/pass_rate, from the run's metrics.jsonl
+    (rolled back to the checkpoint on a resume): the live forecast reads the same record as the final fit."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [r for r in read_rows(path)
+            if r.get("kind") == "eval" and r.get(FIT_X) is not None and r.get("val/pass_rate") is not None]
+
+
+def eval_curve(run_dir) -> list[tuple[float, float]]:
+    """(FIT_X, val/pass_rate) of every evaluation so far (`eval_rows`)."""
+    return [(r[FIT_X], r["val/pass_rate"]) for r in eval_rows(run_dir)]
+
+
+def forecast_row(run_dir, row: dict, fit_min_frac: float) -> dict:
+    """`live_forecast` over the run's evaluations so far (`eval_rows`) and this one (`row`)."""
+    rows = [*eval_rows(run_dir), row]   # metrics.jsonl: the one record, and this evaluation
+    curve = [(r[FIT_X], r["val/pass_rate"]) for r in rows]
+    se = [r.get("val/pass_rate_se") for r in rows]
+    return live_forecast(curve, fit_min_frac, se=None if None in se else se)
+
+
+def downstream_sets(cfg: Config, tokenizer) -> list[tuple[str, list, Callable, int]]:
+    """`eval.downstream`: (name, its first `eval.downstream_prompts` validation prompts, its reward,
+    scoring threads) per set; each task is built as `task.name=<name>` would be, with the run's
+    other task settings."""
+    from scalerl.rewards import RewardFn
+    from scalerl.tasks import get_task
+    from scalerl.transport.window import GroupAssembler
+
+    out = []
+    for name in cfg.eval.downstream:
+        task = get_task(cfg.task.model_copy(update={"name": name, "weights": None}), tokenizer, sandbox=cfg.sandbox,
+                        think=cfg.rollout.length.type == "interrupt")
+        n = min(cfg.eval.downstream_prompts, task.val_size)
+        out.append((name, task.val_prompts(n), RewardFn(task, cfg.reward), GroupAssembler.workers_for(task)))
+    return out
+
+
+def evaluate_all(generator, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,
+                 downstream=()) -> dict[str, float]:
+    """`evaluate` on the validation prompts, and `downstream/<name>/pass_rate[_se]` per downstream set."""
+    row = evaluate(generator, prompts, samples, reward_fn, workers=workers)
+    for name, other_prompts, reward, other_workers in downstream:
+        other = evaluate(generator, other_prompts, samples, reward, workers=other_workers)
+        row[f"downstream/{name}/pass_rate"] = other["val/pass_rate"]
+        row[f"downstream/{name}/pass_rate_se"] = other["val/pass_rate_se"]
+    return row

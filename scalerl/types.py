@@ -11,7 +11,7 @@ gives a `Score` beside it (a length penalty is a new `Score`, `dataclasses.repla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Sequence
 
 FinishReason = Literal["eos", "length", "interrupted_eos", "interrupted_budget", "interrupted_length"]
 """Why a completion stopped (one field; `scalerl.trainer.step.group_stats` turns it into rates):
@@ -87,7 +87,7 @@ class Score:
     slow: bool = False        # the check took longer than reward.slow_s (or timed out)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Group:
     """The G completions of one prompt and their scores (same order): the unit of advantage
     computation."""
@@ -115,3 +115,15 @@ class Group:
     @property
     def pass_rate(self) -> float:
         return self.passes / max(1, len(self.scores))
+
+
+def rollout_stats(completions: Sequence[Completion], scores: Sequence[Score], prefix: str) -> dict[str, float]:
+    """The statistics every rollout row reports (`train/` for a step's groups, `val/` for an
+    evaluation): reward, pass rate, length, and the share cut by a budget without an interruption
+    (`truncation_rate`) kept apart from the share interrupted (`interrupted_rate`)."""
+    n = max(1, len(completions))
+    return {f"{prefix}/reward_mean": sum(s.reward for s in scores) / n,
+            f"{prefix}/pass_rate": sum(s.passed for s in scores) / n,
+            f"{prefix}/length_mean": sum(len(c.tokens) for c in completions) / n,
+            f"{prefix}/truncation_rate": sum(c.truncated for c in completions) / n,
+            f"{prefix}/interrupted_rate": sum(c.interrupted for c in completions) / n}

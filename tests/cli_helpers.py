@@ -3,7 +3,7 @@ tiny-random with the parity reward, and the one-line error check."""
 
 import pytest
 
-import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
 
@@ -18,7 +18,7 @@ SETS = [a for s in SMALL for a in ("--set", s)]
 @pytest.fixture(autouse=True)
 def fake_model(monkeypatch):
     """tiny-random + parity reward instead of the configured model/reward (no model build, a few seconds a run)."""
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
 
 
 def train_cli(capsys, *args):

@@ -279,11 +279,12 @@ def _trainer(calls, interrupt_dir=None, after_steps=3):
     """A train_fn on tiny-random with the parity reward (a random model has reward variance),
     recording (run dir, resume); optionally interrupted inside `interrupt_dir`'s run."""
     from scalerl import loop as train_mod
+    from scalerl.build import state as state_mod
     from doubles import tiny_random_components
 
     def train_fn(cfg, run_dir, resume=False, progress=False):
         calls.append((run_dir.parent.name, resume))
-        real = train_mod.train_step
+        real = state_mod.train_step
         if run_dir.parent.name == interrupt_dir:
             count = []
 
@@ -293,11 +294,11 @@ def _trainer(calls, interrupt_dir=None, after_steps=3):
                 count.append(1)
                 return real(*args, **kwargs)
 
-            train_mod.train_step = step
+            state_mod.train_step = step
         try:
             return train_mod.train(cfg, run_dir, resume=resume, comps=tiny_random_components(cfg), progress=False)
         finally:
-            train_mod.train_step = real
+            state_mod.train_step = real
 
     return train_fn
 

@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import SMALL, fake_model, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from scalerl.config import TaskConfig, load_config
 from scalerl.errors import ScaleRLError
-from scalerl.loop import Stages
+from scalerl.monitor import Warnings
 from scalerl.run.metrics import read_rows
 from scalerl.tasks import get_task
 from scalerl.types import Completion, Group, Prompt, Score
@@ -92,29 +92,20 @@ def test_rg_without_a_template_asks_for_answer_tags():
     assert bare.train_prompt(0).text == p.meta["question"]
 
 
-def _stages(marker: str):
-    tr = SimpleNamespace(comps=SimpleNamespace(task=SimpleNamespace(answer_marker=marker)), state=SimpleNamespace(step=4))
-    return SimpleNamespace(tr=tr, no_answer=0.0, no_answer_warned=False, warn_no_answer=None)
-
-
 def _batch(texts):
     prompt = Prompt("p", "", "10")
     return SimpleNamespace(groups=[Group(prompt, [_completion(t) for t in texts], [Score(-1.0, False)] * len(texts))])
 
 
 def test_no_answer_warns_once_when_most_have_none_not_for_wrong_answers():
-    st = _stages("<answer>")
+    warn = Warnings("<answer>")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        Stages.warn_no_answer(st, _batch(["<answer>7</answer>"] * 4))          # wrong, but answered
-        assert st.no_answer == 0.0
-        Stages.warn_no_answer(st, _batch(["<answer>7</answer>", "<answer>8</answer>", "7", "8"]))
-        assert st.no_answer == 0.5                                              # half: not most
+        assert warn.no_answer(_batch(["<answer>7</answer>"] * 4), 5) == 0.0          # wrong, but answered
+        assert warn.no_answer(_batch(["<answer>7</answer>", "<answer>8</answer>", "7", "8"]), 5) == 0.5  # half: not most
         assert not caught
-        Stages.warn_no_answer(st, _batch(["<answer>7</answer>", "7", "8", "<answer>9"]))   # 3 of 4: unclosed tag too
-        assert st.no_answer == 0.75
-        Stages.warn_no_answer(st, _batch(["7"] * 4))
-        assert st.no_answer == 1.0
+        assert warn.no_answer(_batch(["<answer>7</answer>", "7", "8", "<answer>9"]), 5) == 0.75  # unclosed tag too
+        assert warn.no_answer(_batch(["7"] * 4), 5) == 1.0
     assert len(caught) == 1
     msg = str(caught[0].message)
     assert msg.startswith("step 5: 75% of the completions have no answer section at all") and "\n" not in msg

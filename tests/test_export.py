@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
@@ -26,7 +26,7 @@ def trained(tmp_path_factory):
     random model never passes arith), checkpoints at steps 1 and 2."""
     run = tmp_path_factory.mktemp("export") / "run"
     mp = pytest.MonkeyPatch()
-    mp.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    mp.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     torch.set_num_threads(1)
     try:
         code = main(["train", "--no-progress", *SETS, "--set", "run.checkpoint_every=1", "--max-steps", "2",

@@ -77,6 +77,8 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     each optimizer step trained on, and the metrics rows."""
     from scalerl.models import load_model
     from scalerl import loop as train_mod
+    from scalerl.build import state as state_mod
+    from scalerl.build.generator import Components
     from doubles import FakeTask, fake_build, parity_reward
     from scalerl.run.metrics import read_rows
 
@@ -92,15 +94,15 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     cfg = load_config("dapo", overrides=sets)
     model, tokenizer = load_model("tiny-random")
 
-    comps = train_mod.Components(model, tokenizer, FakeTask(), forced_reward, fake_build(cfg, []))
+    comps = Components(model, tokenizer, FakeTask(), forced_reward, fake_build(cfg, []))
     trained: list[Group] = []
-    real = train_mod.train_step
+    real = state_mod.train_step
 
     def recording_step(model, optim, groups, *args, **kwargs):
         trained.extend(groups)
         return real(model, optim, groups, *args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "train_step", recording_step)
+    monkeypatch.setattr(state_mod, "train_step", recording_step)
     tmp_path.mkdir()
     train_mod.train(cfg, tmp_path, comps=comps, progress=False)
     return trained, [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]

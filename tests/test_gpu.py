@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
 
@@ -22,7 +22,7 @@ RUN = ["model.name=tiny-random", "model.device=cuda", "batch.prompts=4", "batch.
 
 @pytest.mark.parametrize("transport", ["thread", "process"])
 def test_train_on_cuda_bf16_trunk_fp32_head(tmp_path, capsys, monkeypatch, transport):
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     out = tmp_path / "run"
     sets = [a for s in [*RUN, f"pipeline.transport={transport}"] for a in ("--set", s)]
     assert main(["train", "--no-progress", "--run-dir", str(out), *sets]) == 0, capsys.readouterr().err

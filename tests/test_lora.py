@@ -8,6 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
+from scalerl.build import state as state_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
@@ -121,9 +123,9 @@ def test_a_resumed_lora_run_holds_the_checkpoints_adapters_and_optimizer(lora_ru
     run = tmp_path / "run"
     shutil.copytree(lora_run, run)
     cfg = load_config("scalerl", overrides=TINY)
-    comps = train_mod.build_components(cfg, "cpu")
+    comps = build_mod.build_components(cfg, "cpu")
     comps.model = apply_lora(comps.model, cfg.model.lora)
-    tr = train_mod.Trainer(cfg, comps, run)
+    tr = state_mod.Trainer(cfg, comps, run)
     tr.restore()
     ckpt = run / "checkpoints" / "step_000002"
     assert tr.state.step == 2
@@ -168,7 +170,7 @@ def test_export_of_a_lora_run_loads_without_peft_and_gives_the_merged_logits(lor
     ("model.lora.targets=[lm_head]", "LM head"),
 ])
 def test_bad_lora_configs_are_one_line_errors(tmp_path, capsys, monkeypatch, override, named):
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     code = main(["train", "--no-progress", *SETS, "--set", override, "--run-dir", str(tmp_path / "run")])
     assert code != 0
     assert named in one_line(capsys.readouterr().err)

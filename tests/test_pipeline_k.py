@@ -5,9 +5,10 @@ import time
 import pytest
 
 from scalerl.errors import ScaleRLError
-from scalerl import loop as train_mod
+from scalerl.build import state as state_mod
 from doubles import parity_reward
-from scalerl.loop import ray_devices, split_threads, train
+from scalerl.build.resources import ray_devices, split_threads
+from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild
 from scalerl.types import Prompt, Score
@@ -26,13 +27,13 @@ def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, 
     cfg = small_cfg(extra=[f"run.max_steps={k + 5}", f"pipeline.k={k}", "filter.zero_variance=false",
                            "eval.every=100", "run.checkpoint_every=100"])
     comps, gens = fake_components(cfg, step_seconds=0.0005)
-    real_step = train_mod.train_step
+    real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
         time.sleep(0.06)  # a trainer slower than the generator: the generator waits at the window
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "train_step", slow_step)
+    monkeypatch.setattr(state_mod, "train_step", slow_step)
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = _train_rows(tmp_path)
     assert len(rows) == k + 5
@@ -64,13 +65,13 @@ def test_the_same_prompt_in_flight_twice_trains_as_two_groups(mode, tmp_path, mo
     comps, _ = fake_components(cfg)
     comps.task = _TwoPrompts()
     seen = []
-    real_step = train_mod.train_step
+    real_step = state_mod.train_step
 
     def record(model, optim, groups, *args, **kwargs):
         seen.append([(g.prompt.id, len(g.completions)) for g in groups])
         return real_step(model, optim, groups, *args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "train_step", record)
+    monkeypatch.setattr(state_mod, "train_step", record)
     train(cfg, tmp_path, comps=comps, progress=False)
     assert len(_train_rows(tmp_path)) == 3
     for step in seen:  # 4 groups of G = 4 each, two of each prompt: never merged into one group of 8
@@ -154,7 +155,7 @@ def test_the_generators_start_up_is_not_compute(tmp_path):
 
 
 def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds():
-    from scalerl.loop import eval_threads
+    from scalerl.build.resources import eval_threads
 
     cfg = small_cfg(extra=["run.threads=2", "pipeline.transport=process"])
     threads = split_threads(cfg, "cpu")

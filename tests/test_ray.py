@@ -19,7 +19,7 @@ from scalerl.config import load_config
 from scalerl.transport import ray_session as backend
 from scalerl.trainer.data_parallel import start_workers
 from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
-from scalerl import loop as train_mod
+from scalerl.build import state as state_mod
 from doubles import FakeTask, scored, tiny_random_components
 from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
 from scalerl.loop import train
@@ -62,7 +62,7 @@ def record_trained(monkeypatch, on_step=None) -> tuple[list[str], list[str]]:
             on_step(step)
         return train_step(model, optim, groups, cfg, pad_id, step, ref_model)
 
-    monkeypatch.setattr(train_mod, "train_step", step)
+    monkeypatch.setattr(state_mod, "train_step", step)
     return completions, prompts
 
 
@@ -306,7 +306,7 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
         time.sleep(0.3)
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "train_step", slow_step)
+    monkeypatch.setattr(state_mod, "train_step", slow_step)
     ages = {}
     for backend_name in ("local", "ray"):
         cfg = small_cfg([f"pipeline.backend={backend_name}", "ray.generators=1", "run.max_steps=8",

@@ -9,7 +9,8 @@ import pytest
 
 from scalerl.config import Config, load_config
 from doubles import FakeGenerator
-from scalerl.loop import Components, train
+from scalerl.build.generator import Components
+from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild, Stage
 

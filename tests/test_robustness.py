@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
 import scalerl.run.checkpoint as checkpoint_mod
 from scalerl.cli import main
 from scalerl.config import MAX_PROMPTS, available_cores, load_config
@@ -126,11 +126,11 @@ def test_failed_start_leaves_nothing_and_the_fixed_command_runs(tmp_path, capsys
     def broken(cfg, device):
         raise ScaleRLError("data.jsonl: not valid JSON on line 3")  # e.g. a dataset that fails to load
 
-    monkeypatch.setattr(train_mod, "build_components", broken)
+    monkeypatch.setattr(build_mod, "build_components", broken)
     code, _, err = train_cli(capsys, *SETS, "--max-steps", "2", "--run-dir", str(run))
     assert code == 2 and "data.jsonl" in one_line(err)
     assert not run.exists()                                # no stray config.yaml to block the next try
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     code, _, err = train_cli(capsys, *SETS, "--max-steps", "2", "--run-dir", str(run))
     assert code == 0, err
     assert [r["step"] for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"] == [1, 2]
@@ -139,7 +139,7 @@ def test_failed_start_leaves_nothing_and_the_fixed_command_runs(tmp_path, capsys
 def test_failed_start_in_an_existing_empty_dir_keeps_the_dir(tmp_path, capsys, monkeypatch):
     run = tmp_path / "r"
     run.mkdir()
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: (_ for _ in ()).throw(ScaleRLError("x")))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: (_ for _ in ()).throw(ScaleRLError("x")))
     code, _, _ = train_cli(capsys, *SETS, "--run-dir", str(run))
     assert code == 2
     assert run.is_dir() and [p.name for p in run.iterdir() if p.name != ".lock"] == []
@@ -169,7 +169,7 @@ def test_full_disk_at_checkpoint_is_one_line_and_leaves_no_partial_folder(tmp_pa
     assert "step_000004" in line and "no space left" in line and "step_000002" in line and "--resume" in line
     assert sorted(p.name for p in (run / CHECKPOINT_DIR).iterdir()) == ["step_000000", "step_000002"]  # no partial
     monkeypatch.undo()
-    monkeypatch.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     code, out, err = train_cli(capsys, "--resume", "--run-dir", str(run))        # space freed: it carries on
     assert code == 0, err
     assert "continuing from checkpoint step_000002" in out

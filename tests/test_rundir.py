@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import scalerl.loop as train_mod
+import scalerl.build.run as build_mod
 from scalerl.cli import main
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components
@@ -51,7 +51,7 @@ def base_run(tmp_path_factory):
     """A finished 4-step run (checkpoints at steps 2 and 4), copied by each test that changes it."""
     run = tmp_path_factory.mktemp("base") / "run"
     mp = pytest.MonkeyPatch()
-    mp.setattr(train_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
+    mp.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     sets = [a for s in SMALL for a in ("--set", s)]
     try:
         assert main(["train", "--no-progress", *sets, "--max-steps", "4", "--run-dir", str(run)]) == 0

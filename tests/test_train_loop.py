@@ -14,9 +14,10 @@ import torch
 from scalerl.cli import main
 from scalerl.config import list_recipes, load_config
 from scalerl.errors import ScaleRLError
-from scalerl import loop as train_mod
+from scalerl.build import state as state_mod
 from doubles import FakeGenerator, FakeTask, fake_build, parity_reward, tiny_random_components
-from scalerl.loop import Components, train
+from scalerl.build.generator import Components
+from scalerl.loop import train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild
@@ -73,13 +74,13 @@ def test_every_recipe_trains_every_parameter_and_writes_metrics(recipe, tmp_path
 def test_pipeline_rl_staleness_bounded_with_slow_trainer(tmp_path, monkeypatch):
     cfg = small_cfg(extra=["run.max_steps=8", "pipeline.k=2", "filter.zero_variance=false", "eval.every=100"])
     comps, gens = fake_components(cfg, step_seconds=0.001)
-    real_step = train_mod.train_step
+    real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
         time.sleep(0.15)  # a slow trainer: the generator runs ahead until back-pressure stops it
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "train_step", slow_step)
+    monkeypatch.setattr(state_mod, "train_step", slow_step)
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert len(rows) == 8

@@ -17,7 +17,7 @@ from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoin
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.rundir import create_run_dir, open_run_dir
-from scalerl.transport.protocol import GeneratorBuild
+from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.types import Prompt
 
 
@@ -118,13 +118,13 @@ def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps:
         for _ in range(steps):
             (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             assert mb.stale_dropped == 0
-            ages += [staleness(g, version) for g in mb.kept]
+            ages += [staleness(g, version) for g in mb.groups]
             draws += [g.draw for g in mb.groups]
             mixed += sum(len(set(c.versions)) > 1 for g in mb.groups for c in g.completions)
             assert all(len(g.completions) == G for g in mb.groups)
             time.sleep(train_s)
             version += 1
-            mode.after_step({}, version)
+            mode.send(TrainerUpdate(version, {}))
     finally:
         mode.close()
     assert draws == list(range(len(draws)))  # the trainer takes groups in draw order
@@ -188,10 +188,10 @@ def test_process_transport_streams_groups_and_applies_published_weights():
     try:
         for version in range(6):
             (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
-            seen += [max(c.versions) for g in mb.kept for c in g.completions]
-            assert all(staleness(g, version) <= k for g in mb.kept)
+            seen += [max(c.versions) for g in mb.groups for c in g.completions]
+            assert all(staleness(g, version) <= k for g in mb.groups)
             time.sleep(0.05)
-            mode.after_step({"w": torch.full((3,), version + 1.0)}, version + 1)
+            mode.send(TrainerUpdate(version + 1, {"w": torch.full((3,), version + 1.0)}))
         assert src.sampler_state()["position"] >= 12
     finally:
         mode.close()

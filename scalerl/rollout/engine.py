@@ -108,12 +108,15 @@ class Engine:
     `model` is a `*ForCausalLM` whose `base_model` returns the last hidden state and whose
     output embedding is the LM head; it must use `eager` or `sdpa` attention (the engine passes
     a 4D additive attention mask). `greedy=True` (or temperature < 1e-4) takes the argmax;
-    `ignore_eos=True` decodes to the budget (fixed-length benchmarks).
+    `ignore_eos=True` decodes to the budget (fixed-length benchmarks). The engine never changes the
+    model's mode: a generator's own copy is in eval mode (`scalerl.models.load_model`,
+    `scalerl.build.generator`), and the loop's evaluation puts the trainer's model in eval mode for
+    its duration only.
     """
 
     def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
                  greedy: bool = False, ignore_eos: bool = False):
-        self.model, self.tokenizer, self.cfg, self.seed = model.eval(), tokenizer, cfg, seed
+        self.model, self.tokenizer, self.cfg, self.seed = model, tokenizer, cfg, seed
         self.greedy = greedy or cfg.temperature < GREEDY_BELOW
         self.base = model.base_model
         self._cache_kw = cache_kwarg(self.base)      # `cache` or, before transformers 5, `past_key_values`

@@ -133,10 +133,10 @@ class DataParallelStep:
         ray.get([w.load.remote(weights, optim.state_dict()) for w in self.workers])
 
     def __call__(self, model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
-                 ref_model=None) -> dict[str, float] | None:
+                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
         import ray
 
-        shards = plan_shards(groups, cfg, self.world)
+        shards = plan_shards(groups, cfg, self.world, advantages)
         if shards is None:
             return None
         pending = [w.step.remote(shards[rank], step) for rank, w in enumerate(self.workers, start=1)]

@@ -29,9 +29,9 @@ import torch
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
-from scalerl.types import Completion, Group
+from scalerl.types import Completion, Group, rollout_stats
 
-__all__ = ["ActivationCost", "Batch", "Optimizer", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
+__all__ = ["ActivationCost", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
            "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
 
 
@@ -198,15 +198,23 @@ def aggregation_units(groups: list[Group], aggregation: str) -> int:
     raise ScaleRLError(f"unknown aggregation {aggregation!r} (expected prompt, sample or token)")
 
 
-def plan_shards(groups: list[Group], cfg: Config, world: int) -> list[Shard] | None:
-    """Whole-batch advantages, then `world` round-robin shards of whole groups; None if nothing trains."""
+def batch_advantages(groups: list[Group], cfg: Config) -> torch.Tensor:
+    """The step's (P, G) advantages over its kept groups (`advantage.baseline` within each group,
+    `advantage.norm` over the whole batch or each prompt: scalerl.rl.advantages)."""
     from scalerl.rl.advantages import group_advantages
 
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
+    return group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)      # (P, G)
+
+
+def plan_shards(groups: list[Group], cfg: Config, world: int,
+                advantages: torch.Tensor | None = None) -> list[Shard] | None:
+    """`world` round-robin shards of whole groups with their rows of the whole batch's advantages
+    (`batch_advantages` when not given); None if nothing trains."""
     total = aggregation_units(groups, cfg.loss.aggregation)
     if total == 0:
         return None
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
-    adv = group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)         # (P, G)
+    adv = batch_advantages(groups, cfg) if advantages is None else advantages                   # (P, G)
     return [Shard([groups[i] for i in range(rank, len(groups), world)], adv[rank::world], total)
             for rank in range(world)]
 
@@ -236,10 +244,11 @@ def no_reduce(flat: torch.Tensor) -> None:
 
 
 def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
-               ref_model=None) -> dict[str, float] | None:
-    """One optimizer step on already-filtered groups, one worker; None (no step) when no token
-    is trainable. `DataParallelStep` (scalerl.trainer.data_parallel) runs `shard_step` on W workers."""
-    shards = plan_shards(groups, cfg, 1)
+               ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+    """One optimizer step on already-filtered groups and their (P, G) `advantages` (computed here
+    when not given), one worker; None (no step) when no token is trainable. `DataParallelStep`
+    (scalerl.trainer.data_parallel) runs `shard_step` on W workers."""
+    shards = plan_shards(groups, cfg, 1, advantages)
     return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 
 
@@ -336,17 +345,10 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
     """
     comps = [c for g in groups for c in g.completions]
     scores = [s for g in groups for s in g.scores]
-    n = max(1, len(comps))
     interrupted = [c for c in comps if c.interrupted]
-    row = {
-        "train/reward_mean": sum(s.reward for s in scores) / n,
-        "train/pass_rate": sum(s.passed for s in scores) / n,
-        "train/length_mean": sum(len(c.tokens) for c in comps) / n,
-        "train/truncation_rate": sum(c.truncated for c in comps) / n,
-        "train/interrupted_rate": len(interrupted) / n,
-        "train/reward_errors": sum(s.error is not None for s in scores),
-        "train/reward_slow": sum(s.slow for s in scores),
-    }
+    row = rollout_stats(comps, scores, "train")
+    row.update({"train/reward_errors": sum(s.error is not None for s in scores),
+                "train/reward_slow": sum(s.slow for s in scores)})
     if interrupted:
         row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)
     return row

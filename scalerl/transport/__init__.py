@@ -1,15 +1,15 @@
-"""Transports between the generator and the trainer: scored groups one way, weights, version and
-retired prompts the other, under one PipelineRL-k rule.
+"""Transports between the generator and the trainer: scored groups one way, the trainer's one
+message (`TrainerUpdate`: weights, version, retired prompts) the other, under one PipelineRL-k rule.
 
-    protocol      `RolloutSource`, what the loop needs of a transport
+    protocol      `RolloutSource`, what the loop needs of a transport; `TrainerUpdate`
     window        the PipelineRL-k rule (`Window`), draw order (`InOrder`), group assembly and scoring
     local         `ThreadedRollouts` (a thread), `ProcessRollouts` (a spawned process)
     ray           `RayRollouts`: generator actors behind a hub
-    ray_session   `pipeline.backend: ray`: the Ray session and `ray_mode`
     ray_placement where the actors run (placement groups)
 
 Ray is an optional dependency (`pip install 'scalerl[ray]'`); this package init imports neither
-Ray nor torch."""
+Ray nor torch. The Ray session and `ray_mode` (the mode a Ray run trains with) are built in
+scalerl.build.ray."""
 
 from scalerl.errors import ScaleRLError
 

@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.transport.protocol import GeneratorBuild
+from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, RetiredSet, Window
 from scalerl.types import Completion, Group, Prompt
 
@@ -126,14 +126,13 @@ class ThreadedRollouts(_PausedByEvent):
             self.order.push(got)
         return group
 
-    def publish(self, state_dict: dict, version: int) -> None:
-        self.window.publish(version, self.order.next)
-        self.generator.update_weights(state_dict, version)
-        self.published = version
-
-    def retire(self, prompt_id: str) -> None:
+    def send(self, update: TrainerUpdate) -> None:
         if self.retired is not None:
-            self.retired.add(prompt_id)
+            for prompt_id in update.retired:
+                self.retired.add(prompt_id)
+        self.window.publish(update.version, self.order.next)
+        self.generator.update_weights(update.weights, update.version)
+        self.published = update.version
 
     def sampler_state(self) -> dict:
         return self.sampler.state_dict()
@@ -305,15 +304,14 @@ class ProcessRollouts(_PausedByEvent):
         self._sync["taken"].value = self.order.next
         return group
 
-    def publish(self, state_dict: dict, version: int) -> None:
+    def send(self, update: TrainerUpdate) -> None:
+        for prompt_id in update.retired:
+            self._retire.put(prompt_id)
         with self._lock, torch.no_grad():
             for name, target in self._shared.items():
-                target.copy_(state_dict[name])
+                target.copy_(update.weights[name])
             self._sync["horizon"].value = self.window.horizon(self.order.next)
-            self._sync["version"].value = version
-
-    def retire(self, prompt_id: str) -> None:
-        self._retire.put(prompt_id)
+            self._sync["version"].value = update.version
 
     def sampler_state(self) -> dict:
         return dict(self._sampler_state)

@@ -1,5 +1,6 @@
 """`RolloutSource`: what the loop needs of a transport (thread, process, Ray): receive a scored group;
-publish weights + version; retire prompts; pause, resume, close. `GeneratorBuild`: the one way every
+send the trainer's one message (`TrainerUpdate`: the new weights and version, the prompts the
+curriculum retired); pause, resume, close. `GeneratorBuild`: the one way every
 transport builds its generator stage.
 
     GeneratorBuild(fn, args)(seed=..., [model, tokenizer, task, reward, temperature]) -> Stage
@@ -12,7 +13,7 @@ transport builds its generator stage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 from scalerl.types import Group
 
@@ -30,13 +31,25 @@ class Stage(NamedTuple):
 class GeneratorBuild:
     """`fn(*args, seed=..., model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage`:
     whatever is passed is used as it is, whatever is not is built from `args` (the run's
-    config for `scalerl.loop.build_generator`). `temperature` None: the rollout's."""
+    config for `scalerl.build.generator.build_generator`). `temperature` None: the rollout's."""
 
     fn: Callable[..., Stage]
     args: tuple = ()
 
     def __call__(self, seed: int, **given: Any) -> Stage:
         return self.fn(*self.args, seed=seed, **given)
+
+
+@dataclass(frozen=True)
+class TrainerUpdate:
+    """What the trainer tells the generator after an optimizer step, as one message: the weights of
+    policy `version` (a name -> tensor mapping the receiver copies; PipelineRL applies them in
+    flight at the next decode step) and the prompts the curriculum retired since the previous
+    message (never sampled again)."""
+
+    version: int
+    weights: Mapping[str, Any]
+    retired: tuple[str, ...] = ()
 
 
 class RolloutSource(Protocol):
@@ -46,11 +59,8 @@ class RolloutSource(Protocol):
     def get(self, timeout: float | None = None) -> Group:
         """The next scored group in draw order (blocks; raises the generator's error if it failed)."""
 
-    def publish(self, state_dict: dict, version: int) -> None:
-        """Hand new weights to the generator; it applies them in flight."""
-
-    def retire(self, prompt_id: str) -> None:
-        """The curriculum retired a prompt: never sample it again."""
+    def send(self, update: TrainerUpdate) -> None:
+        """The trainer's message: new weights (applied in flight) and retired prompts (never sampled again)."""
 
     def sampler_state(self) -> dict:
         """Position of the prompt sampler (for checkpoints)."""

@@ -21,7 +21,7 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
   over the open leases (the groups that were in flight, with their draw numbers) and
   regenerates them first; a late delivery from the dead incarnation is refused
   (`ray/rejected_groups`).
-- Weights: `publish` puts the state dict in the object store once and hands the reference to
+- Weights: `send` puts the state dict in the object store once and hands the reference to
   the hub; every actor waits on the hub for a newer version and applies it in flight
   (`Generator.update_weights`); a restarted actor starts from the latest one.
 - Completion ids stay unique across actors and restarts: the engine's ids carry its seed, and
@@ -47,7 +47,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.transport.protocol import GeneratorBuild
+from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
@@ -375,12 +375,11 @@ class RayRollouts:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no rollout group arrived within {timeout} s")
 
-    def publish(self, state_dict: dict, version: int) -> None:
-        self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()})
-        ray.get(self.hub.set_weights.remote([self._weights_ref], version))
-
-    def retire(self, prompt_id: str) -> None:
-        ray.get(self.hub.retire.remote(prompt_id))
+    def send(self, update: TrainerUpdate) -> None:
+        for prompt_id in update.retired:
+            ray.get(self.hub.retire.remote(prompt_id))
+        self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
+        ray.get(self.hub.set_weights.remote([self._weights_ref], update.version))
 
     def sampler_state(self) -> dict:
         return merge_sampler_states(ray.get(self.hub.sampler_states.remote()))

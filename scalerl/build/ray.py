@@ -1,6 +1,6 @@
 """`pipeline.backend: ray`: PipelineRL-k with generator actors and data-parallel trainer ranks.
 
-`ray_mode(tr, ...)` is what `scalerl.loop` builds instead of an in-machine transport:
+`ray_mode(tr, ...)` is what `scalerl.build.modes` builds instead of an in-machine transport:
 it connects to Ray (`ray.address`) or starts a local instance (stopped again by `close()`),
 starts `ray.generators` generator actors behind a `RayRollouts` source, and, with
 `ray.trainers` W > 1, turns the trainer step into a `DataParallelStep` (rank 0 is this process,
@@ -28,6 +28,7 @@ Departures from the paper (Section 3.1, PipelineRL-k) and from the in-process ba
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Callable
 
 from scalerl.transport import require_ray
@@ -41,7 +42,7 @@ from scalerl.transport.ray_placement import Placement  # noqa: E402
 from scalerl.transport.protocol import GeneratorBuild  # noqa: E402
 from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
-from scalerl.models.lora import merged_state_dict  # noqa: E402
+from scalerl.lora import merged_state_dict  # noqa: E402
 from scalerl.batching import PipelineRL  # noqa: E402
 from scalerl.transport.window import Window  # noqa: E402
 
@@ -91,9 +92,9 @@ class RayPipelineRL(PipelineRL):
         self.closers = closers
 
     def collect(self, version, new_filler, observe):
-        batches = super().collect(version, new_filler, observe)
-        batches[-1].filler.update(self.source.step_metrics())   # merged into the step's metrics row
-        return batches
+        *batches, last = super().collect(version, new_filler, observe)
+        # the hub's metrics join the step's metrics row (a new record: a MiniBatch is not changed once made)
+        return [*batches, replace(last, metrics={**last.metrics, **self.source.step_metrics()})]
 
     def close(self) -> None:
         with contextlib.ExitStack() as stack:   # every closer runs, even if one raises
@@ -102,8 +103,8 @@ class RayPipelineRL(PipelineRL):
             super().close()
 
 
-def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> tuple[RayPipelineRL, RayRollouts]:
-    """The mode + source for a Trainer `tr` (after its restore); sets `tr.step_fn` when W > 1."""
+def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> RayPipelineRL:
+    """The mode for a Trainer `tr` (after its restore); sets `tr.step_fn` when W > 1."""
     cfg = tr.cfg
     if cfg.pipeline.mode != "pipeline_rl":
         raise ScaleRLError(f"pipeline.backend 'ray' runs pipeline.mode 'pipeline_rl' only, got {cfg.pipeline.mode!r}")
@@ -126,4 +127,4 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> t
             tr.step_fn = DataParallelStep(tr.model, tr.optim, cfg, options=placement.trainer)
             closers.append(tr.step_fn.close)
         undo.pop_all()
-    return RayPipelineRL(source, cfg.pipeline.k, closers), source
+    return RayPipelineRL(source, cfg.pipeline.k, closers)

@@ -1,0 +1,49 @@
+"""The package's layers (pyproject.toml, [tool.importlinter]; docs/design.md, "Layers") hold:
+no import runs up a layer, and a generator process reaches nothing of the training loop."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_import_runs_up_a_layer():
+    from importlinter.cli import lint_imports
+
+    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    assert code == 0, "lint-imports found an import that runs up a layer (its report is above)"
+
+
+def test_the_contract_catches_an_upward_import(tmp_path):
+    """A control: the same contract over a copy of the package with one upward import added fails."""
+    import shutil
+
+    from importlinter.cli import lint_imports
+
+    shutil.copytree(ROOT / "scalerl", tmp_path / "scalerl", ignore=shutil.ignore_patterns("__pycache__"))
+    errors = tmp_path / "scalerl" / "errors.py"
+    errors.write_text(errors.read_text() + "\n\ndef _up():\n    from scalerl.loop import train  # noqa: F401\n")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    sys.path.insert(0, str(tmp_path))
+    saved = {k: v for k, v in sys.modules.items() if k == "scalerl" or k.startswith("scalerl.")}
+    for k in saved:
+        del sys.modules[k]
+    try:
+        assert lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True) == 1
+    finally:
+        sys.path.remove(str(tmp_path))
+        for k in [k for k in sys.modules if k == "scalerl" or k.startswith("scalerl.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_a_generator_process_imports_nothing_of_the_loop():
+    """What a spawned generator unpickles (`build_generator`) and runs (the process transport's main)
+    pulls in no module of the loop's layer or above."""
+    code = ("import sys, pickle; from scalerl.build.generator import build_generator; "
+            "import scalerl.transport.local; pickle.loads(pickle.dumps(build_generator)); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['scalerl', 'loop'], ['scalerl', 'launch'], "
+            "['scalerl', 'study'], ['scalerl', 'commands'], ['scalerl', 'monitor'])); print(bad); sys.exit(bool(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
