@@ -26,7 +26,8 @@ import sys
 CHILD = r"""
 import json, random, resource, sys, time
 import torch
-from scalerl.config import LoraConfig, load_config
+from scalerl.config import LoraConfig
+from scalerl.configure import load_config
 from scalerl.models import load_model
 from scalerl.models.lora import apply_lora, merged_state_dict, trainable_params
 from scalerl.trainer.step import Optimizer, train_step

@@ -11,7 +11,8 @@ import scalerl.loop as train_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
-from scalerl.config import LoraConfig, load_config
+from scalerl.config import LoraConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
 from scalerl.models.lora import apply_lora

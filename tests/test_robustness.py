@@ -12,7 +12,8 @@ import torch
 import scalerl.loop as train_mod
 import scalerl.run.checkpoint as checkpoint_mod
 from scalerl.cli import main
-from scalerl.config import MAX_PROMPTS, available_cores, load_config
+from scalerl.config import MAX_PROMPTS, available_cores
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components

@@ -119,7 +119,7 @@ def test_a_new_run_in_a_directory_being_started_is_refused(tmp_path, capsys):
 
 
 def test_ablate_refuses_a_run_another_process_trains(tmp_path):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.study.runner import RunSpec, run_study
     from scalerl.study.variants import Variant
 
