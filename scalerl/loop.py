@@ -26,7 +26,7 @@ from scalerl.batching import BatchFiller, PipelineRL, PPOOffPolicy, staleness
 from scalerl.config import DEFAULT_VAL_SIZE, Config, available_cores
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import evaluate, live_forecast
-from scalerl.models.lora import apply_lora, merged_state_dict, trainable_params
+from scalerl.lora import apply_lora, merged_state_dict, trainable_params
 from scalerl.rewards import has_answer, training_reward
 from scalerl.rl.losses import uses_reference
 from scalerl.run.checkpoint import TrainState, save_checkpoint
@@ -74,7 +74,7 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
     as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
     from scalerl.models import cast_model
-    from scalerl.models.lora import merged_copy
+    from scalerl.lora import merged_copy
     from scalerl.trainer.forward import match_trainer_attention
 
     return match_trainer_attention(cast_model(merged_copy(model), decode_dtype(cfg)), cfg.model.share_prompt)

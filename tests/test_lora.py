@@ -1,7 +1,7 @@
 """LoRA (`model.lora`): only the adapters train, the generator and the export get merged weights.
 
 The expected values are computed here from the model's shapes and its adapters' own tensors
-(W + alpha/r * B @ A), not through scalerl.models.lora."""
+(W + alpha/r * B @ A), not through scalerl.lora."""
 
 import pytest
 import torch
@@ -14,8 +14,8 @@ from scalerl.cli import main
 from scalerl.config import LoraConfig
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
+from scalerl.lora import apply_lora
 from scalerl.models import load_model
-from scalerl.models.lora import apply_lora
 from scalerl.rollout import Engine
 from scalerl.trainer.step import Optimizer, train_step
 from test_train_forward import _groups

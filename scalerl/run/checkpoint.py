@@ -36,7 +36,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from scalerl.errors import ScaleRLError
-from scalerl.models.lora import adapter_state_dict, has_lora, load_adapters, merged_state_dict, unique_storage
+from scalerl.lora import adapter_state_dict, has_lora, load_adapters, merged_state_dict, unique_storage
 from scalerl.run.rundir import CHECKPOINT_DIR
 
 CHECKSUMS = "checksums.json"

@@ -41,7 +41,7 @@ from scalerl.transport.ray_placement import Placement  # noqa: E402
 from scalerl.transport.protocol import GeneratorBuild  # noqa: E402
 from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
 from scalerl.errors import ScaleRLError  # noqa: E402
-from scalerl.models.lora import merged_state_dict  # noqa: E402
+from scalerl.lora import merged_state_dict  # noqa: E402
 from scalerl.batching import PipelineRL  # noqa: E402
 from scalerl.transport.window import Window  # noqa: E402
 
