@@ -20,9 +20,9 @@ import scalerl.loop as train_mod
 from scalerl.cli import main
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components
-from scalerl.run.checkpoint import CHECKPOINT_DIR, checkpoints
 from scalerl.run.lock import LOCK_FILE, RunDirInUse, RunLock
 from scalerl.run.metrics import read_rows
+from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
