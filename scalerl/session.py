@@ -9,7 +9,7 @@
   below the steps already done is refused; a run whose checkpoints folder is gone is refused;
 - `--restart`: the run starts over from step 0 under its recorded config, what it wrote moved
   to `previous-N/`.
-The lock (lock.py) is held until the context exits.
+The lock (scalerl.run.lock) is held until the context exits.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
                  progress: bool = True, restart: bool = False) -> int:
     from scalerl.configure import profile_line
     from scalerl.loop import train
-    from scalerl.run.session import open_run
+    from scalerl.session import open_run
 
     with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run, \
             terminate_as_interrupt():
