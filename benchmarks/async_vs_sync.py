@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 

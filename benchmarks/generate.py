@@ -164,7 +164,7 @@ def main() -> None:
         ap.error(f"--seqs ({seqs}) must be a multiple of --samples ({args.samples})")
     texts = [f"Question {i + 1}. {TOPICS[i % len(TOPICS)]}" for i in range(seqs // args.samples)]
     if args.task:
-        from scalerl.config import load_config
+        from scalerl.configure import load_config
         from scalerl.tasks import get_task
 
         cfg = load_config("scalerl", None, [f"model.name={args.model}", f"task.name={args.task}",

@@ -4,7 +4,7 @@
 
 Each variant runs in a fresh interpreter, alternating (full, lora, full, lora, ...) so that a
 change of load on the machine falls on both: the model loaded in fp32 on the CPU, LoRA applied
-as `model.lora={r: 8, alpha: 16, targets: [q_proj, v_proj]}` does (`scalerl.models.lora`), the
+as `model.lora={r: 8, alpha: 16, targets: [q_proj, v_proj]}` does (`scalerl.lora`), the
 trainer's own `Optimizer` and `train_step` on a fixed batch of random groups (8 prompts x 8
 completions, 150-token prompts sharing their K/V as the trainer does, 32-token completions:
 about the first-hour run of docs/your-data.md), one warm-up step, then `--steps` timed steps.
@@ -26,9 +26,10 @@ import sys
 CHILD = r"""
 import json, random, resource, sys, time
 import torch
-from scalerl.config import LoraConfig, load_config
+from scalerl.config import LoraConfig
+from scalerl.configure import load_config
+from scalerl.lora import apply_lora, merged_state_dict, trainable_params
 from scalerl.models import load_model
-from scalerl.models.lora import apply_lora, merged_state_dict, trainable_params
 from scalerl.trainer.step import Optimizer, train_step
 from scalerl.types import Completion, Group, Prompt, Score
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 
 def _config(model: str, steps: int, extra: list[str]):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
 
     return load_config("scalerl", overrides=[
         f"model.name={model}", f"run.max_steps={steps}", "batch.prompts=8", "batch.generations=4",

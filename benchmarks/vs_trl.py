@@ -48,7 +48,7 @@ EVAL_SEED = 7919   # the seed scalerl's own evaluator adds to run.seed
 
 
 def scalerl_config(a: argparse.Namespace, max_minutes: float | None = None):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
 
     over = [f"model.name={a.model}", f"model.device={a.device}", "model.dtype=fp32", f"task.name={a.task}",
             f"batch.prompts={P}", f"batch.generations={G}", f"loss.eps_max={EPS_MAX}",

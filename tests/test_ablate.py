@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from scalerl.cli import main
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.study import ablate, budget_overrides, fit_study, plan_runs, plan_variants, write_report
 from scalerl.study.runner import DONE_FILE, core_shares

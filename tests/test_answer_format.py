@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from cli_helpers import SMALL, fake_model, train_cli  # noqa: F401 (fake_model: autouse fixture)
-from scalerl.config import TaskConfig, load_config
+from scalerl.config import TaskConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.monitor import Warnings
 from scalerl.run.metrics import read_rows

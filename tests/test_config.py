@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from scalerl.cli import main
-from scalerl.config import (Config, CispoLoss, PPOClipLoss, dump_config, list_recipes, load_config,
-                            parse_override, profile_line)
+from scalerl.config import Config, CispoLoss, PPOClipLoss, dump_config, list_recipes, parse_override
+from scalerl.configure import load_config, profile_line
 from scalerl.errors import ScaleRLError
 
 # docs/design.md recipe list, written out independently of the preset files.
@@ -198,7 +198,7 @@ def test_model_facts_of_a_folder_count_its_weights_and_read_template_and_context
 
 
 def test_derived_profile_follows_the_model_size_lora_and_context(tmp_path):
-    from scalerl.config import derived_lr
+    from scalerl.configure import derived_lr
 
     assert derived_lr(135e6, False) == 1e-5 and derived_lr(8e9, False) == 5e-7      # the two anchors
     assert derived_lr((135e6 * 8e9) ** 0.5, False) == 2.2e-6                         # sqrt(1e-5 * 5e-7) = 2.24e-6

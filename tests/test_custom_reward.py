@@ -7,7 +7,8 @@ import pickle
 import pytest
 
 from cli_helpers import SMALL, one_line, train_cli
-from scalerl.config import RewardConfig, TaskConfig, load_config
+from scalerl.config import RewardConfig, TaskConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import RewardFn
 from scalerl.run.metrics import read_rows

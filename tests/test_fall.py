@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scalerl.cli import main
-from scalerl.run.launch import final_fit
+from scalerl.launch import final_fit
 from scalerl.scaling import find_fall
 from scalerl.study import fit_study, plan_runs, plan_variants, write_report
 from scalerl.study.runner import DONE_FILE

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.types import Completion, Group, Prompt, Score

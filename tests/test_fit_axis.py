@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from cli_helpers import SMALL, fake_model, train_cli  # noqa: F401  (fake_model: an autouse fixture)
-from scalerl.config import eval_schedule, load_config
-from scalerl.run.launch import final_fit
+from scalerl.config import eval_schedule
+from scalerl.configure import load_config
+from scalerl.launch import final_fit
 from scalerl.study.report import fit_run
 
 NOT_EVERY = [s for s in SMALL if not s.startswith("eval.every")]

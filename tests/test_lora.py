@@ -1,7 +1,7 @@
 """LoRA (`model.lora`): only the adapters train, the generator and the export get merged weights.
 
 The expected values are computed here from the model's shapes and its adapters' own tensors
-(W + alpha/r * B @ A), not through scalerl.models.lora."""
+(W + alpha/r * B @ A), not through scalerl.lora."""
 
 import pytest
 import torch
@@ -13,10 +13,11 @@ from scalerl.build import state as state_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
-from scalerl.config import LoraConfig, load_config
+from scalerl.config import LoraConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
+from scalerl.lora import apply_lora
 from scalerl.models import load_model
-from scalerl.models.lora import apply_lora
 from scalerl.rollout import Engine
 from scalerl.trainer.step import Optimizer, train_step
 from test_train_forward import _groups

@@ -151,7 +151,7 @@ def test_smollm2_loads_offline_and_answers():
 
 
 def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.build.generator import generator_copy
 
     model, _ = tiny_random
@@ -164,7 +164,7 @@ def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
 
 
 def test_compute_dtype_auto_is_fp32_without_cuda():
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.models import compute_dtype
 
     cfg = load_config("scalerl")
@@ -191,7 +191,8 @@ def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
     from scalerl.rollout.length import phrase_tokens
     from scalerl.run.checkpoint import TrainState, save_checkpoint
 
-    from scalerl.config import dump_config, load_config
+    from scalerl.config import dump_config
+    from scalerl.configure import load_config
 
     run = tmp_path / "run"
     run.mkdir()

@@ -15,7 +15,7 @@ import torch
 ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
 from ray.exceptions import ActorUnavailableError  # noqa: E402
 
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.transport import ray_session as backend
 from scalerl.trainer.data_parallel import start_workers
 from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from scalerl.config import Config, load_config
+from scalerl.config import Config
+from scalerl.configure import load_config
 from doubles import FakeGenerator
 from scalerl.build.generator import Components
 from scalerl.loop import train

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from scalerl.config import LengthPenaltyConfig, load_config
+from scalerl.config import LengthPenaltyConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.rl.advantages import group_advantages, nonzero_variance_mask
 from scalerl.batching import BatchFiller, zero_variance_filter

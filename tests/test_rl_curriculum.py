@@ -156,7 +156,7 @@ def test_endless_sampler_skips_retired_and_gives_up_when_saturated():
 def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_path, monkeypatch, one_torch_thread):
     """Through the training loop (tiny-random, parity reward): a pool of 20 arith prompts, several
     epochs, a resume; every prompt drawn is checked against the retirements made before it."""
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.transport import window as transport
     from doubles import tiny_random_components
     from scalerl.loop import train

@@ -20,9 +20,9 @@ import scalerl.build.run as build_mod
 from scalerl.cli import main
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components
-from scalerl.run.checkpoint import CHECKPOINT_DIR, checkpoints
 from scalerl.run.lock import LOCK_FILE, RunDirInUse, RunLock
 from scalerl.run.metrics import read_rows
+from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -119,7 +119,7 @@ def test_a_new_run_in_a_directory_being_started_is_refused(tmp_path, capsys):
 
 
 def test_ablate_refuses_a_run_another_process_trains(tmp_path):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.study.runner import RunSpec, run_study
     from scalerl.study.variants import Variant
 

@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import SMALL, one_line, train_cli
-from scalerl.config import TaskConfig, load_config
+from scalerl.config import TaskConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.run.metrics import read_rows
 from scalerl.tasks import get_task

@@ -113,7 +113,7 @@ def test_math_verify_on_user_data_from_a_thread(tmp_path):
 def test_the_training_reward_adds_the_length_penalty_in_a_new_score_and_changes_no_completion():
     import dataclasses
 
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.rewards import training_reward
 
     cfg = load_config("dapo", overrides=["rollout.length.max_len=6", "rollout.length.tolerance=4"])

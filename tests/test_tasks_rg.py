@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from scalerl.cli import main
-from scalerl.config import RewardConfig, TaskConfig, load_config
+from scalerl.config import RewardConfig, TaskConfig
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows

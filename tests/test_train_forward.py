@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
 from scalerl.trainer.forward import completion_logprobs

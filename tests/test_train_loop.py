@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from scalerl.cli import main
-from scalerl.config import list_recipes, load_config
+from scalerl.config import list_recipes
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.build import state as state_mod
 from doubles import FakeGenerator, FakeTask, fake_build, parity_reward, tiny_random_components

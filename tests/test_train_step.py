@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from scalerl.config import load_config
+from scalerl.configure import load_config
 from scalerl.models import load_model
 from scalerl.trainer import step as step_mod
 from scalerl.trainer.step import Optimizer, collate, micro_batches, train_step

@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.run.export import export_run
+    from scalerl.export import export_run
 
     ckpt = export_run(args.run_dir, args.out_dir, args.step)
     print(f"exported {ckpt} to {args.out_dir} (load it with AutoModelForCausalLM.from_pretrained({args.out_dir!r}))")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from scalerl.config import add_config_arguments
+from scalerl.configure import add_config_arguments
 
 HELP = "sample completions for a task's prompts with the rollout engine and print them with rewards"
 
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.errors import ScaleRLError
     from scalerl.models import load_model
     from scalerl.rollout import Engine

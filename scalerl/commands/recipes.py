@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def summary(name: str) -> str:
     """`name  loss=...  aggregation=...  norm=...  mode=...` for one recipe."""
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
 
     cfg = load_config(name)
     params = ",".join(f"{k}={v:g}" for k, v in cfg.loss.model_dump().items()
@@ -30,7 +30,8 @@ def summary(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.config import dump_config, list_recipes, load_config
+    from scalerl.config import dump_config, list_recipes
+    from scalerl.configure import load_config
 
     if args.action == "show":
         print(dump_config(load_config(args.name, args.config, args.overrides)), end="")

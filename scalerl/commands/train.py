@@ -38,7 +38,7 @@ def scale_out_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.run.launch import run_training
+    from scalerl.launch import run_training
 
     return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides + scale_out_overrides(args),
                         run_dir=args.run_dir, max_steps=args.max_steps, resume=args.resume,

@@ -1,7 +1,7 @@
 """What a model is, read without loading its weights: `model_facts(name) -> ModelFacts | None`.
 
-The derived profile (`scalerl.config.derived_profile`) sets a model's learning rate, warm-up,
-lengths and batch from these facts when no measured profile (`scalerl.config.PROFILES`) covers
+The derived profile (`scalerl.configure.derived_profile`) sets a model's learning rate, warm-up,
+lengths and batch from these facts when no measured profile (`scalerl.configure.PROFILES`) covers
 it. The built-in character-tokenizer models get None: the config's defaults are theirs.
 
 - `params`: the parameter count, summed from the safetensors headers (shapes only, no weights

@@ -36,8 +36,8 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from scalerl.errors import ScaleRLError
-from scalerl.models.lora import adapter_state_dict, has_lora, load_adapters, merged_state_dict, unique_storage
-from scalerl.run.rundir import CHECKPOINT_DIR
+from scalerl.lora import adapter_state_dict, has_lora, load_adapters, merged_state_dict, unique_storage
+from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 
 CHECKSUMS = "checksums.json"
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
@@ -150,12 +150,6 @@ def _write_failure(final: Path, exc: BaseException) -> str:
     keep = f"the newest complete checkpoint, {newest.name}, is intact" if newest else "no earlier checkpoint exists"
     return (f"could not write checkpoint {final} ({cause}); nothing partial was left behind and {keep}: "
             "free some space, then continue with --resume")
-
-
-def checkpoints(run_dir: Path) -> list[Path]:
-    """Every `step_*` checkpoint directory, oldest first."""
-    root = Path(run_dir) / CHECKPOINT_DIR
-    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.is_dir() else []
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

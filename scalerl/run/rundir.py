@@ -113,6 +113,12 @@ def read_run_config(path: Path) -> dict:
     return data
 
 
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Every `step_*` checkpoint directory, oldest first."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.is_dir() else []
+
+
 def has_rows(path: Path) -> bool:
     metrics = Path(path) / METRICS_FILE
     return metrics.is_file() and metrics.stat().st_size > 0
@@ -136,8 +142,6 @@ def set_aside_outputs(path: Path) -> Path | None:
 
 def discard_failed_start(path: Path, made_dir: bool) -> None:
     """Remove what a new run created if it failed before recording a metrics row or a checkpoint."""
-    from scalerl.run.checkpoint import checkpoints
-
     path = Path(path)
     if has_rows(path) or checkpoints(path):
         return

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from scalerl.config import Config, dump_config, load_config
+from scalerl.config import Config, dump_config
+from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.run.lock import RunDirInUse
 from scalerl.study.variants import Variant, fit_length_control

@@ -64,7 +64,7 @@ class TrainerWorker:
         device = resolve_device(self.cfg.model.device)
         self.model, tokenizer = load_model(self.cfg.model.name, dtype=self.cfg.model.dtype, device=device)
         if self.cfg.model.lora is not None:   # the adapters' values come from rank 0 (`load`)
-            from scalerl.models.lora import apply_lora
+            from scalerl.lora import apply_lora
 
             self.model = apply_lora(self.model, self.cfg.model.lora)
         self.pad_id = tokenizer.pad_token_id

@@ -9,7 +9,7 @@
   below the steps already done is refused; a run whose checkpoints folder is gone is refused;
 - `--restart`: the run starts over from step 0 under its recorded config, what it wrote moved
   to `previous-N/`.
-The lock (lock.py) is held until the context exits.
+The lock (scalerl.run.lock) is held until the context exits.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def config_changes(old: dict, new: dict) -> list[str]:
 
 
 def new_config(recipe: str | None, config_file: str | None, overrides: list[str], max_steps: int | None):
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
 
     cfg = load_config(recipe=recipe, config_file=config_file, overrides=tuple(overrides))
     if max_steps is not None:
@@ -56,7 +56,8 @@ def _check_max_steps(max_steps: int) -> int:
 
 def resumed_config(run_dir: Path, overrides: list[str], max_steps: int | None, log: Callable[[str], None]):
     """The run's recorded config with `--set` / `--max-steps` applied; changes printed and recorded."""
-    from scalerl.config import Config, dump_config, load_config
+    from scalerl.config import Config, dump_config
+    from scalerl.configure import load_config
     from scalerl.run.resume import newest_step
 
     recorded = read_run_config(run_dir)

@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 from scalerl.errors import ScaleRLError
-from scalerl.run.checkpoint import DamagedCheckpoint, checkpoints, read_state, verify_checksums
-from scalerl.run.rundir import CONFIG_FILE, read_run_config
+from scalerl.run.checkpoint import DamagedCheckpoint, read_state, verify_checksums
+from scalerl.run.rundir import CONFIG_FILE, checkpoints, read_run_config
 
 CARD = "README.md"
 

@@ -74,9 +74,9 @@ def print_fit(out: dict) -> None:
 def run_training(recipe: str | None = None, config_file: str | None = None, overrides: list[str] = (),
                  run_dir: str | None = None, max_steps: int | None = None, resume: bool = False,
                  progress: bool = True, restart: bool = False) -> int:
-    from scalerl.config import profile_line
+    from scalerl.configure import profile_line
     from scalerl.loop import train
-    from scalerl.run.session import open_run
+    from scalerl.session import open_run
 
     with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run, \
             terminate_as_interrupt():
