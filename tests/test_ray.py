@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra s
 from ray.exceptions import ActorUnavailableError  # noqa: E402
 
 from scalerl.configure import load_config
-from scalerl.transport import ray_session as backend
+from scalerl.build import ray as backend
 from scalerl.trainer.data_parallel import start_workers
 from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
 from scalerl.build import state as state_mod
@@ -55,12 +55,12 @@ def record_trained(monkeypatch, on_step=None) -> tuple[list[str], list[str]]:
     completions: list[str] = []
     prompts: list[str] = []
 
-    def step(model, optim, groups, cfg, pad_id, step, ref_model=None):
+    def step(model, optim, groups, cfg, pad_id, step, ref_model=None, advantages=None):
         completions.extend(c.id for g in groups for c in g.completions)
         prompts.extend(g.prompt.id for g in groups)
         if on_step is not None:
             on_step(step)
-        return train_step(model, optim, groups, cfg, pad_id, step, ref_model)
+        return train_step(model, optim, groups, cfg, pad_id, step, ref_model, advantages=advantages)
 
     monkeypatch.setattr(state_mod, "train_step", step)
     return completions, prompts

@@ -91,13 +91,14 @@ def test_pipeline_rl_staleness_bounded_with_slow_trainer(tmp_path, monkeypatch):
 
 
 def test_ppo_off_policy_takes_k_steps_per_generated_batch(tmp_path):
-    cfg = small_cfg(extra=["run.max_steps=6", "pipeline.mode=ppo_off_policy", "pipeline.k=3",
+    cfg = small_cfg(extra=["run.max_steps=7", "pipeline.mode=ppo_off_policy", "pipeline.k=3",
                            "filter.zero_variance=false", "eval.every=100"])
     comps, gens = fake_components(cfg)
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["staleness/max"] for r in rows] == [0, 1, 2, 0, 1, 2]
-    assert gens[1].updates == [0, 3, 6]  # initial weights, then once per k = 3 optimizer steps
+    assert [r["staleness/max"] for r in rows] == [0, 1, 2, 0, 1, 2, 0]
+    # the initial weights, then the newest ones when each round of k = 3 steps starts (steps 4 and 7)
+    assert gens[1].updates == [0, 3, 6]
 
 
 @pytest.mark.slow  # spawning the generator process costs ~10-20 s of imports on a busy 2-core machine
