@@ -2,10 +2,11 @@
 
 Departures from the paper (Section 4 and Appendix A.3):
 1. Zero-variance groups are dropped and the step runs on the rest (not resampled, as in the
-   paper); a step whose every group was dropped is skipped and counted (`train/skipped`),
+   paper); a step whose every group was dropped is skipped and counted (`train/skipped_batches`),
    the policy version does not advance.
-2. Learning rate: linear warm-up then constant, as the paper, but the value is the tiny
-   model's (1e-4 by default; the paper's 8B used 5e-7).
+2. Learning rate: linear warm-up then constant, as the paper, but the value is the small
+   testbed's (`optim.lr`: 5e-5 by default, in every recipe; a model other than the built-in ones
+   gets one derived from its size, `scalerl.configure.derived_lr`; the paper's 8B used 5e-7).
 3. Log-probabilities are recomputed only at completion positions, and each group's prompt is
    run once for its G completions (forward.py; exact): the (FP32) head never runs over prompt
    tokens.
