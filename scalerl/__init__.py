@@ -1,8 +1,10 @@
 """scalerl: predictable reinforcement-learning post-training of language models.
 
-Stages, one subpackage each, in data-flow order:
-    tasks -> rollout -> rewards -> transport -> batching -> trainer (rl: advantages, losses) -> loop -> run
-and, beside them, `scaling` (the compute-performance curve fits; torch-free).
+The data flow of a run: tasks -> rollout (generate) -> rewards (score) -> transport -> batching
+(filter) -> trainer (advantages, loss, step; the maths in `rl`) -> back to rollout (weights),
+driven by `loop` and built by `build`; its record is the run directory (`run`), which `scaling`
+fits and forecasts (torch-free). The layers, the CLI down to the pure maths, are enforced by the
+import contract in pyproject.toml (docs/design.md, "Layers").
 """
 
 __version__ = "0.1.0"

@@ -1,19 +1,11 @@
-"""`train(cfg, run_dir)`: the RL loop of `scalerl train`, in the paper's stages (docs/design.md, "The loop").
+"""`train(cfg, run_dir)`: the RL loop of `scalerl train`, in the paper's stages (`_loop`):
 
-    generate    the step's groups from the transport: sampled by the generator with the weights it
-                holds (PipelineRL: updated in flight) and scored there as each completes
-                (`time/score`, the generator's own time); `time/generate` is the trainer's wait
-    filter      the zero-variance filter (`filter.zero_variance`): groups of equal correctness dropped
-    advantages  the (P, G) advantages of the kept groups (baseline, batch-level normalisation)
-    train       one optimizer step (the loss: CISPO, ...; FP32 head; prompt-level aggregation)
-    publish     one message to the generator: the new weights and version, the prompts retired
-    log         the step's metrics row (`time/<stage>` of each stage above)
-    evaluate    mean@k on the validation set and the live forecast, on the `eval` schedule
-    checkpoint  every `run.checkpoint_every` steps, and at the end
+    generate -> filter -> advantages -> train -> publish -> log -> [evaluate] [checkpoint]
 
-Everything is built below the loop (scalerl.build); the stages' rows and warnings are in
-scalerl.monitor. Departures from the paper: see trainer/step.py, batching.py, evaluate.py and
-run/compute.py headers.
+each timed as `time/<stage>` in the step's metrics row; scoring runs in the transport as groups
+complete (`time/score`). What each stage does and where: docs/design.md, "The loop". Everything
+is built below the loop (scalerl.build); the rows and warnings are in scalerl.monitor.
+Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run/compute.py.
 """
 
 from __future__ import annotations
@@ -30,7 +22,7 @@ from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import downstream_sets, eval_curve, evaluate_all, forecast_row
 from scalerl.lora import merged_state_dict
-from scalerl.monitor import Clock, Warnings, check_rewards, step_row
+from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
 from scalerl.run.compute import FIT_X, StepCompute
 from scalerl.run.memory import MemoryMonitor, trim
 from scalerl.run.metrics import MetricsWriter
@@ -130,7 +122,7 @@ class Stages:
         return None
 
     def skip(self, mb: MiniBatch) -> None:
-        """A batch that trains nothing: its tokens count, its wall-clock goes into the next step's."""
+        """A batch that trains nothing: its tokens count, its time goes into the next step's."""
         self.tr.meter.add_generated(mb.tokens_generated)
         self.tr.counters.skipped_batches += 1
 
@@ -203,11 +195,7 @@ class Stages:
             row.update(forecast_row(tr.run_dir, row, self.cfg.eval.fit_min_frac))
             erow = {"step": tr.state.step, "kind": "eval", **row, "time/eval": time.monotonic() - t0}
             self.metrics.write(erow)
-        self.postfix["val"] = f"{erow['val/pass_rate']:.3f}"
-        if "forecast/A" in erow:
-            self.postfix["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
-        if erow.get("forecast/fell"):
-            self.postfix["A"] = "fell"
+        self.postfix.update(eval_postfix(erow))
         self.warn.fell(erow)
         self.bar.set_postfix(self.postfix, refresh=True)
 
@@ -216,8 +204,7 @@ class Stages:
             self.tr.checkpoint(self.metrics, self.mode.sampler_state())
 
     def off_the_clock(self, stage) -> None:
-        """Run `stage` off the step clock and off `run.max_minutes` (evaluation and checkpoint
-        time is neither step time nor training time)."""
+        """Run `stage` off the step clock and off `run.max_minutes` (evaluation, checkpoints)."""
         t0 = time.monotonic()
         stage()
         self.last += time.monotonic() - t0

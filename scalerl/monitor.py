@@ -66,6 +66,16 @@ def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) ->
     return row
 
 
+def eval_postfix(erow: dict) -> dict[str, str]:
+    """The progress bar's view of an eval row: the pass rate and the live forecast of A."""
+    out = {"val": f"{erow['val/pass_rate']:.3f}"}
+    if "forecast/A" in erow:
+        out["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+    if erow.get("forecast/fell"):
+        out["A"] = "fell"
+    return out
+
+
 class Warnings:
     """The loop's one-line warnings, each said once (truncation: at most every WARN_EVERY steps)."""
 

@@ -33,3 +33,50 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# A failing test leaves no process behind: the processes it started (a `scalerl watch`, a training
+# run, a generator process) that are still alive once it has failed are killed, and named.
+_FAILED = pytest.StashKey[bool]()
+_KEEP = ("resource_tracker", "semaphore_tracker")   # multiprocessing's, shared by every later test
+
+
+def _children() -> dict:
+    import psutil
+
+    return {p.pid: p for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import psutil
+
+    before = set(_children())
+    try:
+        return (yield)
+    finally:
+        if item.stash.get(_FAILED, False):
+            left = []
+            for pid, p in _children().items():
+                try:
+                    if pid not in before and not any(k in " ".join(p.cmdline()) for k in _KEEP):
+                        left.append(p)
+                except psutil.NoSuchProcess:
+                    continue
+            for p in left:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    continue
+            psutil.wait_procs(left, timeout=10)
+            if left:
+                print(f"\n{item.nodeid} failed with {len(left)} process(es) still running, killed: "
+                      + ", ".join(f"{p.pid}" for p in left))

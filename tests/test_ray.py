@@ -299,11 +299,13 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
 
 
 def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path, monkeypatch):
-    """One PipelineRL-k rule: with a slow trainer both transports sit at the window (staleness k)."""
+    """One PipelineRL-k rule: with a slow trainer both transports sit at the window (staleness k). The
+    trainer must be slower than the generator even on a loaded machine (0.3 s was not, under two
+    other jobs on 2 cores: the generator then lagged and the staleness fell below k)."""
     real_step = train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(0.3)
+        time.sleep(1.0)
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)

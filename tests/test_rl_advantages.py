@@ -8,7 +8,7 @@ import torch
 from scalerl.config import LengthPenaltyConfig
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.rl.advantages import group_advantages, nonzero_variance_mask
+from scalerl.rl.advantages import group_advantages, unequal_rewards_mask
 from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.rl.length_penalty import overlong_penalty, shaped_reward
 from scalerl.config import CispoLoss
@@ -53,8 +53,8 @@ def test_zero_std_guard_gives_exact_zeros():
         assert adv.tolist() == [[0.0] * 3, [0.0] * 3]
 
 
-def test_nonzero_variance_mask():
-    assert nonzero_variance_mask(R).tolist() == [True, False, True]
+def test_unequal_rewards_mask():
+    assert unequal_rewards_mask(R).tolist() == [True, False, True]
 
 
 @pytest.mark.parametrize("bad,match", [

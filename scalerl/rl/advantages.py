@@ -24,8 +24,12 @@ from scalerl.errors import ScaleRLError
 from scalerl.rl._checks import check_finite, check_ndim
 
 
-def nonzero_variance_mask(rewards: torch.Tensor) -> torch.Tensor:
-    """(P, G) rewards -> (P,) bool: True where a group's rewards are not all equal."""
+def unequal_rewards_mask(rewards: torch.Tensor) -> torch.Tensor:
+    """(P, G) rewards -> (P,) bool: True where a group's rewards are not all equal. This is the
+    zero-std guard (departure 2), not the zero-variance filter: the filter decides on correctness
+    (`scalerl.batching.has_variance`, the one definition of a zero-variance group) before the
+    advantages are computed; the guard only makes an equal-reward group's advantages exactly 0
+    (with the filter off, or when a length penalty makes all-correct rewards equal)."""
     check_ndim("rewards", rewards, 2)
     return rewards.amax(dim=1) != rewards.amin(dim=1)
 
@@ -77,6 +81,6 @@ def group_advantages(rewards: torch.Tensor, norm: str = "batch", baseline: str =
     check_finite("rewards", rewards)
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
     centred = BASELINES[baseline](rewards)
-    varied = nonzero_variance_mask(rewards).unsqueeze(1)                     # (P, 1)
+    varied = unequal_rewards_mask(rewards).unsqueeze(1)                     # (P, 1)
     centred = torch.where(varied, centred, torch.zeros_like(centred))
     return NORMS[norm](centred)
