@@ -209,6 +209,10 @@ def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0, wa
     return spec
 
 
+BUILD_THREADS = 2   # torch threads of every warm start, whatever the machine has: the trajectory depends on it
+                    # (ladder-1m built with 1 thread starts RL at 0.175, with 2 at 0.050: docs/models-and-tasks.md)
+
+
 def build_tiny(out_dir, settings, log=print, shape: str = "tiny", wrong_order_share: float = 0.0,
                warm_task: str = WARM_TASK) -> None:
     """Build, warm-start and save the tiny (or `small`) model and its tokenizer into `out_dir`.
@@ -232,7 +236,7 @@ def build_tiny(out_dir, settings, log=print, shape: str = "tiny", wrong_order_sh
     from scalerl.models.warmstart import warm_start
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(min(threads, 2))
+    torch.set_num_threads(BUILD_THREADS)
     try:
         summary = warm_start(model, tokenizer, task, settings, log=lambda m: print(m, file=sys.stderr, flush=True))
     finally:
