@@ -458,3 +458,47 @@ def test_a_results_folder_carries_finished_runs_to_a_fresh_study_dir(tmp_path, m
     # a results folder made under other options is refused, as a run directory would be
     with pytest.raises(ScaleRLError, match="differs from the config"):
         ablate(tmp_path / "c", train_fn=no_training, results=results, **{**kwargs, "budget": str(STEPS + 1)})
+
+
+def test_finished_runs_record_their_model_build_and_a_study_refuses_another_build(tmp_path):
+    """done.json records the fingerprint of the weights a run started from and the code; a results
+    folder whose run started from another build of the same model is refused before anything is
+    restored or trained, and a report over runs of two builds says so."""
+    results = tmp_path / "results"
+    kwargs = dict(recipes=["grpo"], seeds=1, budget=str(STEPS), overrides=SMALL, n_bootstrap=10, log=lambda s: None)
+    report = ablate(tmp_path / "a", train_fn=_trainer([]), results=results, **kwargs)
+    done = json.loads((results / "grpo" / "seed0" / DONE_FILE).read_text())
+    assert done["model_build"] == "random-init"          # tiny-random: seeded, nothing to fingerprint
+    assert done["code"]
+    assert report["provenance"]["models"] == {"tiny-random": {"random-init": ["scalerl/seed0", "grpo/seed0"]}}
+    assert report["provenance"]["mixed_builds"] == []
+
+    done["model_build"] = "0123456789ab"                  # as if trained from another machine's build
+    (results / "grpo" / "seed0" / DONE_FILE).write_text(json.dumps(done))
+
+    def no_training(*a, **k):
+        raise AssertionError("trained although the results folder holds another build")
+
+    with pytest.raises(ScaleRLError, match="build 0123456789ab of model tiny-random.*build random-init"):
+        ablate(tmp_path / "b", train_fn=no_training, results=results, **kwargs)
+    assert not (tmp_path / "b" / "runs" / "scalerl" / "seed0" / DONE_FILE).exists()   # nothing restored
+    # the committed runs as they are: reported, with the two builds named
+    mixed = ablate(tmp_path / "c", train_fn=no_training, results=results, report_only=True, **kwargs)
+    assert mixed["provenance"]["mixed_builds"] == ["tiny-random"]
+    assert "started from different builds" in (tmp_path / "c" / "report.md").read_text()
+
+
+def test_weights_id_is_the_sha256_of_the_saved_weights(tmp_path):
+    import hashlib
+
+    from scalerl.models import load_model, weights_id
+
+    model, tokenizer = load_model("tiny-random")
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    expected = hashlib.sha256((tmp_path / "model.safetensors").read_bytes()).hexdigest()[:12]
+    assert weights_id(str(tmp_path)) == expected
+    with torch.no_grad():
+        next(model.parameters()).add_(1e-3)
+    model.save_pretrained(tmp_path)
+    assert weights_id(str(tmp_path)) != expected

@@ -151,8 +151,9 @@ def cast_model(model, dtype: str):
     return model
 
 
-def checkpoint_dir(name: str) -> Path:
-    """The checkpoint directory for a model name, building it into the cache if needed."""
+def checkpoint_dir(name: str, build: bool = True) -> Path | None:
+    """The checkpoint directory for a model name, building it into the cache if needed (`build`
+    False: None for a built-in model not in the cache yet)."""
     from scalerl.models.cache import build_key, cached_build
 
     if name in ("tiny", "small"):
@@ -161,13 +162,14 @@ def checkpoint_dir(name: str) -> Path:
 
         settings = WarmStartSettings()
         return cached_build(build_key(name, tiny.build_spec(settings, name)),
-                            lambda d: tiny.build_tiny(d, settings, shape=name))
+                            lambda d: tiny.build_tiny(d, settings, shape=name), build_missing=build)
     if name in ("tiny-order", "small-order"):
         from scalerl.models import tiny
 
         settings, share, shape = tiny.order_settings(), tiny.WRONG_ORDER_SHARE, name.removesuffix("-order")
         return cached_build(build_key(name, tiny.build_spec(settings, shape, share)),
-                            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share))
+                            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share),
+                            build_missing=build)
     if name in LADDER_NAMES:
         from scalerl.models import tiny
 
@@ -175,11 +177,11 @@ def checkpoint_dir(name: str) -> Path:
         warm = tiny.WARM_TASKS.get(name, tiny.LADDER_WARM_TASK)
         spec = tiny.build_spec(settings, shape, share, warm)
         return cached_build(build_key(name, spec), lambda d: tiny.build_tiny(
-            d, settings, shape=shape, wrong_order_share=share, warm_task=warm))
+            d, settings, shape=shape, wrong_order_share=share, warm_task=warm), build_missing=build)
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 
-        return cached_build(build_key("smollm2-135m", smollm2.build_spec()), smollm2.convert)
+        return cached_build(build_key("smollm2-135m", smollm2.build_spec()), smollm2.convert, build_missing=build)
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path
@@ -189,6 +191,21 @@ def checkpoint_dir(name: str) -> Path:
         f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}), a Hugging Face checkpoint "
         "directory (no config.json there), a Hub id (org/name) nor a scalerl run or checkpoint directory"
     )
+
+
+def weights_id(name: str, build: bool = True) -> str | None:
+    """What `load_model(name)` loads here, as 12 hex digits of its weights' SHA-256
+    (`scalerl.models.cache.weights_fingerprint`): a study records it per run and refuses to mix runs
+    of two builds of one model (a warm start rebuilt on another machine is another model,
+    docs/models-and-tasks.md). 'random-init' for the seeded random models; None when `build` is
+    False and the built-in model is not in the cache yet."""
+    from scalerl.models.cache import weights_fingerprint
+
+    if name in ("tiny-random", "smollm2-shape-random"):
+        return "random-init"
+    trained = run_checkpoint(name)
+    folder = trained[1].parent if trained is not None else checkpoint_dir(name, build=build)
+    return None if folder is None else weights_fingerprint(folder)
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")      # org/name, as the Hugging Face Hub spells a model

@@ -31,13 +31,16 @@ def build_key(prefix: str, spec: dict) -> str:
     return f"{prefix}-{digest[:12]}"
 
 
-def cached_build(key: str, build: Callable[[Path], None]) -> Path:
-    """The folder for `key`, calling `build(tmp_dir)` first if it is not there yet."""
+def cached_build(key: str, build: Callable[[Path], None], build_missing: bool = True) -> Path | None:
+    """The folder for `key`, calling `build(tmp_dir)` first if it is not there yet (`build_missing`
+    False: None instead of building)."""
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
     final = root / key
     if final.is_dir():
         return final
+    if not build_missing:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir():                       # another process built it while we waited
@@ -57,3 +60,18 @@ def cached_build(key: str, build: Callable[[Path], None]) -> Path:
             if tmp.exists():
                 shutil.rmtree(tmp)
     return final
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """12 hex digits of the SHA-256 of a model folder's weights (its `*.safetensors` files in name
+    order): two builds of one model name with other weights (another machine's warm start, see
+    docs/models-and-tasks.md) have other fingerprints."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors file to fingerprint")
+    digest = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]

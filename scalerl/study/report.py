@@ -601,12 +601,45 @@ def _plot_groups(configs: Sequence[ConfigFit], base: str) -> dict[str, set[str]]
     return groups
 
 
+def provenance(specs: Sequence[RunSpec]) -> dict:
+    """What the finished runs started from and ran: per model name, the builds of its weights with the
+    runs of each (`model_build` in done.json; 'not recorded' for runs from before it was), and the code
+    versions. More than one build of a model means runs that did not start from the same model."""
+    models: dict[str, dict[str, list[str]]] = {}
+    code: dict[str, list[str]] = {}
+    for spec in specs:
+        done = spec.run_dir / DONE_FILE
+        if not done.is_file():
+            continue
+        rec = json.loads(done.read_text())
+        run = f"{spec.variant.name}/seed{spec.seed}"
+        build = rec.get("model_build") or "not recorded"
+        models.setdefault(spec.cfg.model.name, {}).setdefault(build, []).append(run)
+        code.setdefault(rec.get("code") or "not recorded", []).append(run)
+    mixed = sorted(m for m, builds in models.items() if len([b for b in builds if b != "not recorded"]) > 1)
+    return {"models": models, "code": code, "mixed_builds": mixed}
+
+
+def provenance_markdown(p: dict) -> str:
+    lines = ["| model | build (weights SHA-256) | runs |", "|---|---|---|"]
+    for model, builds in sorted(p["models"].items()):
+        for build, runs in sorted(builds.items()):
+            lines.append(f"| {model} | {build} | {len(runs)}: {', '.join(runs)} |")
+    lines += ["", "Code: " + "; ".join(f"`{c}` ({len(r)} runs)" for c, r in sorted(p["code"].items()))]
+    if p["mixed_builds"]:
+        lines += ["", f"**Runs of {', '.join(p['mixed_builds'])} started from different builds of the model: they "
+                  "did not start from the same weights, so differences between them are not the configurations' "
+                  "alone.**"]
+    return "\n".join(lines)
+
+
 def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col: str,
-                 variants_md: str, command: str = "") -> dict:
+                 variants_md: str, command: str = "", specs: Sequence[RunSpec] = ()) -> dict:
     """report.md, report.json, fits.png and fits_linearised.png in `study_dir`."""
     study_dir = Path(study_dir)
     paper = against_paper(configs, base, x_col)
     data = report_dict(configs, base, x_col, paper)
+    data["provenance"] = provenance(specs)
     (study_dir / "report.json").write_text(json.dumps(data, indent=1))
     plotted = [(c.name, np.concatenate([r.x for r in c.runs]), np.concatenate([r.y for r in c.runs]), c.fit)
                for c in sorted(configs, key=sort_key) if c.fit is not None]
@@ -654,6 +687,9 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
                subsets, ""]
     md += ["## Predictability: a fit on the first half of the compute vs the mean of the last three evaluations", "",
            predictability_markdown(configs), ""]
+    if data["provenance"]["models"]:
+        md += ["## Provenance: the weights each run started from, and the code", "",
+               provenance_markdown(data["provenance"]), ""]
     if plotted:
         md += ["## Plots", "", "![fitted curves](fits.png)", "", "![linearised view](fits_linearised.png)", ""]
         for group in groups:

@@ -118,6 +118,57 @@ def _check_same_config(spec: RunSpec) -> None:
             "rerun with the same options, or choose another --out")
 
 
+def code_version() -> str:
+    """The git commit of the scalerl checkout that trains (`+dirty` with uncommitted changes to the
+    package), else the installed package's version."""
+    import subprocess
+
+    import scalerl
+
+    top = Path(scalerl.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(top), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no", "--",
+                                "scalerl"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return scalerl.__version__
+    if head.returncode != 0:
+        return scalerl.__version__
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+class BuildCheck:
+    """Refuses to mix runs of two builds of one model in a study: each finished run's done.json
+    records the fingerprint of the weights it started from (`model_build`, `scalerl.models.weights_id`);
+    a run whose build is not this machine's build of its model is a study-wide error, raised before
+    anything is restored or trained. The builds here are fingerprinted only where already in the cache
+    (nothing is built to check); runs from before fingerprints were recorded are counted, not checked."""
+
+    def __init__(self):
+        self.here: dict[str, str | None] = {}
+        self.unrecorded = 0
+
+    def check(self, spec: RunSpec, done_file: Path) -> None:
+        if not done_file.is_file():
+            return
+        recorded = json.loads(done_file.read_text()).get("model_build")
+        if recorded is None:
+            self.unrecorded += 1
+            return
+        name = spec.cfg.model.name
+        if name not in self.here:
+            from scalerl.models import weights_id
+
+            self.here[name] = weights_id(name, build=False)
+        here = self.here[name]
+        if here is not None and here != recorded:
+            raise ScaleRLError(
+                f"{done_file} was trained from build {recorded} of model {name}, but this machine's {name} is "
+                f"build {here}: a rebuilt model is another starting point (docs/models-and-tasks.md), so one "
+                "study's runs must share one build; start another --out/--results, or put that build in the cache")
+
+
 def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = False) -> str:
     """Train one run to its budget unless done; return 'skipped', 'resumed' or 'started' (its directory locked)."""
     from scalerl.run.lock import RunLock
@@ -130,7 +181,7 @@ def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = Fa
 
 
 def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str:
-    from scalerl.models import compute_dtype
+    from scalerl.models import compute_dtype, weights_id
     from scalerl.run.rundir import CONFIG_FILE, create_run_dir
 
     if train_fn is None:
@@ -148,6 +199,7 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
     tr = train_fn(spec.cfg, spec.run_dir, resume=status == "resumed", progress=progress)
     done = {"config": spec.variant.name, "seed": spec.seed, "steps": tr.state.step,
             "compute_dtype": compute_dtype(spec.cfg.model),  # what the trunk computed in, 'auto' resolved here
+            "model_build": weights_id(spec.cfg.model.name), "code": code_version(),
             "seconds_this_session": time.monotonic() - t0, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "notes": spec.notes}
@@ -216,6 +268,14 @@ def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progre
     """
     counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
     todo = []
+    builds = BuildCheck()
+    for spec in specs:     # every run checked before any is restored or trained
+        builds.check(spec, spec.run_dir / DONE_FILE)
+        if results is not None:
+            builds.check(spec, archived_dir(spec, results) / DONE_FILE)
+    if builds.unrecorded:
+        log(f"{builds.unrecorded} finished runs do not record the build of their model (run before builds were "
+            "recorded): not checked against this machine's build")
     for i, spec in enumerate(sorted(specs, key=lambda s: s.seed), 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
         if results is not None and restore_archived(spec, results):

@@ -48,7 +48,7 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     planned = {s.variant.name for s in specs}
     base = variants[0].name             # `base` for the controls and the axes alone, else the base recipe
     report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
-                          command)
+                          command, specs)
     log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
     return report
 
