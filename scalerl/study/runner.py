@@ -119,8 +119,20 @@ def _check_same_config(spec: RunSpec) -> None:
 
 
 def code_version() -> str:
-    """The git commit of the scalerl checkout that trains (`+dirty` with uncommitted changes to the
-    package), else the installed package's version."""
+    """The git commit of the scalerl checkout this process imported (`+dirty` with uncommitted changes to
+    the package), else the installed package's version: read once, at the first call (a study's worker
+    makes it before its first run), so that a checkout changed under a running study is not recorded as
+    the code its workers run."""
+    global _CODE_VERSION
+    if _CODE_VERSION is None:
+        _CODE_VERSION = _read_code_version()
+    return _CODE_VERSION
+
+
+_CODE_VERSION: str | None = None
+
+
+def _read_code_version() -> str:
     import subprocess
 
     import scalerl
@@ -174,6 +186,7 @@ def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = Fa
     from scalerl.run.lock import RunLock
     from scalerl.run.rundir import prepare_dir
 
+    code_version()           # read before the run's own imports (see code_version)
     if not spec.run_dir.is_dir():
         prepare_dir(spec.run_dir)
     with RunLock(spec.run_dir):
