@@ -396,9 +396,10 @@ def paper_markdown(rows: dict[str, dict]) -> str:
 
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
     lines = [f"| config | seed | run | evals | start | at half compute | end (mean of last {END_EVALS}) | A [90%] | "
-             "predicted end from the first half | first half (points, compute) | error | within 0.02 | baseline: last "
-             "first-half eval, error | baseline: best first-half eval, error | fit beat both | fell after its peak |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted end from the first half | first-half fit's A | first half (points, compute) | error | within 0.02 | "
+             "baseline: last first-half eval, error | baseline: best first-half eval, error | fit beat both | "
+             "fell after its peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -411,11 +412,11 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
                 lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | | {end} | {a} | {r.error} "
-                             f"| | | | | | | {fell} |")
+                             f"| | | | | | | | {fell} |")
                 continue
             h = r.half
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {h['at_half']:.3f} | {end} | {a} "
-                         f"| {h['predicted']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
+                         f"| {h['predicted']:.3f} | {h['A']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
                          f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
                          f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
                          f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
@@ -430,6 +431,10 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                       f"({s['baseline_best_within']} within {PAPER_MARGIN}); the fit beat both on {s['beat_baselines']} "
                       f"of {s['runs']}. The second half gained {s['mean_left']:+.3f} on average from the value at half "
                       "the compute."]
+        if s["under"]:
+            lines[-1] += (f" {s['under']} of {s['runs']} were under-predicted; on {s['under_bent_early']} of those the "
+                          "first-half fit's A is below the whole run's: the curve was still rising where the first half's "
+                          "sigmoid had already bent (a slower part of the gain, e.g. a harder subset, still to come).")
         if s["fell"]:
             lines[-1] += (f" {s['fell']} of them fell after their peak (gave back at least a tenth of their gain: "
                           f"`find_fall`), which no sigmoid forecasts; of the {s['runs_standing']} others, "
@@ -449,9 +454,11 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
     best = np.array([r.half["baseline_best_error"] for r in runs])
     standing = np.array([not r.fell for r in runs])
     ok = np.abs(errs) <= PAPER_MARGIN
+    under = [r for r in runs if r.prediction_error < -PAPER_MARGIN]
     return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
             "max_abs_error": float(np.abs(errs).max()), "mean_error": float(errs.mean()),
             "within": int(ok.sum()), "fell": int((~standing).sum()), "runs_standing": int(standing.sum()),
+            "under": len(under), "under_bent_early": sum(r.fit is not None and r.half["A"] < r.fit.A for r in under),
             "within_standing": int((ok & standing).sum()),
             "baseline_last_mean_abs_error": float(np.abs(last).mean()),
             "baseline_last_within": int((np.abs(last) <= PAPER_MARGIN).sum()),
