@@ -180,3 +180,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     p.stdout.close()  # the reader is gone before a byte is written
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_metric_fits_one_domain_of_a_mixed_task(tmp_path, capsys):
+    """`--metric val/pass_rate/code` (the issue's name; `--y` is the same option) fits that domain's
+    column, not the overall pass rate: the two are written from different curves (A 0.6 and 0.35)."""
+    def code_truth(c):
+        return 0.1 + 0.25 / (1 + (4000 / c) ** 1.5) if c > 0 else 0.1   # A 0.35, B 1.5, C_mid 4000, R0 0.1
+
+    rows = [{"step": i, "kind": "eval", X: 250.0 * i, Y: round(truth(250.0 * i), 5),
+             f"{Y}/code": round(code_truth(250.0 * i), 5)} for i in range(40)]
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = fit_cli(capsys, log, "--x", X, "--metric", f"{Y}/code", "--bootstrap", 20, "--json")
+    assert code == 0, err
+    assert strict_json(out)["A"] == pytest.approx(0.35, abs=0.01)
+    code, out, err = fit_cli(capsys, log, "--x", X, "--bootstrap", 20, "--json")
+    assert strict_json(out)["A"] == pytest.approx(0.6, abs=0.01)

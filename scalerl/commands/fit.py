@@ -21,7 +21,9 @@ def add_reading_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--x", default=None,
                    help="compute column (default: compute/flops for a scalerl run directory or the metrics.jsonl in "
                         "one, the axis `scalerl train` fits; compute/device_hours otherwise; or derived with --compute)")
-    p.add_argument("--y", default=None, help="metric column (default: val/pass_rate, or the --from preset's)")
+    p.add_argument("--y", "--metric", dest="y", default=None,
+                   help="metric column (default: val/pass_rate, or the --from preset's; val/pass_rate/<domain> fits "
+                        "one domain of a mixed task, e.g. val/pass_rate/code)")
     p.add_argument("--compute", choices=["wall", "tokens", "steps"], default=None,
                    help="derive compute: wall (device-hours, with --devices), tokens (FLOPs, with --params), "
                         "steps (with --per-step)")
