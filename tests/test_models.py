@@ -106,7 +106,7 @@ def test_small_order_is_the_default_testbed_at_the_small_shape(monkeypatch, tmp_
     from scalerl.models import checkpoint_dir, tiny
 
     seen = {}
-    monkeypatch.setattr(cache, "cached_build", lambda key, build: seen.setdefault(key, build) and tmp_path)
+    monkeypatch.setattr(cache, "cached_build", lambda key, build, build_missing=True: seen.setdefault(key, build) and tmp_path)
     checkpoint_dir("small-order")
     checkpoint_dir("tiny-order")
     (small_key, build), tiny_key = list(seen.items())[0], list(seen)[1]
