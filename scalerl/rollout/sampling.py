@@ -21,12 +21,17 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
-def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None,
+                u: torch.Tensor | None = None) -> torch.Tensor:
     """One draw per row of unnormalised `probs` (B, V) by inverting the CDF at a uniform point:
-    one cumulative sum and a binary search (on CPU ~20x cheaper than `torch.multinomial`)."""
+    one cumulative sum and a binary search (on CPU ~20x cheaper than `torch.multinomial`).
+    `u` (B, 1): the uniform draws, made by the caller (a captured step cannot draw its own);
+    none: drawn here from `generator` (the same numbers: `torch.rand` of that shape)."""
     cdf = probs.cumsum(dim=-1)  # (B, V)
     total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total
+    if u is None:
+        u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype)
+    u = u * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total
     # the first index with cdf > u: never a zero-probability token
     return torch.searchsorted(cdf, u, right=True).squeeze(-1)
@@ -38,8 +43,10 @@ def sample(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    u: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row of `logits` (B, V). Returns (tokens (B,), logprobs (B,))."""
+    """Pick one token per row of `logits` (B, V). Returns (tokens (B,), logprobs (B,)). `u` (B, 1):
+    uniform draws to sample with (see `inverse_cdf`)."""
     scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # (B, V)
     log_z = torch.logsumexp(scaled, dim=-1, keepdim=True)  # (B, 1)
     if greedy:
@@ -48,5 +55,5 @@ def sample(
         probs = (scaled - log_z).exp_()
         if top_p < 1.0:
             probs = top_p_filter(probs, top_p)
-        tokens = inverse_cdf(probs, generator)
+        tokens = inverse_cdf(probs, generator, u)
     return tokens, (scaled.gather(-1, tokens[:, None]) - log_z).squeeze(-1)
