@@ -91,20 +91,22 @@ def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, de
     return out.shape[1] - enc["input_ids"].shape[1]
 
 
-def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True):
-    from scalerl.rollout import engine as engine_module
+def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True,
+             decode: str = "static"):
+    from scalerl.rollout import eager, static
 
-    min_shared, engine_module.MIN_SHARED_PREFIX = engine_module.MIN_SHARED_PREFIX, (
-        engine_module.MIN_SHARED_PREFIX if shared else 10**9)
+    saved = eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX
+    if not shared:
+        eager.MIN_SHARED_PREFIX = static.MIN_SHARED_PREFIX = 10**9
     try:
-        return _run_ours(model, tokenizer, texts, samples, new_tokens, seed)
+        return _run_ours(model, tokenizer, texts, samples, new_tokens, seed, decode)
     finally:
-        engine_module.MIN_SHARED_PREFIX = min_shared
+        eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX = saved
 
 
-def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int):
+def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, decode: str):
     cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, batch_slots=len(texts) * samples,
-                        length=NoLengthControl())
+                        length=NoLengthControl(), decode=decode)
     engine = Engine(model, tokenizer, cfg, fp32_head=True, seed=seed, ignore_eos=True)
     out = engine.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
     return min(len(c.tokens) for c in out)

@@ -108,17 +108,31 @@ def _linear(module):
     return module
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _norm(module, dtype: torch.dtype):
+    """An RMSNorm as one fused `F.rms_norm` on fp32 activations (the same values as the `transformers`
+    module, which upcasts to fp32, normalises and multiplies by the weight: checked bit for bit);
+    in any other dtype the module itself, whose two roundings a fused kernel would not repeat."""
+    eps = getattr(module, "variance_epsilon", None)
+    if module is None or dtype != torch.float32 or eps is None or "RMSNorm" not in type(module).__name__:
+        return module
+    return lambda x: F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """`x * cos + rotate_half(x) * sin` as `transformers` computes it, with rotate_half(x) * sin =
+    roll(x, half) * sin_signed (sin with its first half negated): the same products, one kernel
+    fewer."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 class _Layer:
-    def __init__(self, layer):
+    def __init__(self, layer, dtype: torch.dtype):
         attn = layer.self_attn
         self.q, self.k, self.v, self.o = (_linear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
-        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)   # qwen3
-        self.ln1, self.ln2, self.mlp = layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
+        self.q_norm = _norm(getattr(attn, "q_norm", None), dtype)   # qwen3
+        self.k_norm = _norm(getattr(attn, "k_norm", None), dtype)
+        self.ln1, self.ln2 = _norm(layer.input_layernorm, dtype), _norm(layer.post_attention_layernorm, dtype)
+        self.mlp = layer.mlp
 
 
 class Decoder:
@@ -127,20 +141,24 @@ class Decoder:
     def __init__(self, model):
         base = model.base_model
         text = model.config.get_text_config()
-        self.embed, self.norm, self.rotary = base.get_input_embeddings(), base.norm, base.rotary_emb
-        self.layers = [_Layer(layer) for layer in base.layers[: text.num_hidden_layers]]
+        self.embed, self.rotary = base.get_input_embeddings(), base.rotary_emb
+        dtype = self.embed.weight.dtype
+        self.norm = _norm(base.norm, dtype)
+        self.layers = [_Layer(layer, dtype) for layer in base.layers[: text.num_hidden_layers]]
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.scaling = getattr(base.layers[0].self_attn, "scaling", self.head_dim ** -0.5)
         self.sdpa = self.embed.weight.device.type == "cuda"
 
     def rope(self, capacity: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (capacity, head_dim) of positions 0..capacity-1, as the model's rotary
-        embedding computes them (in the activation dtype)."""
+        """cos, sin_signed (capacity, head_dim) of positions 0..capacity-1, as the model's rotary
+        embedding computes them (in the activation dtype); sin_signed has its first half negated
+        (`_rope`)."""
         device = self.embed.weight.device
         positions = torch.arange(capacity, device=device)[None]
         cos, sin = self.rotary(torch.zeros((), dtype=dtype, device=device), positions)
-        return cos[0], sin[0]
+        half = self.head_dim // 2
+        return cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
 
     def decode(self, ids: torch.Tensor, pos: torch.Tensor, kv: StaticKV, cols: int,
                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -159,7 +177,7 @@ class Decoder:
             q = self._heads(L.q(h), L.q_norm, B, 1, self.heads)           # (B, Hq, 1, d)
             k = self._heads(L.k(h), L.k_norm, B, 1, self.kv_heads)        # (B, Hkv, 1, d)
             v = L.v(h).view(B, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s
+            q, k = _rope(q, c, s), _rope(k, c, s)
             K, V = kv.keys[i], kv.values[i]
             K[rows, :, pos] = k[:, :, 0]
             V[rows, :, pos] = v[:, :, 0]
@@ -186,7 +204,7 @@ class Decoder:
             q = self._heads(L.q(h), L.q_norm, k_rows, W, self.heads)      # (k, Hq, W, d)
             k = self._heads(L.k(h), L.k_norm, k_rows, W, self.kv_heads)
             v = L.v(h).view(k_rows, W, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s
+            q, k = _rope(q, c, s), _rope(k, c, s)
             K, V = kv.keys[i], kv.values[i]
             K[rows, :, start:end] = k
             V[rows, :, start:end] = v
