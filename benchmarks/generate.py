@@ -118,15 +118,16 @@ def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int,
 
 
 def timed(fn, device: str):
+    """(tokens per sequence, wall seconds, CPU seconds of this process, peak memory in GiB)."""
     with PeakMemory(device) as mem:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = fn()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-    return n, seconds, mem.peak
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return n, seconds, cpu, mem.peak
 
 
 def roofline(model, seqs: int, prompt_len: float, new_tokens: int, seconds: float) -> tuple[float, str]:
@@ -199,12 +200,12 @@ def main() -> None:
     if args.task:
         sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
                                             shared=False)
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, fn in sides.items():
-            n, seconds, peak = timed(fn, args.device)
+            n, seconds, cpu, peak = timed(fn, args.device)
             assert n == args.new_tokens, f"{name} generated {n} tokens per sequence, expected {args.new_tokens}"
-            runs[name].append((seconds, peak))
+            runs[name].append((seconds, cpu, peak))
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
     rate, best = {}, {}
     labels = {"hf": "transformers generate", "ours": "scalerl Engine (static)", "eager": "scalerl Engine (eager)",
@@ -212,12 +213,14 @@ def main() -> None:
     for name, label in labels.items():
         if name not in runs:
             continue
-        seconds = statistics.median(s for s, _ in runs[name])
-        peak = max(p for _, p in runs[name])
+        seconds = statistics.median(s for s, _, _ in runs[name])
+        cpu = statistics.median(c for _, c, _ in runs[name])
+        peak = max(p for _, _, p in runs[name])
         best[name] = (seconds, peak)
         rate[name] = seqs * args.new_tokens / seconds
-        each = ", ".join(f"{s:.2f}" for s, _ in runs[name])
-        print(f"{label:>24}: {rate[name]:8.1f} tokens/s  (median of {len(runs[name])}: {each} s)  {mem} {peak:.2f} GiB")
+        each = ", ".join(f"{s:.2f}" for s, _, _ in runs[name])
+        print(f"{label:>24}: {rate[name]:8.1f} tokens/s  (median of {len(runs[name])}: {each} s; CPU {cpu:.2f} s)  "
+              f"{mem} {peak:.2f} GiB")
     print(f"{'ratio static / hf':>24}: {rate['ours'] / rate['hf']:.2f}x")
     if "eager" in rate:
         print(f"{'ratio eager / hf':>24}: {rate['eager'] / rate['hf']:.2f}x")

@@ -57,17 +57,12 @@ def fresh_logprobs(model, prompt_tokens: list[int], tokens: list[int], temperatu
     return torch.log_softmax(steps, -1).gather(-1, torch.tensor(tokens, device=device)[:, None])[:, 0].cpu()
 
 
-def engine(model, tok, decode: str, **cfg) -> Engine:
-    settings = {"max_new_tokens": 20, "batch_slots": 3, "length": NoLengthControl(), **cfg}
-    return Engine(model, tok, RolloutConfig(decode=decode, **settings), greedy=cfg.pop("greedy", False), seed=5)
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_greedy_tokens_equal_on_the_static_and_eager_paths(tok, name):
     model = MODELS[name](len(tok))
-    static = Engine(model, tok, RolloutConfig(max_new_tokens=20, batch_slots=3, length=NoLengthControl()), greedy=True)
-    eager = Engine(model, tok, RolloutConfig(max_new_tokens=20, batch_slots=3, length=NoLengthControl(), decode="eager"),
-                   greedy=True)
+    cfg = RolloutConfig(max_new_tokens=20, batch_slots=3, length=NoLengthControl())
+    static = Engine(model, tok, cfg, greedy=True)
+    eager = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True)
     assert static.decode == "static" and eager.decode == "eager"
     a, b = static.generate(prompts(LONG_AND_SHORT), n=2), eager.generate(prompts(LONG_AND_SHORT), n=2)
     assert [c.tokens for c in a] == [c.tokens for c in b]
@@ -223,7 +218,8 @@ def test_cuda_graphs_greedy_equal_eager(tok, name):
     static = Engine(model, tok, cfg, greedy=True)
     assert static.decode == "static" and static._loop.capture
     a = static.generate(prompts(LONG_AND_SHORT), n=2)
-    b = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True).generate(prompts(LONG_AND_SHORT), n=2)
+    eager = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True)
+    b = eager.generate(prompts(LONG_AND_SHORT), n=2)
     assert [c.tokens for c in a] == [c.tokens for c in b]
     assert static._loop._graphs                    # the steps ran as captured graphs
     again = static.generate(prompts(LONG_AND_SHORT), n=2)   # graphs and buffers reused across calls

@@ -172,7 +172,10 @@ class Decoder:
         mask = torch.zeros((B, 1, 1, cols), dtype=dtype, device=ids.device)
         mask.masked_fill_(cols_range[None, None, None, :] > pos[:, None, None, None], torch.finfo(dtype).min)
         c, s = cos[pos][:, None, None, :], sin[pos][:, None, None, :]    # (B, 1, 1, d)
-        rows = torch.arange(B, device=ids.device)
+        h, cap, d = self.kv_heads, kv.capacity, self.head_dim
+        # where each row's new K/V goes in a layer's buffer seen as (slots * h * capacity, d)
+        heads = torch.arange(h, device=ids.device)
+        at = (((torch.arange(B, device=ids.device) * h)[:, None] + heads) * cap + pos[:, None]).view(-1)   # (B * h,)
         x = F.embedding(ids, self.embed.weight)                           # (B, H)
         for i, L in enumerate(self.layers):
             h = L.ln1(x)
@@ -181,8 +184,8 @@ class Decoder:
             v = L.v(h).view(B, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = _rope(q, c, s), _rope(k, c, s)
             K, V = kv.keys[i], kv.values[i]
-            K[rows, :, pos] = k[:, :, 0]
-            V[rows, :, pos] = v[:, :, 0]
+            K.view(-1, d).index_copy_(0, at, k.reshape(-1, d))
+            V.view(-1, d).index_copy_(0, at, v.reshape(-1, d))
             o = self._attend(q, K[:B, :, :cols], V[:B, :, :cols], mask)  # (B, Hq, 1, d)
             x = x + L.o(o.reshape(B, -1))
             x = x + L.mlp(L.ln2(x))

@@ -11,7 +11,8 @@ The host synchronises once every `SYNC_EVERY` steps: it collects the rows that e
 device-to-host copy), admits new requests into free rows (their prompts prefilled straight into
 the rows, a shared prefix and the prompts of the last admissions reused), and picks the shape of
 the next steps: B rows (the highest row in use; rows are compacted downwards when at most half
-are in use) and `cols` columns (the furthest any row can reach before the next synchronisation).
+are in use) and the columns each step attends over (on a CPU the furthest any row can have
+reached at that step; under capture the furthest it can reach before the next synchronisation).
 A row that ends between two synchronisations idles until the next one (at most SYNC_EVERY - 1
 steps; its outputs are frozen on the device).
 
@@ -43,8 +44,7 @@ from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_
 from scalerl.rollout.state import _END, IDLE_SLEEP_S, MIN_SHARED_PREFIX, RECENT_PREFILLS, Request, Rows
 
 SYNC_EVERY = 4          # decode steps between two host synchronisations
-COLS_ROUND = 16         # attention columns are a multiple of this (CPU); 64 x 2^k under capture
-GRAPH_COLS = 64
+GRAPH_COLS = 64         # under capture the attention columns are GRAPH_COLS x 2^k (or the capacity)
 
 
 def _pow2_at_least(n: int) -> int:
@@ -93,7 +93,8 @@ class StaticLoop:
         self.per_token = kv_bytes_per_token(engine._n_layers, engine._kv_heads, engine._head_dim, engine.dtype)
         self.kv: StaticKV | None = None
         self.state: Rows | None = None
-        self.cols = GRAPH_COLS
+        self.cols = GRAPH_COLS   # the attention columns of the next step
+        self._reach = 0          # CPU: the furthest position a row held at the last synchronisation
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._u: torch.Tensor | None = None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -191,6 +192,8 @@ class StaticLoop:
                         continue
                     width = self._arrange(held, hpos, occupied)
                     due = False
+                if not self.capture:   # exactly the columns a row can have reached at this step
+                    self.cols = min(self.kv.capacity, self._reach + steps + 1)
                 with torch.inference_mode():
                     e._step(self._view(width), self.kv)
                 steps += 1
@@ -253,11 +256,11 @@ class StaticLoop:
             for a, b in zip(src, dst):
                 held[b], hpos[b], held[a] = held[a], hpos[a], None
             top = n
-        reach = max(hpos[r] for r in range(top) if held[r] is not None) + SYNC_EVERY
+        self._reach = max(hpos[r] for r in range(top) if held[r] is not None)
         if self.capture:
+            reach = self._reach + SYNC_EVERY
             self.cols = min(self.kv.capacity, GRAPH_COLS * _pow2_at_least(-(-reach // GRAPH_COLS)))
             return min(self.kv.slots, _pow2_at_least(top))
-        self.cols = min(self.kv.capacity, -(-reach // COLS_ROUND) * COLS_ROUND)
         return top
 
     def _view(self, width: int) -> Rows:
@@ -340,8 +343,8 @@ class StaticLoop:
             for c in todo:
                 rows = want[c]
                 if len(rows) > 1:
-                    kv.copy_rows(torch.tensor(rows[1:], device=dev), torch.tensor([rows[0]] * (len(rows) - 1), device=dev),
-                                 len(c))
+                    first = torch.tensor([rows[0]] * (len(rows) - 1), device=dev)
+                    kv.copy_rows(torch.tensor(rows[1:], device=dev), first, len(c))
         for c in [c for c in want if c][-RECENT_PREFILLS:]:   # the last ones admitted, most recent last
             if c not in self._recent:
                 self._recent[c] = kv.take(want[c][0], len(c))
