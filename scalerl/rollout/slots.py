@@ -4,7 +4,8 @@ The fixed-shape path (`rollout.decode: static`) preallocates every slot's K/V to
 span, so its memory is known before the first token:
 
     kv_per_token = layers x 2 (K and V) x kv_heads x head_dim x dtype bytes
-    capacity     = the longest context admitted so far, rounded up to CONTEXT_ROUND, + max_new_tokens
+    capacity     = the longest context admitted so far, rounded up to CONTEXT_ROUND, + max_new_tokens,
+                   rounded up to a multiple of 16 (an aligned mask for CUDA's attention kernels)
     slot_bytes   = kv_per_token x capacity
     slots        = clamp(budget // slot_bytes, 1, SLOTS_MAX[device])     (batch_slots: auto)
 
@@ -36,8 +37,9 @@ def kv_bytes_per_token(n_layers: int, kv_heads: int, head_dim: int, dtype: torch
 
 def capacity_for(context: int, max_new_tokens: int) -> int:
     """Columns a slot holds for contexts up to `context` tokens: the context rounded up to
-    CONTEXT_ROUND, plus the completion budget."""
-    return -(-max(context, 1) // CONTEXT_ROUND) * CONTEXT_ROUND + max_new_tokens
+    CONTEXT_ROUND, plus the completion budget, rounded up to a multiple of 16."""
+    columns = -(-max(context, 1) // CONTEXT_ROUND) * CONTEXT_ROUND + max_new_tokens
+    return -(-columns // 16) * 16
 
 
 def kv_budget(budget_mb: float | None, device: torch.device) -> int:

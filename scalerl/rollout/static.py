@@ -38,6 +38,7 @@ from collections.abc import Iterator
 
 import torch
 
+from scalerl.errors import ScaleRLError
 from scalerl.rollout.forward import Decoder, StaticKV
 from scalerl.rollout.sampling import sample
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
@@ -103,6 +104,7 @@ class StaticLoop:
         self._prefix: tuple[tuple[int, ...], list[torch.Tensor]] | None = None   # see _shared_prefix
         self._recent: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()  # see _admit
         self._last_context: tuple[int, ...] = ()
+        self._running = False    # one `generate` / `stream` at a time: the slots are the loop's
 
     def forget(self) -> None:
         """Drop every kept K/V (the weights changed)."""
@@ -152,6 +154,10 @@ class StaticLoop:
             hold: threading.Event | None = None, context: int = 0):
         """Yields (request, completion) as sequences finish; while `hold` is set, waits. `limit`:
         at most this many rows (None: the slots); `context`: the longest context expected."""
+        if self._running:
+            raise ScaleRLError("rollout: this engine is already decoding (a `stream` still open): one `generate` or "
+                               "`stream` at a time per engine; close the stream first, or use another engine")
+        self._running = True
         e, source = self.e, _Source(requests)
         held: list[Request | None] = []
         hpos: list[int] = []     # per row: a bound on the position its next step writes
@@ -199,6 +205,7 @@ class StaticLoop:
                 steps += 1
                 due = steps >= SYNC_EVERY
         finally:
+            self._running = False
             if not self.capture:
                 self.kv = self.state = None   # a CPU engine keeps no K/V between calls
                 self._views.clear()
