@@ -1,15 +1,19 @@
 """Our rollout engine vs `transformers` `generate`: same model, prompts, batch and sampling.
 
-Fixed length on both sides (EOS ignored: `min_new_tokens` for HF, `ignore_eos` for ours), plain
+Fixed length on every side (EOS ignored: `min_new_tokens` for HF, `ignore_eos` for ours), plain
 sampling (temperature 1, top-p 1, no top-k). The sequences are `seqs / samples` distinct prompts
 sampled `samples` times each, as in RL (HF: `num_return_sequences`; ours: `n`); `--samples 1`
-makes every sequence a different prompt. Prints tokens/s of each, the ratio, peak memory
-(process RSS sampled during each run on CPU; CUDA max allocated on GPU) and, on CUDA, the
-fraction of the memory-bandwidth roofline our engine reaches.
+makes every sequence a different prompt. Three sides, alternated `--repeats` times: HF
+`generate`, our engine on its fixed-shape path (`rollout.decode=static`; on CUDA its steps
+replayed as CUDA graphs), and our engine's eager reference path (`rollout.decode=eager`). Prints
+tokens/s of each, the ratios, peak memory (process RSS sampled during each run on CPU; CUDA max
+allocated on GPU) and, on CUDA, the fraction of the memory-bandwidth roofline our engine reaches.
 
     python benchmarks/generate.py --model smollm2-135m            # real weights (CPU, 64 x 64)
+    python benchmarks/generate.py --model tiny                    # the tiny model (CPU, 64 x 64)
     python benchmarks/generate.py --model smollm2-shape-random    # same shapes, random weights
     python benchmarks/generate.py --model smollm2-shape-random --device cuda   # 256 sequences
+    python benchmarks/generate.py --model smollm2-shape-random --device cuda --seqs 1024 --dtype bf16
     python benchmarks/generate.py --task rg:chain_sum --new-tokens 16   # a task's real prompts (system
                                                                          # prompt and solved examples shared)
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 
@@ -91,35 +96,38 @@ def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, de
     return out.shape[1] - enc["input_ids"].shape[1]
 
 
-def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True):
-    from scalerl.rollout import engine as engine_module
+def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True,
+             decode: str = "static"):
+    from scalerl.rollout import eager, static
 
-    min_shared, engine_module.MIN_SHARED_PREFIX = engine_module.MIN_SHARED_PREFIX, (
-        engine_module.MIN_SHARED_PREFIX if shared else 10**9)
+    saved = eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX
+    if not shared:
+        eager.MIN_SHARED_PREFIX = static.MIN_SHARED_PREFIX = 10**9
     try:
-        return _run_ours(model, tokenizer, texts, samples, new_tokens, seed)
+        return _run_ours(model, tokenizer, texts, samples, new_tokens, seed, decode)
     finally:
-        engine_module.MIN_SHARED_PREFIX = min_shared
+        eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX = saved
 
 
-def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int):
+def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, decode: str):
     cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, batch_slots=len(texts) * samples,
-                        length=NoLengthControl())
+                        length=NoLengthControl(), decode=decode)
     engine = Engine(model, tokenizer, cfg, fp32_head=True, seed=seed, ignore_eos=True)
     out = engine.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
     return min(len(c.tokens) for c in out)
 
 
 def timed(fn, device: str):
+    """(tokens per sequence, wall seconds, CPU seconds of this process, peak memory in GiB)."""
     with PeakMemory(device) as mem:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = fn()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-    return n, seconds, mem.peak
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return n, seconds, cpu, mem.peak
 
 
 def roofline(model, seqs: int, prompt_len: float, new_tokens: int, seconds: float) -> tuple[float, str]:
@@ -149,7 +157,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: all cores on an idle machine, 1 on a busy one: multi-threaded "
                          "GEMMs on oversubscribed cores stall)")
-    ap.add_argument("--repeats", type=int, default=1, help="alternate HF / ours this many times, keep the best")
+    ap.add_argument("--repeats", type=int, default=1, help="alternate the sides this many times, keep the median")
+    ap.add_argument("--no-eager", action="store_true", help="leave out the eager reference path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--task", default=None, help="use this task's validation prompts (e.g. rg:chain_sum)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -179,32 +188,46 @@ def main() -> None:
           f"{seqs} seqs x {args.new_tokens} new tokens, "
           f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
           "sampling T=1, top-p 1, EOS ignored")
-    run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up both paths
+    run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up every path
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed)
+    run_ours(model, tokenizer, texts[:2], 1, 2, args.seed, decode="eager")
 
     sides = {"hf": lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device, args.seed),
              "ours": lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed)}
+    if not args.no_eager:
+        sides["eager"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
+                                          decode="eager")
     if args.task:
         sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
                                             shared=False)
-    best = {name: (float("inf"), 0.0) for name in sides}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, fn in sides.items():
-            n, seconds, peak = timed(fn, args.device)
+            n, seconds, cpu, peak = timed(fn, args.device)
             assert n == args.new_tokens, f"{name} generated {n} tokens per sequence, expected {args.new_tokens}"
-            best[name] = min(best[name], (seconds, peak))
+            runs[name].append((seconds, cpu, peak))
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
-    rate = {}
-    labels = {"hf": "transformers generate", "ours": "scalerl Engine", "ours-np": "... no shared prefix"}
+    rate, best = {}, {}
+    labels = {"hf": "transformers generate", "ours": "scalerl Engine (static)", "eager": "scalerl Engine (eager)",
+              "ours-np": "... no shared prefix"}
     for name, label in labels.items():
-        if name not in best:
+        if name not in runs:
             continue
-        seconds, peak = best[name]
+        seconds = statistics.median(s for s, _, _ in runs[name])
+        cpu = statistics.median(c for _, c, _ in runs[name])
+        peak = max(p for _, _, p in runs[name])
+        best[name] = (seconds, peak)
         rate[name] = seqs * args.new_tokens / seconds
-        print(f"{label:>22}: {rate[name]:8.1f} tokens/s  ({seconds:.2f} s)  {mem} {peak:.2f} GiB")
-    print(f"{'ratio ours / hf':>22}: {rate['ours'] / rate['hf']:.2f}x")
+        each = ", ".join(f"{s:.2f}" for s, _, _ in runs[name])
+        print(f"{label:>24}: {rate[name]:8.1f} tokens/s  (median of {len(runs[name])}: {each} s; CPU {cpu:.2f} s)  "
+              f"{mem} {peak:.2f} GiB")
+    print(f"{'ratio static / hf':>24}: {rate['ours'] / rate['hf']:.2f}x")
+    if "eager" in rate:
+        print(f"{'ratio eager / hf':>24}: {rate['eager'] / rate['hf']:.2f}x")
+        print(f"{'ratio static / eager':>24}: {rate['ours'] / rate['eager']:.2f}x")
     if "ours-np" in rate:
-        print(f"{'shared prefix gain':>22}: {rate['ours'] / rate['ours-np']:.2f}x")
+        print(f"{'shared prefix gain':>24}: {rate['ours'] / rate['ours-np']:.2f}x")
+    print(f"{'load average after':>24}: {os.getloadavg()[0]:.1f}")
     if args.device.startswith("cuda"):
         frac, name = roofline(model, seqs, prompt_len, args.new_tokens, best["ours"][0])
         print(f"{'bandwidth roofline':>22}: {frac:.1%} of {name} peak (weights + KV per step x steps/s; "

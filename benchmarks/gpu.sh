@@ -5,7 +5,9 @@
 # (default .venv/bin/python; on a machine whose own python holds torch and the deps:
 # PY=python3 bash benchmarks/gpu.sh DIR). Further arguments pick steps; a lease that caps a command's
 # time runs them a few at a time, in order:
-#   test-gpu generate vs_trl    the required checks (~9 min)
+#   test-gpu generate vs_trl    the required checks (~9 min); `generate` runs benchmarks/generate.py at 256 rows
+#                               (HF generate, the static path with CUDA graphs, the eager path; bf16 and fp32)
+#   generate-1024               the same at 1,024 rows (issue 30's 150k tokens/s target)
 #   scalerl-variants            vs_trl's scalerl side again with an fp32 trunk, and with the generator in
 #                               its own process (what sets scalerl/TRL on CUDA; ~3 min)
 #   small-order                 the study's base and FP32-head rows (bf16 trunk) on the 27M `small-order`
@@ -21,7 +23,7 @@ set -u
 out=${1:-gpu-out}
 shift $(( $# > 0 ? 1 : 0 ))
 steps=" ${*:-test-gpu generate vs_trl} "
-known=" test-gpu generate vs_trl scalerl-variants small-order smollm2-install learn-scalerl learn-trl-fp32 learn-trl-bf16 learn-combine "
+known=" test-gpu generate generate-1024 vs_trl scalerl-variants small-order smollm2-install learn-scalerl learn-trl-fp32 learn-trl-bf16 learn-combine "
 for s in $steps; do
     [[ $known == *" $s "* ]] || { echo "gpu.sh: unknown step '$s' (expected one of:$known)" >&2; exit 2; }
 done
@@ -44,6 +46,10 @@ want test-gpu && step test-gpu 300 make test-gpu PY="$PY" -o .venv/.installed
 want generate && for dtype in bf16 fp32; do
     step "generate-$dtype" 240 "$PY" benchmarks/generate.py --model smollm2-shape-random --device cuda \
         --dtype "$dtype" --seqs 256 --new-tokens 128 --repeats 2
+done
+want generate-1024 && for dtype in bf16 fp32; do
+    step "generate-1024-$dtype" 280 "$PY" benchmarks/generate.py --model smollm2-shape-random --device cuda \
+        --dtype "$dtype" --seqs 1024 --new-tokens 128 --repeats 2
 done
 # throughput only: a random model never passes, so every group would be filtered without the last --set
 random_trl=(--model smollm2-shape-random --device cuda --minutes 1 --eval-every 1000 --eval-prompts 16

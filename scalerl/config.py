@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from scalerl.errors import ScaleRLError
 
@@ -232,8 +232,37 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature (logprobs are of the tempered distribution)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = plain sampling)")
     max_new_tokens: int = Field(160, ge=1, description="total completion budget (thinking + answer)")
-    batch_slots: int = Field(64, ge=1, description="sequences decoded concurrently (continuous batching)")
+    batch_slots: int | Literal["auto"] = Field(
+        "auto", description="sequences decoded concurrently (continuous batching); auto: the K/V budget "
+                            "(kv_budget_mb) over one slot's K/V, layers x 2 x K/V heads x head dim x dtype bytes x "
+                            "(longest prompt rounded up to 64 + max_new_tokens), at least 1, at most 256 on a CPU "
+                            "and 1024 on a GPU (scalerl.rollout.slots, docs/rollout.md)")
+    kv_budget_mb: float | None = Field(
+        None, gt=0, description="K/V cache budget of each engine in MiB, for batch_slots=auto (none: 512 on a CPU, "
+                                "at most a tenth of the memory available; a quarter of the free device memory on a "
+                                "GPU)")
+    decode: Literal["auto", "static", "eager"] = Field(
+        "auto", description="static: fixed shapes (K/V preallocated per slot, our own forward over the model's "
+                            "weights, the host synchronised every few steps; Llama-family models); eager: the "
+                            "transformers forward over a growing cache, one step at a time (the reference); auto: "
+                            "static where the model allows it")
+    capture: Literal["auto", "off"] = Field(
+        "auto", description="auto: on CUDA the static decode step is captured as CUDA graphs (one per batch-size and "
+                            "length bucket) and replayed; nothing is compiled on a CPU (measured not to pay); off: "
+                            "never")
     length: LengthControl = Field(default_factory=InterruptConfig, description="length control: interrupt | penalty | none")
+
+    @field_validator("batch_slots", mode="before")
+    @classmethod
+    def _slots(cls, value):
+        if isinstance(value, str) and value.strip() != "auto":
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"batch_slots = {value!r}: expected a number of slots or 'auto'") from None
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"batch_slots = {value}: expected at least 1 (or 'auto')")
+        return value
 
 
 # ---------------------------------------------------------------- batch, advantages, filters, curriculum

@@ -20,7 +20,11 @@ from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rollout import Engine, Generator
 from scalerl.rollout.cache import SlotCache
+from scalerl.rollout.eager import EagerLoop
 from scalerl.rollout.sampling import sample, top_p_filter
+from scalerl.rollout.static import StaticLoop
+
+BOTH = pytest.mark.parametrize("decode", ["static", "eager"])   # the fixed-shape loop and the reference
 
 
 @pytest.fixture(scope="module")
@@ -44,19 +48,26 @@ def bias_tokens(model, tok, **bias: float) -> None:
             model.lm_head.bias[ids[name]] = value
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_logprobs_equal_fresh_forward_with_refilled_rows(tok, attn, monkeypatch):
+@pytest.mark.parametrize("decode,attn", [("static", "sdpa"), ("eager", "sdpa"), ("eager", "eager")])
+def test_logprobs_equal_fresh_forward_with_refilled_rows(tok, decode, attn, monkeypatch):
     model = tiny_llama(len(tok), seed=1, attn=attn)
-    moved, resized = [], []
+    moved, resized, grown = [], [], []
     monkeypatch.setattr(SlotCache, "_move", lambda self, s, f=SlotCache._move: (moved.append(s), f(self, s)))
     monkeypatch.setattr(SlotCache, "_resize", lambda self, c, f=SlotCache._resize: (resized.append(c), f(self, c)))
-    cfg = RolloutConfig(temperature=0.7, max_new_tokens=16, batch_slots=3, length=NoLengthControl())
-    texts = ["a", *TEXTS, "a much longer prompt that arrives late: 1234567890"]
-    out = Engine(model, tok, cfg, seed=3).generate(prompts(texts), n=2)
+    monkeypatch.setattr(StaticLoop, "_grow", lambda self, c, f=StaticLoop._grow: (grown.append(c), f(self, c)))
+    cfg = RolloutConfig(temperature=0.7, max_new_tokens=16, batch_slots=3, length=NoLengthControl(), decode=decode)
+    texts = ["a", *TEXTS, "a much longer prompt that arrives late, longer than a column round: " + "1234567890" * 2]
+    engine = Engine(model, tok, cfg, seed=3)
+    assert engine.decode == decode
+    # a stream does not know its prompts ahead: the long one comes last, with rows in flight
+    out = engine.generate(prompts(texts[:-1]), n=2) + list(engine.stream(iter(prompts(texts)), n=2))
 
-    assert len(out) == 2 * len(texts) and len({c.id for c in out}) == len(out)
+    assert len(out) == 2 * (2 * len(texts) - 1) and len({c.id for c in out}) == len(out)
     assert {c.finish_reason for c in out} == {"eos", "length"}  # rows finished at different steps
-    assert moved and resized  # the run exercised compaction / shifting and growth of the cache
+    if decode == "eager":
+        assert moved and resized  # the run exercised compaction / shifting and growth of the cache
+    else:
+        assert grown             # the late long prompt made every slot longer, the rows in flight kept
     for c in out:
         assert c.tokens[-1] == tok.eos_token_id if c.finish_reason == "eos" else len(c.tokens) == 16
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 0.7)
@@ -76,18 +87,24 @@ def test_greedy_matches_hf_generate(tok):
     assert any(c.finish_reason == "eos" for c in out) and any(c.finish_reason == "length" for c in out)
 
 
-def test_in_flight_update_uses_new_weights_on_stale_cache(tok):
+@BOTH
+def test_in_flight_update_uses_new_weights_on_stale_cache(tok, decode, monkeypatch):
     old, new = tiny_llama(len(tok), seed=3, head_bias=True), tiny_llama(len(tok), seed=4, head_bias=True)
     bias_tokens(old, tok, eos=-30.0)
     bias_tokens(new, tok, eos=-30.0)
     reference_old = tiny_llama(len(tok), seed=3, head_bias=True)
     reference_old.load_state_dict(old.state_dict())
-    cfg = RolloutConfig(max_new_tokens=14, batch_slots=2, length=NoLengthControl())
+    cfg = RolloutConfig(max_new_tokens=14, batch_slots=2, length=NoLengthControl(), decode=decode)
     engine = Engine(old, tok, cfg, seed=0)
     calls = itertools.count(1)
-    # forward 1 is the prefill, 2.. are decode steps: the swap lands in the middle of both sequences
-    old.model.register_forward_pre_hook(lambda *_: engine.update_weights(new.state_dict(), 7)
-                                        if next(calls) == 6 else None)
+    real_step = engine._step
+
+    def step(state, cache):   # staged during decode step 5: the swap lands in the middle of both sequences
+        if next(calls) == 5:
+            engine.update_weights(new.state_dict(), 7)
+        return real_step(state, cache)
+
+    monkeypatch.setattr(engine, "_step", step)
     out = engine.generate(prompts(["12+7=", "What is 3*4?"]), n=1)
 
     assert engine.version == 7
@@ -111,7 +128,8 @@ def test_in_flight_update_uses_new_weights_on_stale_cache(tok):
 PHRASE = "Time is up. </think>"
 
 
-def test_forced_interruption_phrase_then_the_whole_answer_budget(tok):
+@BOTH
+def test_forced_interruption_phrase_then_the_whole_answer_budget(tok, decode):
     model = tiny_llama(len(tok), seed=5, head_bias=True)
     bias_tokens(model, tok, eos=-30.0, think_end=-30.0)  # the model never stops or closes thinking itself
     phrase = tok(PHRASE, add_special_tokens=False)["input_ids"]
@@ -119,7 +137,7 @@ def test_forced_interruption_phrase_then_the_whole_answer_budget(tok):
     assert p == len("Time is up. ") + 1                   # one token a character, one for </think>
     max_new = 8 + p + budget                              # exactly what the check allows
     cfg = RolloutConfig(max_new_tokens=max_new, batch_slots=12,
-                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget, phrase=PHRASE))
+                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget, phrase=PHRASE), decode=decode)
     out = Engine(model, tok, cfg, seed=0).generate(prompts(["12+7=", "99-1="]), n=6)
     triggers = set()
     for c in out:
@@ -197,9 +215,10 @@ def test_stream_refills_slots_and_stops_on_event(tok):
     assert sum(c.prompt_id == "q0" for c in seen) == 2
 
 
-def test_seeded_sampling_is_reproducible(tok):
+@BOTH
+def test_seeded_sampling_is_reproducible(tok, decode):
     model = tiny_llama(len(tok), seed=8)
-    cfg = RolloutConfig(max_new_tokens=10, batch_slots=4, length=NoLengthControl())
+    cfg = RolloutConfig(max_new_tokens=10, batch_slots=4, length=NoLengthControl(), decode=decode)
     runs = [[c.tokens for c in Engine(model, tok, cfg, seed=s).generate(prompts(TEXTS[:3]), 2)] for s in (1, 1, 2)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
 
@@ -243,10 +262,11 @@ def test_inverse_cdf_never_picks_zero_probability_tokens():
     assert set(tokens.tolist()) == {1, 3} and abs((tokens == 3).float().mean().item() - 0.7) < 0.01  # sd 0.002
 
 
-def test_bf16_model_with_fp32_head_follows_weight_updates(tok):
+@BOTH
+def test_bf16_model_with_fp32_head_follows_weight_updates(tok, decode):
     model = tiny_llama(len(tok), seed=9).to(torch.bfloat16)
     new = tiny_llama(len(tok), seed=10).to(torch.bfloat16)
-    cfg = RolloutConfig(max_new_tokens=8, batch_slots=2, length=NoLengthControl())
+    cfg = RolloutConfig(max_new_tokens=8, batch_slots=2, length=NoLengthControl(), decode=decode)
     engine = Engine(model, tok, cfg, fp32_head=True)
     engine.update_weights(new.state_dict(), 1)  # applied before the first step: every token is version 1
     for c in engine.generate(prompts(TEXTS[:2]), n=1):
@@ -271,16 +291,18 @@ def test_the_default_interruption_fits_the_tiny_tokenizer():
     check_budget(cfg, n)
 
 
-def test_reseed_repeats_the_samples_of_unchanged_weights(tok):
+@BOTH
+def test_reseed_repeats_the_samples_of_unchanged_weights(tok, decode):
     model = tiny_llama(len(tok), seed=4)
-    engine = Engine(model, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl()), seed=11)
+    engine = Engine(model, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl(), decode=decode), seed=11)
     first = [c.tokens for c in engine.generate(prompts(TEXTS), n=2)]
     assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] != first   # the stream moved on
     engine.reseed()
     assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] == first   # common random numbers
 
 
-def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(tok, monkeypatch):
+@BOTH
+def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(tok, decode, monkeypatch):
     """While the source says "no prompt may start" (None) the engine decodes only about as many
     rows as are in flight, and grows back to `batch_slots` when prompts come again; sequences
     that lived through both keep exact log-probabilities (a fresh full forward)."""
@@ -289,7 +311,7 @@ def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(t
     real_step = Engine._step
     monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (widths.append(state.active.shape[0]),
                                                                      real_step(self, state, cache))[1])
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl())
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl(), decode=decode)
     ps = prompts([f"{i}+{i}=" for i in range(16)])
     ps = [p.__class__(id=f"q{i}", text=p.text, answer="") for i, p in enumerate(ps)]
     staggered = [x for p in ps[:8] for x in (p, None)]          # one prompt starts per step: rows end apart
@@ -309,21 +331,31 @@ SHARED = "you are a careful calculator; answer with digits only. "   # > MIN_SHA
 
 
 def prefill_widths(monkeypatch) -> list[tuple[int, int]]:
-    """The (rows, columns) of every prefill the engine runs from now on, in order."""
+    """The (rows, columns) of every prefill that starts at a context's first token (not after a
+    shared prefix), in order, on either loop."""
     widths = []
-    real = Engine._prefill
-    monkeypatch.setattr(Engine, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), real(self, ids, lens))[1])
+    eager, static = EagerLoop._prefill, StaticLoop.prefill
+    monkeypatch.setattr(EagerLoop, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)),
+                                                                        eager(self, ids, lens))[1])
+
+    def static_prefill(self, rows, ids, start):
+        if start == 0:
+            widths.append(tuple(ids.shape))
+        return static(self, rows, ids, start)
+
+    monkeypatch.setattr(StaticLoop, "prefill", static_prefill)
     return widths
 
 
-def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(tok, monkeypatch):
+@BOTH
+def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(tok, decode, monkeypatch):
     """Prompts that share a long prefix (a system prompt, few-shot examples): the prefix is run
     through the model once, each prompt's own tokens after it; the log-probabilities equal a fresh
     full forward, across an in-flight weight update (which invalidates the prefix)."""
     model = tiny_llama(len(tok), seed=12)
     widths = prefill_widths(monkeypatch)
     texts = [SHARED + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=4, length=NoLengthControl())
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=4, length=NoLengthControl(), decode=decode)
     engine = Engine(model, tok, cfg, seed=2)
     out = engine.generate(prompts(texts), n=2)
     assert widths == [(1, len(SHARED))]        # one prefill: the shared prefix; the rest ran after it
@@ -342,7 +374,8 @@ def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(to
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
 
 
-def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_stream(tok, monkeypatch):
+@BOTH
+def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_stream(tok, decode, monkeypatch):
     """One `stream` call (as the PipelineRL generator runs it, endlessly): weights staged while it
     runs must drop the shared prefix's K/V, since no new call will. Prompts admitted after the
     update find the prefix recomputed under the new weights: exact log-probs against a fresh
@@ -350,7 +383,7 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
     old, new = tiny_llama(len(tok), seed=12), tiny_llama(len(tok), seed=13)
     widths = prefill_widths(monkeypatch)
     texts = [SHARED + q for q in ["1+1=", "22+2=", "3+333=", "4+4="]]
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=2, length=NoLengthControl())
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=2, length=NoLengthControl(), decode=decode)
     engine = Engine(old, tok, cfg, seed=2)
     every = prompts(texts)
     first, later = every[:2], every[2:]
@@ -373,14 +406,15 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
 
 
-def test_the_samples_of_a_prompt_admitted_one_by_one_are_prefilled_once_per_weights_version(tok, monkeypatch):
+@BOTH
+def test_the_samples_of_a_prompt_admitted_one_by_one_are_prefilled_once_per_weights_version(tok, decode, monkeypatch):
     """With one row, each of a prompt's n samples is admitted only when the previous one finished:
     its prompt is run through the model once per weights version, not once per sample, and every
     log-prob still equals a fresh full forward of the weights it was sampled with. A weight update
     staged during the first sample makes the next samples prefill again, under the new weights."""
     old, new = tiny_llama(len(tok), seed=21), tiny_llama(len(tok), seed=22)
     widths = prefill_widths(monkeypatch)
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=6, batch_slots=1, length=NoLengthControl())
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=6, batch_slots=1, length=NoLengthControl(), decode=decode)
     engine = Engine(old, tok, cfg, seed=4, ignore_eos=True)
     texts = ["12+3=", "7+8="]
     out = engine.generate(prompts(texts), n=3)
@@ -405,12 +439,13 @@ def test_the_samples_of_a_prompt_admitted_one_by_one_are_prefilled_once_per_weig
         assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0), atol=1e-4)
 
 
-def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, monkeypatch):
+@BOTH
+def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, decode, monkeypatch):
     """`stream(..., hold=event)`: while the event is set (the trainer evaluates) the engine takes
     no decode step; released, it finishes the sequences in flight exactly as an unheld stream
     with the same seed does (the held rows keep their caches and random streams)."""
     model = tiny_llama(len(tok), seed=4)
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl())   # rows to spare:
+    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl(), decode=decode)   # rows to spare:
     unheld = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(prompts(TEXTS[:2]), n=2))
 
     steps = []
@@ -424,7 +459,10 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, mon
 
     def watch():
         hold.wait()
-        time.sleep(0.3)                # a step already under way when the hold came may finish
+        last = -1
+        while len(steps) != last:      # a step already under way when the hold came may finish (a slow,
+            last = len(steps)          # loaded machine): wait until the count settles
+            time.sleep(0.3)
         seen["a"] = len(steps)
         time.sleep(0.5)
         seen["b"] = len(steps)

@@ -2,8 +2,9 @@
 
 `Engine(model, tokenizer, cfg: RolloutConfig, fp32_head=True, seed=0)` samples completions with
 per-token generator log-probabilities and policy versions, continuous batching, in-flight
-weight updates and forced interruption (whose length budget `length.py` checks). See
-docs/rollout.md.
+weight updates and forced interruption (whose length budget `length.py` checks), on the
+fixed-shape loop (`static.py`, `forward.py`, sized by `slots.py`) or the eager reference
+(`eager.py`, `cache.py`). See docs/rollout.md.
 """
 
 from scalerl.config import DEFAULT_PHRASE, PAPER_PHRASE
