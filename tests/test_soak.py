@@ -27,10 +27,11 @@ SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rol
         "rollout.length.think_min=4", "rollout.length.think_max=6", "rollout.length.answer_budget=4",
         "rollout.length.phrase=</think>"]
 # `scalerl train` on tiny-random with the parity reward (a model that never passes would stall the loop)
-CLI = ("import sys, scalerl.loop as t\n"
+CLI = ("import sys\n"
        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
        "from doubles import tiny_random_components\n"
-       "t.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
+       "import scalerl.build.run as b\n"
+       "b.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
        "from scalerl.cli import main\n"
        "sys.exit(main(sys.argv[1:]))\n")
 

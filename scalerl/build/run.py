@@ -1,0 +1,64 @@
+"""`build_run`: everything one run trains with, built in order (threads, components, the Trainer
+and its restore, the evaluation's generator, the off-policy mode over its transport), as a `Run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from scalerl.build.generator import Components, build_components
+from scalerl.build.modes import make_mode
+from scalerl.build.resources import Threads, eval_threads, split_threads
+from scalerl.build.state import Trainer
+from scalerl.config import DEFAULT_VAL_SIZE, Config
+from scalerl.lora import apply_lora
+from scalerl.run.memory import tune_malloc
+
+EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
+
+
+@dataclass
+class Run:
+    """One run, built: the Trainer, the mode over its transport, the evaluation's generator (decoding
+    with the trainer's own model), the threads and devices, and the evaluation's threads."""
+
+    trainer: Trainer
+    mode: object
+    eval_gen: object
+    threads: Threads
+    eval_threads: int
+
+
+def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None) -> Run:
+    """Build the run (restored from its newest checkpoint when `resume`); `comps` given: tests' fakes."""
+    from scalerl.models import resolve_device
+
+    tune_malloc()
+    device = resolve_device(cfg.model.device)
+    threads = split_threads(cfg, device)
+    torch.set_num_threads(threads.train)
+    torch.manual_seed(cfg.run.seed)
+    comps = comps or build_components(cfg, device)
+    if cfg.model.lora is not None:
+        comps.model = apply_lora(comps.model, cfg.model.lora)
+    _report_split(cfg, comps.task)
+    comps.model.train()
+    tr = Trainer(cfg, comps, Path(run_dir))
+    if resume:
+        tr.restore()
+    eval_gen = comps.stage(tr.model, cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature).generator
+    tr.model.train()
+    mode = make_mode(tr, device, threads)
+    return Run(tr, mode, eval_gen, threads, eval_threads(cfg, threads, tr.meter.n_params, device))
+
+
+def _report_split(cfg: Config, task) -> None:
+    """One line when a file's validation split is its default share (`task.val_size` unset)."""
+    if cfg.task.name == "file" and cfg.task.val_size is None:
+        print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
+              f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
+              f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples"
+              + (f"; {cfg.task.shots} more shown as solved examples before each question (task.shots)"
+                 if cfg.task.shots else ""))
