@@ -24,7 +24,7 @@ from scalerl.evaluate import downstream_sets, eval_curve, evaluate_all, forecast
 from scalerl.lora import merged_state_dict
 from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
 from scalerl.run.compute import FIT_X, StepCompute
-from scalerl.run.memory import MemoryMonitor, trim
+from scalerl.run.memory import trim
 from scalerl.run.metrics import MetricsWriter
 from scalerl.trainer.step import batch_advantages
 from scalerl.transport.protocol import TrainerUpdate
@@ -67,7 +67,7 @@ class Stages:
         self.bar = tqdm(total=self.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
         self.clock, self.warn = Clock(), Warnings(task.answer_marker)
-        self.memory = MemoryMonitor(run.mode.processes, tr.memory_consumers)
+        self.memory = run.memory
         self.retired: list[str] = []          # retired since the last message to the generator
         self.empty_in_a_row, self.no_answer, self.reported_params = 0, 0.0, False
         budget = self.cfg.run.max_minutes
