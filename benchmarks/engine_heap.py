@@ -4,10 +4,12 @@ Runs the engine (`Engine.generate`, the evaluation's call; the training stream d
 way) on the SmolLM2 command's validation prompts, `--calls` times, in a fresh process per glibc
 setting, and prints after each call the process's resident `[heap]` (blocks under the mmap
 threshold: glibc's main arena), its other anonymous mappings (larger tensors, thread arenas) and the
-call's seconds. Settings: `--threshold` (bytes; glibc serves larger blocks by their own mapping,
-returned when freed; 0: glibc's dynamic default) and `--trim` (malloc_trim after every call).
+call's seconds. Settings, each `threshold:trim:gc:freeze`: glibc's mmap threshold (bytes; glibc
+serves larger blocks by their own mapping, returned when freed; 0: glibc's dynamic default),
+malloc_trim after every call (1/0), Python's cyclic garbage collector run after every call (1/0),
+`gc.freeze()` once the engine is built (1/0). Also printed: one full collection's milliseconds.
 
-    .venv/bin/python benchmarks/engine_heap.py --calls 4 --settings 1048576:0 131072:0 1048576:1
+    .venv/bin/python benchmarks/engine_heap.py --calls 4 --settings 1048576:1:0:0 1048576:1:1:0 1048576:1:0:1
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def resident() -> dict[str, float]:
     return out
 
 
-def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: int, threads: int) -> None:
+def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: int, threads: int,
+          collect: bool, freeze: bool) -> None:
+    import gc
+
     import torch
 
     from scalerl.run.memory import ARENA_MAX, M_ARENA_MAX, M_MMAP_THRESHOLD, _libc, trim
@@ -54,14 +59,24 @@ def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: i
     comps = build_components(cfg, "cpu")
     gen = comps.stage(comps.model, 7919, cfg.eval.temperature).generator
     val = comps.task.val_prompts(prompts)
+    if freeze:
+        gc.freeze()   # what was built so far never again scanned by the cyclic collector
+    t0 = time.monotonic()
+    gc.collect()
+    collect_s = time.monotonic() - t0
     for call in range(calls):
         gen.reseed()
         t0 = time.monotonic()
         gen.generate(val, samples)
         seconds = time.monotonic() - t0
+        if collect:
+            t0 = time.monotonic()
+            gc.collect()
+            collect_s = time.monotonic() - t0
         if trim_after:
             trim()
-        print(json.dumps({"threshold": threshold, "trim": trim_after, "call": call, "seconds": round(seconds, 1),
+        print(json.dumps({"threshold": threshold, "trim": trim_after, "gc": collect, "freeze": freeze,
+                          "collect_ms": round(collect_s * 1000, 1), "call": call, "seconds": round(seconds, 1),
                           **{k: round(v) for k, v in resident().items()}}), flush=True)
 
 
@@ -71,13 +86,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--settings", nargs="+", default=["1048576:0", "131072:0"],
-                    help="threshold:trim pairs, each run in a fresh process")
+    ap.add_argument("--settings", nargs="+", default=["1048576:1:0:0", "1048576:1:1:0", "1048576:1:0:1"],
+                    help="threshold:trim:gc:freeze, each in a fresh process (gc: gc.collect() after every call; "
+                         "freeze: gc.freeze() once the engine is built)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        threshold, trim_after = (int(x) for x in a.child.split(":"))
-        child(threshold, bool(trim_after), a.calls, a.prompts, a.samples, a.threads)
+        threshold, trim_after, collect, freeze = (int(x) for x in a.child.split(":"))
+        child(threshold, bool(trim_after), a.calls, a.prompts, a.samples, a.threads, bool(collect), bool(freeze))
         return
     for setting in a.settings:
         subprocess.run([sys.executable, __file__, "--child", setting, "--calls", str(a.calls), "--prompts",

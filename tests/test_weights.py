@@ -33,12 +33,12 @@ def token_of(version: int) -> int:
 
 
 @torch.no_grad()
-def set_version(model, version: int) -> None:
+def set_version(model, version: int, boost: float = 2.0) -> None:
     """Make greedy decoding of `model` write `token_of(version)` whatever the context (in place)."""
     emb = model.get_input_embeddings().weight
-    u = torch.linspace(-1.0, 1.0, emb.shape[1])
+    u = 1.0 - 2.0 * (torch.arange(emb.shape[1], device=emb.device) % 2)   # +-1: exact in bf16, RMS 1
     emb.copy_(u.expand_as(emb))
-    emb[token_of(version)] *= 2.0
+    emb[token_of(version)] *= boost
 
 
 @torch.no_grad()
@@ -59,33 +59,42 @@ def build_greedy(cfg_json: str, device: str, *, seed: int, model=None, tokenizer
                  temperature=None, weights=None):
     """A `GeneratorBuild` function (picklable): the real engine on a freshly loaded (random) tiny
     model, which the published `weights` replace."""
-    from scalerl.build.generator import build_generator
+    from scalerl.build.generator import build_generator, decode_dtype
+    from scalerl.config import Config
     from scalerl.models import load_model
 
     if model is None:
-        model, tokenizer = load_model("tiny-random", device=device)
+        model, tokenizer = load_model("tiny-random", dtype=decode_dtype(Config.model_validate_json(cfg_json)),
+                                      device=device)
     return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task or FakeTask(),
                            reward=reward or parity_reward, temperature=temperature, weights=weights)
 
 
-def _check_versions(device: str, alias: bool) -> None:
-    cfg = load_config("scalerl", overrides=[*GREEDY, f"model.device={device}"])
+def _check_versions(device: str, alias: bool, bf16: bool = False) -> None:
+    """`bf16`: the generator decodes in bf16 with its fp32 head: the buffer is bf16, the head's fp32
+    values travel beside it. The boosted row is then 1 + 2**-10 times as long: equal to the others
+    once rounded to bf16, so only a head that holds the fp32 values finds `token_of(v)`."""
+    cfg = load_config("scalerl", overrides=[*GREEDY, f"model.device={device}",
+                                            f"model.compute_dtype={'bf16' if bf16 else 'fp32'}"])
+    boost = 1 + 2**-10 if bf16 else 2.0
     model = version_model(device)
+    set_version(model, 0, boost)
     P, G, k = 2, 2, 2
     src = ProcessRollouts(GeneratorBuild(build_greedy, (cfg.model_dump_json(), device)), 0, model.state_dict(), 0,
-                          {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1, alias=alias)
-    assert src.aliased == alias
+                          {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1, alias=alias,
+                          dtype=torch.bfloat16 if bf16 else torch.float32, head="lm_head.weight")
+    assert src.aliased == (alias and not bf16)
     mode = PipelineRL(src, k)
     tokens = []
     try:
         for version in range(1, 9):
             (mb,) = mode.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             tokens += [(t, v) for g in mb.groups for c in g.completions for t, v in zip(c.tokens, c.versions)]
-            if alias:   # the buffer is this model's parameters: they change under the transport's lock only
+            if src.aliased:   # the buffer is this model's parameters: they change under the transport's lock only
                 with src.step_guard(version):
-                    set_version(model, version)
+                    set_version(model, version, boost)
             else:
-                set_version(model, version)
+                set_version(model, version, boost)
             mode.send(TrainerUpdate(version, model.state_dict()))
     finally:
         mode.close()
@@ -99,11 +108,15 @@ def test_every_token_is_decoded_with_the_weights_of_the_version_it_records(alias
     _check_versions("cpu", alias)
 
 
+def test_a_bf16_generator_decodes_a_bf16_buffer_with_the_fp32_head_of_the_published_weights():
+    _check_versions("cpu", alias=True, bf16=True)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("alias", [False, True])
-def test_on_cuda_the_generator_process_decodes_the_trainers_device_memory(alias):
+@pytest.mark.parametrize("alias, bf16", [(False, False), (True, False), (True, True)])
+def test_on_cuda_the_generator_process_decodes_the_trainers_device_memory(alias, bf16):
     """The same on CUDA: the buffer reaches the generator process through CUDA IPC (device to device)."""
-    _check_versions("cuda", alias)
+    _check_versions("cuda", alias, bf16)
 
 
 def test_the_published_weights_are_one_buffer_each_storage_once():

@@ -20,7 +20,7 @@ from scalerl.build.resources import Threads, eval_threads, split_threads, use_pr
 from scalerl.build.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config
 from scalerl.lora import apply_lora
-from scalerl.run.memory import MemoryMonitor, tune_malloc
+from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
 from scalerl.transport.local import EvalSpec
 
 EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
@@ -56,6 +56,7 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     tr = Trainer(cfg, comps, Path(run_dir))
     if resume:
         tr.restore()
+    freeze()   # the model, tokenizer, task and optimizer, built for the whole run: out of the collector's sight
     n_eval_threads = eval_threads(cfg, threads, tr.meter.n_params, device)
     evals = EvalSpec(cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature, n_eval_threads)
     eval_gen = None

@@ -179,13 +179,16 @@ class EvalSpec:
     threads: int
 
 
+SETTLE_EVERY_S = 2.0   # a generator process frees its dropped K/V caches (reference cycles) this often
+
+
 def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
                     retired: RetiredSet | None, n: int, window: Window, link: WeightsLink, taken,
                     evals: EvalSpec | None, paused, stop, out_q, in_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups, decoding straight from the
     published weights (`StepGate` at every step boundary); a second thread takes the trainer's
-    retired prompts and evaluation requests."""
-    from scalerl.run.memory import trim, tune_malloc
+    retired prompts and evaluation requests, and frees the dropped caches every `SETTLE_EVERY_S`."""
+    from scalerl.run.memory import freeze, settle, tune_malloc
 
     watch_parent(parent, stop)
     tune_malloc()
@@ -194,22 +197,21 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         from scalerl.rl.curriculum import CurriculumSampler
 
         generator, task, reward_fn, sampler_seed = build(seed, weights=link.tensors)
-        trim()   # the model's own loaded weights, replaced by the published ones, back to the kernel
+        evaluator = None if evals is None else _Evaluator(build, evals, link, task, reward_fn, threads)
+        freeze()   # the models, tokenizer and task, built for the whole run: never scanned by a collection again
         sampler = CurriculumSampler(task, retired, seed=sampler_seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
         assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
-
-        def on_version(version: int, horizon: int) -> None:
-            window.record(version, horizon)
-            trim()  # the heap pages freed since the last version (decode steps' small tensors) back to the kernel
-
-        gate = StepGate(link, generator, paused, on_version)
-        evaluator = _Evaluator(build, evals, link, task, reward_fn, threads)
+        gate = StepGate(link, generator, paused, window.record)
 
         def serve() -> None:
+            settled = time.monotonic()
             try:
                 while not stop.is_set():
+                    if time.monotonic() - settled > SETTLE_EVERY_S:
+                        settle()
+                        settled = time.monotonic()
                     try:
                         kind, payload = in_q.get(timeout=0.05)
                     except queue.Empty:
@@ -217,6 +219,8 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
                     if kind == "retire" and retired is not None:
                         retired.add(payload)
                     elif kind == "evaluate":
+                        if evaluator is None:
+                            raise RuntimeError("this generator process was started without an evaluation spec")
                         out_q.put(("eval", evaluator(*payload), None))
             except ScaleRLError as exc:
                 out_q.put(("user_error", str(exc), None))
@@ -247,23 +251,19 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
 
 
 class _Evaluator:
-    """The generator process's evaluation engine, built at the first request on the published
-    weights (no copy of its own); runs `generate` with `EvalSpec.threads` while the training stream
-    is held. Its K/V cache lives only during a request."""
+    """The generator process's evaluation engine, built at start-up on the published weights (no
+    copy of its own); runs `generate` with `EvalSpec.threads` while the training stream is held.
+    Its K/V cache lives during a request only (freed by `settle` after it)."""
 
-    def __init__(self, build: GeneratorBuild, evals: EvalSpec | None, link: WeightsLink, task, reward, threads: int):
-        self.build, self.evals, self.link, self.task, self.reward, self.threads = build, evals, link, task, reward, threads
-        self.generator = None
+    def __init__(self, build: GeneratorBuild, evals: EvalSpec, link: WeightsLink, task, reward, threads: int):
+        # the training reward is passed only so that nothing builds another (scoring is the trainer's)
+        self.generator = build(evals.seed, weights=link.tensors, task=task, reward=reward,
+                               temperature=evals.temperature).generator
+        self.evals, self.threads = evals, threads
 
     def __call__(self, prompts: list[Prompt], n: int, reseed: bool) -> list[Completion]:
-        from scalerl.run.memory import trim
+        from scalerl.run.memory import settle
 
-        if self.evals is None:
-            raise RuntimeError("this generator process was started without an evaluation spec")
-        if self.generator is None:
-            self.generator = self.build(self.evals.seed, weights=self.link.tensors, task=self.task, reward=self.reward,
-                                        temperature=self.evals.temperature).generator
-            trim()
         torch.set_num_threads(self.evals.threads)
         try:
             if reseed:
@@ -271,7 +271,7 @@ class _Evaluator:
             return self.generator.generate(prompts, n)
         finally:
             torch.set_num_threads(self.threads)
-            trim()
+            settle()
 
 
 def exit_reason(name: str, code: int | None) -> str:

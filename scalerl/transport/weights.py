@@ -170,7 +170,10 @@ def adopt(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
         if src.shape != target.shape or src.dtype != target.dtype or src.device != target.device:
             raise ScaleRLError(f"published weight {name!r} is {tuple(src.shape)} {src.dtype} on {src.device}; the "
                                f"model's is {tuple(target.shape)} {target.dtype} on {target.device}")
-        target.data = src
+    for name, target in own.items():
+        target.data = tensors[name]
+    if any(t.device.type == "cuda" for t in own.values()):
+        torch.cuda.empty_cache()   # the model's own copy, now unused, back to the device
 
 
 class StepGate:
