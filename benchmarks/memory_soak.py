@@ -3,9 +3,12 @@
 By default the SmolLM2 command of docs/training.md (seed 3, rg:chain_sum); `--set` adds or
 overrides keys, `--config` starts from a file. The figures come from the run's own record,
 `system/rss_mb` (trainer) and `system/rss_mb/<name>` (each generator process) in every training
-row of metrics.jsonl (scalerl.run.memory). Printed per process: the peak, and the growth over
-the second half of the run, `second_half_growth`: (median of the last `WINDOW` training rows -
-median of the `WINDOW` rows from the middle step on) / the latter.
+row of metrics.jsonl (scalerl.run.memory), and `system/rss_mb/total`: the run's memory, the sum
+of the processes' PSS (shared pages once; runs older than that logged the sum of their RSS,
+which counts the published weights in both processes: `total_kind` says which). Printed per
+process: the peak, and the growth over the second half of the run, `second_half_growth`:
+(median of the last `WINDOW` training rows - median of the `WINDOW` rows from the middle step
+on) / the latter; and the peak within steps (`system/rss_peak_mb`, VmHWM between two rows).
 
     .venv/bin/python benchmarks/memory_soak.py --steps 300 --run-dir runs/soak
     .venv/bin/python benchmarks/memory_soak.py --steps 60 --set model.name=tiny --set task.name=arith
@@ -66,16 +69,25 @@ def second_half_growth(values: list[float], window: int = WINDOW) -> float:
     return (end - start) / start
 
 
+def total_kind(rows: list[dict]) -> str:
+    """What `system/rss_mb/total` sums in these rows: PSS (shared pages once) or, in older runs, RSS."""
+    return "PSS" if any("system/pss_mb" in r for r in rows) else "RSS"
+
+
 def summary(run_dir: Path) -> dict[str, dict[str, float]]:
-    """Per process: peak MiB, MiB at the first and last rows, second-half growth (a fraction)."""
+    """Per process: peak MiB, MiB at the first and last rows, second-half growth (a fraction), the
+    peak within steps (VmHWM between rows, where logged)."""
     rows = train_rows(run_dir)
     if not rows:
         raise SystemExit(f"{run_dir}/metrics.jsonl has no training row with {PREFIX} (a run older than the memory metrics?)")
     out = {}
     for name, points in series(rows).items():
         values = [v for _, v in points]
+        key = "system/rss_peak_mb" + ("" if name == "trainer" else f"/{name}")
+        peaks = [r[key] for r in rows if key in r]
         out[name] = {"rows": len(values), "first_mb": values[0], "last_mb": values[-1], "peak_mb": max(values),
-                     "second_half_growth": second_half_growth(values) if len(values) >= 2 else float("nan")}
+                     "second_half_growth": second_half_growth(values) if len(values) >= 2 else float("nan"),
+                     "peak_within_steps_mb": max(peaks) if peaks else float("nan")}
     return out
 
 
@@ -101,9 +113,11 @@ def plot(path: Path, runs: list[tuple[str, Path, str]]) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colours = {"trainer": "C0", "generator0": "C1", "total": "C2"}
     for label, run_dir, style in runs:
-        for name, points in series(train_rows(run_dir)).items():
+        rows = train_rows(run_dir)
+        for name, points in series(rows).items():
             steps, values = zip(*points)
-            ax.plot(steps, [v / 1024 for v in values], style, color=colours.get(name, "C3"), label=f"{name} ({label})")
+            what = f"total, sum of {total_kind(rows)}" if name == "total" else f"{name} RSS"
+            ax.plot(steps, [v / 1024 for v in values], style, color=colours.get(name, "C3"), label=f"{what} ({label})")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("resident memory (GB)")
     ax.grid(alpha=0.3)
@@ -130,9 +144,11 @@ def main() -> None:
         code = run(run_dir, a.steps, ([] if a.config else SMOLLM2) + a.sets, a.config, a.minutes)
         if code != 0:
             raise SystemExit(f"scalerl train exited with code {code}")
+    print(f"total = the sum of the processes' {total_kind(train_rows(run_dir))}")
     for name, s in summary(run_dir).items():
         print(f"{name:>11}: peak {s['peak_mb']:7.0f} MB, first {s['first_mb']:7.0f} MB, last {s['last_mb']:7.0f} MB, "
-              f"second-half growth {s['second_half_growth']:+.1%} ({s['rows']} rows)")
+              f"second-half growth {s['second_half_growth']:+.1%} ({s['rows']} rows), "
+              f"peak within steps {s['peak_within_steps_mb']:7.0f} MB")
     if a.plot is not None:
         runs = [("after", run_dir, "-")] + ([("before", a.before, "--")] if a.before else [])
         plot(a.plot, runs)
