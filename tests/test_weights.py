@@ -177,3 +177,40 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
         finally:
             run.mode.close()
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
+
+
+def build_failing(*, seed: int, **given):
+    """A `GeneratorBuild` function whose generator process cannot build its model."""
+    raise ScaleRLError("no model here")
+
+
+def test_a_generator_that_fails_at_start_up_ends_the_trainer_with_its_line_and_lets_it_exit(tmp_path):
+    """The trainer asked for an evaluation (a request larger than a pipe's buffer) that the dead
+    generator never read: the error is raised in one line, and the process still exits."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_weights import build_failing
+from scalerl.errors import ScaleRLError
+from scalerl.transport.local import EvalSpec, ProcessRollouts
+from scalerl.transport.protocol import GeneratorBuild
+from scalerl.transport.window import Window
+from scalerl.types import Prompt
+src = ProcessRollouts(GeneratorBuild(build_failing), 0, {{"w": torch.zeros(3)}}, 0, {{"seed": 0, "epoch": 0, "position": 0}},
+                      None, 2, Window(2, 2), 1, evals=EvalSpec(0, None, 1))
+try:
+    src.evaluate([Prompt(f"p{{i}}", f"{{i}}: " + "x" * 400, "") for i in range(500)], 4, False)   # 200 kB
+except ScaleRLError as exc:
+    print("raised:", exc)
+finally:
+    src.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() in ("raised: no model here",    # its line, or its exit if that came first
+                                  "raised: generator process exited with code 0: the run stopped at its last "
+                                  "checkpoint, carry on with --resume")

@@ -18,8 +18,9 @@ from scalerl.build.generator import Components, build_components
 from scalerl.build.modes import make_mode
 from scalerl.build.resources import Threads, eval_threads, split_threads, use_process
 from scalerl.build.state import Trainer
-from scalerl.config import DEFAULT_VAL_SIZE, Config
+from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
 from scalerl.lora import apply_lora
+from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
 from scalerl.transport.local import EvalSpec
 
@@ -52,6 +53,8 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     if cfg.model.lora is not None:
         comps.model = apply_lora(comps.model, cfg.model.lora)
     _report_split(cfg, comps.task)
+    if isinstance(cfg.rollout.length, InterruptConfig):   # refused here, before a generator process starts
+        check_budget(cfg.rollout, len(phrase_ids(comps.tokenizer, cfg.rollout.length.phrase)))
     comps.model.train()
     tr = Trainer(cfg, comps, Path(run_dir))
     if resume:

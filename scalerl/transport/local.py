@@ -411,6 +411,7 @@ class ProcessRollouts(_PausedByEvent):
 
     def close(self) -> None:
         self._stop.set()
+        self._in.cancel_join_thread()  # requests a dead generator never read must not hold this process at exit
         deadline = time.monotonic() + 10
         while self._proc.is_alive() and time.monotonic() < deadline:
             try:  # drain, so the child's queue feeder can flush and the child exit
