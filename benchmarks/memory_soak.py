@@ -15,7 +15,9 @@ on) / the latter; and the peak within steps (`system/rss_peak_mb`, VmHWM between
     .venv/bin/python benchmarks/memory_soak.py --report runs/soak      # the figures of a finished run
 
 `--plot FILE` draws resident memory against steps (matplotlib); `--before DIR` adds a second
-run's curves (dashed) to the plot, e.g. the same command on an older commit.
+run's curves (dashed) to the plot, e.g. the same command on an older commit; `--samples` /
+`--before-samples` (files of `benchmarks/memory_sample.py`) add a panel of the runs' memory
+against wall-clock time, evaluations included.
 """
 
 from __future__ import annotations
@@ -103,14 +105,34 @@ def run(run_dir: Path, steps: int, sets: list[str], config: str | None, minutes:
     return subprocess.call(args, env=env, cwd=ROOT)
 
 
-def plot(path: Path, runs: list[tuple[str, Path, str]]) -> None:
-    """Resident memory (GB) of each process against steps; `runs`: (label, run dir, line style)."""
+def sampled_total(path: Path) -> list[tuple[float, float]]:
+    """(minutes since the first sample, the sum of the processes' PSS in MiB) from a
+    `benchmarks/memory_sample.py` file: the run's memory between rows too (evaluations included)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    t0 = rows[0]["t"]
+    return [((r["t"] - t0) / 60, sum(e["pss_mb"] for e in r["procs"].values())) for r in rows]
+
+
+def plot(path: Path, runs: list[tuple[str, Path, str]], samples: list[tuple[str, Path, str]] = ()) -> None:
+    """Resident memory (GB) of each process against steps; `runs`: (label, run dir, line style).
+    With `samples` ((label, memory_sample.py file, style)), a second panel: the run's memory
+    (PSS summed over its processes) against wall-clock minutes, evaluations included."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if samples:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+        for label, file, style in samples:
+            minutes, values = zip(*sampled_total(file))
+            ax2.plot(minutes, [v / 1024 for v in values], style, color="C2", label=f"total PSS, sampled every 5 s ({label})")
+        ax2.set_xlabel("wall-clock minutes (evaluations included)")
+        ax2.set_ylabel("memory (GB)")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=8)
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
     colours = {"trainer": "C0", "generator0": "C1", "total": "C2"}
     for label, run_dir, style in runs:
         rows = train_rows(run_dir)
@@ -136,6 +158,8 @@ def main() -> None:
     ap.add_argument("--report", type=Path, default=None, help="only report on this finished run directory")
     ap.add_argument("--plot", type=Path, default=None, help="write a plot of memory against steps here")
     ap.add_argument("--before", type=Path, default=None, help="a second run directory to plot beside (dashed)")
+    ap.add_argument("--samples", type=Path, default=None, help="memory_sample.py's file of the run (a second panel)")
+    ap.add_argument("--before-samples", type=Path, default=None, help="memory_sample.py's file of --before")
     a = ap.parse_args()
 
     run_dir = a.report
@@ -151,7 +175,9 @@ def main() -> None:
               f"peak within steps {s['peak_within_steps_mb']:7.0f} MB")
     if a.plot is not None:
         runs = [("after", run_dir, "-")] + ([("before", a.before, "--")] if a.before else [])
-        plot(a.plot, runs)
+        samples = ([("after", a.samples, "-")] if a.samples else []) + (
+            [("before", a.before_samples, "--")] if a.before_samples else [])
+        plot(a.plot, runs, samples)
         print(f"plot: {a.plot}")
 
 
