@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from scalerl.config import Config
 from scalerl.run.compute import FIT_X
+from scalerl.run.memory import settle
 from scalerl.run.metrics import METRICS_FILE, read_rows
 from scalerl.types import Completion, Prompt, Score, rollout_stats
 
@@ -148,10 +149,12 @@ def downstream_sets(cfg: Config, tokenizer) -> list[tuple[str, list, Callable, i
 
 def evaluate_all(generator, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,
                  downstream=()) -> dict[str, float]:
-    """`evaluate` on the validation prompts, and `downstream/<name>/pass_rate[_se]` per downstream set."""
+    """`evaluate` on the validation prompts, and `downstream/<name>/pass_rate[_se]` per downstream set;
+    then the evaluation engine's dropped caches freed (`scalerl.run.memory.settle`) before training goes on."""
     row = evaluate(generator, prompts, samples, reward_fn, workers=workers)
     for name, other_prompts, reward, other_workers in downstream:
         other = evaluate(generator, other_prompts, samples, reward, workers=other_workers)
         row[f"downstream/{name}/pass_rate"] = other["val/pass_rate"]
         row[f"downstream/{name}/pass_rate_se"] = other["val/pass_rate_se"]
+    settle()
     return row

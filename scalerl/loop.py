@@ -24,7 +24,7 @@ from scalerl.evaluate import downstream_sets, eval_curve, evaluate_all, forecast
 from scalerl.lora import merged_state_dict
 from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
 from scalerl.run.compute import FIT_X, StepCompute
-from scalerl.run.memory import MemoryMonitor, trim
+from scalerl.run.memory import settle
 from scalerl.run.metrics import MetricsWriter
 from scalerl.trainer.step import batch_advantages
 from scalerl.transport.protocol import TrainerUpdate
@@ -67,7 +67,7 @@ class Stages:
         self.bar = tqdm(total=self.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
         self.clock, self.warn = Clock(), Warnings(task.answer_marker)
-        self.memory = MemoryMonitor(run.mode.processes, tr.memory_consumers)
+        self.memory = run.memory
         self.retired: list[str] = []          # retired since the last message to the generator
         self.empty_in_a_row, self.no_answer, self.reported_params = 0, 0.0, False
         budget = self.cfg.run.max_minutes
@@ -165,7 +165,7 @@ class Stages:
             row["train/trainable_params"] = tr.trainable_params
             self.reported_params = True
         self.warn.truncation(row, tr.state.step)
-        trim()                                # the step's freed heap pages back to the kernel before measuring
+        settle()                              # the step's garbage freed, its heap pages back, before measuring
         row.update(self.memory.row())
         self.memory.check(row, tr.state.step)
         tr.counters.train_seconds = time.monotonic() - self.t_start

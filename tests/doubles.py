@@ -152,9 +152,10 @@ def parity_reward(prompt: Prompt, completion: Completion) -> Score:
 
 
 def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, *, seed: int,
-               model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage:
+               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None) -> Stage:
     """A `GeneratorBuild` function for tests (picklable: a generator process can run it): a
-    FakeGenerator, and the given task and reward or FakeTask and parity_reward."""
+    FakeGenerator (which decodes no weights: `weights` ignored), and the given task and reward or
+    FakeTask and parity_reward."""
     return Stage(FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0)
 
 
@@ -164,7 +165,7 @@ def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
     the loop passes (its `Components.reward_fn`), as `scalerl.build.generator.build_generator` makes it."""
     from scalerl.rewards import training_reward
 
-    def build(*, seed, model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage:
+    def build(*, seed, model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None) -> Stage:
         gens.append(FakeGenerator(vocab=range(5, 40), length=(3, 8), slots=8, step_seconds=step_seconds, seed=seed))
         return Stage(gens[-1], task or FakeTask(), training_reward(reward or parity_reward, cfg), 0)
 
@@ -172,7 +173,7 @@ def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
 
 
 def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None,
-                             reward=None, temperature=None) -> Stage:
+                             reward=None, temperature=None, weights=None) -> Stage:
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
     from scalerl.config import Config
@@ -183,6 +184,10 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
     if model is None:
         model, tokenizer = load_model("tiny-random", device=device)
     task = task or get_task(Config.model_validate_json(cfg_json).task, tokenizer)
+    if weights is not None:   # a generator process: decode from the published buffer
+        from scalerl.transport.weights import adopt
+
+        adopt(model, weights)
     return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task,
                            reward=reward or parity_reward, temperature=temperature)
 

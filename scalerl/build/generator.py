@@ -52,10 +52,12 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
 
 def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Module | None = None,
                     tokenizer=None, task=None, reward: Callable | None = None,
-                    temperature: float | None = None) -> Stage:
+                    temperature: float | None = None, weights: dict[str, torch.Tensor] | None = None) -> Stage:
     """The engine's generator stage from a run's config (`GeneratorBuild`'s function for real runs).
     Given nothing (a generator process, a Ray actor) it loads the model in `decode_dtype`, the task
-    and the reward itself; given `model` (with `tokenizer`), it decodes with that model."""
+    and the reward itself; given `model` (with `tokenizer`), it decodes with that model. Given
+    `weights` (the process transport's published buffer), the model decodes from those tensors in
+    place of its own (`scalerl.transport.weights.adopt`: no copy of its own)."""
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
     from scalerl.rollout import Engine
@@ -66,6 +68,10 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
     if model is None:
         model, tokenizer = load_model(cfg.model.name, dtype=decode_dtype(cfg), device=device)
         match_trainer_attention(model, cfg.model.share_prompt)
+    if weights is not None:
+        from scalerl.transport.weights import adopt
+
+        adopt(model, weights)
     task = task if task is not None else task_for_run(cfg, tokenizer, model)
     reward = training_reward(reward if reward is not None else RewardFn(task, cfg.reward), cfg)
     rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})

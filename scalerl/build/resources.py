@@ -68,8 +68,11 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
 
 
 def use_process(cfg: Config, device: str) -> bool:
-    """Whether PipelineRL's generator runs in a process of its own (`pipeline.transport`; `auto`:
-    on a CPU with at least 2 cores, where the two stages would otherwise fight over the GIL)."""
+    """Whether the run's generator runs in a process of its own on this machine: PipelineRL on the
+    local backend with `pipeline.transport` process, or auto on a CPU with at least 2 cores (where
+    the two stages would otherwise fight over the GIL). On CUDA `auto` keeps the thread."""
+    if cfg.pipeline.mode != "pipeline_rl" or cfg.pipeline.backend != "local":
+        return False
     if cfg.pipeline.transport == "auto":
         return device == "cpu" and run_cores(cfg) >= 2
     return cfg.pipeline.transport == "process"

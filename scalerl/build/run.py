@@ -1,5 +1,11 @@
 """`build_run`: everything one run trains with, built in order (threads, components, the Trainer
-and its restore, the evaluation's generator, the off-policy mode over its transport), as a `Run`."""
+and its restore, the evaluation's generator, the off-policy mode over its transport, the memory
+monitor), as a `Run`.
+
+The evaluation decodes the trainer's current weights: in the trainer's process, with the trainer's
+own model (thread transport, PPO-off-policy, Ray's driver), or, under the process transport, in
+the generator process on the published weights (which are the trainer's after each step's
+publish), so that the trainer's process never holds a second engine and its K/V cache."""
 
 from __future__ import annotations
 
@@ -10,11 +16,13 @@ import torch
 
 from scalerl.build.generator import Components, build_components
 from scalerl.build.modes import make_mode
-from scalerl.build.resources import Threads, eval_threads, split_threads
+from scalerl.build.resources import Threads, eval_threads, split_threads, use_process
 from scalerl.build.state import Trainer
-from scalerl.config import DEFAULT_VAL_SIZE, Config
+from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
 from scalerl.lora import apply_lora
-from scalerl.run.memory import tune_malloc
+from scalerl.rollout.length import check_budget, phrase_ids
+from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
+from scalerl.transport.local import EvalSpec
 
 EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
 
@@ -29,6 +37,7 @@ class Run:
     eval_gen: object
     threads: Threads
     eval_threads: int
+    memory: MemoryMonitor
 
 
 def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None) -> Run:
@@ -44,14 +53,27 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     if cfg.model.lora is not None:
         comps.model = apply_lora(comps.model, cfg.model.lora)
     _report_split(cfg, comps.task)
+    if isinstance(cfg.rollout.length, InterruptConfig):   # refused here, before a generator process starts
+        check_budget(cfg.rollout, len(phrase_ids(comps.tokenizer, cfg.rollout.length.phrase)))
     comps.model.train()
     tr = Trainer(cfg, comps, Path(run_dir))
     if resume:
         tr.restore()
-    eval_gen = comps.stage(tr.model, cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature).generator
+    freeze()   # the model, tokenizer, task and optimizer, built for the whole run: out of the collector's sight
+    n_eval_threads = eval_threads(cfg, threads, tr.meter.n_params, device)
+    evals = EvalSpec(cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature, n_eval_threads)
+    eval_gen = None
+    if not use_process(cfg, device):   # else the generator process evaluates (below)
+        eval_gen = comps.stage(tr.model, evals.seed, evals.temperature).generator
     tr.model.train()
-    mode = make_mode(tr, device, threads)
-    return Run(tr, mode, eval_gen, threads, eval_threads(cfg, threads, tr.meter.n_params, device))
+    mode, source = make_mode(tr, device, threads, evals)
+    consumers = tr.memory_consumers
+    if source is not None:
+        eval_gen = source.evaluator()
+        def consumers() -> dict[str, float]:
+            return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
+    memory = MemoryMonitor(mode.processes, consumers, devices=source.device_memory if source is not None else dict)
+    return Run(tr, mode, eval_gen, threads, n_eval_threads, memory)
 
 
 def _report_split(cfg: Config, task) -> None:

@@ -67,8 +67,11 @@ class Trainer:
         """One optimizer step on the step's kept groups and their (P, G) advantages: its loss row, or
         None when no token was trainable."""
         step = self.step_fn or train_step   # looked up here: tests swap `train_step` in this module
-        return step(self.model, self.optim, groups, self.cfg, self.comps.tokenizer.pad_token_id,
-                    self.state.step + 1, self.ref_model, advantages)
+        try:
+            return step(self.model, self.optim, groups, self.cfg, self.comps.tokenizer.pad_token_id,
+                        self.state.step + 1, self.ref_model, advantages)
+        finally:   # gradients live within a step only: one copy of the parameters freed between steps
+            self.optim.opt.zero_grad(set_to_none=True)
 
     def memory_consumers(self) -> dict[str, float]:
         """What scalerl knows holds memory in the trainer process, name -> MiB (the memory warning names

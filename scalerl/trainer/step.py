@@ -22,8 +22,9 @@ Departures from the paper (Section 4 and Appendix A.3):
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 
@@ -82,7 +83,12 @@ def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, 
 
 
 class Optimizer:
-    """AdamW (paper: eps 1e-15, weight decay 0.01) with linear warm-up then constant lr."""
+    """AdamW (paper: eps 1e-15, weight decay 0.01) with linear warm-up then constant lr.
+
+    `step_guard(version)`: the context AdamW's step runs in (the only moment the parameters
+    change). Nothing by default; when the parameters are also the weights a generator process
+    decodes from (the process transport's aliased buffer, scalerl.transport.weights), the
+    transport's lock, so that they change between two decode steps and carry `version`."""
 
     def __init__(self, model: torch.nn.Module, cfg: Config):
         o = cfg.optim
@@ -93,6 +99,7 @@ class Optimizer:
         warm = o.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         self.grad_clip = o.grad_clip
+        self.step_guard: Callable[[int], ContextManager] = lambda version: nullcontext()
 
     def state_dict(self) -> dict:
         return {"opt": self.opt.state_dict(), "sched": self.sched.state_dict()}
@@ -325,7 +332,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
         raise ScaleRLError(f"non-finite loss or gradient norm at step {step}: training stopped; "
                            "the last good checkpoint is kept")
     lr = optim.sched.get_last_lr()[0]
-    optim.opt.step()
+    with optim.step_guard(step):   # the parameters change here, and only here
+        optim.opt.step()
     optim.sched.step()
     out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
            "train/micro_batches": len(parts), "tokens/trained_step": tokens_total}

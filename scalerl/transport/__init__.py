@@ -3,7 +3,8 @@ message (`TrainerUpdate`: weights, version, retired prompts) the other, under on
 
     protocol      `RolloutSource`, what the loop needs of a transport; `TrainerUpdate`
     window        the PipelineRL-k rule (`Window`), draw order (`InOrder`), group assembly and scoring
-    local         `ThreadedRollouts` (a thread), `ProcessRollouts` (a spawned process)
+    local         `ThreadedRollouts` (a thread), `ProcessRollouts` (a spawned process, which also evaluates)
+    weights       the process transport's published weights: one buffer both processes map, its lock
     ray           `RayRollouts`: generator actors behind a hub
     ray_placement where the actors run (placement groups)
 

@@ -7,11 +7,15 @@ the generator, which applies them in flight. Two in-machine implementations:
 - `ThreadedRollouts`: the generator streams in a background thread of this process. Right for
   a GPU (one CUDA context) and for tests.
 - `ProcessRollouts`: the generator runs in its own process (torch.multiprocessing, spawn) with
-  its own torch thread count; groups come back over an mp.Queue, weights go out through
-  shared-memory tensors + a version counter, retired prompt ids through a queue. On a CPU the
-  decode loop is Python-bound: in one process the two stages fight over the GIL and torch's
-  process-global thread pool; in two they run truly in parallel (docs/training.md has the
-  measurement).
+  its own torch thread count; groups come back over an mp.Queue; the weights are one buffer both
+  processes map (shared memory on a CPU, device memory through CUDA IPC on a GPU), which the
+  generator decodes from directly, under a lock taken at every decode-step boundary
+  (scalerl.transport.weights); retired prompt ids and evaluation requests go through a queue,
+  and the evaluation runs there, on the published weights. On a CPU the decode loop is
+  Python-bound: in one process the two stages fight over the GIL and torch's process-global
+  thread pool; in two they run truly in parallel (docs/training.md has the measurement). The
+  same code runs on CUDA: the generator off the trainer's interpreter, weights passed device to
+  device.
 `scalerl.transport.ray.RayRollouts` implements the same Protocol with Ray actors, the
 same records and the same `Window`.
 
@@ -38,12 +42,14 @@ import signal
 import threading
 import time
 import traceback
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
 
 import torch
 
 from scalerl.errors import ScaleRLError
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
+from scalerl.transport.weights import SharedWeights, StepGate, WeightsLink
 from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, RetiredSet, Window
 from scalerl.types import Completion, Group, Prompt
 
@@ -162,11 +168,27 @@ def watch_parent(parent: int, stop=None) -> None:
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
 
+@dataclass(frozen=True)
+class EvalSpec:
+    """How a generator process evaluates for the trainer: its evaluation engine's seed and
+    temperature (None: the rollout's), and the torch threads it evaluates with (the training
+    stream is held meanwhile, so these may be every core the run holds)."""
+
+    seed: int
+    temperature: float | None
+    threads: int
+
+
+SETTLE_EVERY_S = 2.0   # a generator process frees its dropped K/V caches (reference cycles) this often
+
+
 def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
-                    retired: RetiredSet | None, n: int, window: Window, shared: dict,
-                    sync_state: dict, lock, paused, stop, out_q, retire_q, parent: int) -> None:
-    """Body of the generator process: stream, score, send groups; apply weights as they come."""
-    from scalerl.run.memory import trim, tune_malloc
+                    retired: RetiredSet | None, n: int, window: Window, link: WeightsLink, taken,
+                    evals: EvalSpec | None, paused, stop, out_q, in_q, parent: int) -> None:
+    """Body of the generator process: stream, score, send groups, decoding straight from the
+    published weights (`StepGate` at every step boundary); a second thread takes the trainer's
+    retired prompts and evaluation requests, and frees the dropped caches every `SETTLE_EVERY_S`."""
+    from scalerl.run.memory import freeze, settle, tune_malloc
 
     watch_parent(parent, stop)
     tune_malloc()
@@ -174,49 +196,82 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
     try:
         from scalerl.rl.curriculum import CurriculumSampler
 
-        generator, task, reward_fn, sampler_seed = build(seed)
+        generator, task, reward_fn, sampler_seed = build(seed, weights=link.tensors)
+        evaluator = None if evals is None else _Evaluator(build, evals, link, task, reward_fn, threads)
+        freeze()   # the models, tokenizer and task, built for the whole run: never scanned by a collection again
         sampler = CurriculumSampler(task, retired, seed=sampler_seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
         assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
-        version, horizon, taken = sync_state["version"], sync_state["horizon"], sync_state["taken"]
-        staged = [-1]
+        gate = StepGate(link, generator, paused, window.record)
 
-        def sync() -> None:
-            if version.value != staged[0]:
-                with lock:
-                    window.record(version.value, horizon.value)
-                    generator.update_weights(shared, version.value)
-                    staged[0] = version.value
-                trim()  # the heap pages freed since the last version (decode steps' small tensors) back to the kernel
-            while retired is not None:
-                try:
-                    retired.add(retire_q.get_nowait())
-                except queue.Empty:
-                    break
+        def serve() -> None:
+            settled = time.monotonic()
+            try:
+                while not stop.is_set():
+                    if time.monotonic() - settled > SETTLE_EVERY_S:
+                        settle()
+                        settled = time.monotonic()
+                    try:
+                        kind, payload = in_q.get(timeout=0.05)
+                    except queue.Empty:
+                        continue
+                    if kind == "retire" and retired is not None:
+                        retired.add(payload)
+                    elif kind == "evaluate":
+                        if evaluator is None:
+                            raise RuntimeError("this generator process was started without an evaluation spec")
+                        out_q.put(("eval", evaluator(*payload), None))
+            except ScaleRLError as exc:
+                out_q.put(("user_error", str(exc), None))
+                stop.set()
+            except BaseException:  # a bug: the trainer raises it with this traceback
+                out_q.put(("error", traceback.format_exc(), None))
+                stop.set()
 
-        def follow() -> None:
-            while not stop.is_set():
-                sync()
-                time.sleep(0.005)
-
-        sync()
-        threading.Thread(target=follow, name="scalerl-weights", daemon=True).start()
+        threading.Thread(target=serve, name="scalerl-requests", daemon=True).start()
         out_q.put(("ready", None, None))
 
         def may_start(draw: int) -> bool:
-            return not paused.is_set() and window.may_start(draw, generator.version, version.value, taken.value)
+            return not paused.is_set() and window.may_start(draw, generator.version, link.version.value, taken.value)
 
-        for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop,
-                                           hold=paused):
-            group = assembler.add(completion)
-            if group is not None:
-                out_q.put(("group", group, locked.state_dict()))
+        try:
+            for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop,
+                                               hold=gate):
+                group = assembler.add(completion)
+                if group is not None:
+                    out_q.put(("group", group, locked.state_dict()))
+        finally:
+            gate.release()
         out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
     except ScaleRLError as exc:  # a user-facing error (e.g. every prompt retired): its one line
         out_q.put(("user_error", str(exc), None))
     except BaseException:  # a bug: the trainer raises it with this traceback
         out_q.put(("error", traceback.format_exc(), None))
+
+
+class _Evaluator:
+    """The generator process's evaluation engine, built at start-up on the published weights (no
+    copy of its own); runs `generate` with `EvalSpec.threads` while the training stream is held.
+    Its K/V cache lives during a request only (freed by `settle` after it)."""
+
+    def __init__(self, build: GeneratorBuild, evals: EvalSpec, link: WeightsLink, task, reward, threads: int):
+        # the training reward is passed only so that nothing builds another (scoring is the trainer's)
+        self.generator = build(evals.seed, weights=link.tensors, task=task, reward=reward,
+                               temperature=evals.temperature).generator
+        self.evals, self.threads = evals, threads
+
+    def __call__(self, prompts: list[Prompt], n: int, reseed: bool) -> list[Completion]:
+        from scalerl.run.memory import settle
+
+        torch.set_num_threads(self.evals.threads)
+        try:
+            if reseed:
+                self.generator.reseed()
+            return self.generator.generate(prompts, n)
+        finally:
+            torch.set_num_threads(self.threads)
+            settle()
 
 
 def exit_reason(name: str, code: int | None) -> str:
@@ -237,6 +292,13 @@ def exit_reason(name: str, code: int | None) -> str:
 class ProcessRollouts(_PausedByEvent):
     """PipelineRL generator in a separate process (see the module docstring).
 
+    The weights go through `SharedWeights` (scalerl.transport.weights): one buffer both processes
+    map, which the generator decodes from directly; `alias` makes it the trainer's own parameters
+    (then `step_guard` must wrap the optimizer's step: `aliased`). `dtype`: the generator's decode
+    dtype (default: the weights'); `head`: the LM head weight's name (a lower-precision engine keeps
+    an fp32 copy for its fp32 head). With `evals`, the process also evaluates for the trainer
+    (`evaluator()`), so the trainer's process holds no evaluation engine and no second K/V cache.
+
     The process is not a daemon, so that it may start helpers of its own (math-verify's checker
     workers); it exits when `close()` stops it, and by itself as soon as the trainer process is
     gone, from its first moment on (`watch_parent`).
@@ -245,26 +307,36 @@ class ProcessRollouts(_PausedByEvent):
     START_S = 600.0  # the generator process's start-up (imports, model build) must end within this
 
     def __init__(self, build: GeneratorBuild, seed: int, weights: dict[str, torch.Tensor], version: int,
-                 sampler_state: dict, curriculum, n: int, window: Window, threads: int):
+                 sampler_state: dict, curriculum, n: int, window: Window, threads: int, *,
+                 dtype: torch.dtype | None = None, alias: bool = False, head: str | None = None,
+                 evals: EvalSpec | None = None):
         ctx = torch.multiprocessing.get_context("spawn")
         self.window = window
         self.order = InOrder()
-        self._shared = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in weights.items()}
-        self._sync = {"version": ctx.Value("q", version, lock=False),
-                      "horizon": ctx.Value("q", window.horizon(0), lock=False),
-                      "taken": ctx.Value("q", 0, lock=False)}
-        self._lock = ctx.Lock()
+        dtype = dtype or next(iter(weights.values())).dtype
+        self.weights = SharedWeights(ctx, weights, version, window.horizon(0), dtype, alias, head, self._check_alive)
+        self._taken = ctx.Value("q", 0, lock=False)
         self._paused = ctx.Event()
         self._stop = ctx.Event()
         self._out = ctx.Queue()
-        self._retire = ctx.Queue()
+        self._in = ctx.Queue()
         self._sampler_state = dict(sampler_state)
         self._ready = False
         self._proc = ctx.Process(
             target=_generator_main, name="scalerl-generator", daemon=False,
-            args=(build, seed, threads, sampler_state, RetiredSet.of(curriculum), n, window, self._shared, self._sync,
-                  self._lock, self._paused, self._stop, self._out, self._retire, os.getpid()))
+            args=(build, seed, threads, sampler_state, RetiredSet.of(curriculum), n, window, self.weights.link,
+                  self._taken, evals, self._paused, self._stop, self._out, self._in, os.getpid()))
         self._proc.start()
+
+    @property
+    def aliased(self) -> bool:
+        """The published weights are the trainer's parameters: the optimizer must step under `step_guard`."""
+        return self.weights.aliased
+
+    def _check_alive(self) -> None:
+        if not self._proc.is_alive():
+            raise ScaleRLError(f"{exit_reason('generator process', self._proc.exitcode)}: the run stopped "
+                               "at its last checkpoint, carry on with --resume")
 
     def _receive(self, timeout: float | None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -272,9 +344,7 @@ class ProcessRollouts(_PausedByEvent):
             try:
                 kind, payload, sampler_state = self._out.get(timeout=1.0)
             except queue.Empty:
-                if not self._proc.is_alive():
-                    raise ScaleRLError(f"{exit_reason('generator process', self._proc.exitcode)}: the run stopped "
-                                       "at its last checkpoint, carry on with --resume") from None
+                self._check_alive()
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
                 continue
@@ -282,36 +352,46 @@ class ProcessRollouts(_PausedByEvent):
                 raise ScaleRLError(payload)
             if kind == "error":
                 raise RuntimeError(f"the generator process failed:\n{payload}")
-            return kind, payload, sampler_state
+            if kind == "ready":
+                self._ready = True
+            elif kind == "group":
+                self._sampler_state = sampler_state
+                self.order.push(payload)
+            return kind, payload
 
     def ready(self) -> None:
         """Wait until the generator process has built its model (start-up is not compute)."""
         while not self._ready:
-            kind, payload, _ = self._receive(self.START_S)
-            if kind == "ready":
-                self._ready = True
-            else:
-                self.order.push(payload)
+            self._receive(self.START_S)
 
     def get(self, timeout: float | None = None) -> Group:
         while (group := self.order.pop()) is None:
-            kind, payload, sampler_state = self._receive(timeout)
-            if kind == "ready":
-                self._ready = True
-                continue
-            self._sampler_state = sampler_state
-            self.order.push(payload)
-        self._sync["taken"].value = self.order.next
+            self._receive(timeout)
+        self._taken.value = self.order.next
         return group
 
     def send(self, update: TrainerUpdate) -> None:
         for prompt_id in update.retired:
-            self._retire.put(prompt_id)
-        with self._lock, torch.no_grad():
-            for name, target in self._shared.items():
-                target.copy_(update.weights[name])
-            self._sync["horizon"].value = self.window.horizon(self.order.next)
-            self._sync["version"].value = update.version
+            self._in.put(("retire", prompt_id))
+        self.weights.publish(update.weights, update.version, self.window.horizon(self.order.next))
+
+    def step_guard(self, version: int):
+        """The context the trainer's optimizer steps in when the weights are aliased: the lock held, then
+        `version` published (the weights change between two decode steps and carry their version)."""
+        return self.weights.write(version, self.window.horizon(self.order.next))
+
+    def evaluator(self) -> RemoteGenerator:
+        """The evaluation engine of the generator process, as a generator the trainer evaluates with."""
+        return RemoteGenerator(self)
+
+    def evaluate(self, prompts: Sequence[Prompt], n: int, reseed: bool) -> list[Completion]:
+        """All `n` samples of every prompt from the generator process's evaluation engine (its training
+        stream held by `pause()` meanwhile); groups that arrive meanwhile wait in draw order."""
+        self._in.put(("evaluate", (list(prompts), n, reseed)))
+        while True:
+            kind, payload = self._receive(None)
+            if kind == "eval":
+                return payload
 
     def sampler_state(self) -> dict:
         return dict(self._sampler_state)
@@ -320,8 +400,18 @@ class ProcessRollouts(_PausedByEvent):
         """The generator process, for `system/rss_mb/generator0` (while it runs)."""
         return {"generator0": self._proc.pid} if self._proc.is_alive() else {}
 
+    def device_memory(self) -> dict[str, tuple[float, float]]:
+        """The generator process's CUDA memory (allocated, reserved MiB) as it last reported it; {} on a CPU."""
+        cuda = any(t.device.type == "cuda" for t in self.weights.buffers.values())
+        return {"generator0": tuple(self.weights.link.cuda_mb)} if cuda and self._proc.is_alive() else {}
+
+    def published_mb(self) -> float:
+        """MiB of the published weights' buffer (shared by both processes)."""
+        return self.weights.nbytes() / 2**20
+
     def close(self) -> None:
         self._stop.set()
+        self._in.cancel_join_thread()  # requests a dead generator never read must not hold this process at exit
         deadline = time.monotonic() + 10
         while self._proc.is_alive() and time.monotonic() < deadline:
             try:  # drain, so the child's queue feeder can flush and the child exit
@@ -331,3 +421,26 @@ class ProcessRollouts(_PausedByEvent):
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join(timeout=5)
+
+
+class RemoteGenerator:
+    """The trainer's handle on a generator process's evaluation engine: `generate` and `reseed` of
+    `scalerl.rollout.Generator` (what `scalerl.evaluate` needs). The evaluation runs there, on the
+    published weights (the trainer's, after the step's publish), while that process's training
+    stream is held; the trainer's process keeps no evaluation engine and no K/V cache of its own."""
+
+    def __init__(self, source: ProcessRollouts):
+        self.source = source
+        self._reseed = False
+
+    @property
+    def version(self) -> int:
+        return self.source.weights.version
+
+    def reseed(self) -> None:
+        self._reseed = True
+
+    def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
+        out = self.source.evaluate(prompts, n, self._reseed)
+        self._reseed = False
+        return out

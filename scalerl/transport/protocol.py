@@ -3,11 +3,13 @@ send the trainer's one message (`TrainerUpdate`: the new weights and version, th
 curriculum retired); pause, resume, close. `GeneratorBuild`: the one way every
 transport builds its generator stage.
 
-    GeneratorBuild(fn, args)(seed=..., [model, tokenizer, task, reward, temperature]) -> Stage
+    GeneratorBuild(fn, args)(seed=..., [model, tokenizer, task, reward, temperature, weights]) -> Stage
         in this process (a thread; PPO-off-policy; the evaluation): the loop passes the model to
             decode with and the run's tokenizer, task and plain reward; `fn` builds the generator
         in a generator process or a Ray actor: nothing is passed; `fn` loads its own model, task
-            and reward from `args` (so `fn` is a module-level function and `args` plain values)
+            and reward from `args` (so `fn` is a module-level function and `args` plain values);
+            a generator process passes `weights`, the published buffer its model must decode from
+            (scalerl.transport.weights; a fake generator may ignore them)
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class Stage(NamedTuple):
 
 @dataclass(frozen=True)
 class GeneratorBuild:
-    """`fn(*args, seed=..., model=None, tokenizer=None, task=None, reward=None, temperature=None) -> Stage`:
-    whatever is passed is used as it is, whatever is not is built from `args` (the run's
-    config for `scalerl.build.generator.build_generator`). `temperature` None: the rollout's."""
+    """`fn(*args, seed=..., model=None, tokenizer=None, task=None, reward=None, temperature=None,
+    weights=None) -> Stage`: whatever is passed is used as it is, whatever is not is built from
+    `args` (the run's config for `scalerl.build.generator.build_generator`). `temperature` None:
+    the rollout's. `weights`: name -> tensor the model decodes from in place of its own."""
 
     fn: Callable[..., Stage]
     args: tuple = ()
@@ -75,5 +78,9 @@ class RolloutSource(Protocol):
     def processes(self) -> dict[str, int]:
         """The generator processes it runs on this machine, name -> pid (`generator0`, ...), whose
         resident memory goes into every training row (`scalerl.run.memory`)."""
+
+    def device_memory(self) -> dict[str, tuple[float, float]]:
+        """The CUDA memory (allocated, reserved MiB) of each generator process it runs ({} on a CPU,
+        or where the generator shares the trainer's process)."""
 
     def close(self) -> None: ...

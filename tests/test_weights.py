@@ -1,0 +1,216 @@
+"""The process transport's weights (scalerl.transport.weights): the generator process decodes straight
+from the one published buffer (no copy of its own, none staged per version), every token with the
+weights of the version it records; the evaluation runs there too and gives what it gave in the
+trainer's process.
+
+The model that shows it: tiny-random with every decoder layer silenced (attention and MLP output
+projections zero) and every embedding row along one direction u, the row of token `token_of(v)`
+twice as long as the others. Whatever the context, the last hidden state is then RMSNorm(u) and the
+tied head's logits are proportional to the rows' lengths, so greedy decoding writes `token_of(v)`
+at every step decoded with version v's weights: a token and its recorded version must agree."""
+
+import pytest
+import torch
+
+from doubles import FakeTask, parity_reward
+from scalerl.batching import BatchFiller, PipelineRL
+from scalerl.configure import load_config
+from scalerl.errors import ScaleRLError
+from scalerl.transport.local import ProcessRollouts
+from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
+from scalerl.transport.weights import adopt
+from scalerl.transport.window import Window
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+GREEDY = ["model.name=tiny-random", "rollout.temperature=0.00001", "rollout.length.type=none",
+          "rollout.max_new_tokens=6", "rollout.batch_slots=4"]
+FIRST_TOKEN = 20   # token_of(0); ids below are digits and special tokens
+
+
+def token_of(version: int) -> int:
+    return FIRST_TOKEN + version
+
+
+@torch.no_grad()
+def set_version(model, version: int, boost: float = 2.0) -> None:
+    """Make greedy decoding of `model` write `token_of(version)` whatever the context (in place)."""
+    emb = model.get_input_embeddings().weight
+    u = 1.0 - 2.0 * (torch.arange(emb.shape[1], device=emb.device) % 2)   # +-1: exact in bf16, RMS 1
+    emb.copy_(u.expand_as(emb))
+    emb[token_of(version)] *= boost
+
+
+@torch.no_grad()
+def version_model(device: str = "cpu"):
+    from scalerl.models import load_model
+
+    model, _ = load_model("tiny-random", device=device)
+    for name, p in model.named_parameters():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            p.zero_()
+        elif name.endswith("norm.weight"):
+            p.fill_(1.0)
+    set_version(model, 0)
+    return model
+
+
+def build_greedy(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None, reward=None,
+                 temperature=None, weights=None):
+    """A `GeneratorBuild` function (picklable): the real engine on a freshly loaded (random) tiny
+    model, which the published `weights` replace."""
+    from scalerl.build.generator import build_generator, decode_dtype
+    from scalerl.config import Config
+    from scalerl.models import load_model
+
+    if model is None:
+        model, tokenizer = load_model("tiny-random", dtype=decode_dtype(Config.model_validate_json(cfg_json)),
+                                      device=device)
+    return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task or FakeTask(),
+                           reward=reward or parity_reward, temperature=temperature, weights=weights)
+
+
+def _check_versions(device: str, alias: bool, bf16: bool = False) -> None:
+    """`bf16`: the generator decodes in bf16 with its fp32 head: the buffer is bf16, the head's fp32
+    values travel beside it. The boosted row is then 1 + 2**-10 times as long: equal to the others
+    once rounded to bf16, so only a head that holds the fp32 values finds `token_of(v)`."""
+    cfg = load_config("scalerl", overrides=[*GREEDY, f"model.device={device}",
+                                            f"model.compute_dtype={'bf16' if bf16 else 'fp32'}"])
+    boost = 1 + 2**-10 if bf16 else 2.0
+    model = version_model(device)
+    set_version(model, 0, boost)
+    P, G, k = 2, 2, 2
+    src = ProcessRollouts(GeneratorBuild(build_greedy, (cfg.model_dump_json(), device)), 0, model.state_dict(), 0,
+                          {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1, alias=alias,
+                          dtype=torch.bfloat16 if bf16 else torch.float32, head="lm_head.weight")
+    assert src.aliased == (alias and not bf16)
+    mode = PipelineRL(src, k)
+    tokens = []
+    try:
+        for version in range(1, 9):
+            (mb,) = mode.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            tokens += [(t, v) for g in mb.groups for c in g.completions for t, v in zip(c.tokens, c.versions)]
+            if src.aliased:   # the buffer is this model's parameters: they change under the transport's lock only
+                with src.step_guard(version):
+                    set_version(model, version, boost)
+            else:
+                set_version(model, version, boost)
+            mode.send(TrainerUpdate(version, model.state_dict()))
+    finally:
+        mode.close()
+    wrong = [(t, v) for t, v in tokens if t != token_of(v)]
+    assert not wrong, f"{len(wrong)} of {len(tokens)} tokens decoded with other weights than their version's: {wrong[:5]}"
+    assert len({v for _, v in tokens}) >= 3      # versions did change under the generator
+
+
+@pytest.mark.parametrize("alias", [False, True])
+def test_every_token_is_decoded_with_the_weights_of_the_version_it_records(alias):
+    _check_versions("cpu", alias)
+
+
+def test_a_bf16_generator_decodes_a_bf16_buffer_with_the_fp32_head_of_the_published_weights():
+    _check_versions("cpu", alias=True, bf16=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alias, bf16", [(False, False), (True, False), (True, True)])
+def test_on_cuda_the_generator_process_decodes_the_trainers_device_memory(alias, bf16):
+    """The same on CUDA: the buffer reaches the generator process through CUDA IPC (device to device)."""
+    _check_versions("cuda", alias, bf16)
+
+
+def test_the_published_weights_are_one_buffer_each_storage_once():
+    from scalerl.transport.weights import SharedWeights
+
+    ctx = torch.multiprocessing.get_context("spawn")
+    model = version_model()
+    state = model.state_dict()
+    shared = SharedWeights(ctx, state, 0, 0, torch.float32, alias=False)
+    link = shared.link.tensors
+    assert link["lm_head.weight"] is link["model.embed_tokens.weight"]        # tied: one tensor
+    params = {p.data_ptr() for p in model.parameters()}
+    assert shared.nbytes() == 4 * sum(p.numel() for p in model.parameters())  # each storage once
+    assert all(t.is_shared() and t.data_ptr() not in params for t in link.values())
+    aliased = SharedWeights(ctx, state, 0, 0, torch.float32, alias=True)
+    assert all(p.is_shared() for p in model.parameters())   # the trainer's parameters moved into shared memory
+    assert aliased.aliased and {t.data_ptr() for t in aliased.link.tensors.values()} == {
+        p.data_ptr() for p in model.parameters()}           # ... and are the buffer
+    low = SharedWeights(ctx, model.state_dict(), 0, 0, torch.bfloat16, alias=True, head="lm_head.weight")
+    assert not low.aliased and low.head32[1].dtype == torch.float32   # another dtype: a buffer of its own
+
+
+def test_adopt_decodes_from_the_given_tensors_and_refuses_what_does_not_fit():
+    model = version_model()
+    other = version_model()
+    set_version(other, 3)
+    adopt(model, other.state_dict())
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(model.parameters(), other.parameters()))
+    with pytest.raises(ScaleRLError, match="lack 1 of the model's entries"):
+        adopt(model, {k: v for k, v in other.state_dict().items() if k != "model.norm.weight"})
+    bad = dict(other.state_dict())
+    bad["model.norm.weight"] = bad["model.norm.weight"].to(torch.bfloat16)
+    with pytest.raises(ScaleRLError, match="model.norm.weight"):
+        adopt(model, bad)
+
+
+def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process_gave(tmp_path):
+    """Under the process transport the generator process evaluates (the trainer's process holds no
+    evaluation engine); same seed, weights and prompts: the same completions as in the trainer's process."""
+    from doubles import tiny_random_components
+    from scalerl.build.run import build_run
+    from scalerl.transport.local import RemoteGenerator
+
+    out = {}
+    for transport in ("thread", "process"):
+        cfg = load_config("scalerl", overrides=["model.name=tiny-random", "batch.prompts=2", "batch.generations=2",
+                                                 "rollout.max_new_tokens=8", "rollout.batch_slots=4", "eval.prompts=4",
+                                                 "rollout.length.type=none", f"pipeline.transport={transport}",
+                                                 "run.threads=2"])
+        torch.manual_seed(0)
+        comps = tiny_random_components(cfg)
+        run = build_run(cfg, tmp_path / transport, comps=comps)
+        try:
+            assert isinstance(run.eval_gen, RemoteGenerator) == (transport == "process")
+            run.eval_gen.reseed()
+            prompts = comps.task.val_prompts(4)
+            out[transport] = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
+        finally:
+            run.mode.close()
+    assert out["process"] == out["thread"] and len(out["thread"]) == 8
+
+
+def build_failing(*, seed: int, **given):
+    """A `GeneratorBuild` function whose generator process cannot build its model."""
+    raise ScaleRLError("no model here")
+
+
+def test_a_generator_that_fails_at_start_up_ends_the_trainer_with_its_line_and_lets_it_exit(tmp_path):
+    """The trainer asked for an evaluation (a request larger than a pipe's buffer) that the dead
+    generator never read: the error is raised in one line, and the process still exits."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_weights import build_failing
+from scalerl.errors import ScaleRLError
+from scalerl.transport.local import EvalSpec, ProcessRollouts
+from scalerl.transport.protocol import GeneratorBuild
+from scalerl.transport.window import Window
+from scalerl.types import Prompt
+src = ProcessRollouts(GeneratorBuild(build_failing), 0, {{"w": torch.zeros(3)}}, 0, {{"seed": 0, "epoch": 0, "position": 0}},
+                      None, 2, Window(2, 2), 1, evals=EvalSpec(0, None, 1))
+try:
+    src.evaluate([Prompt(f"p{{i}}", f"{{i}}: " + "x" * 400, "") for i in range(500)], 4, False)   # 200 kB
+except ScaleRLError as exc:
+    print("raised:", exc)
+finally:
+    src.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() in ("raised: no model here",    # its line, or its exit if that came first
+                                  "raised: generator process exited with code 0: the run stopped at its last "
+                                  "checkpoint, carry on with --resume")
