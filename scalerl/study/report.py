@@ -640,6 +640,24 @@ def provenance_markdown(p: dict) -> str:
     return "\n".join(lines)
 
 
+def _write_plots(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col: str) -> tuple[list, dict]:
+    """fits.png and fits_linearised.png of every fitted configuration, and one pair per group of the
+    paper's two figures (recipes, Fig. 2; leave-one-out, Fig. 7) when the study has both."""
+    plotted = [(c.name, np.concatenate([r.x for r in c.runs]), np.concatenate([r.y for r in c.runs]), c.fit)
+               for c in sorted(configs, key=sort_key) if c.fit is not None]
+    if plotted:
+        plot_fits(plotted, study_dir / "fits.png", study_dir / "fits_linearised.png", xlabel=x_col,
+                  ylabel=Y_COLUMN)
+    groups = _plot_groups(configs, base)
+    groups = groups if len(groups) > 1 else {}
+    for group, names in groups.items():
+        part = [p for p in plotted if p[0] in names]
+        if part:
+            plot_fits(part, study_dir / f"fits_{group}.png", study_dir / f"fits_{group}_linearised.png",
+                      xlabel=x_col, ylabel=Y_COLUMN)
+    return plotted, groups
+
+
 def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col: str,
                  variants_md: str, command: str = "", specs: Sequence[RunSpec] = ()) -> dict:
     """report.md, report.json, fits.png and fits_linearised.png in `study_dir`."""
@@ -648,18 +666,7 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
     data = report_dict(configs, base, x_col, paper)
     data["provenance"] = provenance(specs)
     (study_dir / "report.json").write_text(json.dumps(data, indent=1))
-    plotted = [(c.name, np.concatenate([r.x for r in c.runs]), np.concatenate([r.y for r in c.runs]), c.fit)
-               for c in sorted(configs, key=sort_key) if c.fit is not None]
-    if plotted:
-        plot_fits(plotted, study_dir / "fits.png", study_dir / "fits_linearised.png", xlabel=x_col,
-                  ylabel=Y_COLUMN)
-    groups = _plot_groups(configs, base)
-    groups = groups if len(groups) > 1 else {}  # the paper's two figures: recipes (Fig. 2), leave-one-out (Fig. 7)
-    for group, names in groups.items():
-        part = [p for p in plotted if p[0] in names]
-        if part:
-            plot_fits(part, study_dir / f"fits_{group}.png", study_dir / f"fits_{group}_linearised.png",
-                      xlabel=x_col, ylabel=Y_COLUMN)
+    plotted, groups = _write_plots(study_dir, configs, base, x_col)
     notes = sorted({n for c in configs for n in c.notes})
     md = [f"# Study report (base: {base})", ""]
     if command:

@@ -182,13 +182,42 @@ class EvalSpec:
 SETTLE_EVERY_S = 2.0   # a generator process frees its dropped K/V caches (reference cycles) this often
 
 
+def _serve_requests(stop, in_q, out_q, retired: RetiredSet | None, evaluator) -> None:
+    """The generator process's second thread: takes the trainer's retired prompts and evaluation
+    requests, and frees the dropped caches every `SETTLE_EVERY_S`."""
+    from scalerl.run.memory import settle
+
+    settled = time.monotonic()
+    try:
+        while not stop.is_set():
+            if time.monotonic() - settled > SETTLE_EVERY_S:
+                settle()
+                settled = time.monotonic()
+            try:
+                kind, payload = in_q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if kind == "retire" and retired is not None:
+                retired.add(payload)
+            elif kind == "evaluate":
+                if evaluator is None:
+                    raise RuntimeError("this generator process was started without an evaluation spec")
+                out_q.put(("eval", evaluator(*payload), None))
+    except ScaleRLError as exc:
+        out_q.put(("user_error", str(exc), None))
+        stop.set()
+    except BaseException:  # a bug: the trainer raises it with this traceback
+        out_q.put(("error", traceback.format_exc(), None))
+        stop.set()
+
+
 def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
                     retired: RetiredSet | None, n: int, window: Window, link: WeightsLink, taken,
                     evals: EvalSpec | None, paused, stop, out_q, in_q, parent: int) -> None:
     """Body of the generator process: stream, score, send groups, decoding straight from the
     published weights (`StepGate` at every step boundary); a second thread takes the trainer's
     retired prompts and evaluation requests, and frees the dropped caches every `SETTLE_EVERY_S`."""
-    from scalerl.run.memory import freeze, settle, tune_malloc
+    from scalerl.run.memory import freeze, tune_malloc
 
     watch_parent(parent, stop)
     tune_malloc()
@@ -205,31 +234,8 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
         gate = StepGate(link, generator, paused, window.record)
 
-        def serve() -> None:
-            settled = time.monotonic()
-            try:
-                while not stop.is_set():
-                    if time.monotonic() - settled > SETTLE_EVERY_S:
-                        settle()
-                        settled = time.monotonic()
-                    try:
-                        kind, payload = in_q.get(timeout=0.05)
-                    except queue.Empty:
-                        continue
-                    if kind == "retire" and retired is not None:
-                        retired.add(payload)
-                    elif kind == "evaluate":
-                        if evaluator is None:
-                            raise RuntimeError("this generator process was started without an evaluation spec")
-                        out_q.put(("eval", evaluator(*payload), None))
-            except ScaleRLError as exc:
-                out_q.put(("user_error", str(exc), None))
-                stop.set()
-            except BaseException:  # a bug: the trainer raises it with this traceback
-                out_q.put(("error", traceback.format_exc(), None))
-                stop.set()
-
-        threading.Thread(target=serve, name="scalerl-requests", daemon=True).start()
+        threading.Thread(target=_serve_requests, args=(stop, in_q, out_q, retired, evaluator),
+                         name="scalerl-requests", daemon=True).start()
         out_q.put(("ready", None, None))
 
         def may_start(draw: int) -> bool:
