@@ -11,7 +11,6 @@ attention decodes here; `static.py` is the fixed-shape path that replaces it whe
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +20,7 @@ import torch
 
 from scalerl.rollout.cache import SlotCache
 from scalerl.rollout.sampling import sample
-from scalerl.rollout.state import _END, IDLE_SLEEP_S, MIN_SHARED_PREFIX, RECENT_PREFILLS, Request, Rows
+from scalerl.rollout.state import _END, IDLE_SLEEP_S, RECENT_PREFILLS, Request, Rows, shared_prefix
 
 
 class EagerLoop:
@@ -190,16 +189,11 @@ class EagerLoop:
         kept while the weights do not change; None when it is shorter than `MIN_SHARED_PREFIX`.
         At least one token of every context is left to run after it."""
         e = self.e
-        shortest = min(len(c) for c in contexts) - 1
-        if self._prefix is not None:
-            tokens, cached = self._prefix
-            if len(tokens) <= shortest and all(c[: len(tokens)] == tokens for c in contexts):
-                self._last_context = contexts[0]
-                return cached
-        common = os.path.commonprefix([*contexts, *([self._last_context] if self._last_context else [])])
+        tokens, reuse = shared_prefix(contexts, self._prefix and self._prefix[0], self._last_context)
         self._last_context = contexts[0]
-        tokens = tuple(common[:shortest])
-        if len(tokens) < MIN_SHARED_PREFIX:
+        if reuse:
+            return self._prefix[1]
+        if tokens is None:
             return None
         cached = self._prefill(torch.tensor([tokens], device=e.device), torch.tensor([len(tokens)], device=e.device))
         self._prefix = (tokens, cached)

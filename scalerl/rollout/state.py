@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 import torch
@@ -80,3 +81,17 @@ class Rows:
     def restore(self, saved: list[torch.Tensor]) -> None:
         for f, s in zip(fields(self), saved):
             getattr(self, f.name).copy_(s)
+
+
+def shared_prefix(contexts: list[tuple[int, ...]], kept: tuple[int, ...] | None,
+                  last: tuple[int, ...]) -> tuple[tuple[int, ...] | None, bool]:
+    """Which prefix of `contexts` both decoding loops prefill once: (tokens, reuse). `reuse`: the
+    kept prefix `kept` still serves every context; else the prefix the contexts (and `last`, the
+    previous admission's first context, so that the samples of one prompt admitted alone still
+    find what every prompt shares) have in common, None when shorter than `MIN_SHARED_PREFIX`.
+    At least one token of every context is left to run after it."""
+    shortest = min(len(c) for c in contexts) - 1
+    if kept is not None and len(kept) <= shortest and all(c[: len(kept)] == kept for c in contexts):
+        return kept, True
+    tokens = tuple(os.path.commonprefix([*contexts, *([last] if last else [])])[:shortest])
+    return (tokens, False) if len(tokens) >= MIN_SHARED_PREFIX else (None, False)

@@ -30,7 +30,6 @@ is not worth compiling there (docs/rollout.md, "Captured steps").
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -42,7 +41,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rollout.forward import Decoder, StaticKV
 from scalerl.rollout.sampling import sample
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
-from scalerl.rollout.state import _END, IDLE_SLEEP_S, MIN_SHARED_PREFIX, RECENT_PREFILLS, Request, Rows
+from scalerl.rollout.state import _END, IDLE_SLEEP_S, RECENT_PREFILLS, Request, Rows, shared_prefix
 
 SYNC_EVERY = 4          # decode steps between two host synchronisations
 GRAPH_COLS = 64         # under capture the attention columns are GRAPH_COLS x 2^k (or the capacity)
@@ -390,16 +389,11 @@ class StaticLoop:
         shorter than `MIN_SHARED_PREFIX`. At least one token of every context is left to run
         after it. A new prefix is run in `row` (one of the rows being admitted)."""
         e = self.e
-        shortest = min(len(c) for c in contexts) - 1
-        if self._prefix is not None:
-            tokens, saved = self._prefix
-            if len(tokens) <= shortest and all(c[: len(tokens)] == tokens for c in contexts):
-                self._last_context = contexts[0]
-                return self._prefix
-        common = os.path.commonprefix([*contexts, *([self._last_context] if self._last_context else [])])
+        tokens, reuse = shared_prefix(contexts, self._prefix and self._prefix[0], self._last_context)
         self._last_context = contexts[0]
-        tokens = tuple(common[:shortest])
-        if len(tokens) < MIN_SHARED_PREFIX:
+        if reuse:
+            return self._prefix
+        if tokens is None:
             return None
         self.prefill(torch.tensor([row], device=e.device), torch.tensor([tokens], device=e.device), 0)
         self._prefix = (tokens, self.kv.take(row, len(tokens)))
