@@ -4,6 +4,7 @@ tree (B), same machine, same seed, alternating A/B/A/B in one invocation.
     python benchmarks/train_speed.py                        # the default run (120 steps), A/B twice
     python benchmarks/train_speed.py --steps 40 --repeats 3 # shorter runs (--set run.max_steps=40)
     python benchmarks/train_speed.py --ref 9a66824 --set rollout.decode=eager
+    python benchmarks/train_speed.py --metric time/score_wait --metric time/gen_wait --set ...
 
 A is a temporary `git worktree` of `--ref` (removed at the end), run with PYTHONPATH pointing
 there and this tree's interpreter; B is this tree. Each run is `scalerl train --no-progress` with
@@ -11,7 +12,8 @@ there and this tree's interpreter; B is this tree. Each run is `scalerl train --
 run directory under a temporary folder. Printed per run: the whole run's wall time (start-up,
 step-0 evaluation, every step, the evaluations of the geometric schedule, checkpoints and the
 final fit: what a user waits for) divided by its steps, the median of the loop's own `time/step`
-(a step without the evaluations), the evaluations' total (`time/eval`), and the machine's load;
+(a step without the evaluations), the evaluations' total (`time/eval`), the median of each
+`--metric` over the training rows (`-` where a side does not log it), and the machine's load;
 then the median of each side and the ratios B / A. The evaluation schedule has `eval.count`
 points whatever the length, so a run shorter than the default spends a larger share of its time
 evaluating: say which length a figure is for.
@@ -33,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_once(src: Path, out: Path, steps: int, seed: int, sets: list[str]) -> dict:
+def run_once(src: Path, out: Path, steps: int, seed: int, sets: list[str], metrics: list[str]) -> dict:
     """One `scalerl train` with the package at `src`; its timings."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(out),
@@ -51,8 +53,14 @@ def run_once(src: Path, out: Path, steps: int, seed: int, sets: list[str]) -> di
     if len(train) != steps:
         raise SystemExit(f"train_speed: {out} has {len(train)} training rows, expected {steps}")
     evals = [r["time/eval"] for r in rows if r["kind"] == "eval" and "time/eval" in r]
+    extra = {m: statistics.median(r[m] for r in train) if all(m in r for r in train) else None for m in metrics}
     return {"wall_per_step": wall / steps, "step_median": statistics.median(r["time/step"] for r in train),
-            "eval_total": sum(evals), "evals": len(evals), "wall": wall, "load": (load + os.getloadavg()[0]) / 2}
+            "eval_total": sum(evals), "evals": len(evals), "wall": wall, "load": (load + os.getloadavg()[0]) / 2,
+            "metrics": extra}
+
+
+def _medians(metrics: dict[str, float | None]) -> str:
+    return "".join(f", {m} median {'-' if v is None else f'{v:.3f}'}" for m, v in metrics.items())
 
 
 def main() -> None:
@@ -64,6 +72,8 @@ def main() -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for both sides")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    ap.add_argument("--metric", dest="metrics", action="append", default=[], metavar="NAME",
+                    help="a training-row metric whose median per run is printed too (repeatable)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="train_speed-"))
     ref_dir = tmp / "ref"
@@ -83,11 +93,11 @@ def main() -> None:
     try:
         for i in range(args.repeats):
             for side, src in sides.items():
-                r = run_once(src, tmp / f"{side}{i}", args.steps, args.seed, args.sets)
+                r = run_once(src, tmp / f"{side}{i}", args.steps, args.seed, args.sets, args.metrics)
                 results[side].append(r)
                 print(f"{side}{i}: {r['wall_per_step']:6.2f} s/step wall ({r['wall']:.0f} s), time/step median "
                       f"{r['step_median']:5.2f} s, {r['evals']} evaluations {r['eval_total']:.0f} s, load "
-                      f"{r['load']:.1f}", flush=True)
+                      f"{r['load']:.1f}{_medians(r['metrics'])}", flush=True)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_dir)], capture_output=True)
         if not args.keep:

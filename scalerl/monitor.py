@@ -61,8 +61,25 @@ def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) ->
         "train/skipped_batches": counters.skipped_batches, "curriculum/retired": retired,
         "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
         "time/score": sum(g.score_seconds for g in mb.groups), "time/score_wait": sum(g.score_wait for g in mb.groups),
+        "time/score_latency": sum(g.score_latency for g in mb.groups) / max(1, len(mb.groups)),
         "version": version,
     })
+    row.update(domain_counts(mb.groups))
+    return row
+
+
+def domain_counts(groups: list) -> dict[str, float]:
+    """Per domain of a mixed task (`prompt.meta["domain"]`; nothing for a single task): the groups drawn
+    (`batch/drawn/<domain>`) and how many of them all failed or all passed (`batch/all_failed/<domain>`,
+    `batch/all_passed/<domain>`: the groups the zero-variance filter drops, when it is on)."""
+    row: dict[str, float] = {}
+    for g in groups:
+        domain = g.prompt.meta.get("domain")
+        if domain is None:
+            continue
+        for name, counts in (("drawn", True), ("all_failed", g.passes == 0), ("all_passed", g.passes == len(g.scores))):
+            key = f"batch/{name}/{domain}"
+            row[key] = row.get(key, 0.0) + float(counts)
     return row
 
 

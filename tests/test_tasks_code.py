@@ -193,6 +193,57 @@ def test_scoring_runs_beside_generation_in_a_pool():
     assert g.score_wait < 0.05 and g.score_seconds >= 0
 
 
+def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
+    """With `deliver`, `add` never waits for a score: a slow group (draw 0) is delivered after a fast
+    one (draw 1) from the scoring threads, with how long it waited for its scores; a scorer's error
+    goes to `fail`, not `deliver`; a group still being scored when the assembler closes is dropped."""
+    import threading
+    import time
+
+    from scalerl.transport.window import GroupAssembler
+    from scalerl.types import Score
+
+    def reward(prompt, c):
+        if prompt.text == "slow":
+            time.sleep(0.4)
+        if c.text == "boom":
+            raise RuntimeError("scorer failed")
+        return Score(float(c.text), c.text == "1")
+
+    got, errors, arrived = [], [], threading.Event()
+
+    def deliver(group):
+        got.append(group)
+        arrived.set()
+
+    asm = GroupAssembler(2, reward, workers=4, deliver=deliver, fail=errors.append)
+    slow = asm.add_prompt(Prompt(id="s", text="slow", answer=""))
+    fast = asm.add_prompt(Prompt(id="f", text="fast", answer=""))
+    t0 = time.monotonic()
+    returned = [asm.add(dataclasses_replace(completion(t), p.id)) for p, t in
+                [(slow, "1"), (slow, "0"), (fast, "1"), (fast, "1")]]
+    assert returned == [None] * 4 and time.monotonic() - t0 < 0.2
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [g.draw for g in got] == [1, 0]
+    assert [s.reward for s in got[1].scores] == [1.0, 0.0] and got[1].score_wait == 0.0
+    assert 0.3 < got[1].score_latency < 2.0 and got[1].score_seconds == pytest.approx(0.8, abs=0.3)
+    boom = asm.add_prompt(Prompt(id="b", text="fast", answer=""))
+    for t in ["1", "boom"]:
+        asm.add(dataclasses_replace(completion(t), boom.id))
+    deadline = time.monotonic() + 5
+    while not errors and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(got) == 2 and [str(e) for e in errors] == ["scorer failed"]
+    late = asm.add_prompt(Prompt(id="l", text="slow", answer=""))
+    for t in ["1", "1"]:
+        asm.add(dataclasses_replace(completion(t), late.id))
+    asm.close()
+    time.sleep(0.6)
+    assert len(got) == 2 and len(errors) == 1
+
+
 def dataclasses_replace(c: Completion, prompt_id: str) -> Completion:
     import dataclasses
 
@@ -310,3 +361,22 @@ def test_a_two_domain_build_runs_end_to_end(tmp_path, monkeypatch):
     assert summary["chosen_step"] == 2 and 0.0 <= summary["history"][0]["monitor_pass"] <= 1.0
     from transformers import AutoModelForCausalLM
     assert AutoModelForCausalLM.from_pretrained(tmp_path).config.max_position_embeddings >= 420   # prompt + target
+
+
+def test_each_domain_counts_its_groups_that_all_failed_or_all_passed():
+    """`batch/drawn|all_failed|all_passed/<domain>` (monitor.domain_counts): counted by hand below;
+    a prompt without a domain (a single task) adds nothing."""
+    from scalerl.monitor import domain_counts
+    from scalerl.types import Group, Score
+
+    def group(domain, passed):
+        meta = {} if domain is None else {"domain": domain}
+        return Group(prompt=Prompt(id="p", text="", answer="", meta=meta), completions=[completion("x")] * len(passed),
+                     scores=[Score(1.0 if p else 0.0, p) for p in passed])
+
+    groups = [group("code", [False, False]), group("code", [True, False]), group("code", [False, False]),
+              group("arith", [True, True]), group(None, [False, False])]
+    assert domain_counts(groups) == {
+        "batch/drawn/code": 3.0, "batch/all_failed/code": 2.0, "batch/all_passed/code": 0.0,
+        "batch/drawn/arith": 1.0, "batch/all_failed/arith": 0.0, "batch/all_passed/arith": 1.0}
+    assert domain_counts([group(None, [True])]) == {}

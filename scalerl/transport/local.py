@@ -88,7 +88,7 @@ class ThreadedRollouts(_PausedByEvent):
         self.generator = generator
         self.sampler = sampler
         self.retired = retired          # the sampler's view of the curriculum
-        self.assembler = GroupAssembler(n, reward_fn, score_workers)
+        self.assembler = GroupAssembler(n, reward_fn, score_workers, deliver=self._deliver, fail=self._fail)
         self.window = window
         self.published = version
         self.order = InOrder()
@@ -104,15 +104,23 @@ class ThreadedRollouts(_PausedByEvent):
         return not self._paused.is_set() and self.window.may_start(draw, self.generator.version, self.published,
                                                                    self.order.next)
 
+    def _deliver(self, group: Group) -> None:
+        self._groups.put(group)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The generator thread's or a scoring thread's error: handed to the trainer thread, re-raised by get()."""
+        if self._error is None:
+            self._error = exc
+        self._stop.set()
+        self._groups.put(None)  # wakes a waiting get()
+
     def _run(self) -> None:
         try:
             prompts = _window_prompts(self.sampler, self.assembler, self._may_start, self._stop)
             for completion in self.generator.stream(prompts, self.assembler.n, stop=self._stop, hold=self._paused):
-                group = self.assembler.add(completion)
-                if group is not None:
-                    self._groups.put(group)
-        except BaseException as exc:  # handed to the trainer thread, re-raised there by get()
-            self._error = exc
+                self.assembler.add(completion)   # the group goes to `_deliver` once scored
+        except BaseException as exc:
+            self._fail(exc)
         finally:
             self._groups.put(None)  # wakes a waiting get()
 
@@ -150,6 +158,7 @@ class ThreadedRollouts(_PausedByEvent):
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        self.assembler.close()
 
 
 # ==================================================================== processes
@@ -231,7 +240,9 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         sampler = CurriculumSampler(task, retired, seed=sampler_seed)
         sampler.load_state_dict(sampler_state)
         locked = LockedSampler(sampler)
-        assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
+        assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task),
+                                   deliver=lambda group: out_q.put(("group", group, locked.state_dict())),
+                                   fail=lambda exc: _report_failure(exc, out_q, stop))
         gate = StepGate(link, generator, paused, window.record)
 
         threading.Thread(target=_serve_requests, args=(stop, in_q, out_q, retired, evaluator),
@@ -244,16 +255,23 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         try:
             for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop,
                                                hold=gate):
-                group = assembler.add(completion)
-                if group is not None:
-                    out_q.put(("group", group, locked.state_dict()))
+                assembler.add(completion)   # the group goes to `out_q` once scored (`deliver`)
         finally:
             gate.release()
+            assembler.close()
         out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
-    except ScaleRLError as exc:  # a user-facing error (e.g. every prompt retired): its one line
+    except BaseException as exc:
+        _report_failure(exc, out_q, stop)
+
+
+def _report_failure(exc: BaseException, out_q, stop) -> None:
+    """A generator process's error, from its main thread or a scoring thread, sent to the trainer: a
+    user-facing one (e.g. every prompt retired) as its one line, a bug with its traceback."""
+    if isinstance(exc, ScaleRLError):
         out_q.put(("user_error", str(exc), None))
-    except BaseException:  # a bug: the trainer raises it with this traceback
-        out_q.put(("error", traceback.format_exc(), None))
+    else:
+        out_q.put(("error", "".join(traceback.format_exception(exc)), None))
+    stop.set()
 
 
 class _Evaluator:

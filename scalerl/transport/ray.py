@@ -258,7 +258,8 @@ class GeneratorWorker:
         self.incarnation = reg["incarnation"]
         self.generator, task, reward_fn, sampler_seed = build(actor_seed(base_seed, rank, self.incarnation))
         self.shard = ShardSampler(CurriculumSampler(task, None, seed=sampler_seed), rank, world, reg["state"])
-        self.assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task))
+        self.assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task),
+                                        deliver=self._deliver, fail=self._fail)
         self.version = reg["version"]
         self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
         self.stop = threading.Event()
@@ -288,15 +289,23 @@ class GeneratorWorker:
             elif verdict == "go":
                 yield self.assembler.add_prompt(prompt, draw)
 
+    def _deliver(self, group: Group) -> None:
+        """A scored group to the hub (from the scoring thread that finished it, or inline)."""
+        ray.get(self.hub.deliver.remote(self.rank, self.incarnation, group))
+
+    def _fail(self, exc: BaseException) -> None:
+        """Reported to the trainer, which raises it from RayRollouts.get."""
+        self.hub.fail.remote(self.rank, self.incarnation, "".join(traceback.format_exception(exc)))
+        self.stop.set()
+
     def _stream(self, pending: list[tuple[int, Prompt]]) -> None:
         try:
             for completion in self.generator.stream(self._prompts(pending), self.assembler.n, stop=self.stop):
-                group = self.assembler.add(completion)
-                if group is not None:
-                    ray.get(self.hub.deliver.remote(self.rank, self.incarnation, group))
-        except BaseException:  # reported to the trainer, which raises it from RayRollouts.get
-            self.hub.fail.remote(self.rank, self.incarnation, traceback.format_exc())
-            self.stop.set()
+                self.assembler.add(completion)   # the group goes to `_deliver` once scored
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
+            self.assembler.close()
 
     def _follow_weights(self) -> None:
         while not self.stop.is_set():

@@ -108,17 +108,32 @@ class GroupAssembler:
     without two groups merging; the group carries the original prompt and its draw number.
 
     `workers` > 0 (a task's `score_workers`: code tasks, whose checker runs programs) scores each
-    completion in a thread pool as it arrives, beside generation; the group is handed on when
-    its last completion is scored (`Group.score_wait`: how long the generator waited for that).
-    0 scores inline. `Group.score_seconds` sums the scoring time of its completions either way.
+    completion in a thread pool as it arrives, beside generation; 0 scores inline.
+    `Group.score_seconds` sums the scoring time of its completions either way.
+
+    How a finished group is handed on:
+    - `deliver` given (every transport): `add` returns None and `deliver(group)` is called once
+      the group's last score is in, from the scoring thread that finished it, so the generator
+      never waits for a slow program (`Group.score_wait` 0; `Group.score_latency`: how long the
+      group waited for its scores after its last completion). A scorer's error goes to
+      `fail(exc)` instead. Groups may then be delivered out of draw order; the trainer takes them
+      in draw order (`InOrder`, the Ray hub). Both callables must not block for long.
+    - no `deliver` (a batch scored at once: evaluation, PPO rounds): `add` returns the group when
+      its last completion arrives, after waiting for its scores (`Group.score_wait`).
     """
 
-    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0):
+    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0,
+                 deliver: Callable[[Group], None] | None = None,
+                 fail: Callable[[BaseException], None] | None = None):
+        if (deliver is None) != (fail is None):
+            raise ValueError("GroupAssembler: deliver and fail go together")
         self.n = n
         self.reward_fn = reward_fn
         self.next_draw = 0
         self.draws: dict[str, tuple[int, Prompt]] = {}
         self.partial: dict[str, tuple[list[Completion], list]] = {}
+        self.deliver, self.fail = deliver, fail
+        self._closed = False
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="scalerl-score") if workers > 0 else None
 
     def add_prompt(self, prompt: Prompt, draw: int | None = None) -> Prompt:
@@ -142,6 +157,7 @@ class GroupAssembler:
         return score, time.monotonic() - t0
 
     def add(self, completion: Completion) -> Group | None:
+        """Take one completion; see the class docstring for when and how its group is handed on."""
         draw, prompt = self.draws[completion.prompt_id]
         done, scored = self.partial[completion.prompt_id]
         done.append(completion)
@@ -152,11 +168,58 @@ class GroupAssembler:
         if len(done) < self.n:
             return None
         del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
-        t0 = time.monotonic()
-        results = [s.result() if isinstance(s, Future) else s for s in scored]   # a scorer's error raises here
-        return Group(prompt=prompt, completions=done, scores=[s for s, _ in results], draw=draw,
-                     score_seconds=sum(t for _, t in results), score_wait=time.monotonic() - t0)
+        last = time.monotonic()
+        if self.deliver is None:
+            results = [s.result() if isinstance(s, Future) else s for s in scored]   # a scorer's error raises here
+            waited = time.monotonic() - last
+            return _group(prompt, done, draw, results, wait=waited, latency=waited)
+        if self._pool is None:
+            self.deliver(_group(prompt, done, draw, scored, wait=0.0, latency=0.0))
+            return None
+        _Pending(self, prompt, done, draw, scored, last)
+        return None
 
     def close(self) -> None:
+        """Stop scoring: queued completions are dropped, a group still being scored is not delivered."""
+        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _group(prompt: Prompt, completions: list[Completion], draw: int, results: list[tuple[Score, float]],
+           wait: float, latency: float) -> Group:
+    return Group(prompt=prompt, completions=completions, scores=[s for s, _ in results], draw=draw,
+                 score_seconds=sum(t for _, t in results), score_wait=wait, score_latency=latency)
+
+
+class _Pending:
+    """One group whose completions are being scored in the pool: delivered (or its error reported)
+    by the done-callback of whichever of its futures finishes last."""
+
+    def __init__(self, owner: GroupAssembler, prompt: Prompt, completions: list[Completion], draw: int,
+                 futures: list[Future], last: float):
+        self.owner, self.prompt, self.completions, self.draw = owner, prompt, completions, draw
+        self.futures, self.last = futures, last
+        self.left = len(futures)
+        self.lock = threading.Lock()
+        for f in futures:
+            f.add_done_callback(self._one_done)   # runs at once, in this thread, if already done
+
+    def _one_done(self, _: Future) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left:
+                return
+        owner = self.owner
+        if owner._closed or any(f.cancelled() for f in self.futures):
+            return   # the assembler was closed (the run is stopping): nobody takes this group
+        error = next((f.exception() for f in self.futures if f.exception() is not None), None)
+        if error is not None:
+            owner.fail(error)
+            return
+        results = [f.result() for f in self.futures]
+        try:
+            owner.deliver(_group(self.prompt, self.completions, self.draw, results, wait=0.0,
+                                 latency=time.monotonic() - self.last))
+        except BaseException as exc:  # e.g. the Ray hub gone: reported like a scorer's error
+            owner.fail(exc)
