@@ -274,6 +274,11 @@ MAX_COMPLETIONS = 1_048_576   # prompts x generations per step
 class BatchConfig(_Section):
     prompts: int = Field(32, ge=1, le=MAX_PROMPTS, description="prompts per optimizer step (after filtering)")
     generations: int = Field(8, ge=2, le=MAX_GENERATIONS, description="completions per prompt (G)")
+    activation_budget_mb: float = Field(
+        1024.0, gt=0, description="activations (MiB) one trainer micro-batch keeps for its backward, estimated from "
+                                  "the model's shape (scalerl.trainer.step.ActivationCost): the step's groups are "
+                                  "packed into micro-batches within it, whole groups, a group that alone is larger "
+                                  "in a micro-batch of its own (docs/design.md, Memory)")
 
     @model_validator(mode="after")
     def _completions(self) -> BatchConfig:

@@ -74,6 +74,7 @@ def test_switching_union_type_keeps_shared_fields_only():
     ("curriculum.threshold=0", r"curriculum.threshold = 0: Input should be greater than 0"),
     ("rollout.length.think_min=500", r"think_min \(500\) must be <= think_max \(104\)"),
     ("batch.generations=1", r"batch.generations = 1: Input should be greater than or equal to 2"),
+    ("batch.activation_budget_mb=0", r"batch.activation_budget_mb = 0: Input should be greater than 0"),
     ("loss.aggregation=tokens", r"loss.aggregation = 'tokens': Input should be 'prompt', 'sample' or 'token'"),
     ("noequals", r"expected KEY=VALUE"),
 ])

@@ -46,6 +46,42 @@ def test_micro_batches_pack_similar_lengths_and_cover_every_group():
     assert parts == [[1, 3], [2, 0]]
 
 
+# tiny-random (4 layers, hidden 128, MLP 512, 4 heads, vocab 102, fp32), by hand from
+# `ActivationCost`'s formula: a token 4 x (8 x 128 + 4 x 512) x 4 B, a (query, key) pair
+# 4 x 4 heads x 2 x 4 B, a trained token 102 x 4 B.
+TINY_TOKEN, TINY_PAIR, TINY_TRAINED = 49_152, 128, 408
+# A group of 2 completions of 6 tokens after a 10-token prompt, its prompt run once (shared):
+# 10 + 2 x 6 = 22 tokens, 10 x 10 + 12 x (10 + 6) = 292 pairs, 12 trained tokens.
+GROUP_BYTES = 22 * TINY_TOKEN + 292 * TINY_PAIR + 12 * TINY_TRAINED   # 1,123,616 B, 1.07 MiB
+
+
+def _same_groups(P=6):
+    """P groups of GROUP_BYTES each, every one with a trainable signal."""
+    return [scored(Prompt(str(p), "", ""), [_completion(str(p), j, [5 + p] * 10, [7 + j] * 6) for j in range(2)],
+                   [1.0, -1.0]) for p in range(P)]
+
+
+def test_activation_cost_of_the_tiny_model_is_the_hand_computed_one():
+    model, _ = load_model("tiny-random")
+    assert step_mod.ActivationCost.of(model) == step_mod.ActivationCost(TINY_TOKEN, TINY_PAIR, TINY_TRAINED)
+
+
+@pytest.mark.parametrize("budget_mb,per_part", [(2.2, 2), (3.3, 3), (1.0, 1), (100.0, 6)])
+def test_the_config_activation_budget_bounds_each_micro_batch(budget_mb, per_part):
+    """2 groups take 2,247,232 B (2.14 MiB) and 3 take 3,370,848 B (3.21 MiB); a group alone
+    (1.07 MiB) is over a 1 MiB budget and so runs by itself."""
+    assert 2 * GROUP_BYTES <= 2.2 * 2**20 < 3 * GROUP_BYTES <= 3.3 * 2**20 < 4 * GROUP_BYTES
+    assert 2**20 < GROUP_BYTES
+    cost = step_mod.ActivationCost(TINY_TOKEN, TINY_PAIR, TINY_TRAINED)
+    groups = _same_groups()
+    parts = micro_batches(groups, shared=True, activations=cost, max_bytes=budget_mb * 2**20)
+    assert [len(p) for p in parts] == [per_part] * (6 // per_part)
+    cfg = load_config("scalerl", overrides=[f"batch.activation_budget_mb={budget_mb}", "optim.lr=1e-30"])
+    model, _ = load_model("tiny-random")
+    row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
+    assert row["train/micro_batches"] == 6 // per_part
+
+
 def _random_groups(P=6, G=4, seed=0):
     rng = random.Random(seed)
     groups = []
