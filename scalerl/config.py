@@ -176,6 +176,10 @@ class SandboxConfig(_Section):
     allow_unisolated: bool = Field(
         False, description="where namespaces cannot be made, run programs with limits only (no filesystem, network "
                            "or process isolation; never as root) instead of refusing")
+    reuse_results: bool = Field(
+        True, description="a program already run on a prompt's tests is scored from its result instead of run again "
+                          "(the last 4096 results per process; copies among a group's samples are common): a program "
+                          "whose output depends on chance or time gets one draw for all its copies")
 
 
 # ---------------------------------------------------------------- rollout / length control

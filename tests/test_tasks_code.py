@@ -380,3 +380,45 @@ def test_each_domain_counts_its_groups_that_all_failed_or_all_passed():
         "batch/drawn/code": 3.0, "batch/all_failed/code": 2.0, "batch/all_passed/code": 0.0,
         "batch/drawn/arith": 1.0, "batch/all_failed/arith": 0.0, "batch/all_passed/arith": 1.0}
     assert domain_counts([group(None, [True])]) == {}
+
+
+def test_copies_of_a_program_run_once_and_the_cache_is_bounded(monkeypatch):
+    """`code_check` with `reuse`: 8 copies of one program scored from 8 threads at once run its 3
+    tests once (3 sandbox runs, counted by a stand-in for run_program), a different program runs
+    its own; without `reuse` every copy runs; the cache keeps its last `entries` results only."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import scalerl.tasks.code as code
+    from scalerl.sandbox import SandboxResult
+
+    calls, lock = [], threading.Lock()
+
+    def fake_run_program(source, stdin="", limits=None, allow_unisolated=False):
+        with lock:
+            calls.append((source, stdin))
+        time.sleep(0.05)   # long enough for the copies to arrive while the first runs
+        out = str(sum(map(int, stdin.split()))) + "\n" if "a + b" in source else "0\n"
+        return SandboxResult("ok", out, "", 0, 0.05)
+
+    monkeypatch.setattr(code, "run_program", fake_run_program)
+    monkeypatch.setattr(code, "RESULTS", code.ResultCache(entries=2))
+    tests = [CodeTest("stdio", input=f"{a} {b}\n", output=f"{a + b}\n") for a, b in [(1, 2), (3, 4), (0, 0)]]
+    prompt = Prompt(id="p", text="", answer="", meta={"tests": tests})
+    good = "</think>```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    bad = "</think>```python\nprint(0)\n```"
+    with ThreadPoolExecutor(8) as pool:
+        scores = list(pool.map(lambda t: code_check(t, prompt), [good] * 8 + [bad] * 2))
+    assert scores == [1.0] * 8 + [pytest.approx(1 / 3)] * 2
+    assert len(calls) == 6 and code.RESULTS.runs == 2 and code.RESULTS.reused == 8
+    calls.clear()
+    assert [code_check(t, prompt, reuse=False) for t in [good] * 3] == [1.0] * 3 and len(calls) == 9
+    calls.clear()
+    code_check(good, prompt)           # reused: now the most recent of the two kept
+    code_check("</think>```python\nprint(1)\n```", prompt)   # a third result for 2 places: bad goes
+    assert len(calls) == 3
+    code_check(good, prompt)           # still kept: no run
+    assert len(calls) == 3
+    code_check(bad, prompt)            # run again
+    assert len(calls) == 6

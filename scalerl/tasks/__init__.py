@@ -131,7 +131,7 @@ def _code_task(cfg, tokenizer, limit: PromptLimit, min_train: int, sandbox, stop
         task = ExprCodeTask(cfg.name, seed=cfg.seed, train_size=cfg.train_size or EXPR_TRAIN_SIZE,
                             val_size=cfg.val_size or DEFAULT_VAL_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
                             limits=limits, allow_unisolated=sb.allow_unisolated, stop_early=stop_early,
-                            tokenizer=tokenizer)
+                            tokenizer=tokenizer, reuse=sb.reuse_results)
         if len(task) < min_train:
             raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
         return task
@@ -143,7 +143,7 @@ def _code_task(cfg, tokenizer, limit: PromptLimit, min_train: int, sandbox, stop
     return CodeTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
                     answer_marker=cfg.answer_marker or THINK_CLOSE, limit=limit, min_train=min_train,
                     instruction=cfg.answer_instruction, limits=limits, allow_unisolated=sb.allow_unisolated,
-                    stop_early=stop_early)
+                    stop_early=stop_early, reuse=sb.reuse_results)
 
 
 def prompt_limit(cfg, tokenizer, model) -> PromptLimit:

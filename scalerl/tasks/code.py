@@ -43,8 +43,12 @@ import hashlib
 import json
 import os
 import secrets
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE, answer_section, instruction_for
@@ -184,21 +188,82 @@ def _raise_refused(r) -> None:
         raise ScaleRLError(r.stderr)
 
 
+RESULT_CACHE_ENTRIES = 4096   # scores of (program, tests) kept per process (`ResultCache`)
+
+
+class ResultCache:
+    """The scores of (program, tests, limits) already run, so that copies of one program run once:
+    the G samples of a prompt often repeat a program (54% of the 128 programs of 16 groups were
+    distinct at step 120 of the two-domain run, docs/sandbox.md), and an evaluation sees the
+    same programs again. A copy that arrives while the first is running waits for its result;
+    an error (a refused sandbox) is not kept. Bounded: the last `entries` results (LRU), a few
+    hundred bytes each. `runs` and `reused` count since start."""
+
+    def __init__(self, entries: int = RESULT_CACHE_ENTRIES):
+        self.entries = entries
+        self.runs = self.reused = 0
+        self._done: OrderedDict[str, float] = OrderedDict()
+        self._running: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, compute: Callable[[], float]) -> float:
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                self.reused += 1
+                return self._done[key]
+            running = self._running.get(key)
+            first = running is None
+            if first:
+                running = self._running[key] = Future()
+                self.runs += 1
+            else:
+                self.reused += 1
+        if not first:   # another thread runs it: its result (or its error)
+            return running.result()
+        try:
+            value = compute()
+        except BaseException as exc:
+            with self._lock:
+                del self._running[key]
+            running.set_exception(exc)
+            raise
+        with self._lock:
+            del self._running[key]
+            self._done[key] = value
+            while len(self._done) > self.entries:
+                self._done.popitem(last=False)
+        running.set_result(value)
+        return value
+
+
+RESULTS = ResultCache()
+
+
 def code_check(completion_text: str, prompt: Prompt, marker: str = THINK_CLOSE, limits: Limits = Limits(),
-               allow_unisolated: bool = False, stop_early: bool = False) -> float:
+               allow_unisolated: bool = False, stop_early: bool = False, reuse: bool = True) -> float:
     """The share of the prompt's tests the completion's program passes (0 without a program);
-    `stop_early`: stop at the first failure (all-or-nothing rewards). The task's picklable checker."""
+    `stop_early`: stop at the first failure (all-or-nothing rewards); `reuse`: a program already
+    run on these tests is not run again (`RESULTS`; `sandbox.reuse_results`). The task's picklable
+    checker."""
     program = extract_program(completion_text, marker)
     if program is None:
         return 0.0
     tests = prompt.meta["tests"]
-    passed = 0
-    for test in tests:
-        if run_test(program, test, limits, allow_unisolated):
-            passed += 1
-        elif stop_early:
-            break
-    return passed / len(tests)
+
+    def run() -> float:
+        passed = 0
+        for test in tests:
+            if run_test(program, test, limits, allow_unisolated):
+                passed += 1
+            elif stop_early:
+                break
+        return passed / len(tests)
+
+    if not reuse:
+        return run()
+    key = hashlib.sha256(repr((program, tests, limits, allow_unisolated, stop_early)).encode()).hexdigest()
+    return RESULTS.get(key, run)
 
 
 class CodeTask(PromptPool):
@@ -210,7 +275,7 @@ class CodeTask(PromptPool):
     def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
                  answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1,
                  instruction: str | None = "auto", limits: Limits = Limits(), allow_unisolated: bool = False,
-                 stop_early: bool = False):
+                 stop_early: bool = False, reuse: bool = True):
         require_isolation(allow_unisolated)
         records = read_records(path)
         if not records:
@@ -225,7 +290,7 @@ class CodeTask(PromptPool):
         self.seed = seed
         self.answer_marker = answer_marker
         self.checker = functools.partial(code_check, marker=answer_marker, limits=limits,
-                                         allow_unisolated=allow_unisolated, stop_early=stop_early)
+                                         allow_unisolated=allow_unisolated, stop_early=stop_early, reuse=reuse)
 
     @staticmethod
     def _make(name: str, index: int, row: dict, path: str, tokenizer, instruction: str | None) -> Prompt:

@@ -143,14 +143,14 @@ class ExprCodeTask:
 
     def __init__(self, name: str = "code-expr", seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
                  val_size: int = 512, answer_marker: str = THINK_CLOSE, limits: Limits = Limits(timeout_s=4.0),
-                 allow_unisolated: bool = False, stop_early: bool = False, tokenizer=None):
+                 allow_unisolated: bool = False, stop_early: bool = False, tokenizer=None, reuse: bool = True):
         require_isolation(allow_unisolated)
         self.name, self.seed, self.levels = name, seed, parse_name(name)
         self.train_size, self.val_size = train_size, val_size
         self.answer_marker = answer_marker
         self.tokenizer = tokenizer
         self.checker = functools.partial(code_check, marker=answer_marker, limits=limits,
-                                         allow_unisolated=allow_unisolated, stop_early=stop_early)
+                                         allow_unisolated=allow_unisolated, stop_early=stop_early, reuse=reuse)
 
     def __len__(self) -> int:
         return self.train_size
