@@ -201,3 +201,19 @@ def tiny_random_components(cfg, device: str = "cpu"):
     model, tokenizer = load_model("tiny-random", device=device)
     return Components(model, tokenizer, get_task(cfg.task, tokenizer), parity_reward,
                       GeneratorBuild(build_tiny_random_parity, (cfg.model_dump_json(), device)))
+
+
+class PooledFakeTask(FakeTask):
+    """FakeTask scored in a pool of 2 threads, as a code task is."""
+
+    score_workers = 2
+
+
+def failing_reward(prompt: Prompt, completion: Completion) -> Score:
+    raise RuntimeError("scorer exploded")
+
+
+def build_fake_failing_scorer(*, seed: int, model=None, tokenizer=None, task=None, reward=None, temperature=None,
+                              weights=None) -> Stage:
+    """A `GeneratorBuild` function whose pooled scorer raises on every completion."""
+    return Stage(FakeGenerator(range(3, 9), (3, 6), 4, 0.001, seed), PooledFakeTask(), failing_reward, 0)

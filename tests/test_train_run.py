@@ -249,3 +249,18 @@ def test_a_slow_score_does_not_hold_the_generator_and_groups_still_arrive_in_dra
     assert steps_after - steps_at_entry >= 5, calls
     assert groups[0].score_wait == 0.0 and groups[0].score_latency >= 0.9
     assert groups[0].score_seconds == pytest.approx(4.0, abs=0.5)
+
+
+def test_a_scoring_threads_error_in_the_generator_process_reaches_the_trainer():
+    """A pooled scorer that raises in the generator process (a scoring thread, not the main one): the
+    trainer raises its traceback, not a bare "exited with code 0" (the message must reach the queue
+    before the process exits)."""
+    from doubles import build_fake_failing_scorer
+
+    src = ProcessRollouts(GeneratorBuild(build_fake_failing_scorer), 0, {"w": torch.zeros(3)}, 0,
+                          {"seed": 0, "epoch": 0, "position": 0}, None, 2, Window(2, 2), 1)
+    try:
+        with pytest.raises(RuntimeError, match="scorer exploded"):
+            src.get(timeout=120)
+    finally:
+        src.close()

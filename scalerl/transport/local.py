@@ -189,6 +189,7 @@ class EvalSpec:
 
 
 SETTLE_EVERY_S = 2.0   # a generator process frees its dropped K/V caches (reference cycles) this often
+_ERROR_SENT = threading.Event()   # a generator process sent the trainer an error (`_report_failure`)
 
 
 def _serve_requests(stop, in_q, out_q, retired: RetiredSet | None, evaluator) -> None:
@@ -212,12 +213,8 @@ def _serve_requests(stop, in_q, out_q, retired: RetiredSet | None, evaluator) ->
                 if evaluator is None:
                     raise RuntimeError("this generator process was started without an evaluation spec")
                 out_q.put(("eval", evaluator(*payload), None))
-    except ScaleRLError as exc:
-        out_q.put(("user_error", str(exc), None))
-        stop.set()
-    except BaseException:  # a bug: the trainer raises it with this traceback
-        out_q.put(("error", traceback.format_exc(), None))
-        stop.set()
+    except BaseException as exc:
+        _report_failure(exc, out_q, stop)
 
 
 def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
@@ -259,7 +256,8 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         finally:
             gate.release()
             assembler.close()
-        out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
+        if not _ERROR_SENT.is_set():   # an error sent must reach the trainer before this process exits
+            out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
     except BaseException as exc:
         _report_failure(exc, out_q, stop)
 
@@ -271,6 +269,7 @@ def _report_failure(exc: BaseException, out_q, stop) -> None:
         out_q.put(("user_error", str(exc), None))
     else:
         out_q.put(("error", "".join(traceback.format_exception(exc)), None))
+    _ERROR_SENT.set()
     stop.set()
 
 
