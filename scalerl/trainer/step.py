@@ -30,6 +30,7 @@ import torch
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
+from scalerl.run.memory import MB
 from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
 
@@ -110,7 +111,6 @@ class Optimizer:
 
 
 MICRO_BATCH_TOKENS = 8192  # padded (sequence x length) tokens per forward/backward pass
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,8 @@ def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, sha
     `activations`, at most `max_bytes` of activations kept for the backward (the run's
     `batch.activation_budget_mb`), unless one group alone is larger. Completions of one prompt
     are alike in length while prompts differ a lot (a 2-digit sum vs an interrupted 16-digit
-    one), so this removes most of the padding of one big batch. `shared`: the forward runs each prompt once (forward.py), so a group costs its prompt
+    one), so this removes most of the padding of one big batch. `shared`: the forward runs each
+    prompt once (forward.py), so a group costs its prompt
     once plus its completions (which attend to it). The byte bound is what keeps a model with long
     prompts (SmolLM2 with three worked examples: ~300 tokens) from holding gigabytes of
     activations: 8192 tokens of SmolLM2 keep about 10 GB."""
@@ -270,7 +271,7 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
     device = model.get_output_embeddings().weight.device
     advantages = shard.advantages.to(device)
     for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt,
-                              activations=ActivationCost.of(model), max_bytes=cfg.batch.activation_budget_mb * MIB):
+                              activations=ActivationCost.of(model), max_bytes=cfg.batch.activation_budget_mb * MB):
         groups = [shard.groups[i] for i in part]
         batch = collate(groups, pad_id).to(device)
         ref = None
