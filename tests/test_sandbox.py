@@ -457,7 +457,7 @@ def _server_pid() -> int:
 
 def test_server_is_reused_and_dies_with_its_thread():
     """One server per thread, kept between runs, with no launcher left after a run; a thread's
-    server is killed when the thread ends and reaped by the next server's start."""
+    server is killed when the thread ends and reaped at the next run of any thread."""
     first = run_program("print(1)\n")
     if not ISOLATED:
         assert first.status == "refused"
@@ -476,9 +476,8 @@ def test_server_is_reused_and_dies_with_its_thread():
     t.join()
     assert seen["r"].stdout == "3\n" and seen["pid"] != pid
     assert _wait_until(lambda: _state(seen["pid"]) in (None, "Z")), "the ended thread's server is still running"
-    sandbox._forget(sandbox._LOCAL.server)     # the next run starts a server, which reaps the ended one
-    assert run_program("print(4)\n").stdout == "4\n"
-    assert _state(seen["pid"]) is None
+    assert run_program("print(4)\n").stdout == "4\n"      # the next run reaps it
+    assert _state(seen["pid"]) is None and _server_pid() == pid
 
 
 def test_killed_server_is_restarted():
@@ -634,3 +633,38 @@ def test_isolation_is_not_refused_where_the_kernel_allows_it():
     assert out.returncode == 0, out.stderr
     if out.stdout.strip() == "unshare works":
         assert sandbox.isolation_unavailable() is None and ISOLATED
+
+
+OPTED_OUT = """
+import ctypes, json, os, sys
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:      # a user namespace with no id map:
+    print(json.dumps("no user namespace"))                           # getuid() is 65534, not root
+    sys.exit(0)
+import scalerl.sandbox as sb
+sb.isolation_unavailable = lambda: "sandbox isolation unavailable: stubbed"
+out = [os.getuid(), sb.run_program("print(1)").status]
+for served in (True, False):
+    sb.FORK_SERVER = served
+    r = sb.run_program("print(int(input()) * 2)", stdin="21\\n", allow_unisolated=True)
+    t = sb.run_program("while True:\\n    pass\\n", timeout_s=0.5, allow_unisolated=True)
+    o = sb.run_program("import sys\\nwhile True:\\n    sys.stdout.write('x' * 65536)\\n", timeout_s=2.0, output_limit=1000,
+                       allow_unisolated=True)
+    out.append([r.status, r.stdout, t.status, t.seconds < 0.5 + 2.5, o.status, len(o.stdout),
+                getattr(sb._LOCAL, "server", None) is None])
+print(json.dumps(out))
+"""
+
+
+def test_opted_out_runs_for_a_caller_that_is_not_root():
+    """`allow_unisolated=True` as a non-root caller (here: a user namespace without an id map, where
+    the caller's uid is 65534) runs the program with limits only, through a launcher per run
+    whatever `FORK_SERVER` says (no server is started), and refuses without the opt-out."""
+    out = subprocess.run([sys.executable, "-c", OPTED_OUT], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    if got == "no user namespace":
+        assert not ISOLATED
+        return
+    each = ["ok", "42\n", "timeout", True, "output_limit", 1000, True]
+    assert got == [65534, "refused", each, each], got

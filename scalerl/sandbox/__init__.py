@@ -333,8 +333,9 @@ _SERVERS_LOCK = threading.Lock()
 
 
 def _thread_server() -> _Server:
-    """This thread's fork server, started (or restarted) when needed; servers of threads that
-    have ended (killed with them) are reaped here."""
+    """This thread's fork server, started (or restarted) when needed. Servers of threads that have
+    ended (killed with them) are reaped here, at every run."""
+    _reap_ended()
     server = getattr(_LOCAL, "server", None)
     if server is not None and server.owner == os.getpid() and server.alive():
         return server
@@ -342,11 +343,17 @@ def _thread_server() -> _Server:
         _forget(server)
     server = _LOCAL.server = _Server()
     with _SERVERS_LOCK:
+        _SERVERS.append(server)
+    return server
+
+
+def _reap_ended() -> None:
+    with _SERVERS_LOCK:
         ended = [s for s in _SERVERS if not s.thread.is_alive() or s.owner != os.getpid()]
-        _SERVERS[:] = [s for s in _SERVERS if s not in ended] + [server]
+        for s in ended:
+            _SERVERS.remove(s)
     for s in ended:
         s.close()
-    return server
 
 
 def _forget(server: _Server) -> None:
