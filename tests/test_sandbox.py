@@ -668,3 +668,23 @@ def test_opted_out_runs_for_a_caller_that_is_not_root():
         return
     each = ["ok", "42\n", "timeout", True, "output_limit", 1000, True]
     assert got == [65534, "refused", each, each], got
+
+
+def test_an_interrupted_run_does_not_confuse_the_next(monkeypatch):
+    """An exception out of a run in flight (a KeyboardInterrupt in the caller) ends that run with
+    its server; the thread's next run gets its own answer from a new server."""
+    if run_program("print(1)\n").status == "refused":
+        return
+    pid = _server_pid()
+    collect = sandbox._collect
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox, "_collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_program("import time\ntime.sleep(30)\n", timeout_s=40.0)
+    monkeypatch.setattr(sandbox, "_collect", collect)
+    assert _state(pid) is None
+    r = run_program("print(int(input()) * 3)\n", stdin="14\n")
+    assert (r.status, r.stdout) == ("ok", "42\n") and _server_pid() != pid

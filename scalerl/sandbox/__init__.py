@@ -388,6 +388,9 @@ def _run_served(source: str, stdin: str, lim: Limits) -> SandboxResult:
             if attempt:
                 return SandboxResult("error", "", f"sandbox: {e}", None, time.monotonic() - start)
             continue
+        except BaseException:   # (KeyboardInterrupt) mid-run: closing the server ends that run, and
+            _forget(server)     # the next request cannot meet the answer meant for this one
+            raise
         return _result(*got, time.monotonic() - start)
     raise AssertionError("unreachable")
 
