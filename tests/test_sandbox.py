@@ -17,10 +17,12 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -256,6 +258,12 @@ CASES = [
     ("environment_scrubbed", "import os\nprint(sorted(os.environ))\n", {"ok"},
      "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR']", {}),
     ("make_device", "import os, stat\nos.mknod('mem', stat.S_IFCHR | 0o600, os.makedev(1, 1))\n", {"error"}, None, {}),
+    ("inherited_descriptors", "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n"
+     "        open_fds.append(fd)\n    except OSError:\n        pass\nprint('open', open_fds)\n", {"ok"}, "open []", {}),
+    ("change_stdin", "import os, sys\nchanged = []\nfor name, f in (('write', lambda: os.write(0, b'x')),\n"
+     "                ('truncate', lambda: os.ftruncate(0, 0))):\n    try:\n        f()\n        changed.append(name)\n"
+     "    except OSError:\n        pass\nos.lseek(0, 0, 0)\nprint('changed', changed, sys.stdin.read())\n", {"ok"},
+     "changed [] kept", {"stdin": "kept"}),
 ]
 
 
@@ -402,3 +410,281 @@ def test_threads_count_as_processes(outside):
     if r is None:
         return
     assert r.status == "ok" and 0 < int(r.stdout.split()[1]) < Limits().nproc, r
+
+
+# The fork server: each thread's isolated runs go through one long-lived helper (jail.py --serve)
+# that forks a launcher per run. These check its life cycle; the cases above already run through it.
+
+LAUNCHER_CASES = ("infinite_loop", "setsid_double_fork", "huge_stdout", "read_secret", "kill_outside_pids",
+                  "inherited_descriptors")
+
+
+@pytest.mark.parametrize("name", LAUNCHER_CASES)
+def test_hostile_program_is_contained_without_the_server(outside, monkeypatch, name):
+    """A launcher process per run (`FORK_SERVER = False`, what benchmarks/sandbox.py compares) holds too."""
+    monkeypatch.setattr(sandbox, "FORK_SERVER", False)
+    _, source, statuses, needle, kw = CASES[[c[0] for c in CASES].index(name)]
+    r = contained(outside, source, **kw)
+    if r is None:
+        return
+    assert r.status in statuses and (needle is None or outside.fmt(needle) in r.stdout), (name, r)
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter ('Z': a zombie), None when there is none with that pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _wait_until(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == pid]
+
+
+def _server_pid() -> int:
+    return sandbox._LOCAL.server.proc.pid
+
+
+def test_server_is_reused_and_dies_with_its_thread():
+    """One server per thread, kept between runs, with no launcher left after a run; a thread's
+    server is killed when the thread ends and reaped at the next run of any thread."""
+    first = run_program("print(1)\n")
+    if not ISOLATED:
+        assert first.status == "refused"
+        return
+    pid = _server_pid()
+    assert (first.status, first.stdout, run_program("print(2)\n").stdout) == ("ok", "1\n", "2\n")
+    assert _server_pid() == pid and _state(pid) not in (None, "Z") and _children(pid) == []
+    seen = {}
+
+    def in_thread():
+        seen["r"] = run_program("print(3)\n")
+        seen["pid"] = _server_pid()
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+    assert seen["r"].stdout == "3\n" and seen["pid"] != pid
+    assert _wait_until(lambda: _state(seen["pid"]) in (None, "Z")), "the ended thread's server is still running"
+    assert run_program("print(4)\n").stdout == "4\n"      # the next run reaps it
+    assert _state(seen["pid"]) is None and _server_pid() == pid
+
+
+def test_killed_server_is_restarted():
+    """A server killed between runs is replaced at the next run, which runs normally."""
+    if run_program("print(1)\n").status == "refused":
+        return
+    pid = _server_pid()
+    os.kill(pid, signal.SIGKILL)
+    assert _wait_until(lambda: _state(pid) in (None, "Z"))
+    r = run_program("print(int(input()) + 1)\n", stdin="41\n")
+    assert (r.status, r.stdout) == ("ok", "42\n") and _server_pid() != pid and _state(pid) is None
+
+
+def _live_left_by_us(before: set[str]) -> list[int]:
+    """Processes not dead (zombies of a killed chain wait for the host's init to reap them) in a
+    user or pid namespace not in `before`, that could be left from this test process's runs."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or not left_by_us(int(pid)) or _state(int(pid)) in (None, "Z"):
+            continue
+        try:
+            if {os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("user", "pid")} - before:
+                found.append(int(pid))
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue
+    return found
+
+
+def test_server_killed_during_a_run_leaves_nothing_and_the_run_is_made_again(outside):
+    """The run in flight dies with its server (its jail, init, the program and the program's own
+    child) and is made again, once, on a fresh server: the result is the program's, and it took two
+    runs' time. (The killed chain's jail and init are reparented to the host's init as zombies,
+    dead; `contained` counts them, so this case asserts on live processes.)"""
+    if run_program("print(1)\n").status == "refused":
+        return
+    pid = _server_pid()
+    before_tree, before_ns = tree_digest(outside.dir), namespaces()
+    killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    src = ("import subprocess, sys, time\n"
+           "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
+           "time.sleep(4)\nprint('done')\n")
+    r = run_program(outside.fmt(src), timeout_s=10.0)
+    killer.join()
+    # the first run dies at once (about 0.5 + 4 s in all); a jail left running (the id change clears its
+    # PR_SET_PDEATHSIG) would hold the first run's pipes until its program ended (0.5 + 4 + 4 s)
+    assert (r.status, r.stdout) == ("ok", "done\n") and 0.5 + 4 < r.seconds < 6.5, r
+    assert _server_pid() != pid
+    assert processes_with(outside.marker) == [] and _live_left_by_us(before_ns) == []
+    assert tree_digest(outside.dir) == before_tree and outside.victim.poll() is None
+
+
+def test_a_server_that_keeps_dying_is_one_line(monkeypatch):
+    """Dead at the run and dead again on the retry: an `error` whose stderr is one line saying so
+    (no hang, no exception into the scorer)."""
+    if run_program("print(1)\n").status == "refused":
+        return
+    run = sandbox._Server.run
+
+    def dead_on_arrival(self, *a):
+        self.proc.kill()
+        self.proc.wait()
+        return run(self, *a)
+
+    monkeypatch.setattr(sandbox._Server, "run", dead_on_arrival)
+    t0 = time.monotonic()
+    r = run_program("print(1)\n")
+    assert time.monotonic() - t0 < 10
+    assert (r.status, r.stdout, r.returncode) == ("error", "", None) and "\n" not in r.stderr, r
+    assert re.fullmatch(r"sandbox: the sandbox's fork server \(pid \d+\) ended: killed by signal 9", r.stderr), r
+
+
+CALLER = """
+import os, sys, threading, scalerl.sandbox as sb
+pids = []
+def run():
+    r = sb.run_program(os.environ["SOURCE"], timeout_s=float(sys.argv[1]))
+    pids.append(sb._LOCAL.server.proc.pid if sb._LOCAL.server else None)
+    print(r.status, r.stdout.strip(), flush=True)
+t = threading.Thread(target=run)
+t.start()
+t.join()
+run()
+if os.fork() == 0:      # a forked child gets a server of its own
+    run()
+    print("child", pids[-1], flush=True)
+    os._exit(0)
+os.wait()
+print("servers", *pids, flush=True)
+"""
+
+
+def _caller(source: str, timeout_s: float) -> subprocess.Popen:
+    """A process that runs `source` (passed in its environment: its command line must not carry the
+    cases' marker) in a thread, then in its main thread, then in a forked child."""
+    return subprocess.Popen([sys.executable, "-c", CALLER, str(timeout_s)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "SOURCE": source})
+
+
+def test_servers_end_with_the_interpreter_and_a_forked_child_has_its_own():
+    """A thread's server, the main thread's and a forked child's: three servers, all gone (reaped,
+    not zombies) once the caller has exited normally."""
+    caller = _caller("print(6 * 7)\n", 5.0)
+    out, _ = caller.communicate(timeout=60)
+    lines = out.splitlines()
+    if not ISOLATED:
+        assert lines[0].startswith("refused")
+        return
+    assert lines[:3] == ["ok 42", "ok 42", "ok 42"], out
+    child = int(lines[3].split()[1])
+    servers = [int(p) for p in lines[-1].split()[1:]]
+    assert len(set(servers + [child])) == 3, out
+    for pid in servers + [child]:
+        assert _wait_until(lambda: _state(pid) is None or "--serve" not in Path(f"/proc/{pid}/cmdline").read_text(),
+                           5.0), f"server {pid} outlived its caller"
+
+
+def test_a_killed_caller_leaves_nothing(outside):
+    """SIGKILL the caller in the middle of a run: its server, the run and the program's own child
+    all go (PR_SET_PDEATHSIG down the chain, then the pid namespace)."""
+    src = outside.fmt("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+                      "'import time; time.sleep(60)  # MARKER'], start_new_session=True)\ntime.sleep(60)\n")
+    caller = _caller(src, 30.0)
+    try:
+        if not ISOLATED:
+            assert caller.stdout.readline().startswith("refused")
+            return
+        assert _wait_until(lambda: processes_with(outside.marker) != [], 30.0), "the program never started"
+        server = [p for p in _children(caller.pid) if b"--serve" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(server) == 1, server
+    finally:
+        caller.kill()
+        caller.wait()
+    assert _wait_until(lambda: processes_with(outside.marker) == [], 5.0), "the program's child outlived its caller"
+    assert _wait_until(lambda: _state(server[0]) in (None, "Z"), 5.0), "the server outlived its caller"
+
+
+UNSHARE_ALONE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if libc.unshare(0x10000000 | 0x00020000 | 0x40000000 | 0x20000000 | 0x08000000 | 0x04000000) == 0 else 1)
+print("unshare", "works" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 else "denied")
+"""
+
+
+def test_isolation_is_not_refused_where_the_kernel_allows_it():
+    """The cases above assert a refusal where namespaces cannot be made; this keeps that branch
+    from hiding a broken sandbox: where a plain process can make the namespaces, the sandbox's
+    probe must succeed."""
+    out = subprocess.run([sys.executable, "-I", "-c", UNSHARE_ALONE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "unshare works":
+        assert sandbox.isolation_unavailable() is None and ISOLATED
+
+
+OPTED_OUT = """
+import ctypes, json, os, sys
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:      # a user namespace with no id map:
+    print(json.dumps("no user namespace"))                           # getuid() is 65534, not root
+    sys.exit(0)
+import scalerl.sandbox as sb
+sb.isolation_unavailable = lambda: "sandbox isolation unavailable: stubbed"
+out = [os.getuid(), sb.run_program("print(1)").status]
+for served in (True, False):
+    sb.FORK_SERVER = served
+    r = sb.run_program("print(int(input()) * 2)", stdin="21\\n", allow_unisolated=True)
+    t = sb.run_program("while True:\\n    pass\\n", timeout_s=0.5, allow_unisolated=True)
+    o = sb.run_program("import sys\\nwhile True:\\n    sys.stdout.write('x' * 65536)\\n", timeout_s=2.0, output_limit=1000,
+                       allow_unisolated=True)
+    out.append([r.status, r.stdout, t.status, t.seconds < 0.5 + 2.5, o.status, len(o.stdout),
+                getattr(sb._LOCAL, "server", None) is None])
+print(json.dumps(out))
+"""
+
+
+def test_opted_out_runs_for_a_caller_that_is_not_root():
+    """`allow_unisolated=True` as a non-root caller (here: a user namespace without an id map, where
+    the caller's uid is 65534) runs the program with limits only, through a launcher per run
+    whatever `FORK_SERVER` says (no server is started), and refuses without the opt-out."""
+    out = subprocess.run([sys.executable, "-c", OPTED_OUT], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    if got == "no user namespace":
+        assert not ISOLATED
+        return
+    each = ["ok", "42\n", "timeout", True, "output_limit", 1000, True]
+    assert got == [65534, "refused", each, each], got
+
+
+def test_an_interrupted_run_does_not_confuse_the_next(monkeypatch):
+    """An exception out of a run in flight (a KeyboardInterrupt in the caller) ends that run with
+    its server; the thread's next run gets its own answer from a new server."""
+    if run_program("print(1)\n").status == "refused":
+        return
+    pid = _server_pid()
+    collect = sandbox._collect
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox, "_collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_program("import time\ntime.sleep(30)\n", timeout_s=40.0)
+    monkeypatch.setattr(sandbox, "_collect", collect)
+    assert _state(pid) is None
+    r = run_program("print(int(input()) * 3)\n", stdin="14\n")
+    assert (r.status, r.stdout) == ("ok", "42\n") and _server_pid() != pid

@@ -1,10 +1,13 @@
-"""The sandbox's launcher: run as a script (`python -I -S jail.py SPEC`), never imported by scalerl.
+"""The sandbox's launcher: run as a script, never imported by scalerl, in one of two ways:
+`python -I -S -B jail.py --serve PARENT FD`, a thread's fork server (`serve`: it forks a launcher
+per run, so this interpreter's start-up is paid once per thread), or `python -I -S -B jail.py SPEC`,
+one launcher per run (the opted-out mode, and `scalerl.sandbox.FORK_SERVER = False`).
 
-It imports the standard library only (it runs before any isolation exists, and must start fast).
-Four processes, each the parent of the next:
+It imports the standard library only (it runs before any isolation exists). Four processes per
+run, each the parent of the next:
 
-1. the launcher (the caller's child, own session): reads the program and opens its stdin with
-   the caller's rights, forks the jail and, from the caller's namespaces, writes the jail's id
+1. the launcher (the server's child, or the caller's; own session): reads the program and holds
+   its stdin with the caller's rights, forks the jail and, from the caller's namespaces, writes the jail's id
    maps (`SANDBOX_UID` inside; the caller's uid outside, or `ROOT_CALLER_UID` when the caller is
    root). It forwards the caller's SIGTERM to the jail and waits for it.
 2. the jail: `unshare`s new user, mount, network, pid, IPC and UTS namespaces, opens the
@@ -198,10 +201,19 @@ def exec_program(spec: dict, stdin_fd: int, filt, status_fd: int) -> None:
     os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", "-u", "prog.py"], env)
 
 
-def run_init(spec: dict, status_fd: int, filt) -> None:
-    """pid 1 of the namespace: run the program, reap every orphan, report the program's exit."""
+def run_init(spec: dict, status_fd: int, filt, jail_alive: int) -> None:
+    """pid 1 of the namespace: run the program, reap every orphan, report the program's exit.
+    `jail_alive`: the read end of a pipe only the jail writes to: at EOF the jail died before this
+    process's PR_SET_PDEATHSIG was set (pid 1 cannot ask `getppid`: its parent is outside)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)   # pid 1 gets no signal from inside without a handler
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.set_blocking(jail_alive, False)
+    try:
+        if os.read(jail_alive, 1) == b"":
+            os._exit(0)
+    except BlockingIOError:                        # the jail holds the write end: alive
+        pass
+    os.close(jail_alive)
     prog = os.fork()
     if prog == 0:
         try:
@@ -222,6 +234,7 @@ def enter_namespaces(spec: dict, status_fd: int) -> int:
     holds: the kernel does not apply it to root). Returns the jail's pid; the jail never returns."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
+    launcher = os.getpid()
     jail = os.fork()
     if jail == 0:
         os.close(ready_r)
@@ -238,6 +251,9 @@ def enter_namespaces(spec: dict, status_fd: int) -> int:
             os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         except OSError as e:
             refuse(status_fd, e)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)   # the id change cleared it (prctl(2))
+        if os.getppid() != launcher:
+            os._exit(0)
         run_jail(spec, sources, status_fd)
     os.close(ready_w)
     os.close(go_r)
@@ -257,15 +273,20 @@ def run_jail(spec: dict, sources: dict[str, int], status_fd: int) -> None:
     """In the new namespaces: the root, then init; end init at the wall limit or on SIGTERM."""
     try:
         build_root(spec, sources)
-        filt = seccomp_filter()
+        filt = spec["filter"] if "filter" in spec else seccomp_filter()
+        if isinstance(filt, OSError):
+            raise filt
     except OSError as e:
         refuse(status_fd, e)
     for fd in sources.values():
         if fd >= 0:
             os.close(fd)
+    alive_r, alive_w = os.pipe()
     init = os.fork()
     if init == 0:
-        run_init(spec, status_fd, filt)
+        os.close(alive_w)
+        run_init(spec, status_fd, filt, alive_r)
+    os.close(alive_r)
     ended, _ = wait_killing_at(init, spec["timeout_s"])   # init's exit kills and reaps the whole pid namespace
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # init is reaped: its pid is no longer ours to signal
     if ended:
@@ -296,6 +317,8 @@ def write_ended(status_fd: int, ended: list[int]) -> None:
 
 
 def main() -> None:
+    if sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]), int(sys.argv[3]))
     spec = json.loads(sys.argv[1])
     status_fd = spec["status_fd"]
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -307,6 +330,12 @@ def main() -> None:
     if not spec["isolate"]:     # opted out: limits and a process group only (docs/sandbox.md)
         os.chdir(spec["dir"] + "/work")
         run_unisolated(spec, status_fd)
+    launch(spec, status_fd)
+
+
+def launch(spec: dict, status_fd: int) -> None:
+    """The launcher's part once the program and its stdin are in hand: the jail in new namespaces;
+    SIGTERM is forwarded to it (it kills init); exits when the jail has."""
     try:
         jail = enter_namespaces(spec, status_fd)
     except OSError as e:
@@ -315,6 +344,96 @@ def main() -> None:
     os.waitpid(jail, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os._exit(0)
+
+
+def serve(parent: int, ctl_fd: int) -> None:
+    """The fork server (`python -I -S -B jail.py --serve PARENT FD`): started by one thread of the
+    caller, which holds the other end of `ctl_fd`, a SOCK_SEQPACKET socket pair (nothing else can
+    reach it: it has no name). It never runs a program: per request it forks a launcher that does
+    exactly what a launcher started on its own does (`launch`), so the interpreter start-up and the
+    imports are paid once, then waits for that launcher and answers its exit code. It dies with the
+    caller's thread (PR_SET_PDEATHSIG) and ends when the caller closes the socket; each launcher
+    dies with the server the same way, and the jail and init below it as before.
+
+    A request: the spec (JSON) with five descriptors, the program, its stdin, its stdout, its stderr
+    and the status pipe. While it runs, `stop` (the output limit: SIGTERM, as a caller's SIGTERM to
+    a launcher) and `kill` (the backstop: SIGKILL to the launcher's process group); the server
+    alone reaps the launcher, so neither can reach a recycled pid."""
+    import select
+    import socket
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+    ctl = socket.socket(fileno=ctl_fd)
+    try:
+        filt = seccomp_filter()          # built once; each program loads its own copy
+    except OSError as e:
+        filt = e
+    while True:
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        if not msg:                       # the caller closed its end, or died
+            os._exit(0)
+        if len(fds) != 5:                 # a stop or kill that arrived after its run ended
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                become_launcher(json.loads(msg), fds, ctl_fd, filt)
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        code = wait_serving(ctl, pid, select)
+        try:
+            ctl.send(json.dumps({"exit": code}).encode())
+        except OSError:                   # the caller is gone
+            os._exit(0)
+
+
+def wait_serving(ctl, pid: int, select) -> int:
+    """Wait for the launcher `pid`, carrying out the caller's stop and kill; its exit code."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            ready, _, _ = select.select([ctl, pidfd], [], [])
+            if pidfd in ready:
+                return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            msg = ctl.recv(1 << 16)
+            if msg == b"stop":
+                os.kill(pid, signal.SIGTERM)
+                continue
+            os.kill(pid, signal.SIGKILL)          # `kill`, or the caller is gone (empty message)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:            # it had not made its process group yet
+                pass
+            if not msg:
+                os.waitpid(pid, 0)
+                os._exit(0)
+    finally:
+        os.close(pidfd)
+
+
+def become_launcher(spec: dict, fds: list[int], ctl_fd: int, filt) -> None:
+    """In a child of the server: the launcher a request asked for (see `main`), never returns."""
+    server = os.getppid()
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:
+        os._exit(1)
+    os.setsid()                            # its own session and process group, as a started launcher
+    source_fd, stdin_fd, out_fd, err_fd, status_fd = fds
+    os.close(ctl_fd)
+    null = os.open("/dev/null", os.O_RDONLY)
+    for src, dst in ((null, 0), (out_fd, 1), (err_fd, 2)):
+        os.dup2(src, dst)
+        os.close(src)
+    with open(source_fd, "rb") as f:
+        spec["source"] = f.read()
+    spec["stdin_fd"] = stdin_fd
+    spec["filter"] = filt
+    launch(spec, status_fd)
 
 
 def run_unisolated(spec: dict, status_fd: int) -> None:
