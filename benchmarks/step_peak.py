@@ -5,7 +5,10 @@ random tokens of the run's shapes (a 301-token prompt, 8 completions of 13 token
 depend on shapes, not values. One thread; `--trim` collects and trims glibc's heap before each
 micro-batch's forward, which tells memory still in use from memory freed but kept by the heap.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/step_peak.py [--trim]
+    PYTHONPATH=. .venv/bin/python benchmarks/step_peak.py [--trim] [--set batch.recompute=never ...]
+
+`--set` takes config overrides as `scalerl train` does (for example `batch.recompute=never`
+against the default `auto`, which recomputes a group whose activations pass the budget).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def one_step(model, opt: S.Optimizer, cfg, n: int) -> str:
     model.train()
     opt.opt.zero_grad(set_to_none=True)
     start = time.time()
-    parts, *_ = S._backward(model, shard, cfg, 0, 2, None)
+    parts, _, _, _, recomputed = S._backward(model, shard, cfg, 0, 2, None)
     _, backward = memory()
     reset()
     for p in opt.params:
@@ -68,13 +71,14 @@ def one_step(model, opt: S.Optimizer, cfg, n: int) -> str:
     opt.opt.step()
     _, update = memory()
     opt.opt.zero_grad(set_to_none=True)
-    return (f"{n} group(s), {len(parts)} micro-batch(es): before {base:.0f} MiB; peak over the backward "
+    return (f"{n} group(s), {len(parts)} micro-batch(es), {recomputed} recomputed: before {base:.0f} MiB; peak over the backward "
             f"+{backward - base:.0f}, over clip + AdamW +{update - base:.0f}; {time.time() - start:.0f} s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trim", action="store_true", help="collect and trim before each micro-batch's forward")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     a = ap.parse_args()
     torch.set_num_threads(1)
     tune_malloc()
@@ -89,7 +93,8 @@ def main() -> None:
         return forward(model, batch, *args, **kwargs)
 
     S.completion_logprobs = logged
-    cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "batch.prompts=8", "batch.generations=8"])
+    cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "batch.prompts=8", "batch.generations=8",
+                                              *a.set])
     model, _ = load_model("smollm2-135m")
     opt = S.Optimizer(model, cfg)
     print("AdamW's state (a first step):", one_step(model, opt, cfg, 1))

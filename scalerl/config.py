@@ -283,6 +283,12 @@ class BatchConfig(_Section):
                                   "the model's shape (scalerl.trainer.step.ActivationCost): the step's groups are "
                                   "packed into micro-batches within it, whole groups, a group that alone is larger "
                                   "in a micro-batch of its own (docs/design.md, Memory)")
+    recompute: Literal["auto", "always", "never"] = Field(
+        "auto", description="recompute each decoder layer's activations in the backward instead of keeping them "
+                            "(the forward keeps only every layer's input): `auto` for a micro-batch whose kept "
+                            "activations would pass `activation_budget_mb` (a group alone larger than the budget), "
+                            "`always` for every micro-batch (packed by the recomputed cost), `never` to keep them all; "
+                            "a recomputed micro-batch runs each layer's forward twice (docs/design.md, Memory)")
 
     @model_validator(mode="after")
     def _completions(self) -> BatchConfig:

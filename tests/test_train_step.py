@@ -179,3 +179,45 @@ def test_one_step_for_one_or_two_workers_and_any_micro_batch_size(aggregation, m
     # units by hand: 5 live prompts; 5 x 4 completions less the one without a trainable token
     from scalerl.trainer.step import aggregation_units
     assert aggregation_units(groups, "prompt") == 5 and aggregation_units(groups, "sample") == 19
+
+
+# The recomputed cost (batch.recompute), by hand for tiny-random (4 K/V heads of width 32): a
+# token keeps every layer's input and the prompt K/V it reads, 4 x (128 + 2 x 4 x 32) x 4 B,
+# plus one layer's activations rebuilt at a time, (8 x 128 + 4 x 512) x 4 B; a pair one layer's
+# 4 heads x 2 x 4 B; a trained token the head's 102 x 4 B as before.
+TINY_RC_TOKEN, TINY_RC_PAIR = 4 * (128 + 2 * 4 * 32) * 4 + (8 * 128 + 4 * 512) * 4, 4 * 2 * 4
+GROUP_RC_BYTES = 22 * TINY_RC_TOKEN + 292 * TINY_RC_PAIR + 12 * TINY_TRAINED   # 419,744 B, 0.40 MiB
+
+
+def test_recomputed_activation_cost_of_the_tiny_model_is_the_hand_computed_one():
+    model, _ = load_model("tiny-random")
+    assert step_mod.ActivationCost.of(model, recompute=True) == step_mod.ActivationCost(
+        TINY_RC_TOKEN, TINY_RC_PAIR, TINY_TRAINED)
+
+
+# (mode, budget MiB) -> micro-batch sizes and how many recompute. `auto` recomputes exactly the
+# micro-batches a group alone puts over the budget (1.07 MiB > 1.0); `always` packs by the
+# recomputed cost: 2 groups 0.80 MiB fit 1.0 MiB, 3 (1.20 MiB) do not.
+@pytest.mark.parametrize("mode,budget_mb,sizes,recomputed", [
+    ("auto", 1.0, [1] * 6, 6), ("auto", 2.2, [2] * 3, 0), ("never", 1.0, [1] * 6, 0), ("always", 1.0, [2] * 3, 3)])
+def test_recompute_plan_follows_the_mode_and_the_budget(mode, budget_mb, sizes, recomputed):
+    assert 2 * GROUP_RC_BYTES <= 2**20 < 3 * GROUP_RC_BYTES and GROUP_BYTES > 2**20
+    cfg = load_config("scalerl", overrides=[f"batch.recompute={mode}", f"batch.activation_budget_mb={budget_mb}",
+                                            "optim.lr=1e-30"])
+    model, _ = load_model("tiny-random")
+    groups = _same_groups()
+    plan = step_mod.plan_micro_batches(groups, cfg, model)
+    assert [len(p) for p, _ in plan] == sizes and sum(rc for _, rc in plan) == recomputed
+    assert sorted(i for p, _ in plan for i in p) == list(range(6))
+    row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
+    assert row["train/micro_batches"] == len(sizes) and row["train/recomputed"] == recomputed
+
+
+def test_recompute_always_is_refused_for_a_model_without_checkpointable_layers(monkeypatch):
+    cfg = load_config("scalerl", overrides=["batch.recompute=always"])
+    model, _ = load_model("tiny-random")
+    monkeypatch.setattr(step_mod, "can_recompute", lambda m: False)
+    with pytest.raises(step_mod.ScaleRLError, match="batch.recompute=always: .*GradientCheckpointingLayer"):
+        step_mod.plan_micro_batches(_same_groups(), cfg, model)
+    auto = load_config("scalerl", overrides=["batch.activation_budget_mb=1.0"])
+    assert [rc for _, rc in step_mod.plan_micro_batches(_same_groups(), auto, model)] == [False] * 6

@@ -45,8 +45,10 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
+from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 SHARED_ATTENTION = ("eager", "sdpa")  # attention implementations that take our 4D additive mask
 GROUPED = "scalerl_grouped"           # the shared path's attention on a CPU (`_grouped_attention`)
@@ -80,21 +82,27 @@ def forward_options(cfg) -> dict:
 
 
 def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool, compute_dtype: str = "fp32",
-                        share_prompt: bool = True) -> torch.Tensor:
+                        share_prompt: bool = True, recompute: bool = False) -> torch.Tensor:
     """Trainer log-probs (N, T) of the completion tokens under the sampling distribution; 0 where
-    `batch.mask` is 0 (padding, forced interruption tokens: the head does not run there)."""
+    `batch.mask` is 0 (padding, forced interruption tokens: the head does not run there).
+    `recompute`: each decoder layer keeps only its input for the backward and runs its forward
+    again there (`_recomputed`; the same values and gradients, one more forward of the trunk)."""
     from scalerl.rl.logprobs import token_logprobs
 
     device = model.get_output_embeddings().weight.device
     trunk, dtype = _trunk(model, compute_dtype)
-    if share_prompt and can_share(model, batch):
-        with _grouped(model) if device.type in GROUPED_DEVICES else nullcontext():
-            hidden = _shared(model, batch, trunk, dtype)
-    else:
-        hidden = _unshared(model, batch, trunk)
+    shared = share_prompt and can_share(model, batch)
+    cache = _PromptCache(model.config.get_text_config().num_hidden_layers) if shared else None
+    with _recomputed(model, cache) if recompute and torch.is_grad_enabled() else nullcontext():
+        if shared:
+            with _grouped(model) if device.type in GROUPED_DEVICES else nullcontext():
+                hidden = _shared(model, batch, trunk, dtype, cache,
+                                 prompt_trunk=_trunk(model, compute_dtype, own_gradients=True)[0])
+        else:
+            hidden = _unshared(model, batch, trunk, use_cache=False if recompute else None)
     head = model.get_output_embeddings()
     on = batch.mask > 0                                                     # (N, T) the tokens the loss uses
-    logp = token_logprobs(hidden[on][None], head.weight, batch.targets[on][None], temperature=temperature,
+    logp = token_logprobs(hidden[on][None], _grad_leaf(head.weight), batch.targets[on][None], temperature=temperature,
                           fp32=fp32_head, head_bias=getattr(head, "bias", None))  # (1, M): the head skips padding
     return logp.new_zeros(on.shape).masked_scatter(on, logp[0])            # (N, T), 0 where masked
 
@@ -112,15 +120,42 @@ def _takes_our_mask(model) -> bool:
             and not getattr(text, "attn_logit_softcapping", None))
 
 
-def _trunk(model, compute_dtype: str):
+def _trunk(model, compute_dtype: str, own_gradients: bool = False):
     """(the base model as a callable, its activation dtype). With `compute_dtype="bf16"` it runs
-    on bf16 casts of the parameters (differentiable: the gradients reach the fp32 weights); the
-    buffers (RoPE frequencies) are the model's own, fp32."""
+    on bf16 copies of the parameters whose gradients are added to the fp32 weights' `.grad`
+    (`_grad_leaf`); the buffers (RoPE frequencies) are the model's own, fp32. `own_gradients`:
+    in fp32 too, the parameters enter as `_grad_leaf`s (the shared path's prompt pass, whose
+    weights the completion pass uses again)."""
     base = model.base_model
-    if compute_dtype != "bf16":
+    if compute_dtype != "bf16" and not (own_gradients and torch.is_grad_enabled()):
         return base, model.get_input_embeddings().weight.dtype
-    params = {name: p.to(torch.bfloat16) for name, p in base.named_parameters()}
-    return (lambda **kwargs: functional_call(base, params, args=(), kwargs=kwargs)), torch.bfloat16
+    dtype = torch.bfloat16 if compute_dtype == "bf16" else model.get_input_embeddings().weight.dtype
+    params = {name: _grad_leaf(p, dtype) for name, p in base.named_parameters()}
+    return (lambda **kwargs: functional_call(base, params, args=(), kwargs=kwargs)), dtype
+
+
+def _grad_leaf(param: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`param`'s values (in `dtype`) as a leaf of its own whose gradient is added to
+    `param.grad` in place as soon as the backward computes it (a post-accumulate hook), so no
+    gradient of this use waits in autograd. Why: a weight used twice in one graph (the shared
+    path's prompt pass and completion pass; a tied embedding and LM head), or through a cast
+    made before the forward, has its gradient held by autograd until every use reports, and the
+    nodes made first run last; the completion pass's backward runs first, whole, so every
+    layer's weight gradients waited for the prompt pass: measured on SmolLM2, 0.68 GiB of
+    weight-shaped gradients alive at once in a later micro-batch's backward. The sum is the
+    same, added in another order. Without grad (or a frozen parameter), `param` itself, cast."""
+    if not (param.requires_grad and torch.is_grad_enabled()):
+        return param if dtype in (None, param.dtype) else param.to(dtype)
+    leaf = param.detach() if dtype in (None, param.dtype) else param.detach().to(dtype)
+    leaf.requires_grad_(True)
+
+    def add(leaf: torch.Tensor) -> None:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        param.grad.add_(leaf.grad)
+        leaf.grad = None
+    leaf.register_post_accumulate_grad_hook(add)
+    return leaf
 
 
 def match_trainer_attention(model, share_prompt: bool = True):
@@ -169,15 +204,91 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling, dropo
 AttentionInterface.register(GROUPED, _grouped_attention)
 
 
-def _unshared(model, batch: Batch, trunk) -> torch.Tensor:
+def can_recompute(model) -> bool:
+    """The model's decoder layers are transformers' `GradientCheckpointingLayer`s (`_recomputed`
+    wraps them); models built otherwise keep their activations."""
+    return bool(_decoder_layers(model))
+
+
+def _decoder_layers(model) -> list[torch.nn.Module]:
+    return [m for m in model.base_model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+@contextmanager
+def _recomputed(model, cache: _PromptCache | None):
+    """For the duration, each decoder layer runs under `torch.utils.checkpoint` (non-reentrant):
+    its forward keeps only what enters it (the hidden states; the prompt K/V it reads) and runs
+    again in the backward to rebuild its activations, so a forward keeps about
+    n_layers x hidden values a token instead of every layer's intermediates (ActivationCost).
+    transformers' own gradient checkpointing drops the K/V cache, which the shared path needs:
+    here the prompt pass's layers write their K/V into `cache` once, and their replay in the
+    backward (`_PromptLayer.replaying`) recomputes the same K/V without storing them again; the
+    completion pass's layers only read the cache. With bf16 compute (`_trunk`: the trunk runs
+    on bf16 casts through `functional_call`, which has ended by the backward) a layer replays on
+    the very casts its forward used, so both passes compute alike."""
+    layers = _decoder_layers(model)
+    if not layers:
+        raise ValueError(f"{type(model).__name__}: no transformers GradientCheckpointingLayer to recompute "
+                         "(batch.recompute needs a transformers decoder model; set batch.recompute=never)")
+
+    def replay_context():
+        """(forward context, replay context): the replay runs under the forward's attention kernel
+        (`_grouped` has ended by the backward) and, for the prompt pass, stores no K/V."""
+        attention = model.config._attn_implementation
+        prompt_pass = cache is not None and not cache.layers[0].frozen   # the completion pass only reads
+
+        @contextmanager
+        def replay():
+            old = model.config._attn_implementation
+            model.config._attn_implementation = attention
+            try:
+                with cache.replaying() if prompt_pass else nullcontext():
+                    yield
+            finally:
+                model.config._attn_implementation = old
+        return nullcontext(), replay()
+
+    def wrap(layer):
+        own = type(layer).forward.__get__(layer)   # the class's forward (no recursion into this wrapper)
+
+        def forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return own(*args, **kwargs)
+            tensors = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}  # the bf16 casts, if any
+
+            def run(*a, **k):   # the forward, and its replay in the backward (after this context may have ended)
+                before = layer.__dict__.get("forward")
+                layer.forward = own
+                try:
+                    return functional_call(layer, tensors, a, k)
+                finally:
+                    if before is None:
+                        del layer.forward
+                    else:
+                        layer.forward = before
+            return checkpoint(run, *args, use_reentrant=False, context_fn=replay_context, **kwargs)
+        return forward
+
+    for layer in layers:
+        layer.forward = wrap(layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward   # back to the class's forward
+
+
+def _unshared(model, batch: Batch, trunk, use_cache: bool | None = None) -> torch.Tensor:
     """Every completion as a full sequence; hidden states (N, T, H) at the completion positions."""
-    hidden = trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    hidden = trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   **({} if use_cache is None else {"use_cache": use_cache})).last_hidden_state
     H = hidden.shape[-1]
     return torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
 
 
-def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
-    """Each group's prompt once, its K/V repeated to the group's completions; hidden (N, T, H)."""
+def _shared(model, batch: Batch, trunk, dtype: torch.dtype, prompt_cache: _PromptCache, prompt_trunk=None) -> torch.Tensor:
+    """Each group's prompt once (its K/V recorded in `prompt_cache`, run by `prompt_trunk`,
+    `trunk` by default), the K/V repeated to the group's completions; hidden (N, T, H)."""
     from scalerl.models import cache_kwarg
 
     dev = batch.input_ids.device
@@ -204,8 +315,8 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype) -> torch.Tensor:
         real = pcols[None, :] >= pad[:, None]                                               # (P, Lp) real tokens
         allowed = (pcols[:, None] >= pcols[None, :])[None] & (real[:, None, :] | torch.eye(Lp, dtype=torch.bool,
                                                                                            device=dev)[None])
-        cache = _PromptCache(model.config.get_text_config().num_hidden_layers)
-        trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
+        cache = prompt_cache
+        (prompt_trunk or trunk)(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
               use_cache=True, **{kw: cache})                                        # K/V (P, h, Lp, d)
         cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
         prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
@@ -235,11 +346,14 @@ class _PromptLayer(CacheLayerMixin):
         super().__init__()
         self.is_initialized = True
         self.frozen = False
+        self.replaying = False   # the backward's replay of the prompt pass (`_recomputed`): store nothing
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         raise RuntimeError("_PromptLayer needs no initialization")
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.replaying:   # the prompt pass again, in the backward: the same K/V, already expanded
+            return key_states, value_states
         if not self.frozen:  # the prompt pass
             self.keys, self.values = key_states, value_states
             return key_states, value_states
@@ -260,6 +374,18 @@ class _PromptCache(Cache):
 
     def __init__(self, n_layers: int):
         super().__init__(layers=[_PromptLayer() for _ in range(n_layers)])
+
+    @contextmanager
+    def replaying(self):
+        """The prompt pass replayed in the backward (`_recomputed`): `update` returns the K/V it
+        is given and keeps the expanded ones."""
+        for layer in self.layers:
+            layer.replaying = True
+        try:
+            yield
+        finally:
+            for layer in self.layers:
+                layer.replaying = False
 
     def expand(self, rows: torch.Tensor) -> None:
         """Repeat the prompt rows to the completions (`rows[i]`: prompt of completion i) and freeze.

@@ -31,10 +31,10 @@ import torch
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.run.memory import MB
-from scalerl.trainer.forward import Batch, completion_logprobs, forward_options
+from scalerl.trainer.forward import Batch, can_recompute, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
 
-__all__ = ["ActivationCost", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
+__all__ = ["ActivationCost", "plan_micro_batches", "micro_batch_sizes", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
            "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
 
 
@@ -127,13 +127,38 @@ class ActivationCost:
     per_trained: float
 
     @classmethod
-    def of(cls, model) -> ActivationCost:
+    def of(cls, model, recompute: bool = False) -> ActivationCost:
+        """The cost of a plain forward, or with `recompute` (batch.recompute, forward.py's
+        `_recomputed`): every layer keeps only its input (hidden values) and the prompt K/V it
+        reads (2 x K/V width), and one layer's activations at a time are rebuilt in the backward."""
         c = model.config.get_text_config()
         width = model.get_input_embeddings().weight.element_size()
         inter = getattr(c, "intermediate_size", None) or 4 * c.hidden_size
-        return cls(per_token=c.num_hidden_layers * (8 * c.hidden_size + 4 * inter) * width,
-                   per_pair=c.num_hidden_layers * c.num_attention_heads * 2 * 4,
-                   per_trained=c.vocab_size * 4)
+        layer_token = (8 * c.hidden_size + 4 * inter) * width
+        layer_pair = c.num_attention_heads * 2 * 4
+        if not recompute:
+            return cls(per_token=c.num_hidden_layers * layer_token, per_pair=c.num_hidden_layers * layer_pair,
+                       per_trained=c.vocab_size * 4)
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv = (getattr(c, "num_key_value_heads", None) or c.num_attention_heads) * head_dim
+        return cls(per_token=c.num_hidden_layers * (c.hidden_size + 2 * kv) * width + layer_token,
+                   per_pair=layer_pair, per_trained=c.vocab_size * 4)
+
+    def bytes(self, tokens: int, pairs: int, trained: int) -> float:
+        """Bytes kept for the backward by a forward of these sizes (`micro_batch_sizes`)."""
+        return tokens * self.per_token + pairs * self.per_pair + trained * self.per_trained
+
+
+def micro_batch_sizes(groups: list[Group], shared: bool) -> tuple[int, int, int]:
+    """(padded tokens, attention pairs, completion tokens) of one forward over these groups;
+    `shared`: each prompt runs once and its completions attend to it (forward.py)."""
+    rows = sum(len(g.completions) for g in groups)
+    T = max(len(c.tokens) for g in groups for c in g.completions)
+    if not shared:
+        L = max(max(len(c.prompt_tokens) + len(c.tokens) for c in g.completions) for g in groups)
+        return rows * L, rows * L * L, rows * T
+    prompt = max(len(g.completions[0].prompt_tokens) for g in groups)
+    return len(groups) * prompt + rows * T, len(groups) * prompt * prompt + rows * T * (prompt + T), rows * T
 
 
 def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, shared: bool = False,
@@ -151,23 +176,11 @@ def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, sha
     def longest(g: Group) -> int:
         return max(len(c.prompt_tokens) + len(c.tokens) for c in g.completions)
 
-    def sizes(part: list[int]) -> tuple[int, int, int]:
-        """(padded tokens, attention pairs, completion tokens) of a micro-batch."""
-        gs = [groups[i] for i in part]
-        rows = sum(len(g.completions) for g in gs)
-        T = max(len(c.tokens) for g in gs for c in g.completions)
-        if not shared:
-            L = max(longest(g) for g in gs)
-            return rows * L, rows * L * L, rows * T
-        prompt = max(len(g.completions[0].prompt_tokens) for g in gs)
-        return len(gs) * prompt + rows * T, len(gs) * prompt * prompt + rows * T * (prompt + T), rows * T
-
     def fits(part: list[int]) -> bool:
-        tokens, pairs, trained = sizes(part)
+        tokens, pairs, trained = micro_batch_sizes([groups[i] for i in part], shared)
         if tokens > max_tokens:
             return False
-        a = activations
-        return a is None or tokens * a.per_token + pairs * a.per_pair + trained * a.per_trained <= max_bytes
+        return activations is None or activations.bytes(tokens, pairs, trained) <= max_bytes
 
     order = sorted(range(len(groups)), key=lambda i: longest(groups[i]))
     out: list[list[int]] = []
@@ -261,24 +274,46 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
     return None if shards is None else shard_step(model, optim, shards[0], cfg, pad_id, step, ref_model)
 
 
-def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float, list]:
+def plan_micro_batches(groups: list[Group], cfg: Config, model) -> list[tuple[list[int], bool]]:
+    """The step's micro-batches (group indices) and whether each recomputes its activations
+    (`batch.recompute`): `never` packs by the plain cost; `auto` too, and recomputes a
+    micro-batch whose plain cost passes `batch.activation_budget_mb` (a group alone larger than
+    the budget), so that no micro-batch keeps more than the budget while a recomputed one fits
+    it; `always` packs by the recomputed cost and recomputes all. A model without transformers'
+    checkpointable decoder layers never recomputes (`always` is then refused)."""
+    mode, budget, shared = cfg.batch.recompute, cfg.batch.activation_budget_mb * MB, cfg.model.share_prompt
+    able = mode != "never" and can_recompute(model)
+    if mode == "always":
+        if not able:
+            raise ScaleRLError(f"batch.recompute=always: {type(model).__name__} has no transformers "
+                               "GradientCheckpointingLayer to recompute; set batch.recompute=auto or never")
+        parts = micro_batches(groups, MICRO_BATCH_TOKENS, shared=shared, activations=ActivationCost.of(model, True),
+                              max_bytes=budget)
+        return [(part, True) for part in parts]
+    plain = ActivationCost.of(model)
+    parts = micro_batches(groups, MICRO_BATCH_TOKENS, shared=shared, activations=plain, max_bytes=budget)
+    return [(part, able and plain.bytes(*micro_batch_sizes([groups[i] for i in part], shared)) > budget)
+            for part in parts]
+
+
+def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float, list, int]:
     """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens,
-    logprob mismatch (sum, tokens))."""
+    logprob mismatch (sum, tokens), micro-batches recomputed)."""
     from scalerl.rl.losses import policy_loss, uses_reference
 
     kl = uses_reference(cfg.loss)
-    parts, total, tokens, mismatch = [], 0.0, 0.0, [0.0, 0]   # mismatch: (sum, tokens)
+    parts, total, tokens, mismatch, recomputed = [], 0.0, 0.0, [0.0, 0], 0   # mismatch: (sum, tokens)
     device = model.get_output_embeddings().weight.device
     advantages = shard.advantages.to(device)
-    for part in micro_batches(shard.groups, MICRO_BATCH_TOKENS, shared=cfg.model.share_prompt,
-                              activations=ActivationCost.of(model), max_bytes=cfg.batch.activation_budget_mb * MB):
+    for part, recompute in plan_micro_batches(shard.groups, cfg, model):
         groups = [shard.groups[i] for i in part]
         batch = collate(groups, pad_id).to(device)
         ref = None
         if kl:
             with torch.no_grad():
                 ref = completion_logprobs(ref_model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg))
+        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg),
+                                       recompute=recompute)
         loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, advantages[part].reshape(-1),
                                     batch.mask, batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
@@ -293,7 +328,8 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
         total += w * loss.item()
         tokens += metrics["tokens"]
         parts.append((w, metrics))
-    return parts, total, tokens, mismatch
+        recomputed += recompute
+    return parts, total, tokens, mismatch, recomputed
 
 
 def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model=None,
@@ -311,7 +347,7 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     """
     model.train()
     optim.opt.zero_grad(set_to_none=True)
-    parts, total, tokens, mismatch = _backward(model, shard, cfg, pad_id, step, ref_model)
+    parts, total, tokens, mismatch, recomputed = _backward(model, shard, cfg, pad_id, step, ref_model)
     for p in optim.params:
         if p.grad is None:   # AdamW still decays it, as on a worker where it had a gradient
             p.grad = torch.zeros_like(p)
@@ -337,7 +373,7 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
         optim.opt.step()
     optim.sched.step()
     out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
-           "train/micro_batches": len(parts), "tokens/trained_step": tokens_total}
+           "train/micro_batches": len(parts), "train/recomputed": recomputed, "tokens/trained_step": tokens_total}
     if diff_n:  # absent when no trained token came from the weights the trainer holds
         out["train/logprob_mismatch"] = diff_sum / diff_n
     out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
