@@ -292,7 +292,7 @@ def _most_weight_gradients_alive(monkeypatch, hold: bool) -> int:
     from scalerl.trainer import forward
 
     if hold:
-        monkeypatch.setattr(forward, "_grad_leaf", lambda p, dtype=None: p if dtype in (None, p.dtype) else p.to(dtype))
+        monkeypatch.setattr(forward, "_grad_leaf", lambda p, values: p if values.dtype == p.dtype else p.to(values.dtype))
     model, _ = load_model("tiny-random")
     model.train()
     shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}

@@ -19,7 +19,7 @@ backward is about 3x faster than sdpa's flash kernel at these sizes; on CUDA the
 kernels run.
 
 Mixed precision (`compute_dtype="bf16"`, the paper's regime): the trunk runs on bf16 casts of
-the fp32 master weights (`_trunk`: bf16 activations, residual stream and K/V, as the model
+the fp32 master weights (`_trunks`: bf16 activations, residual stream and K/V, as the model
 writes them for a bf16 checkpoint), which is exactly the computation of the generator's bf16
 copy (the same casts, `scalerl.models.cast_model`: RoPE frequencies fp32 on both sides, and the
 same attention kernel, `match_trainer_attention`). The gradients flow through the casts into
@@ -90,19 +90,18 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
     from scalerl.rl.logprobs import token_logprobs
 
     device = model.get_output_embeddings().weight.device
-    trunk, dtype = _trunk(model, compute_dtype)
     shared = share_prompt and can_share(model, batch)
+    trunk, prompt_trunk, dtype = _trunks(model, compute_dtype, prompt_pass=shared)
     cache = _PromptCache(model.config.get_text_config().num_hidden_layers) if shared else None
     with _recomputed(model, cache) if recompute and torch.is_grad_enabled() else nullcontext():
         if shared:
             with _grouped(model) if device.type in GROUPED_DEVICES else nullcontext():
-                hidden = _shared(model, batch, trunk, dtype, cache,
-                                 prompt_trunk=_trunk(model, compute_dtype, own_gradients=True)[0])
+                hidden = _shared(model, batch, trunk, dtype, cache, prompt_trunk)
         else:
             hidden = _unshared(model, batch, trunk, use_cache=False if recompute else None)
     head = model.get_output_embeddings()
     on = batch.mask > 0                                                     # (N, T) the tokens the loss uses
-    logp = token_logprobs(hidden[on][None], _grad_leaf(head.weight), batch.targets[on][None], temperature=temperature,
+    logp = token_logprobs(hidden[on][None], _grad_leaf(head.weight, head.weight.detach()), batch.targets[on][None], temperature=temperature,
                           fp32=fp32_head, head_bias=getattr(head, "bias", None))  # (1, M): the head skips padding
     return logp.new_zeros(on.shape).masked_scatter(on, logp[0])            # (N, T), 0 where masked
 
@@ -120,34 +119,44 @@ def _takes_our_mask(model) -> bool:
             and not getattr(text, "attn_logit_softcapping", None))
 
 
-def _trunk(model, compute_dtype: str, own_gradients: bool = False):
-    """(the base model as a callable, its activation dtype). With `compute_dtype="bf16"` it runs
-    on bf16 copies of the parameters whose gradients are added to the fp32 weights' `.grad`
-    (`_grad_leaf`); the buffers (RoPE frequencies) are the model's own, fp32. `own_gradients`:
-    in fp32 too, the parameters enter as `_grad_leaf`s (the shared path's prompt pass, whose
-    weights the completion pass uses again)."""
+def _trunks(model, compute_dtype: str, prompt_pass: bool = False):
+    """(the base model as a callable, the same for the shared path's prompt pass, their activation
+    dtype). With `compute_dtype="bf16"` the trunk runs on bf16 casts of the parameters, made once,
+    whose gradients are added to the fp32 weights' `.grad` (`_grad_leaf`); the buffers (RoPE
+    frequencies) are the model's own, fp32. `prompt_pass` (with grad enabled): the prompt pass
+    gets leaves of its own over the same values (the fp32 weights' own storage, or the same
+    casts), because the completion pass uses every weight again."""
     base = model.base_model
-    if compute_dtype != "bf16" and not (own_gradients and torch.is_grad_enabled()):
-        return base, model.get_input_embeddings().weight.dtype
-    dtype = torch.bfloat16 if compute_dtype == "bf16" else model.get_input_embeddings().weight.dtype
-    params = {name: _grad_leaf(p, dtype) for name, p in base.named_parameters()}
-    return (lambda **kwargs: functional_call(base, params, args=(), kwargs=kwargs)), dtype
+    bf16 = compute_dtype == "bf16"
+    dtype = torch.bfloat16 if bf16 else model.get_input_embeddings().weight.dtype
+    prompt_pass = prompt_pass and torch.is_grad_enabled()
+    if not bf16 and not prompt_pass:
+        return base, base, dtype
+    named = list(base.named_parameters())
+    values = {name: p.detach().to(dtype) for name, p in named}       # fp32: the weights' own storage
+
+    def on(tensors: dict):
+        return lambda **kwargs: functional_call(base, tensors, args=(), kwargs=kwargs)
+
+    def leaves() -> dict:
+        return {name: _grad_leaf(p, values[name]) for name, p in named}
+    trunk = on(leaves()) if bf16 else base
+    return trunk, (on(leaves()) if prompt_pass else trunk), dtype
 
 
-def _grad_leaf(param: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """`param`'s values (in `dtype`) as a leaf of its own whose gradient is added to
-    `param.grad` in place as soon as the backward computes it (a post-accumulate hook), so no
-    gradient of this use waits in autograd. Why: a weight used twice in one graph (the shared
-    path's prompt pass and completion pass; a tied embedding and LM head), or through a cast
-    made before the forward, has its gradient held by autograd until every use reports, and the
-    nodes made first run last; the completion pass's backward runs first, whole, so every
-    layer's weight gradients waited for the prompt pass: measured on SmolLM2, 0.68 GiB of
-    weight-shaped gradients alive at once in a later micro-batch's backward. The sum is the
-    same, added in another order. Without grad (or a frozen parameter), `param` itself, cast."""
+def _grad_leaf(param: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` (`param`'s, detached: its own storage or a cast) as a leaf of its own whose
+    gradient is added to `param.grad` in place as soon as the backward computes it (a
+    post-accumulate hook), so no gradient of this use waits in autograd. Why: a weight used
+    twice in one graph (the shared path's prompt pass and completion pass; a tied embedding and
+    LM head), or through a cast made before the forward, has its gradient held by autograd until
+    every use reports, and the nodes made first run last; the completion pass's backward runs
+    first, whole, so every layer's weight gradients waited for the prompt pass: measured on
+    SmolLM2, 0.68 GiB of weight-shaped gradients alive at once in a later micro-batch's backward.
+    The sum is the same, added in another order. Without grad (or a frozen parameter), `values`."""
     if not (param.requires_grad and torch.is_grad_enabled()):
-        return param if dtype in (None, param.dtype) else param.to(dtype)
-    leaf = param.detach() if dtype in (None, param.dtype) else param.detach().to(dtype)
-    leaf.requires_grad_(True)
+        return values
+    leaf = values.detach().requires_grad_(True)
 
     def add(leaf: torch.Tensor) -> None:
         if param.grad is None:
@@ -223,7 +232,7 @@ def _recomputed(model, cache: _PromptCache | None):
     transformers' own gradient checkpointing drops the K/V cache, which the shared path needs:
     here the prompt pass's layers write their K/V into `cache` once, and their replay in the
     backward (`_PromptLayer.replaying`) recomputes the same K/V without storing them again; the
-    completion pass's layers only read the cache. With bf16 compute (`_trunk`: the trunk runs
+    completion pass's layers only read the cache. With bf16 compute (`_trunks`: the trunk runs
     on bf16 casts through `functional_call`, which has ended by the backward) a layer replays on
     the very casts its forward used, so both passes compute alike."""
     layers = _decoder_layers(model)
@@ -286,9 +295,9 @@ def _unshared(model, batch: Batch, trunk, use_cache: bool | None = None) -> torc
     return torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
 
 
-def _shared(model, batch: Batch, trunk, dtype: torch.dtype, prompt_cache: _PromptCache, prompt_trunk=None) -> torch.Tensor:
-    """Each group's prompt once (its K/V recorded in `prompt_cache`, run by `prompt_trunk`,
-    `trunk` by default), the K/V repeated to the group's completions; hidden (N, T, H)."""
+def _shared(model, batch: Batch, trunk, dtype: torch.dtype, prompt_cache: _PromptCache, prompt_trunk) -> torch.Tensor:
+    """Each group's prompt once (run by `prompt_trunk`, its K/V recorded in `prompt_cache`), the
+    K/V repeated to the group's completions (run by `trunk`); hidden (N, T, H)."""
     from scalerl.models import cache_kwarg
 
     dev = batch.input_ids.device
@@ -316,7 +325,7 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype, prompt_cache: _Promp
         allowed = (pcols[:, None] >= pcols[None, :])[None] & (real[:, None, :] | torch.eye(Lp, dtype=torch.bool,
                                                                                            device=dev)[None])
         cache = prompt_cache
-        (prompt_trunk or trunk)(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
+        prompt_trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
               use_cache=True, **{kw: cache})                                        # K/V (P, h, Lp, d)
         cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
         prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
