@@ -278,11 +278,13 @@ MAX_COMPLETIONS = 1_048_576   # prompts x generations per step
 class BatchConfig(_Section):
     prompts: int = Field(32, ge=1, le=MAX_PROMPTS, description="prompts per optimizer step (after filtering)")
     generations: int = Field(8, ge=2, le=MAX_GENERATIONS, description="completions per prompt (G)")
-    activation_budget_mb: float = Field(
-        1024.0, gt=0, description="activations (MiB) one trainer micro-batch keeps for its backward, estimated from "
-                                  "the model's shape (scalerl.trainer.step.ActivationCost): the step's groups are "
-                                  "packed into micro-batches within it, whole groups, a group that alone is larger "
-                                  "in a micro-batch of its own (docs/design.md, Memory)")
+    activation_budget_mb: float | None = Field(
+        None, gt=0, description="activations (MiB) one trainer micro-batch keeps for its backward, estimated from "
+                                "the model's shape (scalerl.trainer.step.ActivationCost): the step's groups are "
+                                "packed into micro-batches within it, whole groups, and with `recompute: auto` a "
+                                "group that alone is larger recomputes its layers (none: 512 on a CPU, at most a "
+                                "twentieth of the memory available; an eighth of the device's memory on a GPU; "
+                                "scalerl.trainer.step.activation_budget, docs/design.md, Memory)")
     recompute: Literal["auto", "always", "never"] = Field(
         "auto", description="recompute each decoder layer's activations in the backward instead of keeping them "
                             "(the forward keeps only every layer's input): `auto` for a micro-batch whose kept "

@@ -221,3 +221,37 @@ def test_recompute_always_is_refused_for_a_model_without_checkpointable_layers(m
         step_mod.plan_micro_batches(_same_groups(), cfg, model)
     auto = load_config("scalerl", overrides=["batch.activation_budget_mb=1.0"])
     assert [rc for _, rc in step_mod.plan_micro_batches(_same_groups(), auto, model)] == [False] * 6
+
+
+def test_the_default_activation_budget_is_512_mib_on_a_cpu_and_a_twentieth_of_what_is_available(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 24 * 2**30})())
+    assert step_mod.activation_budget(None, cpu) == 512 * 2**20
+    monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 4 * 2**30})())
+    assert step_mod.activation_budget(None, cpu) == 4 * 2**30 // 20      # 204.8 MiB
+    assert step_mod.activation_budget(100.0, cpu) == 100 * 2**20
+
+
+# SmolLM2-135M's shape (fp32; 30 layers, hidden 576, MLP 1,536, 9 heads, 3 K/V heads, 49,152
+# tokens): a group of a 301-token prompt and 8 completions of 13 tokens keeps, by hand,
+# 405 tokens x 30 x (8 x 576 + 4 x 1,536) x 4 B + (301^2 + 104 x 314) pairs x 30 x 9 x 2 x 4 B
+# + 104 trained x 49,152 x 4 B = 809,229,552 B (771.7 MiB): over the default 512 MiB, under 1,024.
+SMOL_GROUP_BYTES = 405 * 30 * (8 * 576 + 4 * 1536) * 4 + (301 ** 2 + 104 * 314) * 30 * 9 * 2 * 4 + 104 * 49152 * 4
+
+
+def test_a_real_models_group_is_recomputed_at_the_default_budget_and_not_at_1024(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 24 * 2**30})())
+    config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    group = scored(Prompt("p", "", ""), [_completion("p", j, [5] * 301, [6] * 13) for j in range(8)], [1.0, -1.0] * 4)
+    cost = step_mod.ActivationCost.of(model)
+    assert cost.bytes(*step_mod.micro_batch_sizes([group], shared=True)) == SMOL_GROUP_BYTES
+    default = load_config("scalerl")
+    assert default.batch.activation_budget_mb is None
+    assert step_mod.plan_micro_batches([group, group], default, model) == [([0], True), ([1], True)]
+    wide = load_config("scalerl", overrides=["batch.activation_budget_mb=1024"])
+    assert step_mod.plan_micro_batches([group, group], wide, model) == [([0], False), ([1], False)]

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
+import psutil
 import torch
 
 from scalerl.config import Config
@@ -111,6 +112,21 @@ class Optimizer:
 
 
 MICRO_BATCH_TOKENS = 8192  # padded (sequence x length) tokens per forward/backward pass
+# The default activation budget (batch.activation_budget_mb unset). On a CPU, 512 MiB: a real
+# model's group is then recomputed (SmolLM2-135M's keeps 772 MiB), as verl checkpoints its actor's
+# activations by default, while the tiny testbed's groups (about 1 MiB) never are; at most a
+# twentieth of the memory available. On a GPU an eighth of the device's memory.
+ACTIVATION_BUDGET_CPU_MB = 512
+ACTIVATION_BUDGET_GPU_FRACTION = 1 / 8
+
+
+def activation_budget(budget_mb: float | None, device: torch.device) -> float:
+    """The activation budget in bytes: `budget_mb` MiB, or the default for `device` (above)."""
+    if budget_mb is not None:
+        return budget_mb * MB
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory * ACTIVATION_BUDGET_GPU_FRACTION
+    return float(min(ACTIVATION_BUDGET_CPU_MB * MB, psutil.virtual_memory().available // 20))
 
 
 @dataclass(frozen=True)
@@ -277,11 +293,13 @@ def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id
 def plan_micro_batches(groups: list[Group], cfg: Config, model) -> list[tuple[list[int], bool]]:
     """The step's micro-batches (group indices) and whether each recomputes its activations
     (`batch.recompute`): `never` packs by the plain cost; `auto` too, and recomputes a
-    micro-batch whose plain cost passes `batch.activation_budget_mb` (a group alone larger than
-    the budget), so that no micro-batch keeps more than the budget while a recomputed one fits
+    micro-batch whose plain cost passes the activation budget (`activation_budget`: a group
+    alone larger than the budget), so that no micro-batch keeps more than the budget while a recomputed one fits
     it; `always` packs by the recomputed cost and recomputes all. A model without transformers'
     checkpointable decoder layers never recomputes (`always` is then refused)."""
-    mode, budget, shared = cfg.batch.recompute, cfg.batch.activation_budget_mb * MB, cfg.model.share_prompt
+    device = model.get_output_embeddings().weight.device
+    mode, shared = cfg.batch.recompute, cfg.model.share_prompt
+    budget = activation_budget(cfg.batch.activation_budget_mb, device)
     able = mode != "never" and can_recompute(model)
     if mode == "always":
         if not able:
