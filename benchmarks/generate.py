@@ -98,15 +98,15 @@ def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, de
 
 def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True,
              decode: str = "static"):
-    from scalerl.rollout import eager, static
+    from scalerl.rollout import state
 
-    saved = eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX
+    saved = state.MIN_SHARED_PREFIX
     if not shared:
-        eager.MIN_SHARED_PREFIX = static.MIN_SHARED_PREFIX = 10**9
+        state.MIN_SHARED_PREFIX = 10**9
     try:
         return _run_ours(model, tokenizer, texts, samples, new_tokens, seed, decode)
     finally:
-        eager.MIN_SHARED_PREFIX, static.MIN_SHARED_PREFIX = saved
+        state.MIN_SHARED_PREFIX = saved
 
 
 def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, decode: str):

@@ -37,6 +37,11 @@ from scalerl.errors import ScaleRLError
 RECIPES_DIR = Path(__file__).parent / "recipes"
 
 
+def _yaml_off(value: Any) -> Any:
+    """YAML reads an unquoted `off` as false: an "auto" | "off" switch takes false as "off"."""
+    return "off" if value is False else value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -256,6 +261,8 @@ class RolloutConfig(_Section):
                             "never")
     length: LengthControl = Field(default_factory=InterruptConfig, description="length control: interrupt | penalty | none")
 
+    _capture_off = field_validator("capture", mode="before")(_yaml_off)
+
     @field_validator("batch_slots", mode="before")
     @classmethod
     def _slots(cls, value):
@@ -414,6 +421,14 @@ class EvalConfig(_Section):
         "code-expr-4; a file or code task reads task.path): each evaluation also scores `downstream_prompts` of their "
         "validation prompts and logs downstream/<name>/pass_rate")
     downstream_prompts: int = Field(32, ge=1, description="validation prompts evaluated per downstream set")
+    split: Literal["auto", "off"] = Field(
+        "auto", description="auto: where the generator process evaluates on its own threads only (a CPU, the process "
+                            "transport, a model under 20M parameters, weights decoded in their own dtype), the "
+                            "trainer's process decodes a share of the prompts at the same time with its own model, "
+                            "on the cores it would leave idle (scalerl.evaluate.SplitEvaluator); off: one engine "
+                            "evaluates every prompt")
+
+    _split_off = field_validator("split", mode="before")(_yaml_off)
 
     @model_validator(mode="before")
     @classmethod

@@ -53,6 +53,46 @@ def evaluate(generator, prompts: Sequence[Prompt], samples: int,
     return row
 
 
+class SplitEvaluator:
+    """An evaluation decoded by two generators at once (`eval.split`): `remote` (the generator
+    process's evaluation engine) takes most prompts while `local` (an engine over the trainer's own
+    model, in the trainer's process) decodes a `local_share` of them on the cores the trainer
+    would otherwise leave idle. The prompts are dealt out in turn, so that both get the same mix
+    of lengths and subsets; the completions come back grouped by prompt in input order, as one
+    generator's would. Each side has its own seed and both are reseeded before every evaluation,
+    so the evaluation keeps common random numbers across evaluations; its completions are not
+    the ones a single engine would sample."""
+
+    def __init__(self, remote, local, local_share: float):
+        if not 0 < local_share < 1:
+            raise ValueError(f"SplitEvaluator: local_share = {local_share}: expected a share between 0 and 1")
+        self.remote, self.local, self.local_share = remote, local, local_share
+
+    @property
+    def version(self) -> int:
+        return self.remote.version
+
+    def reseed(self) -> None:
+        self.remote.reseed()
+        self.local.reseed()
+
+    def deal(self, n_prompts: int) -> list[bool]:
+        """Per prompt, whether the local side decodes it: in turn, `local_share` of them."""
+        return [int((i + 1) * self.local_share) > int(i * self.local_share) for i in range(n_prompts)]
+
+    def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
+        prompts = list(prompts)
+        mine = self.deal(len(prompts))
+        local = [p for p, m in zip(prompts, mine) if m]
+        remote = [p for p, m in zip(prompts, mine) if not m]
+        with ThreadPoolExecutor(1, thread_name_prefix="scalerl-eval-remote") as pool:
+            theirs = pool.submit(self.remote.generate, remote, n) if remote else None
+            ours = self.local.generate(local, n) if local else []
+            theirs = theirs.result() if theirs is not None else []
+        order = {p.id: i for i, p in enumerate(prompts)}
+        return sorted(theirs + ours, key=lambda c: order[c.prompt_id])   # stable: each prompt's samples in order
+
+
 def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
     """The standard error of the mean@k pass rate from sampling alone, the prompts held fixed
     (they are: the validation set is the same at every evaluation): sqrt(sum_i s_i^2 / k_i) / n

@@ -267,3 +267,12 @@ def test_the_docs_table_is_the_code_table():
             if line.startswith("| `")]
     assert {r[0]: r[1] for r in rows} == {k: v for k, (v, _) in FOREIGN_KEYS.items()}
     assert set(v for v, _ in FOREIGN_KEYS.values()) <= set(_all_paths(Config)) | {"loss.type", "task.columns"}
+
+
+@pytest.mark.parametrize("key,section", [("rollout.capture", "rollout"), ("eval.split", "eval")])
+def test_an_auto_off_switch_takes_yamls_unquoted_off(key, section):
+    """YAML reads `off` as false: `--set rollout.capture=off` was refused before 2026-11-26."""
+    field = key.split(".")[1]
+    assert getattr(getattr(load_config("scalerl", overrides=[f"{key}=off"]), section), field) == "off"
+    assert getattr(getattr(load_config("scalerl", overrides=[f"{key}='off'"]), section), field) == "off"
+    assert getattr(getattr(load_config("scalerl"), section), field) == "auto"

@@ -1,5 +1,7 @@
 """`scalerl.evaluate.evaluate`: mean@k overall and per subset."""
 
+import pytest
+
 from scalerl.evaluate import evaluate
 from scalerl.types import Completion, Prompt
 from doubles import pass_fail
@@ -79,3 +81,59 @@ def test_sampling_se_matches_the_spread_of_repeated_evaluations():
     assert abs(rates.std(ddof=1) / truth - 1) < 0.12           # 400 repeats: the sd's own error is ~3.5%
     assert abs(ses.mean() / truth - 1) < 0.05                   # the per-evaluation estimate agrees on average
     assert truth < 0.75 * np.sqrt(0.5 * 0.5 / (n * k))          # and is smaller than the binomial figure
+
+
+class SideGenerator(ScriptedGenerator):
+    """A ScriptedGenerator that records what it was asked, on which thread, and its reseeds; if
+    `wait` is given it returns only once that event is set (the other side has started)."""
+
+    def __init__(self, right, started, wait=None):
+        super().__init__(right)
+        self.asked, self.threads, self.reseeds, self.version = [], [], 0, 5
+        self.started, self.wait = started, wait
+
+    def reseed(self):
+        self.reseeds += 1
+
+    def generate(self, prompts, n):
+        import threading
+
+        self.asked.append([p.id for p in prompts])
+        self.threads.append(threading.current_thread().name)
+        self.started.set()
+        if self.wait is not None:
+            assert self.wait.wait(timeout=30), "the other side never started: the two sides did not run at once"
+        return super().generate(prompts, n)
+
+
+def test_a_split_evaluation_deals_the_prompts_in_turn_runs_both_sides_at_once_and_keeps_the_order():
+    import threading
+
+    from scalerl.evaluate import SplitEvaluator
+
+    prompts = [Prompt(c, "q", str(i), {"subset": "easy" if i % 3 else "hard"}) for i, c in enumerate("abcdefg")]
+    right = {p.id: i % 3 for i, p in enumerate(prompts)}
+    remote_started, local_started = threading.Event(), threading.Event()
+    remote = SideGenerator(right, remote_started, wait=local_started)   # returns only once the local side started
+    local = SideGenerator(right, local_started, wait=remote_started)
+    split = SplitEvaluator(remote, local, 0.5)
+    split.reseed()
+    out = split.generate(prompts, 3)
+    assert remote.asked == [["a", "c", "e", "g"]] and local.asked == [["b", "d", "f"]]
+    assert local.threads == [threading.current_thread().name] and remote.threads[0].startswith("scalerl-eval-remote")
+    assert remote.reseeds == local.reseeds == 1 and split.version == 5
+    assert [c.id for c in out] == [f"{p}/{i}" for p in "abcdefg" for i in range(3)]
+    # the row is the one a single generator's completions give
+    assert evaluate(split, prompts, 3, check) == evaluate(ScriptedGenerator(right), prompts, 3, check)
+
+
+def test_a_split_evaluation_gives_each_side_its_share():
+    from scalerl.evaluate import SplitEvaluator
+
+    split = SplitEvaluator(None, None, 1 / 3)
+    dealt = split.deal(9)
+    assert dealt == [False, False, True] * 3
+    assert sum(SplitEvaluator(None, None, 0.5).deal(512)) == 256
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=f"local_share = {bad}: expected a share between 0 and 1"):
+            SplitEvaluator(None, None, bad)

@@ -165,7 +165,7 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
         cfg = load_config("scalerl", overrides=["model.name=tiny-random", "batch.prompts=2", "batch.generations=2",
                                                  "rollout.max_new_tokens=8", "rollout.batch_slots=4", "eval.prompts=4",
                                                  "rollout.length.type=none", f"pipeline.transport={transport}",
-                                                 "run.threads=2"])
+                                                 "run.threads=2", "eval.split=off"])
         torch.manual_seed(0)
         comps = tiny_random_components(cfg)
         run = build_run(cfg, tmp_path / transport, comps=comps)
@@ -177,6 +177,41 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
         finally:
             run.mode.close()
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
+
+
+def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own_engine_on_the_rest(tmp_path):
+    """eval.split=auto (the default) under the process transport on 2 cores with the tiny model: the
+    generator process decodes every other prompt as it would alone, and the trainer's process the
+    others with an engine of its own seed over the trainer's model."""
+    from doubles import tiny_random_components
+    from scalerl.build.run import EVAL_SEED_OFFSET, SPLIT_SEED_OFFSET, build_run
+    from scalerl.evaluate import SplitEvaluator
+
+    overrides = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=2", "rollout.max_new_tokens=8",
+                 "rollout.batch_slots=4", "eval.prompts=6", "rollout.length.type=none",
+                 "pipeline.transport=process", "run.threads=2"]
+    cfg = load_config("scalerl", overrides=overrides)
+    torch.manual_seed(0)
+    comps = tiny_random_components(cfg)
+    run = build_run(cfg, tmp_path / "split", comps=comps)
+    prompts = comps.task.val_prompts(6)
+    try:
+        assert isinstance(run.eval_gen, SplitEvaluator) and run.eval_gen.local_share == 0.5
+        run.eval_gen.reseed()
+        split = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
+        run.eval_gen.reseed()
+        again = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
+        run.eval_gen.remote.reseed()
+        remote = [(c.prompt_id, c.tokens) for c in run.eval_gen.remote.generate(prompts[0::2], 2)]
+        local = comps.stage(run.trainer.model, cfg.run.seed + EVAL_SEED_OFFSET + SPLIT_SEED_OFFSET,
+                            cfg.eval.temperature).generator
+        local.reseed()
+        mine = [(c.prompt_id, c.tokens) for c in local.generate(prompts[1::2], 2)]
+    finally:
+        run.mode.close()
+    assert [pid for pid, _ in split] == [p.id for p in prompts for _ in range(2)]
+    assert split == again                                               # common random numbers
+    assert sorted(split) == sorted(remote + mine) and len(remote) == len(mine) == 6
 
 
 def build_failing(*, seed: int, **given):

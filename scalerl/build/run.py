@@ -14,17 +14,19 @@ from pathlib import Path
 
 import torch
 
-from scalerl.build.generator import Components, build_components
+from scalerl.build.generator import Components, build_components, decode_dtype
 from scalerl.build.modes import make_mode
 from scalerl.build.resources import Threads, eval_threads, split_threads, use_process
 from scalerl.build.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
+from scalerl.evaluate import SplitEvaluator
 from scalerl.lora import apply_lora
 from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
 from scalerl.transport.local import EvalSpec
 
 EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
+SPLIT_SEED_OFFSET = 1     # the trainer process's share of a split evaluation: the evaluation's seed + this
 
 
 @dataclass
@@ -70,10 +72,26 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     consumers = tr.memory_consumers
     if source is not None:
         eval_gen = source.evaluator()
+        share = split_share(cfg, threads, n_eval_threads, device)
+        if share:
+            local = comps.stage(tr.model, evals.seed + SPLIT_SEED_OFFSET, evals.temperature).generator
+            eval_gen = SplitEvaluator(eval_gen, local, share)
         def consumers() -> dict[str, float]:
             return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
     memory = MemoryMonitor(mode.processes, consumers, devices=source.device_memory if source is not None else dict)
     return Run(tr, mode, eval_gen, threads, n_eval_threads, memory)
+
+
+def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str) -> float:
+    """The share of an evaluation's prompts the trainer's process decodes (`eval.split`), 0 for
+    none: under the process transport on a CPU, when the generator process evaluates on its own
+    threads only (`eval_threads`: a model whose decode step is Python-bound) and decodes the
+    trainer's weights in their own dtype, the trainer's threads take their share of the cores."""
+    if cfg.eval.split == "off" or device != "cpu" or n_eval_threads != threads.decode:
+        return 0.0
+    if decode_dtype(cfg) != cfg.model.dtype or cfg.pipeline.backend != "local":
+        return 0.0
+    return threads.train / (threads.train + n_eval_threads)
 
 
 def _report_split(cfg: Config, task) -> None:
