@@ -86,9 +86,9 @@ class SplitEvaluator:
         local = [p for p, m in zip(prompts, mine) if m]
         remote = [p for p, m in zip(prompts, mine) if not m]
         with ThreadPoolExecutor(1, thread_name_prefix="scalerl-eval-remote") as pool:
-            theirs = pool.submit(self.remote.generate, remote, n) if remote else None
+            pending = pool.submit(self.remote.generate, remote, n) if remote else None
             ours = self.local.generate(local, n) if local else []
-            theirs = theirs.result() if theirs is not None else []
+            theirs = pending.result() if pending is not None else []
         order = {p.id: i for i, p in enumerate(prompts)}
         return sorted(theirs + ours, key=lambda c: order[c.prompt_id])   # stable: each prompt's samples in order
 

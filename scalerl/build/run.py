@@ -89,7 +89,7 @@ def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str)
     trainer's weights in their own dtype, the trainer's threads take their share of the cores."""
     if cfg.eval.split == "off" or device != "cpu" or n_eval_threads != threads.decode:
         return 0.0
-    if decode_dtype(cfg) != cfg.model.dtype or cfg.pipeline.backend != "local":
+    if decode_dtype(cfg) != cfg.model.dtype:
         return 0.0
     return threads.train / (threads.train + n_eval_threads)
 
