@@ -62,6 +62,7 @@ def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) ->
         "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
         "time/score": sum(g.score_seconds for g in mb.groups), "time/score_wait": sum(g.score_wait for g in mb.groups),
         "time/score_latency": sum(g.score_latency for g in mb.groups) / max(1, len(mb.groups)),
+        "time/score_cpu": sum(g.score_cpu_seconds for g in mb.groups),
         "version": version,
     })
     row.update(domain_counts(mb.groups))

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Callable
 
+from scalerl.sandbox import cpu_seconds_used, credit_cpu
 from scalerl.types import Completion, Prompt, Score
 
 THINK_CLOSE = "</think>"
@@ -129,7 +130,8 @@ class CheckerTimeout(Exception):
 
 
 def _worker(conn) -> None:
-    """Worker process loop: say ready, then receive `(fn, args)`, send `(ok, result_or_error)`.
+    """Worker process loop: say ready, then receive `(fn, args)`, send `(ok, result_or_error,
+    sandbox CPU seconds)`, the last what the check's sandbox runs cost (`scalerl.sandbox`).
     The checker's own console output is discarded (its errors come back through the pipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -144,10 +146,13 @@ def _worker(conn) -> None:
             fn, args = conn.recv()
         except EOFError:
             return
+        cpu = cpu_seconds_used()
         try:
-            conn.send((True, fn(*args)))
+            value = fn(*args)
         except Exception as e:  # reported to the caller as this check's error
-            conn.send((False, f"{type(e).__name__}: {e}"))
+            conn.send((False, f"{type(e).__name__}: {e}", cpu_seconds_used() - cpu))
+        else:
+            conn.send((True, value, cpu_seconds_used() - cpu))
 
 
 def _loaded(fn) -> bool:
@@ -192,8 +197,9 @@ class CheckerPool:
             worker[1].send((fn, args))
             if not worker[1].poll(timeout):
                 raise CheckerTimeout(f"checker exceeded {timeout:g}s")
-            ok, value = worker[1].recv()
+            ok, value, cpu = worker[1].recv()
             seconds = time.monotonic() - t0
+            credit_cpu(cpu)                    # the sandbox runs it made count for the calling thread
         except (CheckerTimeout, EOFError, OSError):
             if worker is not None:             # hung or dead: kill it; the slot respawns lazily
                 worker[0].kill()

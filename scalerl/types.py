@@ -99,6 +99,7 @@ class Group:
     score_seconds: float = 0.0  # time spent scoring its completions (summed over scoring threads)
     score_wait: float = 0.0     # time the generator waited for those scores after its last completion
     score_latency: float = 0.0  # time from its last completion to its last score (the generator need not wait)
+    score_cpu_seconds: float = 0.0  # CPU time of the sandbox runs its scoring made (programs, launchers)
 
     def __post_init__(self) -> None:
         if len(self.scores) != len(self.completions):

@@ -688,3 +688,68 @@ def test_an_interrupted_run_does_not_confuse_the_next(monkeypatch):
     assert _state(pid) is None
     r = run_program("print(int(input()) * 3)\n", stdin="14\n")
     assert (r.status, r.stdout) == ("ok", "42\n") and _server_pid() != pid
+
+
+# A child burns at least CHILD_CPU seconds of its own CPU, tells its parent how much, and then
+# sleeps without using any more; the parent burns its own share, prints both figures and (at the
+# end of the source) exits without waiting for the child, or sleeps into the wall limit. The run's
+# `cpu_seconds` must hold both: the child is reaped by init (never by the program), so without
+# init's kill-and-reap the kernel's teardown would reap it uncounted.
+CPU_BURNER = """import os, time
+def burn(s):
+    t = time.process_time()
+    while time.process_time() - t < s:
+        pass
+r, w = os.pipe()
+if os.fork() == 0:
+    burn({child})
+    os.write(w, repr(time.process_time()).encode())
+    time.sleep(60)
+child = float(os.read(r, 64))
+burn({parent})
+print(child, time.process_time(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("server", [True, False], ids=["fork-server", "launcher-per-run"])
+@pytest.mark.parametrize("ending", ["exits", "timeout"])
+def test_cpu_seconds_count_every_process_of_the_run(monkeypatch, server, ending):
+    """`SandboxResult.cpu_seconds` is the CPU time of all the run's processes, measured by the kernel:
+    at least what the program and its (never waited for) child measured of themselves, and not much
+    more (the launcher, jail and init, and the program's interpreter start-up before it measured)."""
+    monkeypatch.setattr(sandbox, "FORK_SERVER", server)
+    src = CPU_BURNER.format(child=0.2, parent=0.1) + ("time.sleep(60)\n" if ending == "timeout" else "")
+    before = sandbox.cpu_seconds_used()
+    r = run_program(src, limits=Limits(timeout_s=4.0 if ending == "timeout" else 30.0))
+    if not ISOLATED:
+        assert r.status == "refused" and r.cpu_seconds is None
+        return
+    assert r.status == ("timeout" if ending == "timeout" else "ok"), r
+    child, parent = map(float, r.stdout.split())
+    assert child >= 0.2 and parent >= 0.1
+    assert child + parent <= r.cpu_seconds <= child + parent + 0.5, (child, parent, r.cpu_seconds)
+    assert sandbox.cpu_seconds_used() - before == pytest.approx(r.cpu_seconds)
+
+
+def test_cpu_seconds_used_is_per_thread():
+    """Each thread's `cpu_seconds_used` grows by its own runs only; `credit_cpu` adds to the caller's."""
+    totals = {}
+
+    def work(name: str, runs: int) -> None:
+        before = sandbox.cpu_seconds_used()
+        got = [run_program(CPU_BURNER.format(child=0.05, parent=0.05)).cpu_seconds for _ in range(runs)]
+        totals[name] = (sandbox.cpu_seconds_used() - before, sum(c or 0.0 for c in got))
+
+    threads = [threading.Thread(target=work, args=(n, k)) for n, k in (("a", 1), ("b", 3))]
+    before = sandbox.cpu_seconds_used()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sandbox.cpu_seconds_used() == before     # none of those runs was this thread's
+    for used, summed in totals.values():
+        assert used == pytest.approx(summed)
+    if ISOLATED:
+        assert totals["b"][0] >= 3 * 0.1 and totals["a"][0] >= 0.1
+    sandbox.credit_cpu(0.25)
+    assert sandbox.cpu_seconds_used() == pytest.approx(before + 0.25)

@@ -422,3 +422,44 @@ def test_copies_of_a_program_run_once_and_the_cache_is_bounded(monkeypatch):
     assert len(calls) == 3
     code_check(bad, prompt)            # run again
     assert len(calls) == 6
+
+
+def test_a_groups_sandbox_cpu_is_counted_from_every_scoring_thread_and_checker_worker():
+    """`Group.score_cpu_seconds` (the step's `time/score_cpu`) sums the CPU time of the sandbox runs
+    made to score the group, in whichever scoring thread ran them; a run made in a checker worker
+    process (a task whose checker is isolated) is credited to the thread that asked for it."""
+    import threading
+
+    from scalerl import sandbox
+    from scalerl.rewards import CheckerPool
+    from scalerl.transport.window import GroupAssembler
+    from scalerl.types import Score
+
+    src = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.05:\n    pass\nprint('ok')\n"
+    runs, lock = [], threading.Lock()
+
+    def reward(prompt, c):
+        r = sandbox.run_program(src)
+        with lock:
+            runs.append(r)
+        return Score(float(r.status == "ok"), r.status == "ok")
+
+    asm = GroupAssembler(4, reward, workers=2)
+    seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
+    g = [asm.add(dataclasses_replace(completion("x"), seen.id)) for _ in range(4)][-1]
+    asm.close()
+    assert len(runs) == 4
+    if sandbox.isolation_unavailable() is not None:
+        assert g.score_cpu_seconds == 0.0 and all(r.cpu_seconds is None for r in runs)
+    else:
+        assert g.score_cpu_seconds == pytest.approx(sum(r.cpu_seconds for r in runs))
+        assert g.score_cpu_seconds >= 4 * 0.05
+    pool = CheckerPool(1)
+    try:
+        before = sandbox.cpu_seconds_used()
+        r, _ = pool.call_timed(sandbox.run_program, (src,), 60.0)
+        assert sandbox.cpu_seconds_used() - before == pytest.approx(r.cpu_seconds or 0.0)
+        if sandbox.isolation_unavailable() is None:
+            assert r.cpu_seconds >= 0.05
+    finally:
+        pool.close()

@@ -271,5 +271,6 @@ def test_a_run_on_maths_and_code_logs_both_domains_and_score_time(tmp_path):
     evals = [r for r in rows if r["kind"] == "eval"]
     assert evals and all(0 <= r["val/pass_rate/arith"] <= 1 and 0 <= r["val/pass_rate/code-expr-1"] <= 1 for r in evals)
     steps = [r for r in rows if r["kind"] == "train"]
-    assert len(steps) == 2 and all(r["time/score"] >= 0 and r["time/score_wait"] >= 0 for r in steps)
+    assert len(steps) == 2 and all(r["time/score"] >= 0 and r["time/score_wait"] >= 0 and r["time/score_cpu"] >= 0
+                                   for r in steps)
     assert max(r["time/score"] for r in steps) > 0

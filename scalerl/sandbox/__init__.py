@@ -64,6 +64,10 @@ class SandboxResult:
     stderr: str
     returncode: int | None
     seconds: float
+    # CPU time (user + system) of the run's processes: the launcher, the jail, init, the program
+    # and what it started; None where the launcher did not report it (refused, killed by the
+    # backstop). The caller's own time (sending the program, reading its output) is not in it.
+    cpu_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,26 @@ def run_program(source: str, stdin: str = "", timeout_s: float = 10.0, memory_mb
     why = unisolated_refusal(allow_unisolated)
     if why:
         return SandboxResult("refused", "", why, None, 0.0)
-    return _run(source, stdin, lim, isolate=isolation_unavailable() is None)
+    result = _run(source, stdin, lim, isolate=isolation_unavailable() is None)
+    credit_cpu(result.cpu_seconds or 0.0)
+    return result
+
+
+_THREAD_CPU = threading.local()
+
+
+def cpu_seconds_used() -> float:
+    """CPU seconds of every run made from the calling thread so far (`SandboxResult.cpu_seconds`
+    summed, plus what `credit_cpu` added): read it before and after a piece of work to know what
+    the sandbox's processes cost for it, a figure that does not grow when the machine is loaded, as
+    the work's wall time does."""
+    return getattr(_THREAD_CPU, "total", 0.0)
+
+
+def credit_cpu(seconds: float) -> None:
+    """Add `seconds` to the calling thread's `cpu_seconds_used`: what runs made for it in another
+    process cost (a checker worker process reports its runs' CPU back this way)."""
+    _THREAD_CPU.total = cpu_seconds_used() + seconds
 
 
 def unisolated_refusal(allow_unisolated: bool) -> str | None:
@@ -418,15 +441,16 @@ def _result(out: bytes, err: bytes, lines: list[dict], over: bool, backstop: boo
             seconds: float) -> SandboxResult:
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     events = {k: v for line in lines for k, v in line.items()}
+    cpu = events.get("cpu")
     if "refused" in events:
-        return SandboxResult("refused", "", events["refused"], None, seconds)
+        return SandboxResult("refused", "", events["refused"], None, seconds, cpu)
     if over:
-        return SandboxResult("output_limit", stdout, stderr, None, seconds)
+        return SandboxResult("output_limit", stdout, stderr, None, seconds, cpu)
     if events.get("timeout") or backstop:
-        return SandboxResult("timeout", stdout, stderr, None, seconds)
+        return SandboxResult("timeout", stdout, stderr, None, seconds, cpu)
     if "returncode" not in events:
         return SandboxResult("error", stdout, f"{stderr}sandbox: the launcher ended without reporting the program's "
-                             f"exit (launcher exit code {launcher_rc})", None, seconds)
+                             f"exit (launcher exit code {launcher_rc})", None, seconds, cpu)
     rc = events["returncode"]
     if rc == 0:
         status = "ok"
@@ -436,4 +460,4 @@ def _result(out: bytes, err: bytes, lines: list[dict], over: bool, backstop: boo
         status = "memory"
     else:
         status = "error"
-    return SandboxResult(status, stdout, stderr, rc, seconds)
+    return SandboxResult(status, stdout, stderr, rc, seconds, cpu)

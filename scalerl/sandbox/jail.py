@@ -56,6 +56,8 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns",
           "open_by_handle_at", "name_to_handle_at", "fsopen", "fsmount", "open_tree", "move_mount", "swapon",
           "swapoff", "reboot", "acct", "quotactl", "lookup_dcookie", "syslog", "setdomainname",
           "sethostname", "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "mknod", "mknodat")
+END_SIGNAL = signal.SIGUSR1    # the jail asks init to end the namespace (`end_namespace`)
+END_GRACE_S = 1.0              # then SIGKILLs init if it has not ended within this
 NS_FLAGS = (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP)
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -214,6 +216,7 @@ def run_init(spec: dict, status_fd: int, filt, jail_alive: int) -> None:
     except BlockingIOError:                        # the jail holds the write end: alive
         pass
     os.close(jail_alive)
+    signal.signal(END_SIGNAL, lambda _s, _f: end_namespace())   # the jail's stop (wall limit, output limit)
     prog = os.fork()
     if prog == 0:
         try:
@@ -225,6 +228,21 @@ def run_init(spec: dict, status_fd: int, filt, jail_alive: int) -> None:
         pid, status = os.waitpid(-1, 0)
         if pid == prog:
             os.write(status_fd, (json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+            end_namespace()
+
+
+def end_namespace() -> None:
+    """init's end: kill every other process of the pid namespace (`kill(-1)` from pid 1 reaches only
+    those) and reap each before exiting. Reaped by init, their CPU time counts in the run's
+    (`write_cpu`); left to the kernel's teardown at init's exit, they would be reaped uncounted."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:            # nothing else is left
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
             os._exit(0)
 
 
@@ -287,20 +305,26 @@ def run_jail(spec: dict, sources: dict[str, int], status_fd: int) -> None:
         os.close(alive_w)
         run_init(spec, status_fd, filt, alive_r)
     os.close(alive_r)
-    ended, _ = wait_killing_at(init, spec["timeout_s"])   # init's exit kills and reaps the whole pid namespace
+    ended, _ = wait_killing_at(init, spec["timeout_s"], END_SIGNAL)   # init ends the whole pid namespace
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # init is reaped: its pid is no longer ours to signal
     if ended:
         write_ended(status_fd, ended)
     os._exit(0)
 
 
-def wait_killing_at(pid: int, timeout_s: float) -> tuple[list[int], int]:
+def wait_killing_at(pid: int, timeout_s: float, ask: int | None = None) -> tuple[list[int], int]:
     """Wait for `pid`, killing it at the wall limit (SIGALRM) or when asked to stop (SIGTERM):
-    (the signals that ended it, empty if it exited by itself; its wait status)."""
+    (the signals that ended it, empty if it exited by itself; its wait status). With `ask` (init's
+    END_SIGNAL) the first stop asks `pid` to end (init then kills and reaps the namespace, so the
+    CPU time is counted) and SIGKILLs it END_GRACE_S later if it has not; without, it is SIGKILLed."""
     ended: list[int] = []
 
     def stop(signum, _frame) -> None:
         ended.append(signum)
+        if ask is not None and len(ended) == 1:
+            os.kill(pid, ask)
+            signal.setitimer(signal.ITIMER_REAL, END_GRACE_S)
+            return
         os.kill(pid, signal.SIGKILL)
 
     signal.signal(signal.SIGALRM, stop)
@@ -343,7 +367,18 @@ def launch(spec: dict, status_fd: int) -> None:
     signal.signal(signal.SIGTERM, lambda _s, _f: os.kill(jail, signal.SIGTERM))
     os.waitpid(jail, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    write_cpu(status_fd)
     os._exit(0)
+
+
+def write_cpu(status_fd: int) -> None:
+    """Report the run's CPU time (user + system, seconds) on the status pipe: this launcher's own and
+    that of every process below it that has been waited for, the jail, init, the program and what
+    the program started (each reaps its children, init every orphan of the pid namespace). A
+    launcher forked by the fork server counts from that fork, not the server's."""
+    me, below = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = me.ru_utime + me.ru_stime + below.ru_utime + below.ru_stime
+    os.write(status_fd, (json.dumps({"cpu": round(cpu, 6)}) + "\n").encode())
 
 
 def serve(parent: int, ctl_fd: int) -> None:
@@ -458,6 +493,7 @@ def run_unisolated(spec: dict, status_fd: int) -> None:
         write_ended(status_fd, ended)
     else:
         os.write(status_fd, (json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+    write_cpu(status_fd)
     os._exit(0)
 
 

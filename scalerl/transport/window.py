@@ -12,6 +12,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
+from scalerl.sandbox import cpu_seconds_used
 from scalerl.types import Completion, Group, Prompt, Score
 
 
@@ -109,7 +110,8 @@ class GroupAssembler:
 
     `workers` > 0 (a task's `score_workers`: code tasks, whose checker runs programs) scores each
     completion in a thread pool as it arrives, beside generation; 0 scores inline.
-    `Group.score_seconds` sums the scoring time of its completions either way.
+    `Group.score_seconds` sums the scoring time of its completions either way, and
+    `Group.score_cpu_seconds` the CPU time of the sandbox runs their scoring made.
 
     How a finished group is handed on:
     - `deliver` given (every transport): `add` returns None and `deliver(group)` is called once
@@ -151,10 +153,11 @@ class GroupAssembler:
         """A task's `score_workers`; optional in the `Task` protocol (a user's own task may predate it): 0."""
         return getattr(task, "score_workers", 0)
 
-    def _timed(self, prompt: Prompt, completion: Completion) -> tuple[Score, float]:
-        t0 = time.monotonic()
+    def _timed(self, prompt: Prompt, completion: Completion) -> tuple[Score, float, float]:
+        """(the score, the seconds it took, the CPU seconds of the sandbox runs it made)."""
+        t0, cpu0 = time.monotonic(), cpu_seconds_used()
         score = self.reward_fn(prompt, completion)
-        return score, time.monotonic() - t0
+        return score, time.monotonic() - t0, cpu_seconds_used() - cpu0
 
     def add(self, completion: Completion) -> Group | None:
         """Take one completion; see the class docstring for when and how its group is handed on."""
@@ -186,10 +189,11 @@ class GroupAssembler:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _group(prompt: Prompt, completions: list[Completion], draw: int, results: list[tuple[Score, float]],
+def _group(prompt: Prompt, completions: list[Completion], draw: int, results: list[tuple[Score, float, float]],
            wait: float, latency: float) -> Group:
-    return Group(prompt=prompt, completions=completions, scores=[s for s, _ in results], draw=draw,
-                 score_seconds=sum(t for _, t in results), score_wait=wait, score_latency=latency)
+    return Group(prompt=prompt, completions=completions, scores=[s for s, _, _ in results], draw=draw,
+                 score_seconds=sum(t for _, t, _ in results), score_wait=wait, score_latency=latency,
+                 score_cpu_seconds=sum(c for _, _, c in results))
 
 
 class _Pending:
