@@ -7,7 +7,7 @@ Here each rung's own curve (`val/pass_rate/<subset>`) gets the frozen method's f
 (`first_half_prediction`), a rung whose fit fails is predicted by its last first-half evaluation,
 and the run's forecast is the mean over rungs (the validation set holds them in equal shares).
 
-The rule was written on 2026-11-26 at 08:58 UTC, after looking at 19 finished runs of the axes
+The rule was written on 2026-11-26 at 08:51 UTC, after looking at 19 finished runs of the axes
 study and before the seed-2 runs of batch-16, batch-64, think-52, think-208, gens-4, gens-16,
 model-2m and model-4m had finished: those 8 are its test.
 
