@@ -95,3 +95,65 @@ def test_fit_json_carries_the_baselines(tmp_path, capsys):
     assert "error" in h and h["R0"] == pytest.approx(y[0])
     assert main(["fit", str(path), "--x", "compute/flops", "--bootstrap", "5"]) == 0
     assert "first half of the compute (frozen method)" in capsys.readouterr().out
+
+
+def test_per_subset_forecast_recovers_a_curve_made_of_two_rungs_learnt_at_different_compute():
+    """The exploratory per-subset forecast (`subset_first_half_prediction`): a pass rate that is the
+    mean of an early rung (C_mid 12) and a late one (C_mid 50, still rising at half the compute, 60) is
+    no single sigmoid; the frozen fit on the mean under-predicts its end, while each rung's own
+    first-half fit, averaged, lands on the end computed here from the two curves. A rung that never
+    passes cannot be fitted and is predicted by its last first-half evaluation (0)."""
+    from scalerl.scaling import subset_first_half_prediction
+
+    early, late = eq1(X, A=0.98, B=3.0, C_mid=12.0, R0=0.1), eq1(X, A=0.9, B=4.0, C_mid=50.0, R0=0.02)
+    total = (early + late) / 2
+    true_end = float(np.mean((early[-3:] + late[-3:]) / 2))
+    frozen = first_half_prediction(X, total)
+    got = subset_first_half_prediction(X, {"2x3": early, "2x7": late})
+    assert frozen["error"] < -0.03                                 # one sigmoid bends too early
+    assert got["predicted"] == pytest.approx(true_end, abs=0.01)
+    assert all(v["fitted"] for v in got["subsets"].values())
+    zero = np.zeros_like(X)
+    got = subset_first_half_prediction(X, {"2x3": early, "2x9": zero})
+    assert got["subsets"]["2x9"] == {"predicted": 0.0, "fitted": False}
+    assert got["predicted"] == pytest.approx((float(np.mean(early[-3:])) + 0.0) / 2, abs=0.01)
+
+
+def test_the_study_report_gives_the_per_subset_forecast_where_the_subsets_are_the_validation_set(tmp_path):
+    """The report's exploratory column: runs whose rungs are the validation set in near-equal shares
+    (0.52 / 0.48 here) get the per-subset forecast and its error against the end; runs whose subsets
+    are not a near-equal split (shares 0.8 / 0.2) or that log none get none; the summary line counts
+    the runs that have it, with the frozen method's error on the same runs beside it."""
+    from scalerl.study import fit_study, plan_runs, plan_variants, write_report
+    from scalerl.study.report import equal_share_subsets
+    from scalerl.study.runner import DONE_FILE
+
+    x = np.concatenate([[0.0], np.geomspace(2e11, 1.2e13, 12)])
+    early = np.where(x > 0, 0.1 + 0.88 / (1 + (1.2e12 / np.maximum(x, 1)) ** 3.0), 0.1)
+    late = np.where(x > 0, 0.02 + 0.88 / (1 + (5e12 / np.maximum(x, 1)) ** 4.0), 0.02)
+    assert equal_share_subsets(0.52 * early + 0.48 * late, {"2x3": early, "2x7": late}) is not None
+    assert equal_share_subsets(0.8 * early + 0.2 * late, {"2x3": early, "2x7": late}) is None
+    assert equal_share_subsets(0.52 * early + 0.48 * late + 0.01, {"2x3": early, "2x7": late}) is None
+    variants = [v for v in plan_variants("scalerl", leave_one_out=True) if v.name in ("scalerl", "token-agg")]
+    specs = plan_runs(variants, 1, tmp_path)
+    for s in specs:
+        split = s.variant.name == "scalerl"
+        y = 0.52 * early + 0.48 * late if split else 0.8 * early + 0.2 * late
+        rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v),
+                 "val/pass_rate/2x3": float(e), "val/pass_rate/2x7": float(lt)}
+                for i, (c, v, e, lt) in enumerate(zip(x, y, early, late))]
+        s.run_dir.mkdir(parents=True, exist_ok=True)
+        (s.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (s.run_dir / DONE_FILE).write_text("{}")
+    data = write_report(tmp_path, fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
+    runs = {c["name"]: c["runs"][0] for c in data["configs"]}
+    assert runs["token-agg"]["first_half_per_subset"] is None
+    got = runs["scalerl"]["first_half_per_subset"]
+    end = float(np.mean(0.52 * early[-3:] + 0.48 * late[-3:]))
+    assert got["error"] == pytest.approx(got["predicted"] - end)
+    assert got["predicted"] == pytest.approx(float(np.mean([early[-3:].mean(), late[-3:].mean()])), abs=0.01)
+    p = data["predictability"]
+    assert p["subset_runs"] == 1 and p["subset_mean_abs_error"] == pytest.approx(abs(got["error"]))
+    assert p["subset_frozen_mean_abs_error"] == pytest.approx(abs(runs["scalerl"]["prediction_error"]))
+    md = (tmp_path / "report.md").read_text()
+    assert "on the 1 run whose subsets are the validation set in near-equal shares" in md

@@ -530,6 +530,31 @@ def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAI
                       f"departure (fit_r0={fit_r0}, window from {frac} of the compute)"}
 
 
+def subset_first_half_prediction(x, subsets: dict[str, np.ndarray], tail: int = TAIL_EVALS) -> dict:
+    """A departure from the frozen method, exploratory (written 2026-11-26 before the axes study's
+    last 8 runs finished, `benchmarks/subset_forecast.py`; docs/study.md): where the pass rate is
+    the mean of subsets held in equal shares (a ladder's rungs) learnt at different compute, one
+    sigmoid fitted to the first half bends with the early subsets and under-predicts the end. Here
+    each subset's own curve gets the frozen method's first-half fit (`first_half_prediction`); a
+    subset whose fit fails (a flat curve: never passing, or learnt before the window) is predicted
+    by its last first-half evaluation; the forecast is their mean.
+
+    Returns {predicted, subsets: {name: {predicted, fitted}}}; `fitted` False where the fallback
+    was used."""
+    x = np.asarray(x, dtype=float)
+    if not subsets:
+        raise ScaleRLError("subset_first_half_prediction: no subsets")
+    half = x <= x[-1] / 2
+    each = {}
+    for name, y in sorted(subsets.items()):
+        y = np.asarray(y, dtype=float)
+        try:
+            each[name] = {"predicted": first_half_prediction(x, y, tail=tail)["predicted"], "fitted": True}
+        except ScaleRLError:
+            each[name] = {"predicted": float(y[half][-1]), "fitted": False}
+    return {"predicted": float(np.mean([v["predicted"] for v in each.values()])), "subsets": each}
+
+
 def first_half_check(x, y) -> dict | None:
     """`first_half_prediction(x, y)` (the frozen method) where the first half of the compute holds
     `MIN_POINTS` evaluations past compute 0; None where it does not (nothing to check), and

@@ -34,6 +34,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
 from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
+                             subset_first_half_prediction,
                              window_start)
 from scalerl.study.paper import FINDINGS, TASK_SETS_CEILING, judge
 from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
@@ -44,6 +45,8 @@ SUBSET_BOOTSTRAP = 100  # bootstrap replicas of each per-subset fit (at most the
 END_EVALS = 3  # the end pass rate averages this many last evaluations
 AT_COMPUTE_WINDOW = 0.75  # the pass rate at compute C averages the evaluations in [0.75 C, C]
 Y_COLUMN = "val/pass_rate"
+PARTITION_RESIDUAL = 0.002    # subsets are a partition when shares reproduce the pass rate within this
+SHARE_TOLERANCE = 0.05        # ... and in near-equal shares when each share is within this of 1/K
 
 
 @dataclass
@@ -59,6 +62,8 @@ class RunFit:
     error: str | None = None               # why a fit could not be made
     fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
     subsets: dict[str, np.ndarray] = field(default_factory=dict)   # val/pass_rate/<subset> at each x
+    half_subsets: dict | None = None       # subset_first_half_prediction (exploratory), where the subsets
+                                           # are the validation set in equal shares (`equal_share_subsets`)
 
     @property
     def never_passing(self) -> frozenset[str]:
@@ -130,7 +135,28 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         run.error = run.error or half["error_reason"]
     else:
         run.half = half
+    parts = equal_share_subsets(y, run.subsets)
+    if run.half is not None and parts:
+        got = subset_first_half_prediction(x, parts)
+        run.half_subsets = {**got, "error": got["predicted"] - run.half["measured"]}
     return run
+
+
+def equal_share_subsets(y: np.ndarray, subsets: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The run's subsets when they split the validation set in near-equal shares, as a ladder's rungs
+    do (each prompt's rung is drawn at random, so the shares are about, not exactly, 1/K): the shares
+    estimated from the curves (non-negative least squares, summing to 1) reproduce the pass rate
+    within `PARTITION_RESIDUAL` at every evaluation and each is within `SHARE_TOLERANCE` of 1/K.
+    None otherwise (no subsets; overlapping ones, such as a mixed task's domains beside its rungs)."""
+    if len(subsets) < 2:
+        return None
+    from scipy.optimize import nnls
+    S = np.stack(list(subsets.values()), axis=1)
+    tie = 100.0                                  # the row that holds the shares' sum at 1
+    shares, _ = nnls(np.vstack([S, np.full((1, S.shape[1]), tie)]), np.append(y, tie))
+    if float(np.max(np.abs(S @ shares - y))) > PARTITION_RESIDUAL:
+        return None
+    return subsets if bool(np.all(np.abs(shares - 1 / len(subsets)) <= SHARE_TOLERANCE)) else None
 
 
 def read_subsets(metrics: Path, x_col: str, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -398,8 +424,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
     lines = [f"| config | seed | run | evals | start | at half compute | end (mean of last {END_EVALS}) | A [90%] | "
              "predicted end from the first half | first-half fit's A | first half (points, compute) | error | within 0.02 | "
              "baseline: last first-half eval, error | baseline: best first-half eval, error | fit beat both | "
-             "fell after its peak |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "fell after its peak | per-subset forecast (exploratory), error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -412,7 +438,7 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
                 lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | | {end} | {a} | {r.error} "
-                             f"| | | | | | | | {fell} |")
+                             f"| | | | | | | | {fell} | |")
                 continue
             h = r.half
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {h['at_half']:.3f} | {end} | {a} "
@@ -420,7 +446,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                          f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
                          f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
                          f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
-                         f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} |")
+                         f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} "
+                         f"| {subset_cell(r.half_subsets)} |")
     s = predictability_summary(configs)
     if s is not None:
         lines += ["", f"{s['runs']} runs (the frozen method): mean |error| {s['mean_abs_error']:.3f}, largest "
@@ -435,6 +462,13 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             lines[-1] += (f" {s['under']} of {s['runs']} were under-predicted; on {s['under_bent_early']} of those the "
                           "first-half fit's A is below the whole run's: the curve was still rising where the first half's "
                           "sigmoid had already bent (a slower part of the gain, e.g. a harder subset, still to come).")
+        if s["subset_runs"]:
+            lines[-1] += (f" The per-subset forecast (exploratory: each rung's own first-half fit, averaged; "
+                          f"`subset_first_half_prediction`), on the {s['subset_runs']} run"
+                          f"{'s' if s['subset_runs'] != 1 else ''} whose subsets are the validation set in near-equal "
+                          f"shares: mean |error| {s['subset_mean_abs_error']:.3f} (the frozen "
+                          f"method on the same runs: {s['subset_frozen_mean_abs_error']:.3f}), {s['subset_within']} "
+                          f"within {PAPER_MARGIN}.")
         if s["fell"]:
             lines[-1] += (f" {s['fell']} of them fell after their peak (gave back at least a tenth of their gain: "
                           f"`find_fall`), which no sigmoid forecasts; of the {s['runs_standing']} others, "
@@ -465,7 +499,27 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
             "baseline_best_mean_abs_error": float(np.abs(best).mean()),
             "baseline_best_within": int((np.abs(best) <= PAPER_MARGIN).sum()),
             "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
-            "mean_left": float(np.mean([r.half["left"] for r in runs]))}
+            "mean_left": float(np.mean([r.half["left"] for r in runs])),
+            **subset_summary([r for r in runs if r.half_subsets is not None])}
+
+
+def subset_cell(h: dict | None) -> str:
+    if h is None:
+        return "-"
+    fallback = [n for n, v in h["subsets"].items() if not v["fitted"]]
+    note = f" ({', '.join(fallback)}: last first-half eval)" if fallback else ""
+    return f"{h['predicted']:.3f}, {h['error']:+.3f}{note}"
+
+
+def subset_summary(runs: list[RunFit]) -> dict:
+    """The exploratory per-subset forecast over the runs that have one, beside the frozen method's
+    error on the same runs."""
+    if not runs:
+        return {"subset_runs": 0}
+    errs = np.array([r.half_subsets["error"] for r in runs])
+    return {"subset_runs": len(runs), "subset_mean_abs_error": float(np.abs(errs).mean()),
+            "subset_within": int((np.abs(errs) <= PAPER_MARGIN).sum()),
+            "subset_frozen_mean_abs_error": float(np.mean([abs(r.prediction_error) for r in runs]))}
 
 
 def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> dict | None:
@@ -591,6 +645,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict
                            "end_pass_rate": float(r.y[-END_EVALS:].mean()) if len(r.y) else None,
                            "A_ci": list(r.fit.ci["A"]) if r.fit and "A" in r.fit.ci else None,
                            "first_half": r.half, "prediction_error": r.prediction_error,
+                           "first_half_per_subset": r.half_subsets,
                            "fall": r.fall, "error": r.error} for r in c.runs],
                  "fell": sum(r.fell for r in c.runs),
                  "subsets": {n: (f.to_dict() if isinstance(f, FitResult) else {"error": f})
