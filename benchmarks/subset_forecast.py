@@ -12,37 +12,20 @@ study and before the seed-2 runs of batch-16, batch-64, think-52, think-208, gen
 model-2m and model-4m had finished: those 8 are its test.
 
     python benchmarks/subset_forecast.py studies/axes [--runs CONFIG/seedN ...]
+
+The rule as committed then (877e868) is `scalerl.scaling.subset_first_half_prediction`, which this
+script now calls; the output is unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import first_half_prediction
-
-
-def evaluations(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return sorted((r for r in rows if r.get("kind") == "eval" and "compute/flops" in r),
-                  key=lambda r: r["compute/flops"])
-
-
-def subset_forecast(x: np.ndarray, curves: dict[str, np.ndarray]) -> float:
-    """The mean over subsets of each one's first-half forecast of its end (its last first-half
-    evaluation where its fit fails)."""
-    half = x <= x[-1] / 2
-    preds = []
-    for y in curves.values():
-        try:
-            preds.append(first_half_prediction(x, y)["predicted"])
-        except ScaleRLError:
-            preds.append(float(y[half][-1]))
-    return float(np.mean(preds))
+from scalerl.scaling import first_half_prediction, read_metrics, subset_first_half_prediction
+from scalerl.study.report import read_subsets
 
 
 def main() -> None:
@@ -55,12 +38,10 @@ def main() -> None:
         name = f"{run.parent.name}/{run.name}"
         if args.runs and name not in args.runs or not (run / "done.json").exists():
             continue
-        ev = evaluations(run)
-        x = np.array([r["compute/flops"] for r in ev])
-        y = np.array([r["val/pass_rate"] for r in ev])
-        subsets = sorted(k for k in ev[-1] if k.startswith("val/pass_rate/2x"))
+        x, y, _ = read_metrics(run / "metrics.jsonl", "compute/flops", "val/pass_rate")
+        rungs = {k: v for k, v in read_subsets(run / "metrics.jsonl", "compute/flops", x).items() if k.startswith("2x")}
         frozen = first_half_prediction(x, y)
-        per_subset = subset_forecast(x, {k: np.array([r[k] for r in ev]) for k in subsets})
+        per_subset = subset_first_half_prediction(x, rungs)["predicted"]
         rows.append((name, frozen["error"], per_subset - frozen["measured"], frozen["baseline_last_error"],
                      frozen["baseline_best_error"]))
     print(f"{'run':22s} {'frozen':>8s} {'per-subset':>11s} {'last eval':>10s} {'best eval':>10s}   (forecast - end)")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import nnls
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
@@ -150,7 +151,6 @@ def equal_share_subsets(y: np.ndarray, subsets: dict[str, np.ndarray]) -> dict[s
     None otherwise (no subsets; overlapping ones, such as a mixed task's domains beside its rungs)."""
     if len(subsets) < 2:
         return None
-    from scipy.optimize import nnls
     S = np.stack(list(subsets.values()), axis=1)
     tie = 100.0                                  # the row that holds the shares' sum at 1
     shares, _ = nnls(np.vstack([S, np.full((1, S.shape[1]), tie)]), np.append(y, tie))
