@@ -502,3 +502,87 @@ def test_weights_id_is_the_sha256_of_the_saved_weights(tmp_path):
         next(model.parameters()).add_(1e-3)
     model.save_pretrained(tmp_path)
     assert weights_id(str(tmp_path)) != expected
+
+
+# ------------------------------------------------------------------ does the swapped component act?
+def _train_rows(steps, **columns):
+    """Training rows 1..steps; each column a function of the step."""
+    return [{"step": i, "kind": "train", **{k.replace("__", "/"): f(i) for k, f in columns.items()}}
+            for i in range(1, steps + 1)]
+
+
+def test_component_activity_reads_every_training_step():
+    from scalerl.study.paper import component_activity, summarise_activity
+
+    never = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: 0, curriculum__retired=lambda i: 3 * i,
+                                           curriculum__pool_size=lambda i: 400))
+    again = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: int(i > 8)))
+    got = component_activity("no-npr", [never], [never])
+    assert got["acts"] is False and "30 prompts the base retired (of 400)" in got["evidence"]
+    assert component_activity("no-npr", [never], [again])["acts"] is True      # one run drew prompts again
+    # a run kept only as its last row (a small form without its activity) settles nothing
+    last_only = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: 0)[-1:])
+    assert (last_only["steps"], last_only["last_step"]) == (1, 10)
+    assert component_activity("no-npr", [never], [last_only])["acts"] is None
+
+    # dapo-loss: the clip acted on steps 4, 5 and 6 only (0.01 of the tokens at most): it acts, counted per side
+    clipped = summarise_activity(_train_rows(10, loss__clip_frac=lambda i: 0.01 if 4 <= i <= 6 else 0.0,
+                                             loss__ratio_max=lambda i: 1.0 + i / 100))
+    unclipped = summarise_activity(_train_rows(10, loss__clip_frac=lambda i: 0.0, loss__ratio_max=lambda i: 1.05))
+    got = component_activity("dapo-loss", [unclipped], [clipped])
+    assert got["acts"] is True and "on 3 of 10 steps (at most 0.01" in got["evidence"]
+    assert "on 0 of 10 steps" in got["evidence"] and "up to 1.10" in got["evidence"]
+    assert component_activity("dapo-loss", [unclipped], [unclipped])["acts"] is False
+
+    # the zero-variance filter: the mean dropped a step, (2 + 4 + ... + 20) / 10 = 11
+    dropping = summarise_activity(_train_rows(10, batch__zero_variance_dropped=lambda i: 2 * i,
+                                              batch__drawn=lambda i: 32))
+    got = component_activity("no-zero-var-filter", [dropping], [unclipped])
+    assert got["acts"] is True and "11.0 zero-variance groups a step on average of 32 drawn" in got["evidence"]
+
+    # interruptions below 1% of completions: not settled (the penalty's side is not logged); above: they act
+    def interrupting(rate):
+        return summarise_activity(_train_rows(5, train__interrupted_rate=lambda i: rate)
+                                  + [{"step": 5, "kind": "eval", "val/interrupted_rate": rate / 2}])
+    assert component_activity("length-penalty", [interrupting(0.004)], [unclipped])["acts"] is None
+    assert component_activity("length-penalty", [interrupting(0.02)], [unclipped])["acts"] is True
+
+    # PipelineRL's window binds only at staleness k
+    stale2 = summarise_activity(_train_rows(10, staleness__max=lambda i: min(i, 2)))
+    assert component_activity("pipeline-k4", [stale2], [stale2])["acts"] is False
+    assert component_activity("pipeline-k2", [stale2], [stale2])["acts"] is True
+    assert component_activity("token-agg", [stale2], [stale2]) is None         # no check: it always changes the update
+
+
+def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tmp_path):
+    """no-npr with curriculum/epoch 0 in every step of every run: 'does not act' overrides the A
+    verdict (which on these curves would be 'disagrees': equal ceilings where the paper found a lower
+    one); the small form a results folder keeps carries the whole run's activity, and a report from
+    it alone (a fresh checkout) says the same."""
+    from scalerl.study.runner import ACTIVITY_FILE, archive_run, restore_archived
+
+    variants = [v for v in plan_variants("scalerl", leave_one_out=True) if v.name in ("scalerl", "no-npr")]
+    specs = plan_runs(variants, 2, tmp_path / "a")
+    for s in specs:
+        _write_run(s.run_dir, 0.7 + (0.005 if s.seed else -0.005))
+        with open(s.run_dir / "metrics.jsonl", "a") as f:   # the training rows, epoch 0 throughout
+            f.write("".join(json.dumps(r) + "\n" for r in _train_rows(
+                30, curriculum__epoch=lambda i: 0, curriculum__retired=lambda i: i, curriculum__pool_size=lambda i: 64)))
+        (s.run_dir / "config.yaml").write_text("{}")
+    data = write_report(tmp_path / "a", fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
+    paper = {c["name"]: c["paper"] for c in data["configs"]}["no-npr"]
+    assert paper["A"][0] == "disagrees"                      # what the curves alone would say
+    assert paper["overall"] == "not testable here: the component does not act"
+    assert paper["activity"]["acts"] is False and "30 prompts the base retired (of 64)" in paper["activity"]["evidence"]
+    md = (tmp_path / "a" / "report.md").read_text()
+    assert "- **no-npr**: does not act: curriculum/epoch 0 over the 30 training steps of all 4 runs" in md
+    assert "1 not testable here: the component does not act" in md
+
+    results = tmp_path / "results"
+    fresh = plan_runs(variants, 2, tmp_path / "b")
+    for s, f in zip(specs, fresh):
+        archive_run(s.run_dir, results / s.variant.name / f"seed{s.seed}")
+        assert json.loads((results / s.variant.name / f"seed{s.seed}" / ACTIVITY_FILE).read_text())["steps"] == 30
+        assert restore_archived(f, results, check=False)
+    again = write_report(tmp_path / "b", fit_study(fresh, n_bootstrap=5), "scalerl", "compute/flops", "table")
+    assert {c["name"]: c["paper"] for c in again["configs"]}["no-npr"]["activity"] == paper["activity"]

@@ -177,3 +177,140 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/
     out["overall"] = ("disagrees" if "disagrees" in verdicts else "agrees" if "agrees" in verdicts
                       else TASK_SETS_CEILING if TASK_SETS_CEILING in verdicts else "not measurable here")
     return out
+
+
+# Does the component a leave-one-out variant swaps act on the study's testbed at all? Read from the
+# runs' own metrics over every training step (`summarise_activity`, which a study's results keep in
+# `activity.json` beside the small metrics), never guessed: a swap of something that never acts
+# cannot move A, whatever the paper found.
+DOES_NOT_ACT = "not testable here: the component does not act"
+ACTIVITY_TRAIN_KEYS = ("curriculum/epoch", "curriculum/retired", "curriculum/pool_size", "batch/zero_variance_dropped",
+                       "batch/drawn", "loss/clip_frac", "loss/ratio_max", "staleness/max", "train/interrupted_rate")
+ACTIVITY_EVAL_KEYS = ("val/interrupted_rate",)
+INTERRUPT_FLOOR = 0.01   # forced interruptions "hardly act" below this share of completions
+
+
+def summarise_activity(rows: list[dict]) -> dict | None:
+    """What `component_activity` reads, from a run's metrics rows: for each `ACTIVITY_TRAIN_KEYS`
+    over the training rows given, its last, largest and mean value and on how many steps it was
+    above 0; for each `ACTIVITY_EVAL_KEYS` its largest value over the evaluations. `steps`: the
+    training rows summarised, `last_step`: the last one's step (fewer rows than that: a run kept
+    in small form, only its last row). None without a training row."""
+    train = [r for r in rows if r.get("kind") == "train"]
+    if not train:
+        return None
+    out: dict = {"steps": len(train), "last_step": int(train[-1].get("step", len(train))), "train": {},
+                 "eval_max": {}, "evals": sum(r.get("kind") == "eval" for r in rows)}
+    for k in ACTIVITY_TRAIN_KEYS:
+        v = [float(r[k]) for r in train if isinstance(r.get(k), (int, float))]
+        if len(v) == len(train):
+            out["train"][k] = {"last": v[-1], "max": max(v), "mean": sum(v) / len(v), "nonzero": sum(x > 0 for x in v)}
+    for k in ACTIVITY_EVAL_KEYS:
+        v = [float(r[k]) for r in rows if r.get("kind") == "eval" and isinstance(r.get(k), (int, float))]
+        if v:
+            out["eval_max"][k] = max(v)
+    return out
+
+
+def _range(values: list[float], fmt: str) -> str:
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _stat(runs: list[dict], key: str, stat: str) -> list[float] | None:
+    """`stat` of `key` over each run's training steps; None if a run lacks it (or there are no runs)."""
+    values = [r["train"].get(key, {}).get(stat) for r in runs]
+    return None if not runs or any(v is None for v in values) else [float(v) for v in values]
+
+
+def _whole(runs: list[dict]) -> bool:
+    """Every run summarised over all its training steps (not only the last row a small form keeps)."""
+    return all(r["steps"] >= r["last_step"] for r in runs)
+
+
+def _over(runs: list[dict]) -> str:
+    steps = [r["steps"] for r in runs]
+    return f"over the {_range(steps, 'd')} training steps of all {len(runs)} runs"
+
+
+def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict | None:
+    """Whether the component the variant `name` swaps acts, from the runs' metrics: {"acts": True,
+    False or None (not settled by what is logged), "evidence": str}; None for a variant without a
+    check (one whose swap always changes the update, e.g. token against prompt aggregation).
+
+    `base`, `variant`: one `summarise_activity` a run. A component is said not to act only from
+    every training step of every run (a run kept without them settles nothing). The checks:
+    - `no-npr`: No-Positive-Resampling only stops a retired prompt from being drawn *again*; with
+      `curriculum/epoch` never above 0 in any run of either, no prompt was drawn twice.
+    - `dapo-loss`: with no token's ratio clipped (`loss/clip_frac` 0 on every step), CISPO's truncated
+      IS weight and PPO-clip's min give the same gradient, A * grad(ratio).
+    - `no-zero-var-filter`: the base dropped zero-variance groups (`batch/zero_variance_dropped`).
+    - `length-penalty`: the base's forced interruptions (`train/interrupted_rate`, and the largest
+      `val/interrupted_rate`); whether the penalty acts is not logged, so below `INTERRUPT_FLOOR` it
+      is not settled.
+    - `pipeline-k<N>`: the window of N binds only at staleness N (`staleness/max`).
+    """
+    both = base + variant
+    if not base or not variant:
+        return None
+    whole = _whole(both)
+    partial = (f" (only the last training step of {sum(r['steps'] < r['last_step'] for r in both)} of the "
+               f"{len(both)} runs is kept: not settled)")
+    if name == "no-npr":
+        epochs = _stat(both, "curriculum/epoch", "max")
+        if epochs is None:
+            return None
+        if max(epochs) >= 1:
+            return {"acts": True, "evidence": f"curriculum/epoch reached {max(epochs):.0f}: prompts were drawn again"}
+        retired, pool = _stat(base, "curriculum/retired", "last"), _stat(base, "curriculum/pool_size", "last")
+        said = (f"curriculum/epoch 0 {_over(both)}: no prompt was drawn twice, so the "
+                + (f"{_range(retired, '.0f')} prompts the base retired (of {_range(pool, '.0f')}) " if retired and pool
+                   else "prompts the base retired ") + "were never due again")
+        return {"acts": False, "evidence": said} if whole else {"acts": None, "evidence": said + partial}
+    if name == "dapo-loss":
+        clip, steps = _stat(both, "loss/clip_frac", "max"), _stat(both, "loss/clip_frac", "nonzero")
+        if clip is None:
+            return None
+        ratio = _stat(both, "loss/ratio_max", "max")
+        if max(clip) > 0:
+            def side(runs: list[dict]) -> str:
+                n, top = _stat(runs, "loss/clip_frac", "nonzero"), _stat(runs, "loss/clip_frac", "max")
+                return f"on {_range(n, '.0f')} of {_range([r['steps'] for r in runs], 'd')} steps (at most {max(top):.2g} of a step's tokens)"
+            return {"acts": True, "evidence": (
+                f"loss/clip_frac above 0: the variant's loss clipped tokens {side(variant)}, the base's "
+                f"{side(base)}" + (f"; loss/ratio_max up to {max(ratio):.2f}" if ratio else ""))}
+        said = (f"loss/clip_frac 0 {_over(both)}" + (f" (loss/ratio_max up to {max(ratio):.3f})" if ratio else "")
+                + ": no ratio clipped, where CISPO's and PPO-clip's gradients are the same")
+        return {"acts": False, "evidence": said} if whole else {"acts": None, "evidence": said + partial}
+    if name == "no-zero-var-filter":
+        dropped, drawn = _stat(base, "batch/zero_variance_dropped", "mean"), _stat(base, "batch/drawn", "mean")
+        if dropped is None:
+            return None
+        if max(dropped) > 0:
+            return {"acts": True, "evidence": (
+                f"the base dropped {_range(dropped, '.1f')} zero-variance groups a step on average"
+                + (f" of {_range(drawn, '.0f')} drawn" if drawn else "") + f" ({_over(base)})")}
+        said = f"the base dropped no zero-variance group {_over(base)}"
+        return ({"acts": False, "evidence": said} if _whole(base) else {"acts": None, "evidence": said + partial})
+    if name == "length-penalty":
+        train = _stat(base, "train/interrupted_rate", "max")
+        val = [r["eval_max"].get("val/interrupted_rate") for r in base]
+        if train is None or any(v is None for v in val):
+            return None
+        top = max(train + val)
+        if top >= INTERRUPT_FLOOR:
+            return {"acts": True, "evidence": f"the base interrupted up to {top:.3f} of a step's or an evaluation's completions"}
+        return {"acts": None, "evidence": (
+            f"the base's forced interruptions hardly act: at most {max(train):.4f} of a training step's completions "
+            f"({_over(base)}) and {max(val):.4f} of an evaluation's were interrupted (below {INTERRUPT_FLOOR}); "
+            "whether the penalty acts is not logged")}
+    if name.startswith("pipeline-k") and name[len("pipeline-k"):].isdigit():
+        k, stale = int(name[len("pipeline-k"):]), _stat(both, "staleness/max", "max")
+        if stale is None:
+            return None
+        if max(stale) >= k:
+            return {"acts": True, "evidence": f"staleness/max reached {max(stale):.0f}, at or above the window (k = {k})"}
+        said = (f"staleness/max at most {max(stale):.0f} {_over(both)}, below k = {k}: no sample was generated "
+                "that many versions behind the trainer, so the window never held the generator back")
+        return {"acts": False, "evidence": said} if whole else {"acts": None, "evidence": said + partial}
+    return None

@@ -33,12 +33,13 @@ from scipy.optimize import nnls
 
 from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
+from scalerl.run.metrics import read_rows
 from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              subset_first_half_prediction,
                              window_start)
-from scalerl.study.paper import FINDINGS, TASK_SETS_CEILING, judge
-from scalerl.study.runner import DONE_FILE, RunSpec, failure, is_done
+from scalerl.study.paper import DOES_NOT_ACT, FINDINGS, TASK_SETS_CEILING, component_activity, judge, summarise_activity
+from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
 from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
 
 PAPER_MARGIN = 0.02
@@ -65,6 +66,7 @@ class RunFit:
     subsets: dict[str, np.ndarray] = field(default_factory=dict)   # val/pass_rate/<subset> at each x
     half_subsets: dict | None = None       # subset_first_half_prediction (exploratory), where the subsets
                                            # are the validation set in equal shares (`equal_share_subsets`)
+    activity: dict | None = None           # read_activity: what says whether a swapped component acted
 
     @property
     def never_passing(self) -> frozenset[str]:
@@ -125,7 +127,8 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
-    run = RunFit(name, seed, x, y, is_done(path), failure(path), subsets=read_subsets(path / "metrics.jsonl", x_col, x))
+    run = RunFit(name, seed, x, y, is_done(path), failure(path), subsets=read_subsets(path / "metrics.jsonl", x_col, x),
+                 activity=read_activity(path))
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
@@ -141,6 +144,16 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         got = subset_first_half_prediction(x, parts)
         run.half_subsets = {**got, "error": got["predicted"] - run.half["measured"]}
     return run
+
+
+def read_activity(run_dir: Path) -> dict | None:
+    """The run's `summarise_activity`: kept in `ACTIVITY_FILE` when the run is a study's small form
+    (scalerl.study.runner.archive_run), else read from its metrics (of a small form without that
+    file: only its last training row, which `component_activity` knows)."""
+    kept = run_dir / ACTIVITY_FILE
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    return summarise_activity(read_rows(run_dir / "metrics.jsonl"))
 
 
 def equal_share_subsets(y: np.ndarray, subsets: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
@@ -402,7 +415,15 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
                 f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing)}
         else:
             d = compare(by_name[ref], c)
-        out[c.name] = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col, cap)}
+        row = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col, cap)}
+        if ref in by_name:
+            act = component_activity(c.name, [r.activity for r in by_name[ref].runs if r.activity],
+                                     [r.activity for r in c.runs if r.activity])
+            if act is not None:
+                row["activity"] = act
+                if act["acts"] is False:
+                    row["overall"] = DOES_NOT_ACT
+        out[c.name] = row
     return out
 
 
@@ -414,9 +435,16 @@ def paper_markdown(rows: dict[str, dict]) -> str:
         lines.append(f"| {name} | {r['against']} | {r['figure']} | {r['claim']} | {a[0]} | {a[1]} | {b[0]} | {b[1]} "
                      f"| **{r['overall']}** |")
     counts = {v: sum(r["overall"] == v for r in rows.values())
-              for v in ("agrees", "disagrees", TASK_SETS_CEILING, "not measurable here")}
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != TASK_SETS_CEILING)
+              for v in ("agrees", "disagrees", TASK_SETS_CEILING, DOES_NOT_ACT, "not measurable here")}
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n or v not in (TASK_SETS_CEILING, DOES_NOT_ACT))
               + f" (of {len(rows)})."]
+    acts = {name: r["activity"] for name, r in rows.items() if "activity" in r}
+    if acts:
+        word = {True: "acts", False: "does not act", None: "not settled"}
+        lines += ["", "Does the swapped component act on this testbed? From the runs' own metrics "
+                  "(`scalerl.study.paper.component_activity`); a row whose component does not act is not "
+                  "judged on the paper's claim:", ""]
+        lines += [f"- **{name}**: {word[a['acts']]}: {a['evidence']}" for name, a in acts.items()]
     return "\n".join(lines)
 
 

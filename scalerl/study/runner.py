@@ -11,6 +11,8 @@ run is also kept there in small form, and a run found there is not trained again
 
     <results>/<config>/seed<k>/{config.yaml, done.json, metrics.jsonl}   (evaluation rows and the
                                                                           last training row only)
+    <results>/<config>/seed<k>/activity.json   what says whether a swapped component acted, over
+                                               every training step (scalerl.study.paper)
 
 A run with `done.json` is never redone; a run directory without it was interrupted and is
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
@@ -48,6 +50,7 @@ from scalerl.run.lock import RunDirInUse
 from scalerl.study.variants import Variant, fit_length_control
 
 DONE_FILE = "done.json"
+ACTIVITY_FILE = "activity.json"
 FAILED_FILE = "failed.json"
 PLAN_FILE = "study.json"
 
@@ -221,8 +224,10 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
 
 
 def archive_run(run_dir: Path, dest: Path) -> None:
-    """Keep a finished run in small form in `dest`: its config, done.json, and metrics.jsonl cut to
-    the evaluation rows (what the study's fits read) and the last training row (its totals)."""
+    """Keep a finished run in small form in `dest`: its config, done.json, metrics.jsonl cut to the
+    evaluation rows (what the study's fits read) and the last training row (its totals), and
+    `ACTIVITY_FILE`, the summary over every training step of what says whether a swapped component
+    acted (`scalerl.study.paper.summarise_activity`)."""
     from scalerl.run.metrics import METRICS_FILE, read_rows
     from scalerl.run.rundir import CONFIG_FILE
 
@@ -232,9 +237,22 @@ def archive_run(run_dir: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     tmp = dest / (METRICS_FILE + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    write_activity(rows, dest)
     for name in (CONFIG_FILE, DONE_FILE):
         (dest / name).write_bytes((run_dir / name).read_bytes())
     tmp.replace(dest / METRICS_FILE)
+
+
+def write_activity(rows: list[dict], dest: Path) -> None:
+    """`ACTIVITY_FILE` in `dest` from a run's full metrics rows (also for a small form kept before the
+    file existed, from the run directory it was cut from)."""
+    from scalerl.study.paper import summarise_activity
+
+    summary = summarise_activity(rows)
+    if summary is not None:
+        tmp = dest / (ACTIVITY_FILE + ".tmp")
+        tmp.write_text(json.dumps(summary, indent=1))
+        tmp.replace(dest / ACTIVITY_FILE)
 
 
 def restore_archived(spec: RunSpec, results: Path, check: bool = True) -> bool:
@@ -250,7 +268,8 @@ def restore_archived(spec: RunSpec, results: Path, check: bool = True) -> bool:
     if check:
         _check_same_config(RunSpec(spec.variant, spec.seed, src, spec.cfg, spec.notes))
     spec.run_dir.mkdir(parents=True, exist_ok=True)
-    for name in (CONFIG_FILE, METRICS_FILE, DONE_FILE):      # done.json last: a copy cut short is not done
+    optional = [ACTIVITY_FILE] if (src / ACTIVITY_FILE).is_file() else []
+    for name in (CONFIG_FILE, METRICS_FILE, *optional, DONE_FILE):   # done.json last: a copy cut short is not done
         (spec.run_dir / name).write_bytes((src / name).read_bytes())
     return True
 
