@@ -323,7 +323,7 @@ def training_reward(reward_fn: Callable, cfg) -> Callable:
 
     def shaped(prompt: Prompt, completion: Completion) -> Score:
         score = reward_fn(prompt, completion)
-        return dataclasses.replace(score, reward=shaped_reward(score.reward, len(completion.tokens), length,
-                                                               passed=score.passed))
+        reward = shaped_reward(score.reward, len(completion.tokens), length, passed=score.passed)
+        return dataclasses.replace(score, reward=reward, penalty=reward - score.reward)
 
     return shaped

@@ -85,6 +85,7 @@ class Score:
     passed: bool              # correctness: the score reached reward.threshold (filters, curriculum)
     error: str | None = None  # the checker raised or timed out (the completion then failed)
     slow: bool = False        # the check took longer than reward.slow_s (or timed out)
+    penalty: float = 0.0      # the overlong length penalty included in `reward` (<= 0; 0 without one)
 
 
 @dataclass(frozen=True)

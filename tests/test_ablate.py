@@ -544,8 +544,13 @@ def test_component_activity_reads_every_training_step():
     def interrupting(rate):
         return summarise_activity(_train_rows(5, train__interrupted_rate=lambda i: rate)
                                   + [{"step": 5, "kind": "eval", "val/interrupted_rate": rate / 2}])
-    assert component_activity("length-penalty", [interrupting(0.004)], [unclipped])["acts"] is None
+    assert component_activity("length-penalty", [interrupting(0.004)], [unclipped])["acts"] is None   # not logged
     assert component_activity("length-penalty", [interrupting(0.02)], [unclipped])["acts"] is True
+    def penalising(rates):
+        return summarise_activity(_train_rows(len(rates), train__length_penalised_rate=lambda i: rates[i - 1]))
+    got = component_activity("length-penalty", [interrupting(0.004)], [penalising([0.0, 0.002, 0.004, 0.002])])
+    assert got["acts"] is False and "at most 0.0040 of a step's completions (mean 0.0020" in got["evidence"]
+    assert component_activity("length-penalty", [interrupting(0.004)], [penalising([0.0, 0.03])])["acts"] is True
 
     # PipelineRL's window binds only at staleness k
     stale2 = summarise_activity(_train_rows(10, staleness__max=lambda i: min(i, 2)))

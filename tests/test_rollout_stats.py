@@ -31,6 +31,15 @@ def test_no_interruption_no_answered_rate():
     assert "train/interrupted_answered_rate" not in stats
 
 
+def test_the_share_the_length_penalty_lowered():
+    import dataclasses
+
+    g = scored(Prompt("p", "q", "a"), [completion("eos") for _ in range(4)], [1.0, 0.0, 1.0, 0.0])
+    g = dataclasses.replace(g, scores=[dataclasses.replace(s, penalty=p) for s, p in zip(g.scores, [-0.5, 0.0, 0.0, -1.0])])
+    assert group_stats([g])["train/length_penalised_rate"] == pytest.approx(2 / 4)
+    assert group_stats([scored(Prompt("p", "q", "a"), [completion("eos")], [1.0])])["train/length_penalised_rate"] == 0.0
+
+
 @pytest.mark.parametrize("answer,passed", [("a0b2c9", True), ("a0b2c8", False)])
 def test_an_interrupted_answer_is_checked_like_any_other(answer, passed):
     from scalerl.config import DEFAULT_PHRASE, RewardConfig

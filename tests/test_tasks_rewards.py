@@ -121,7 +121,11 @@ def test_the_training_reward_adds_the_length_penalty_in_a_new_score_and_changes_
     right = dataclasses.replace(_completion("<think>..</think>a2b1c9d6</s>"), tokens=[5] * 5)  # 5 tokens
     score = shaped(PROMPT, right)
     assert (score.reward, score.passed, score.error) == (1.0 - 3 / 4, True, None)   # -(5 - 2) / 4 by hand
+    assert score.penalty == pytest.approx(-3 / 4)   # what the penalty took, kept apart (train/length_penalised_rate)
+    short = dataclasses.replace(right, tokens=[5] * 2)                               # 2 <= 6 - 4: no penalty
+    assert (shaped(PROMPT, short).reward, shaped(PROMPT, short).penalty) == (1.0, 0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         right.text = "changed"                      # records flow forward: a completion is frozen
     plain = training_reward(RewardFn(ArithTask(), RewardConfig()), load_config("scalerl"))
     assert plain(PROMPT, right).reward == 1.0       # interruptions, not a penalty: the plain reward
+    assert plain(PROMPT, right).penalty == 0.0

@@ -185,7 +185,8 @@ def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/
 # cannot move A, whatever the paper found.
 DOES_NOT_ACT = "not testable here: the component does not act"
 ACTIVITY_TRAIN_KEYS = ("curriculum/epoch", "curriculum/retired", "curriculum/pool_size", "batch/zero_variance_dropped",
-                       "batch/drawn", "loss/clip_frac", "loss/ratio_max", "staleness/max", "train/interrupted_rate")
+                       "batch/drawn", "loss/clip_frac", "loss/ratio_max", "staleness/max", "train/interrupted_rate",
+                       "train/length_penalised_rate")
 ACTIVITY_EVAL_KEYS = ("val/interrupted_rate",)
 INTERRUPT_FLOOR = 0.01   # forced interruptions "hardly act" below this share of completions
 
@@ -246,8 +247,9 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
       IS weight and PPO-clip's min give the same gradient, A * grad(ratio).
     - `no-zero-var-filter`: the base dropped zero-variance groups (`batch/zero_variance_dropped`).
     - `length-penalty`: the base's forced interruptions (`train/interrupted_rate`, and the largest
-      `val/interrupted_rate`); whether the penalty acts is not logged, so below `INTERRUPT_FLOOR` it
-      is not settled.
+      `val/interrupted_rate`) and the variant's penalty (`train/length_penalised_rate`, the share of
+      completions whose reward it lowered): neither reaching `INTERRUPT_FLOOR` on any step: they do
+      not act; a run that did not log the penalty's share settles nothing.
     - `pipeline-k<N>`: the window of N binds only at staleness N (`staleness/max`).
     """
     both = base + variant
@@ -300,10 +302,17 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
         top = max(train + val)
         if top >= INTERRUPT_FLOOR:
             return {"acts": True, "evidence": f"the base interrupted up to {top:.3f} of a step's or an evaluation's completions"}
-        return {"acts": None, "evidence": (
-            f"the base's forced interruptions hardly act: at most {max(train):.4f} of a training step's completions "
-            f"({_over(base)}) and {max(val):.4f} of an evaluation's were interrupted (below {INTERRUPT_FLOOR}); "
-            "whether the penalty acts is not logged")}
+        said = (f"the base's forced interruptions hardly act: at most {max(train):.4f} of a training step's completions "
+                f"({_over(base)}) and {max(val):.4f} of an evaluation's were interrupted (below {INTERRUPT_FLOOR})")
+        penalised = _stat(variant, "train/length_penalised_rate", "max")
+        if penalised is None:
+            return {"acts": None, "evidence": said + "; whether the penalty acts is not logged (train/length_penalised_rate)"}
+        mean = _stat(variant, "train/length_penalised_rate", "mean")
+        said += (f"; the penalty lowered the reward of at most {max(penalised):.4f} of a step's completions "
+                 f"(mean {_range(mean, '.4f')}, {_over(variant)})")
+        if max(penalised) >= INTERRUPT_FLOOR:
+            return {"acts": True, "evidence": said}
+        return {"acts": False, "evidence": said} if _whole(both) else {"acts": None, "evidence": said + partial}
     if name.startswith("pipeline-k") and name[len("pipeline-k"):].isdigit():
         k, stale = int(name[len("pipeline-k"):]), _stat(both, "staleness/max", "max")
         if stale is None:

@@ -405,14 +405,17 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
     Kept apart (see `scalerl.types.FinishReason`): `train/truncation_rate` is the share cut by a
     budget without an interruption; `train/interrupted_rate` the share interrupted;
     `train/interrupted_answered_rate` the share of the interrupted ones that got their whole
-    answer budget or ended by EOS within it (absent when none was interrupted).
+    answer budget or ended by EOS within it (absent when none was interrupted);
+    `train/length_penalised_rate` the share whose reward the overlong length penalty lowered (0
+    without one: `rollout.length.type=penalty` only).
     """
     comps = [c for g in groups for c in g.completions]
     scores = [s for g in groups for s in g.scores]
     interrupted = [c for c in comps if c.interrupted]
     row = rollout_stats(comps, scores, "train")
     row.update({"train/reward_errors": sum(s.error is not None for s in scores),
-                "train/reward_slow": sum(s.slow for s in scores)})
+                "train/reward_slow": sum(s.slow for s in scores),
+                "train/length_penalised_rate": sum(s.penalty < 0 for s in scores) / max(1, len(scores))})
     if interrupted:
         row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)
     return row
