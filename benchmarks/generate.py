@@ -158,6 +158,9 @@ def main() -> None:
                     help="torch threads (default: all cores on an idle machine, 1 on a busy one: multi-threaded "
                          "GEMMs on oversubscribed cores stall)")
     ap.add_argument("--repeats", type=int, default=1, help="alternate the sides this many times, keep the median")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed full-size rounds of every side before the timed ones (default 1 on CUDA, where a "
+                         "side's first call at a new size pays cuBLAS/allocator/graph set-up, 0 on CPU)")
     ap.add_argument("--no-eager", action="store_true", help="leave out the eager reference path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--task", default=None, help="use this task's validation prompts (e.g. rg:chain_sum)")
@@ -200,6 +203,10 @@ def main() -> None:
     if args.task:
         sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
                                             shared=False)
+    warmup = args.warmup if args.warmup is not None else int(args.device.startswith("cuda"))
+    for _ in range(warmup):   # not timed: the first call of a side at this size (HF's took 2.8x its second, 2026-11-26)
+        for fn in sides.values():
+            fn()
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, fn in sides.items():

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/gpu.md, in steps: `make test-gpu`, the generation and the TRL benchmarks on
 # CUDA with random-init models of SmolLM2-135M's shapes (`smollm2-shape-random`), and the GPU parts
-# of issues 14 and 15. Logs go to the folder given (default gpu-out/). PY picks the interpreter
+# of issues 14 and 15 (the dependencies the device image lacks: `bash benchmarks/gpu_wheels.sh`, carried as .whl/,
+# installed there as its header says). Logs go to the folder given (default gpu-out/). PY picks the interpreter
 # (default .venv/bin/python; on a machine whose own python holds torch and the deps:
 # PY=python3 bash benchmarks/gpu.sh DIR). Further arguments pick steps; a lease that caps a command's
 # time runs them a few at a time, in order:

@@ -360,11 +360,18 @@ def main() -> None:
         Path(a.json).write_text(json.dumps({"args": vars(a), "results": results, "figures": {
             **c, "reach_s": {str(k): v for k, v in c["reach_s"].items()},
             "cross_s": {str(k): v for k, v in c["cross_s"].items()}}}, indent=1))
-    print("settings that differ: scalerl runs its recipe (PipelineRL-8 with in-flight weight updates, forced "
-          "interruptions with the profile's thinking budget, FP32 head, prompt-level aggregation, batch advantage "
-          "normalisation, zero-variance filter, No-Positive-Resampling, lr warmed up linearly over "
-          f"{cfg.optim.warmup_steps} steps then constant) against TRL's defaults (on-policy, no length control, "
-          "token-level cispo, group std normalisation, no warm-up and a linear lr decay, gradient checkpointing)")
+    length = {"interrupt": "forced interruptions with the profile's thinking budget",
+              "penalty": "an overlong length penalty", "none": "no length control"}[cfg.rollout.length.type]
+    recipe = [f"PipelineRL-{cfg.pipeline.k} with in-flight weight updates" if cfg.pipeline.mode == "pipeline_rl"
+              else f"PPO-off-policy-{cfg.pipeline.k}", length, "FP32 head" if cfg.model.fp32_head else "bf16 head",
+              f"{cfg.loss.aggregation}-level aggregation", f"{cfg.advantage.norm} advantage normalisation",
+              "zero-variance filter" if cfg.filter.zero_variance else "no zero-variance filter",
+              "No-Positive-Resampling" if cfg.curriculum.no_positive_resampling else "no NPR", f"lr warmed up linearly over {cfg.optim.warmup_steps} steps then constant"]
+    # read from the run's config, so a --set shows here (the fixed sentence it replaced said "zero-variance filter"
+    # and "forced interruptions" of GPU runs that had both turned off)
+    print(f"settings that differ: scalerl runs its recipe ({', '.join(recipe)}) against TRL's defaults (on-policy, "
+          "no length control, token-level cispo, group std normalisation, no warm-up and a linear lr decay, "
+          "gradient checkpointing)")
 
 
 if __name__ == "__main__":

@@ -177,13 +177,14 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
     from scalerl.config import Config
-    from scalerl.build.generator import build_generator
+    from scalerl.build.generator import build_generator, decode_dtype
     from scalerl.models import load_model
     from scalerl.tasks import get_task
 
-    if model is None:
-        model, tokenizer = load_model("tiny-random", device=device)
-    task = task or get_task(Config.model_validate_json(cfg_json).task, tokenizer)
+    cfg = Config.model_validate_json(cfg_json)
+    if model is None:   # in the real builder's dtype: a bf16 copy under mixed precision (auto on CUDA)
+        model, tokenizer = load_model("tiny-random", dtype=decode_dtype(cfg), device=device)
+    task = task or get_task(cfg.task, tokenizer)
     if weights is not None:   # a generator process: decode from the published buffer
         from scalerl.transport.weights import adopt
 

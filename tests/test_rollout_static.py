@@ -71,6 +71,38 @@ def test_greedy_tokens_equal_on_the_static_and_eager_paths(tok, name):
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
 
 
+def test_attention_output_in_any_memory_layout_decodes_the_same(tok, monkeypatch):
+    """CUDA's SDPA kernels may return their output with the last two dims' strides not row-major
+    (seen on an H100, 2026-11-26: the static path's `.view` of it failed on its first GPU run). On
+    the CPU the same layout is made by hand: the static path's SDPA here returns its values in a
+    (B, L, H, d) buffer seen as (B, H, L, d); greedy tokens and log-probs must equal the eager path's."""
+    import torch.nn.functional as real_f
+    from scalerl.rollout import forward as forward_mod
+
+    class StridedSdpa:
+        def __getattr__(self, name):
+            return getattr(real_f, name)
+
+        @staticmethod
+        def scaled_dot_product_attention(*args, **kwargs):
+            out = real_f.scaled_dot_product_attention(*args, **kwargs)
+            strided = out.transpose(1, 2).contiguous().transpose(1, 2)
+            calls.append(strided.is_contiguous())
+            return strided
+
+    calls: list[bool] = []
+    monkeypatch.setattr(forward_mod, "F", StridedSdpa())
+    model = smollm2_shape(len(tok))            # fp32: the static path takes SDPA on a CPU too
+    cfg = RolloutConfig(max_new_tokens=12, batch_slots=3, length=NoLengthControl())
+    a = Engine(model, tok, cfg, greedy=True).generate(prompts(LONG_AND_SHORT[:3]), n=1)
+    b = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True).generate(
+        prompts(LONG_AND_SHORT[:3]), n=1)
+    assert calls and not all(calls)            # the prefill's attention did come back strided
+    assert [c.tokens for c in a] == [c.tokens for c in b]
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_sampled_logprobs_equal_a_fresh_forward(tok, name):
     model = MODELS[name](len(tok))

@@ -239,4 +239,6 @@ class Decoder:
             scores = scores + mask[:, :, None]                        # (B|1, 1, 1, T, L)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(probs.view(B, h, r * T, L), v)         # (B, h, r*T, d)
-        return out.view(B, H, T, d)
+        # reshape, not view: CUDA's SDPA kernels may return (B, h, r*T, d) with its last two dims' strides
+        # not row-major (the same values; a view of it is refused: the first GPU run of this path, 2026-11-26)
+        return out.reshape(B, H, T, d)
