@@ -559,6 +559,30 @@ def test_component_activity_reads_every_training_step():
     assert component_activity("token-agg", [stale2], [stale2]) is None         # no check: it always changes the update
 
 
+def test_a_swap_that_also_changes_the_datas_age_is_named():
+    """no-zero-var-filter whose runs trained on data 7 steps old against the base's 1: the row measures
+    both changes, and the report says so; a shift under 2 steps, a swap whose point is the data's age,
+    or a run kept as its last row only, says nothing."""
+    from scalerl.study.paper import staleness_side_effect, summarise_activity
+    from scalerl.study.report import paper_markdown
+
+    def stale(level, steps=10):
+        return summarise_activity(_train_rows(steps, staleness__max=lambda i: level if i > 1 else 0))
+
+    base, shifted = [stale(1), stale(1)], [stale(8), stale(7)]   # means over 10 steps: 0.9; 7.2 and 6.3
+    said = staleness_side_effect("no-zero-var-filter", base, shifted)
+    assert said is not None and "staleness/max 6.3-7.2 optimizer steps on average" in said
+    assert "against the reference's 0.9" in said
+    assert staleness_side_effect("no-zero-var-filter", base, [stale(3)]) is None        # 2.7 - 0.9 < 2
+    assert staleness_side_effect("ppo-off-policy", base, shifted) is None
+    assert staleness_side_effect("pipeline-k1", base, shifted) is None
+    last_row_only = summarise_activity(_train_rows(10, staleness__max=lambda i: 8)[-1:])
+    assert staleness_side_effect("no-zero-var-filter", base, [last_row_only]) is None
+    md = paper_markdown({"no-zero-var-filter": {"against": "scalerl", "figure": "Fig. 6a", "claim": "c",
+                                                "overall": "agrees", "side_effect": said}})
+    assert f"- **no-zero-var-filter**: {said}" in md and "What else the swap changed" in md
+
+
 def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tmp_path):
     """no-npr with curriculum/epoch 0 in every step of every run: 'does not act' overrides the A
     verdict (which on these curves would be 'disagrees': equal ceilings where the paper found a lower

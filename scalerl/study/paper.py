@@ -323,3 +323,27 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
                 "that many versions behind the trainer, so the window never held the generator back")
         return {"acts": False, "evidence": said} if whole else {"acts": None, "evidence": said + partial}
     return None
+
+
+# A leave-one-out row is a clean test of its component only if the swap changes nothing else. One thing
+# a swap can change through the machine's timing is the data's age: PipelineRL-k's generator runs up to k
+# versions ahead of a slower trainer, so a variant that makes the trainer's step longer (training every
+# group instead of the filtered ones, say) also trains on staler data. Chosen 2026-11-26, after seeing the
+# recipes study (filtered runs 0.3-0.9 steps stale on average, unfiltered ones 6-7): 2 optimizer steps.
+STALENESS_SHIFT = 2.0
+
+
+def staleness_side_effect(name: str, base: list[dict], variant: list[dict]) -> str | None:
+    """What the swap `name` also changed, the data's age: the mean over training steps of
+    `staleness/max` of the variant's runs against the base's, when they differ by at least
+    `STALENESS_SHIFT` optimizer steps over every training step of every run; else None. Not asked
+    of the swaps whose point is the data's age (`ppo-off-policy`, `pipeline-k<N>`)."""
+    if name == "ppo-off-policy" or name.startswith("pipeline-k") or not base or not variant or not _whole(base + variant):
+        return None
+    b, v = _stat(base, "staleness/max", "mean"), _stat(variant, "staleness/max", "mean")
+    if b is None or v is None or abs(sum(v) / len(v) - sum(b) / len(b)) < STALENESS_SHIFT:
+        return None
+    return (f"the swap also changed the data's age: staleness/max {_range(v, '.1f')} optimizer steps on average "
+            f"({_over(variant)}) against the reference's {_range(b, '.1f')}: on this machine the row measures the "
+            "swap and the staler (or fresher) data together")
+

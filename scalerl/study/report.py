@@ -38,7 +38,8 @@ from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              subset_first_half_prediction,
                              window_start)
-from scalerl.study.paper import DOES_NOT_ACT, FINDINGS, TASK_SETS_CEILING, component_activity, judge, summarise_activity
+from scalerl.study.paper import (DOES_NOT_ACT, FINDINGS, TASK_SETS_CEILING, component_activity, judge,
+                                 staleness_side_effect, summarise_activity)
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
 from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
 
@@ -417,8 +418,12 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
             d = compare(by_name[ref], c)
         row = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col, cap)}
         if ref in by_name:
-            act = component_activity(c.name, [r.activity for r in by_name[ref].runs if r.activity],
-                                     [r.activity for r in c.runs if r.activity])
+            ref_act, act_runs = ([r.activity for r in by_name[ref].runs if r.activity],
+                                 [r.activity for r in c.runs if r.activity])
+            act = component_activity(c.name, ref_act, act_runs)
+            side = staleness_side_effect(c.name, ref_act, act_runs)
+            if side is not None:
+                row["side_effect"] = side
             if act is not None:
                 row["activity"] = act
                 if act["acts"] is False:
@@ -445,6 +450,11 @@ def paper_markdown(rows: dict[str, dict]) -> str:
                   "(`scalerl.study.paper.component_activity`); a row whose component does not act is not "
                   "judged on the paper's claim:", ""]
         lines += [f"- **{name}**: {word[a['acts']]}: {a['evidence']}" for name, a in acts.items()]
+    sides = {name: r["side_effect"] for name, r in rows.items() if "side_effect" in r}
+    if sides:
+        lines += ["", "What else the swap changed (`scalerl.study.paper.staleness_side_effect`): a verdict on such a "
+                  "row is about the two changes together, not the component alone:", ""]
+        lines += [f"- **{name}**: {text}" for name, text in sides.items()]
     return "\n".join(lines)
 
 
