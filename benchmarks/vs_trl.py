@@ -366,7 +366,8 @@ def main() -> None:
               else f"PPO-off-policy-{cfg.pipeline.k}", length, "FP32 head" if cfg.model.fp32_head else "bf16 head",
               f"{cfg.loss.aggregation}-level aggregation", f"{cfg.advantage.norm} advantage normalisation",
               "zero-variance filter" if cfg.filter.zero_variance else "no zero-variance filter",
-              "No-Positive-Resampling" if cfg.curriculum.no_positive_resampling else "no NPR", f"lr warmed up linearly over {cfg.optim.warmup_steps} steps then constant"]
+              "No-Positive-Resampling" if cfg.curriculum.no_positive_resampling else "no NPR",
+              f"lr warmed up linearly over {cfg.optim.warmup_steps} steps then constant"]
     # read from the run's config, so a --set shows here (the fixed sentence it replaced said "zero-variance filter"
     # and "forced interruptions" of GPU runs that had both turned off)
     print(f"settings that differ: scalerl runs its recipe ({', '.join(recipe)}) against TRL's defaults (on-policy, "

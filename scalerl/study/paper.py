@@ -346,4 +346,3 @@ def staleness_side_effect(name: str, base: list[dict], variant: list[dict]) -> s
     return (f"the swap also changed the data's age: staleness/max {_range(v, '.1f')} optimizer steps on average "
             f"({_over(variant)}) against the reference's {_range(b, '.1f')}: on this machine the row measures the "
             "swap and the staler (or fresher) data together")
-
