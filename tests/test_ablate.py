@@ -401,6 +401,13 @@ def test_jobs_train_runs_at_once_each_on_its_own_cores(tmp_path):
         a, b = (set(d["cores"]) for d in done.values())
         assert a and b and not a & b and a | b == set(cores)
     assert {c["name"] for c in report["configs"] if c["runs"] and c["runs"][0]["evals"]} >= {"scalerl", "token-agg"}
+    # the leave-one-out variants not asked for and never run are not in the report (not "not measurable")
+    assert [c["name"] for c in report["configs"]] == ["scalerl", "token-agg"]
+    assert "no-npr" not in (tmp_path / "report.md").read_text()
+    # a configuration with runs stays in the report when --only names another
+    again = ablate(tmp_path, leave_one_out=True, seeds=1, budget="2", overrides=quiet, only=["scalerl"],
+                   n_bootstrap=0, report_only=True, log=lambda m: None)
+    assert [c["name"] for c in again["configs"]] == ["scalerl", "token-agg"]
 
 
 def test_k_sweep_and_precision_variants(tmp_path):
@@ -556,6 +563,12 @@ def test_component_activity_reads_every_training_step():
     stale2 = summarise_activity(_train_rows(10, staleness__max=lambda i: min(i, 2)))
     assert component_activity("pipeline-k4", [stale2], [stale2])["acts"] is False
     assert component_activity("pipeline-k2", [stale2], [stale2])["acts"] is True
+    # judged from the variant's own runs: a base (k = 8) whose data reached 5 steps old does not make
+    # a k = 4 variant whose data never passed 2 act, nor the evidence quote the base's 5
+    stale5 = summarise_activity(_train_rows(10, staleness__max=lambda i: min(i, 5)))
+    got = component_activity("pipeline-k4", [stale5], [stale2])
+    assert got["acts"] is False and "at most 2" in got["evidence"]
+    assert component_activity("pipeline-k4", [stale2], [stale5])["acts"] is True
     assert component_activity("token-agg", [stale2], [stale2]) is None         # no check: it always changes the update
 
 

@@ -250,7 +250,8 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
       `val/interrupted_rate`) and the variant's penalty (`train/length_penalised_rate`, the share of
       completions whose reward it lowered): neither reaching `INTERRUPT_FLOOR` on any step: they do
       not act; a run that did not log the penalty's share settles nothing.
-    - `pipeline-k<N>`: the window of N binds only at staleness N (`staleness/max`).
+    - `pipeline-k<N>`: the window of N binds only at staleness N (`staleness/max` of the variant's
+      own runs, which ran with that window; the base's larger window says nothing of it).
     """
     both = base + variant
     if not base or not variant:
@@ -314,14 +315,17 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
             return {"acts": True, "evidence": said}
         return {"acts": False, "evidence": said} if _whole(both) else {"acts": None, "evidence": said + partial}
     if name.startswith("pipeline-k") and name[len("pipeline-k"):].isdigit():
-        k, stale = int(name[len("pipeline-k"):]), _stat(both, "staleness/max", "max")
+        # the variant's own runs: the window is theirs (the base's k, larger, says nothing of it)
+        k, stale = int(name[len("pipeline-k"):]), _stat(variant, "staleness/max", "max")
         if stale is None:
             return None
         if max(stale) >= k:
-            return {"acts": True, "evidence": f"staleness/max reached {max(stale):.0f}, at or above the window (k = {k})"}
-        said = (f"staleness/max at most {max(stale):.0f} {_over(both)}, below k = {k}: no sample was generated "
+            return {"acts": True, "evidence": f"staleness/max of its runs reached {max(stale):.0f}, at the window "
+                                              f"(k = {k}): the window may have held the generator back"}
+        said = (f"staleness/max at most {max(stale):.0f} {_over(variant)}, below k = {k}: no sample was generated "
                 "that many versions behind the trainer, so the window never held the generator back")
-        return {"acts": False, "evidence": said} if whole else {"acts": None, "evidence": said + partial}
+        return ({"acts": False, "evidence": said} if _whole(variant)
+                else {"acts": None, "evidence": said + partial})
     return None
 
 

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from scalerl.run.compute import FIT_X
 from scalerl.study.report import fit_study, write_report
-from scalerl.study.runner import RunSpec, plan_runs, restore_archived, run_study, write_plan
+from scalerl.study.runner import RunSpec, failure, plan_runs, restore_archived, run_study, write_plan
 from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 
 
@@ -21,8 +21,9 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
            log: Callable[[str], None] = print, jobs: int = 1, results: str | Path | None = None) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
 
-    `only` restricts the runs trained this time to the named configurations (the report still
-    covers every configuration that has metrics). `results`: a folder where every finished run is
+    `only` restricts the runs trained this time to the named configurations; the report covers
+    them and every other configuration that has runs, and leaves out the rest of the plan (they
+    were not asked for: listing them as "no evaluations yet" would count them as not measurable). `results`: a folder where every finished run is
     also kept in small form, and from which finished runs are taken (scalerl.study.runner; commit it
     to carry a long study across machines). Returns the report.json object.
     """
@@ -44,6 +45,12 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
         counts = run_study(todo, train_fn, progress, log, jobs, None if results is None else Path(results))
         log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
             f"{counts['failed']} failed")
+    if only:
+        ran = {variants[0].name} | {s.variant.name for s in specs if s.variant.name in only or has_run(s.run_dir)}
+        left_out = [v.name for v in variants if v.name not in ran and any(s.variant.name == v.name for s in specs)]
+        if left_out:
+            log(f"not in the report (not in --only, no runs): {', '.join(left_out)}")
+        specs = [s for s in specs if s.variant.name in ran]
     configs = fit_study(specs, x_col, n_bootstrap)
     planned = {s.variant.name for s in specs}
     base = variants[0].name             # `base` for the controls and the axes alone, else the base recipe
@@ -51,6 +58,11 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
                           command, specs)
     log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
     return report
+
+
+def has_run(run_dir: Path) -> bool:
+    """Whether a run left anything to report: metrics, or a recorded failure."""
+    return (Path(run_dir) / "metrics.jsonl").is_file() or failure(Path(run_dir)) is not None
 
 
 def drop_no_ops(specs: list[RunSpec], base: str, log: Callable[[str], None]) -> list[RunSpec]:
