@@ -55,12 +55,12 @@ def main(root: str) -> None:
             table.setdefault(run_dir.parent.name, []).append(s)
     if not table:
         sys.exit(f"{root}: no finished run (expected <config>/seed<N>/metrics.jsonl and done.json)")
-    ref = table.get("scalerl")
+    ref = statistics.median(r["device-s/step"] for r in table["scalerl"]) if "scalerl" in table else None
     print("| config | runs | " + " | ".join(COLUMNS) + " | device-s/step vs scalerl |")
     print("|---|---|" + "---|" * (len(COLUMNS) + 1))
     for name, runs in sorted(table.items(), key=lambda kv: (kv[0] != "scalerl", kv[0])):
         cells = [statistics.median(r[c] for r in runs) for c in COLUMNS]
-        ratio = (f"x{cells[1] / statistics.median(r['device-s/step'] for r in ref):.2f}" if ref else "")
+        ratio = f"x{cells[1] / ref:.2f}" if ref else ""
         fmt = [f"{cells[0]:.2f}", f"{cells[1]:.2f}", f"{cells[2]:.2f}", f"{cells[3]:.2f}",
                f"{cells[4]:.2f}", f"{cells[5]:.0f}", f"{cells[6]:.3f}"]
         print(f"| {name} | {len(runs)} | " + " | ".join(fmt) + f" | {ratio} |")

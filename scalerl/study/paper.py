@@ -234,6 +234,11 @@ def _over(runs: list[dict]) -> str:
     return f"over the {_range(steps, 'd')} training steps of all {len(runs)} runs"
 
 
+def _partial(runs: list[dict]) -> str:
+    return (f" (only the last training step of {sum(r['steps'] < r['last_step'] for r in runs)} of the "
+            f"{len(runs)} runs is kept: not settled)")
+
+
 def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict | None:
     """Whether the component the variant `name` swaps acts, from the runs' metrics: {"acts": True,
     False or None (not settled by what is logged), "evidence": str}; None for a variant without a
@@ -257,8 +262,7 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
     if not base or not variant:
         return None
     whole = _whole(both)
-    partial = (f" (only the last training step of {sum(r['steps'] < r['last_step'] for r in both)} of the "
-               f"{len(both)} runs is kept: not settled)")
+    partial = _partial(both)
     if name == "no-npr":
         epochs = _stat(both, "curriculum/epoch", "max")
         if epochs is None:
@@ -325,7 +329,7 @@ def component_activity(name: str, base: list[dict], variant: list[dict]) -> dict
         said = (f"staleness/max at most {max(stale):.0f} {_over(variant)}, below k = {k}: no sample was generated "
                 "that many versions behind the trainer, so the window never held the generator back")
         return ({"acts": False, "evidence": said} if _whole(variant)
-                else {"acts": None, "evidence": said + partial})
+                else {"acts": None, "evidence": said + _partial(variant)})
     return None
 
 

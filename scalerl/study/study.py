@@ -23,9 +23,10 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
 
     `only` restricts the runs trained this time to the named configurations; the report covers
     them and every other configuration that has runs, and leaves out the rest of the plan (they
-    were not asked for: listing them as "no evaluations yet" would count them as not measurable). `results`: a folder where every finished run is
-    also kept in small form, and from which finished runs are taken (scalerl.study.runner; commit it
-    to carry a long study across machines). Returns the report.json object.
+    were not asked for: listing them as "no evaluations yet" would count them as not measurable).
+    `results`: a folder where every finished run is also kept in small form, and from which finished
+    runs are taken (scalerl.study.runner; commit it to carry a long study across machines). Returns
+    the report.json object.
     """
     from scalerl.errors import ScaleRLError
 
@@ -47,7 +48,8 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
             f"{counts['failed']} failed")
     if only:
         ran = {variants[0].name} | {s.variant.name for s in specs if s.variant.name in only or has_run(s.run_dir)}
-        left_out = [v.name for v in variants if v.name not in ran and any(s.variant.name == v.name for s in specs)]
+        planned = {s.variant.name for s in specs}
+        left_out = [v.name for v in variants if v.name in planned - ran]
         if left_out:
             log(f"not in the report (not in --only, no runs): {', '.join(left_out)}")
         specs = [s for s in specs if s.variant.name in ran]
