@@ -2,7 +2,7 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: venv demo demo-fit test test-slow test-gpu clean-venv
+.PHONY: venv demo demo-fit test test-slow test-gpu testbed-weights clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -31,6 +31,10 @@ test-slow: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
+
+# Rebuild the default testbed's shipped weights (scalerl/models/weights/ladder-1m) and record their sha256.
+testbed-weights: $(STAMP)
+	$(PY) -c "from scalerl.models import ship; print(ship('ladder-1m'))"
 
 clean-venv:
 	rm -rf .venv

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "recipes": "recipes",
     "ablate": "ablate",
+    "check": "check",
 }
 
 

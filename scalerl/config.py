@@ -380,6 +380,10 @@ class OptimConfig(_Section):
 class PipelineConfig(_Section):
     mode: Literal["pipeline_rl", "ppo_off_policy"] = Field("pipeline_rl", description="PipelineRL-k streaming or PPO-off-policy-k (paper 3.1)")
     k: int = Field(8, ge=1, description="max staleness (PipelineRL) / optimizer steps per batch (PPO-off-policy)")
+    max_kl: float | None = Field(
+        0.01, gt=0, description="PipelineRL: the staleness bound follows the policy's change: draws started on a "
+        "version may be as stale as keeps the estimated per-token KL(behaviour || trainer) of their tokens within "
+        "this (between 1 and k; scalerl/rl/staleness.py); none: every draw may be k steps stale (the paper's rule)")
     transport: Literal["auto", "process", "thread"] = Field(
         "auto", description="PipelineRL generator in its own process or a thread (auto: process on a multi-core CPU)")
     backend: Literal["local", "ray"] = Field(

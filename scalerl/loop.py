@@ -23,6 +23,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.evaluate import downstream_sets, eval_curve, evaluate_all, forecast_row
 from scalerl.lora import merged_state_dict
 from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
+from scalerl.rl.staleness import StalenessBound
 from scalerl.run.compute import FIT_X, StepCompute
 from scalerl.run.memory import settle
 from scalerl.run.metrics import MetricsWriter
@@ -69,6 +70,8 @@ class Stages:
         self.clock, self.warn = Clock(), Warnings(task.answer_marker)
         self.memory = run.memory
         self.retired: list[str] = []          # retired since the last message to the generator
+        p = self.cfg.pipeline
+        self.bound = StalenessBound(p.k, p.max_kl) if p.mode == "pipeline_rl" and p.max_kl is not None else None
         self.empty_in_a_row, self.no_answer, self.reported_params = 0, 0.0, False
         budget = self.cfg.run.max_minutes
         self.t_budget = budget * 60 if budget else float("inf")
@@ -142,10 +145,15 @@ class Stages:
         self.tr.state.step += 1
         return loss_row
 
-    def publish(self) -> None:
-        """One message to the generator: the new weights and version, the prompts retired since the last."""
+    def publish(self, loss_row: dict) -> None:
+        """One message to the generator: the new weights and version, the prompts retired since the last,
+        and (with `pipeline.max_kl`) the staleness bound the step's measured KL allows (`pipeline/bound`)."""
         with self.clock.stage("publish"):
-            self.mode.send(TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired)))
+            bound = None
+            if self.bound is not None:
+                bound = loss_row["pipeline/bound"] = self.bound.update(loss_row)
+            self.mode.send(TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired),
+                                         bound))
             self.retired = []
 
     def log(self, mb: MiniBatch, kept: list, loss_row: dict) -> None:
@@ -243,7 +251,7 @@ def _loop(run: Stages) -> None:
             loss_row = run.train(mb, kept, advantages)   # the optimizer step
             if loss_row is None:
                 continue
-            run.publish()                          # weights + version + retired prompts to the generator
+            run.publish(loss_row)                  # weights + version + retired prompts to the generator
             run.log(mb, kept, loss_row)            # the step's metrics row
             run.every()                            # evaluation, checkpoint
     run.finish()

@@ -226,3 +226,29 @@ def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
     (run / "config.yaml").write_text(dump_config(load_config("scalerl", None, [f"model.name={run}"])))
     with pytest.raises(ScaleRLError, match="leads back"):
         load_model(str(run))
+
+
+def test_the_default_testbed_ships_its_weights_checked_by_sha256(tmp_path, monkeypatch):
+    """ladder-1m loads from the package, not a build: the same bytes on every machine (issue 47); the
+    committed SHA256SUMS is checked, so a changed file is a one-line error naming it."""
+    import hashlib
+    import shutil
+
+    import scalerl.models as models
+
+    folder = models.checkpoint_dir("ladder-1m", build=False)
+    assert folder == models.SHIPPED_ROOT / "ladder-1m"
+    expected, name = (folder / "SHA256SUMS").read_text().split()
+    assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == expected
+    assert models.weights_id("ladder-1m", build=False) == expected[:12]
+    copy = tmp_path / "ladder-1m"
+    shutil.copytree(folder, copy)
+    data = bytearray((copy / name).read_bytes())
+    data[-1] ^= 1
+    (copy / name).write_bytes(bytes(data))
+    monkeypatch.setattr(models, "SHIPPED_ROOT", tmp_path)
+    with pytest.raises(ScaleRLError, match=r"model.safetensors: sha256 .*, expected " + expected[:12]):
+        models.checkpoint_dir("ladder-1m")
+    (copy / "SHA256SUMS").unlink()
+    with pytest.raises(ScaleRLError, match="SHA256SUMS: missing"):
+        models.checkpoint_dir("ladder-1m")

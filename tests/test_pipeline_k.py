@@ -25,7 +25,7 @@ def _train_rows(run):
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, tmp_path, monkeypatch):
     cfg = small_cfg(extra=[f"run.max_steps={k + 5}", f"pipeline.k={k}", "filter.zero_variance=false",
-                           "eval.every=100", "run.checkpoint_every=100"])
+                           "eval.every=100", "run.checkpoint_every=100", "pipeline.max_kl=null"])   # the paper's fixed k
     comps, gens = fake_components(cfg, step_seconds=0.0005)
     real_step = state_mod.train_step
 
@@ -39,6 +39,33 @@ def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, 
     assert len(rows) == k + 5
     assert max(r["staleness/max"] for r in rows) == k
     assert rows[-1]["staleness/dropped"] == 0 and rows[-1]["staleness/dropped_share"] == 0.0
+
+
+@pytest.mark.parametrize("max_kl, lo, hi", [(1e-12, 0, 1), (1e6, 4, 4)])
+def test_the_staleness_bound_follows_the_measured_kl(max_kl, lo, hi, tmp_path, monkeypatch):
+    """pipeline.max_kl: with a trainer slower than the generator, a bound no measured KL fits keeps every
+    batch at most 1 version stale; one every KL fits lets the bound grow a version a step up to k (4)."""
+    k = 4
+    cfg = small_cfg(extra=[f"run.max_steps={3 * k}", f"pipeline.k={k}", f"pipeline.max_kl={max_kl}",
+                           "filter.zero_variance=false", "eval.every=100", "run.checkpoint_every=100"])
+    comps, _ = fake_components(cfg, step_seconds=0.0005)
+    real_step = state_mod.train_step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.06)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(state_mod, "train_step", slow_step)
+    train(cfg, tmp_path, comps=comps, progress=False)
+    rows = _train_rows(tmp_path)
+    bounds = [r["pipeline/bound"] for r in rows]
+    # slow start: nothing stale at step 1, so the bound grows to 2; then one version a step at most
+    assert bounds[:k] == ([2, 1, 1, 1] if hi == 1 else [2, 3, 4, 4])
+    assert min(bounds[1:]) >= 1 and max(bounds[1:]) == hi
+    late = [r["staleness/max"] for r in rows[2 * k:]]
+    assert lo <= min(late) and max(late) <= hi
+    assert all(r["pipeline/kl"] >= 0 for r in rows)
+    assert rows[-1]["staleness/dropped"] == 0
 
 
 class _TwoPrompts:

@@ -34,7 +34,7 @@ def make_mode(tr: Trainer, device: str, threads: Threads, evals: EvalSpec) -> tu
         return ray_mode(tr, comps.build, gen_seed, sampler_state), None
     if use_process(cfg, device):
         source = ProcessRollouts(comps.build, gen_seed, merged_state_dict(tr.model), tr.state.step,
-                                 sampler_state, tr.curriculum, G, Window(P, k), threads.decode,
+                                 sampler_state, tr.curriculum, G, Window.of(cfg), threads.decode,
                                  dtype=torch.float32 if decode_dtype(cfg) == "fp32" else torch.bfloat16, alias=cfg.model.lora is None,
                                  head=_head_name(tr.model), evals=evals)
         if source.aliased:
@@ -46,7 +46,7 @@ def make_mode(tr: Trainer, device: str, threads: Threads, evals: EvalSpec) -> tu
     sampler = CurriculumSampler(stage.task, retired, seed=stage.sampler_seed)
     sampler.load_state_dict(sampler_state)
     if cfg.pipeline.mode == "pipeline_rl":
-        source = ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window(P, k),
+        source = ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window.of(cfg),
                                   tr.state.step, retired, score_workers=GroupAssembler.workers_for(stage.task))
         return PipelineRL(source, k), None
     return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired,

@@ -114,7 +114,7 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> R
         placement = Placement(cfg)
         undo.callback(placement.close)
         spec = RolloutSpec(build=build, generators=cfg.ray.generators,
-                           n=cfg.batch.generations, window=Window(cfg.batch.prompts, cfg.pipeline.k), base_seed=gen_seed,
+                           n=cfg.batch.generations, window=Window.of(cfg), base_seed=gen_seed,
                            threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
                            gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,
                            options=[placement.generator(r) for r in range(cfg.ray.generators)])

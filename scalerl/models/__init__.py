@@ -44,6 +44,7 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -170,6 +171,8 @@ def checkpoint_dir(name: str, build: bool = True) -> Path | None:
         return cached_build(build_key(name, tiny.build_spec(settings, shape, share)),
                             lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share),
                             build_missing=build)
+    if name in SHIPPED and not os.environ.get(REBUILD_ENV):
+        return shipped_dir(name)
     if name in LADDER_NAMES:
         from scalerl.models import tiny
 
@@ -191,6 +194,54 @@ def checkpoint_dir(name: str, build: bool = True) -> Path | None:
         f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}), a Hugging Face checkpoint "
         "directory (no config.json there), a Hub id (org/name) nor a scalerl run or checkpoint directory"
     )
+
+
+# The default testbed's weights ship with the package (issue 47): a warm start rebuilt on another CPU
+# or thread count is other bytes (docs/models-and-tasks.md), so every machine starts from these.
+# `make testbed-weights` rebuilds them (SCALERL_REBUILD_TESTBED=1 makes checkpoint_dir build instead).
+SHIPPED = ("ladder-1m",)
+REBUILD_ENV = "SCALERL_REBUILD_TESTBED"
+SHIPPED_ROOT = Path(__file__).parent / "weights"
+SUMS_FILE = "SHA256SUMS"
+
+
+def shipped_dir(name: str) -> Path:
+    """The shipped folder of `name`, its weights checked against the SHA-256 committed beside them."""
+    import hashlib
+
+    folder = SHIPPED_ROOT / name
+    sums = folder / SUMS_FILE
+    if not sums.is_file():
+        raise ScaleRLError(f"{sums}: missing (the shipped weights of {name!r}; restore them from git, or run "
+                           "`make testbed-weights` to rebuild them)")
+    for line in sums.read_text().splitlines():
+        expected, file = line.split()
+        digest = hashlib.sha256((folder / file).read_bytes()).hexdigest() if (folder / file).is_file() else "missing"
+        if digest != expected:
+            raise ScaleRLError(f"{folder / file}: sha256 {digest[:12]}, expected {expected[:12]} ({sums}); "
+                               "restore it from git, or run `make testbed-weights` to rebuild and re-record it")
+    return folder
+
+
+def ship(name: str) -> Path:
+    """Build `name` into the cache (SCALERL_REBUILD_TESTBED) and copy it into the package with its SHA-256."""
+    import hashlib
+    import shutil
+
+    os.environ[REBUILD_ENV] = "1"
+    try:
+        built = checkpoint_dir(name)
+    finally:
+        del os.environ[REBUILD_ENV]
+    dest = SHIPPED_ROOT / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(built.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, dest / f.name)
+    weights = sorted(p.name for p in dest.glob("*.safetensors"))
+    (dest / SUMS_FILE).write_text("".join(f"{hashlib.sha256((dest / w).read_bytes()).hexdigest()}  {w}\n"
+                                          for w in weights))
+    return dest
 
 
 def weights_id(name: str, build: bool = True) -> str | None:

@@ -84,6 +84,19 @@ def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, 
     return float(diff.sum().item()), int(on.sum().item())
 
 
+def offpolicy_kl(groups: list[Group], batch: Batch, logprobs: torch.Tensor, version: int) -> list[float]:
+    """`scalerl.rl.staleness.kl_sums` of the trained tokens: their estimated KL(behaviour || trainer)
+    and staleness (`version`, the trainer's, minus the version that sampled each token)."""
+    from scalerl.rl.staleness import kl_sums
+
+    N, T = batch.mask.shape
+    stale = torch.zeros((N, T), dtype=torch.long)
+    for i, c in enumerate(c for g in groups for c in g.completions):
+        stale[i, :len(c.versions)] = version - torch.tensor(c.versions, dtype=torch.long)
+    logratio = logprobs.detach().float() - batch.gen_logprobs.to(logprobs.device)
+    return list(kl_sums(logratio, stale.to(batch.mask.device), batch.mask))
+
+
 class Optimizer:
     """AdamW (paper: eps 1e-15, weight decay 0.01) with linear warm-up then constant lr.
 
@@ -320,7 +333,8 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
     from scalerl.rl.losses import policy_loss, uses_reference
 
     kl = uses_reference(cfg.loss)
-    parts, total, tokens, mismatch, recomputed = [], 0.0, 0.0, [0.0, 0], 0   # mismatch: (sum, tokens)
+    parts, total, tokens, mismatch, recomputed = [], 0.0, 0.0, [0.0, 0, 0.0, 0.0, 0.0, 0.0], 0
+    # mismatch: |log-prob gap| (sum, tokens) on fresh tokens, then offpolicy_kl's four sums
     device = model.get_output_embeddings().weight.device
     advantages = shard.advantages.to(device)
     for part, recompute in plan_micro_batches(shard.groups, cfg, model):
@@ -339,8 +353,8 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                                "the last good checkpoint is kept (lower optim.lr or check the rewards)")
         diff_sum, diff_n = logprob_mismatch(groups, batch, logprobs, step - 1)  # the trainer holds step - 1
-        mismatch[0] += diff_sum
-        mismatch[1] += diff_n
+        for i, value in enumerate([diff_sum, diff_n, *offpolicy_kl(groups, batch, logprobs, step - 1)]):
+            mismatch[i] += value
         w = aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
         (loss * w).backward()
         total += w * loss.item()
@@ -379,7 +393,7 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
         del flat
     counters = torch.tensor([total, tokens, *mismatch], dtype=torch.float64, device=optim.params[0].device)
     reduce(counters)
-    loss_total, tokens_total, diff_sum, diff_n = counters.tolist()
+    loss_total, tokens_total, diff_sum, diff_n, kl_sum, kl_n, kl_stale, stale_s2 = counters.tolist()
     tokens_total = int(tokens_total)
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
@@ -394,6 +408,10 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
            "train/micro_batches": len(parts), "train/recomputed": recomputed, "tokens/trained_step": tokens_total}
     if diff_n:  # absent when no trained token came from the weights the trainer holds
         out["train/logprob_mismatch"] = diff_sum / diff_n
+    if kl_n:     # the off-policy KL the step trained with (scalerl.rl.staleness)
+        out["pipeline/kl"] = kl_sum / kl_n
+    if stale_s2:  # absent when every trained token came from the weights the trainer holds
+        out["pipeline/kl_per_version2"] = kl_stale / stale_s2
     out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
     out["loss/loss"] = loss_total
     return out

@@ -144,6 +144,7 @@ class ThreadedRollouts(_PausedByEvent):
         if self.retired is not None:
             for prompt_id in update.retired:
                 self.retired.add(prompt_id)
+        self.window.set_bound(update.bound)
         self.window.publish(update.version, self.order.next)
         self.generator.update_weights(update.weights, update.version)
         self.published = update.version
@@ -396,6 +397,7 @@ class ProcessRollouts(_PausedByEvent):
     def send(self, update: TrainerUpdate) -> None:
         for prompt_id in update.retired:
             self._in.put(("retire", prompt_id))
+        self.window.set_bound(update.bound)
         self.weights.publish(update.weights, update.version, self.window.horizon(self.order.next))
 
     def step_guard(self, version: int):

@@ -48,11 +48,13 @@ class TrainerUpdate:
     """What the trainer tells the generator after an optimizer step, as one message: the weights of
     policy `version` (a name -> tensor mapping the receiver copies; PipelineRL applies them in
     flight at the next decode step) and the prompts the curriculum retired since the previous
-    message (never sampled again)."""
+    message (never sampled again), and the PipelineRL staleness bound for the draws that start on
+    this version (None: the window's own, `pipeline.k`; scalerl.rl.staleness)."""
 
     version: int
     weights: Mapping[str, Any]
     retired: tuple[str, ...] = ()
+    bound: int | None = None
 
 
 class RolloutSource(Protocol):

@@ -197,8 +197,9 @@ class RolloutHub:
                 self.taken += 1
             return group
 
-    def set_weights(self, weights: list, version: int) -> None:
+    def set_weights(self, weights: list, version: int, bound: int | None = None) -> None:
         with self.cond:
+            self.window.set_bound(bound)
             self.window.publish(version, self.taken)
             self.weights, self.version = weights, version
             self.cond.notify_all()
@@ -388,7 +389,7 @@ class RayRollouts:
         for prompt_id in update.retired:
             ray.get(self.hub.retire.remote(prompt_id))
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
-        ray.get(self.hub.set_weights.remote([self._weights_ref], update.version))
+        ray.get(self.hub.set_weights.remote([self._weights_ref], update.version, update.bound))
 
     def sampler_state(self) -> dict:
         return merge_sampler_states(ray.get(self.hub.sampler_states.remote()))

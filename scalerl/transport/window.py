@@ -23,11 +23,26 @@ class Window:
 
     def __init__(self, prompts_per_step: int, k: int):
         self.P, self.k = prompts_per_step, k
+        self.bound = k                     # the staleness bound in force (<= k; `scalerl.rl.staleness`)
         self.horizons: dict[int, int] = {}
+
+    @classmethod
+    def of(cls, cfg) -> Window:
+        """A run's window: `batch.prompts` draws a step, at most `pipeline.k` stale; with `pipeline.max_kl`
+        the bound starts at 1 and follows the trainer's measurements (`TrainerUpdate.bound`)."""
+        window = cls(cfg.batch.prompts, cfg.pipeline.k)
+        if cfg.pipeline.max_kl is not None:
+            window.set_bound(1)
+        return window
+
+    def set_bound(self, bound: int | None) -> None:
+        """The bound for draws started on the versions published from now on (None: unchanged)."""
+        if bound is not None:
+            self.bound = max(1, min(self.k, bound))
 
     def horizon(self, taken: int) -> int:
         """The first draw that may not start on a version published when `taken` draws were taken."""
-        return taken + self.P * (self.k + 1)
+        return taken + self.P * (self.bound + 1)
 
     def record(self, version: int, horizon: int) -> None:
         self.horizons[version] = horizon

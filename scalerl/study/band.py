@@ -1,0 +1,154 @@
+"""`scalerl check`: is a run of a configuration within the band of that configuration's committed
+runs? The regression check CI runs on the default run (issue 47): a change that makes the default
+run fall, or makes it train on staler data, fails it.
+
+The method, fixed before the reference runs were made:
+- the reference runs are a study's results folder of one configuration (`<results>/<config>/seed<N>/`:
+  `metrics.jsonl` evaluation rows, `activity.json`, `done.json`), all of one build of the model; the
+  checked run must start from the same build (`done.json` `model_build` against the weights the
+  checked run's model name loads here), else the check refuses, in one line;
+- **the curve**: at each of the checked run's evaluations after step 0, each reference run's pass
+  rate at the same compute (`compute/flops`, linear interpolation; evaluations beyond a reference's
+  compute are not compared); the band is the references' lowest to highest, widened by two of the
+  checked evaluation's standard errors (`val/pass_rate_se`). A run fails when its end (the mean of
+  its last three evaluations) is below the band's end, or when more than a third of its evaluations
+  are outside the band;
+- **the data's age**: the run's mean `staleness/max` over its training steps must not exceed the
+  references' highest by more than one version;
+- each validation subset's drop from its own peak to its end (the mean of the last three
+  evaluations) is reported beside the references' largest drop (not a failure on its own).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scalerl.errors import ScaleRLError
+from scalerl.run.compute import FIT_X
+from scalerl.run.metrics import read_rows
+
+Y = "val/pass_rate"
+STALENESS = "staleness/max"
+END_EVALS = 3           # the end of a curve: the mean of its last three evaluations
+OUTSIDE_SHARE = 1 / 3   # more evaluations than this outside the band fail the check
+SE_WIDTH = 2.0          # the band is widened by this many standard errors of the checked evaluation
+STALENESS_SLACK = 1.0   # versions above the references' highest mean staleness/max
+
+
+@dataclass
+class Curve:
+    """One run: its evaluations after step 0 (compute, pass rate, standard error, subsets) and the mean
+    `staleness/max` of its training steps (None where not recorded)."""
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    se: np.ndarray
+    subsets: dict[str, np.ndarray] = field(default_factory=dict)
+    staleness: float | None = None
+    build: str | None = None
+
+    @property
+    def end(self) -> float:
+        return float(self.y[-END_EVALS:].mean())
+
+    def drops(self) -> dict[str, float]:
+        """Each subset's peak minus its end (the mean of its last three evaluations)."""
+        return {k: float(v.max() - v[-END_EVALS:].mean()) for k, v in self.subsets.items()}
+
+
+def read_curve(run: Path) -> Curve:
+    """A run directory or a results folder entry (`metrics.jsonl`, and `activity.json` / `done.json` if there)."""
+    path = Path(run) / "metrics.jsonl"
+    if not path.is_file():
+        raise ScaleRLError(f"{path}: no metrics.jsonl (expected a scalerl run directory or a study results entry)")
+    rows = read_rows(path)
+    evals = [r for r in rows if r.get("kind") == "eval" and r.get("step", 0) > 0 and Y in r]
+    if len(evals) < END_EVALS:
+        raise ScaleRLError(f"{path}: {len(evals)} evaluations after step 0; the check needs at least {END_EVALS}")
+    subsets = {k[len(Y) + 1:] for k in evals[-1] if k.startswith(Y + "/")}
+    curve = Curve(
+        name=str(run), x=np.array([r[FIT_X] for r in evals], float), y=np.array([r[Y] for r in evals], float),
+        se=np.array([r.get(Y + "_se", 0.0) for r in evals], float),
+        subsets={s: np.array([r.get(f"{Y}/{s}", np.nan) for r in evals], float) for s in sorted(subsets)})
+    train = [r[STALENESS] for r in rows if r.get("kind") == "train" and STALENESS in r]
+    if train:
+        curve.staleness = float(np.mean(train))
+    elif (Path(run) / "activity.json").is_file():
+        stats = json.loads((Path(run) / "activity.json").read_text()).get("train", {}).get(STALENESS)
+        curve.staleness = None if stats is None else float(stats["mean"])
+    if (Path(run) / "done.json").is_file():
+        curve.build = json.loads((Path(run) / "done.json").read_text()).get("model_build")
+    return curve
+
+
+def read_references(folder: Path) -> list[Curve]:
+    runs = sorted(p for p in Path(folder).glob("seed*") if (p / "metrics.jsonl").is_file())
+    if len(runs) < 2:
+        raise ScaleRLError(f"{folder}: {len(runs)} reference runs (seed*/metrics.jsonl); the band needs at least 2")
+    refs = [read_curve(p) for p in runs]
+    builds = {r.build for r in refs}
+    if len(builds) != 1 or None in builds:
+        raise ScaleRLError(f"{folder}: the reference runs name other model builds ({sorted(map(str, builds))}); "
+                           "a band is of one build")
+    return refs
+
+
+def band(refs: list[Curve], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The references' lowest and highest pass rate at each compute `x` (NaN beyond a reference's compute)."""
+    at = np.array([np.where((x >= r.x[0]) & (x <= r.x[-1]), np.interp(x, r.x, r.y), np.nan) for r in refs])
+    with np.errstate(all="ignore"):
+        return np.nanmin(at, axis=0), np.nanmax(at, axis=0)
+
+
+def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
+    """The verdict (`ok`, `failures`) and every figure it rests on."""
+    if build is not None and refs[0].build != build:
+        raise ScaleRLError(f"the checked run started from model build {build}, the references from {refs[0].build}: "
+                           "compare runs of one build (rebuild or use the shipped weights)")
+    lo, hi = band(refs, run.x)
+    compared = ~np.isnan(lo)
+    lo_w, hi_w = lo - SE_WIDTH * run.se, hi + SE_WIDTH * run.se
+    outside = compared & ((run.y < lo_w) | (run.y > hi_w))
+    ref_ends = [r.end for r in refs]
+    end_lo = min(ref_ends) - SE_WIDTH * float(np.sqrt(np.mean(run.se[-END_EVALS:] ** 2) / END_EVALS))
+    failures = []
+    if run.end < end_lo:
+        failures.append(f"its end pass rate {run.end:.3f} is below the band's end {end_lo:.3f} "
+                        f"(references {min(ref_ends):.3f}-{max(ref_ends):.3f})")
+    if outside.sum() > OUTSIDE_SHARE * compared.sum():
+        failures.append(f"{int(outside.sum())} of {int(compared.sum())} evaluations are outside the band")
+    ref_stale = [r.staleness for r in refs if r.staleness is not None]
+    if run.staleness is not None and ref_stale and run.staleness > max(ref_stale) + STALENESS_SLACK:
+        failures.append(f"its mean staleness/max {run.staleness:.2f} exceeds the references' highest "
+                        f"{max(ref_stale):.2f} by more than {STALENESS_SLACK:g}")
+    ref_drops = {}
+    for r in refs:
+        for k, v in r.drops().items():
+            ref_drops[k] = max(ref_drops.get(k, 0.0), v)
+    return {"ok": not failures, "failures": failures, "run": run.name, "references": len(refs),
+            "end": run.end, "reference_ends": [min(ref_ends), max(ref_ends)],
+            "evaluations": [{"x": float(x), "y": float(y), "lo": None if np.isnan(a) else float(a),
+                             "hi": None if np.isnan(b) else float(b), "outside": bool(o)}
+                            for x, y, a, b, o in zip(run.x, run.y, lo_w, hi_w, outside)],
+            "staleness": run.staleness, "reference_staleness": [min(ref_stale), max(ref_stale)] if ref_stale else None,
+            "subset_drops": run.drops(), "reference_subset_drops": ref_drops}
+
+
+def lines(out: dict) -> list[str]:
+    rows = [f"{out['run']} against {out['references']} reference runs:",
+            f"  end pass rate {out['end']:.3f} (references {out['reference_ends'][0]:.3f}-{out['reference_ends'][1]:.3f})"]
+    if out["staleness"] is not None and out["reference_staleness"]:
+        a, b = out["reference_staleness"]
+        rows.append(f"  mean staleness/max {out['staleness']:.2f} (references {a:.2f}-{b:.2f})")
+    for name, drop in out["subset_drops"].items():
+        rows.append(f"  subset {name}: peak - end {drop:+.3f} (references at most "
+                    f"{out['reference_subset_drops'].get(name, float('nan')):+.3f})")
+    n_out = sum(e["outside"] for e in out["evaluations"])
+    rows.append(f"  evaluations outside the band: {n_out} of {len(out['evaluations'])}")
+    rows.append("  PASS: within the band" if out["ok"] else "  FAIL: " + "; ".join(out["failures"]))
+    return rows

@@ -1,0 +1,83 @@
+"""scalerl check: a run against the band of committed reference runs (scalerl/study/band.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from scalerl.cli import main
+from scalerl.errors import ScaleRLError
+from scalerl.study.band import band, check, read_curve, read_references
+
+X = [1e12 * 2 ** i for i in range(8)]
+
+
+def _run(folder, ys, staleness=1.5, build="abc123", se=0.01, subsets=None):
+    folder.mkdir(parents=True)
+    rows = [{"step": 0, "kind": "eval", "val/pass_rate": 0.1, "compute/flops": 0.0}]
+    for i, (x, y) in enumerate(zip(X, ys)):
+        row = {"step": i + 1, "kind": "eval", "val/pass_rate": y, "val/pass_rate_se": se, "compute/flops": x}
+        for name, values in (subsets or {}).items():
+            row[f"val/pass_rate/{name}"] = values[i]
+        rows.append(row)
+        rows.append({"step": i + 1, "kind": "train", "staleness/max": staleness})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "done.json").write_text(json.dumps({"model_build": build}))
+    return folder
+
+
+def _refs(tmp_path):
+    for seed, shift in enumerate([-0.02, 0.0, 0.02]):
+        _run(tmp_path / "refs" / f"seed{seed}", [0.2 + 0.06 * i + shift for i in range(8)], staleness=1.0 + seed / 2)
+    return read_references(tmp_path / "refs")
+
+
+def test_band_is_the_references_range_at_the_same_compute(tmp_path):
+    refs = _refs(tmp_path)
+    lo, hi = band(refs, np.array([X[2], (X[3] + X[4]) / 2, X[-1] * 2]))
+    assert lo[0] == pytest.approx(0.2 + 0.12 - 0.02) and hi[0] == pytest.approx(0.2 + 0.12 + 0.02)
+    assert lo[1] == pytest.approx(0.2 + 0.21 - 0.02)           # halfway between two evaluations, linearly
+    assert np.isnan(lo[2]) and np.isnan(hi[2])                # beyond the references' compute: not compared
+
+
+def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
+    refs = _refs(tmp_path)
+    same = read_curve(_run(tmp_path / "same", [0.2 + 0.06 * i + 0.01 for i in range(8)], staleness=1.8))
+    out = check(same, refs, "abc123")
+    assert out["ok"] and not out["failures"]
+    fell = read_curve(_run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.3, 0.3, 0.3], staleness=1.8))
+    out = check(fell, refs, "abc123")
+    assert not out["ok"] and "end pass rate 0.300" in out["failures"][0]
+    stale = read_curve(_run(tmp_path / "stale", [0.2 + 0.06 * i for i in range(8)], staleness=7.5))
+    out = check(stale, refs, "abc123")
+    assert out["failures"] == ["its mean staleness/max 7.50 exceeds the references' highest 2.00 by more than 1"]
+
+
+def test_subset_drops_are_reported(tmp_path):
+    refs = _refs(tmp_path)
+    rung = [0.0, 0.1, 0.2, 0.29, 0.2, 0.1, 0.0, 0.0]
+    run = read_curve(_run(tmp_path / "r", [0.2 + 0.06 * i for i in range(8)], subsets={"2x7": rung}))
+    assert run.drops() == {"2x7": pytest.approx(0.29 - (0.1 + 0.0 + 0.0) / 3)}   # peak - mean of the last three
+
+
+def test_other_builds_and_too_few_references_are_refused(tmp_path):
+    refs = _refs(tmp_path)
+    run = read_curve(_run(tmp_path / "r", [0.3] * 8, build="ffffff"))
+    with pytest.raises(ScaleRLError, match="model build ffffff"):
+        check(run, refs, "ffffff")
+    _run(tmp_path / "mixed" / "seed0", [0.3] * 8, build="a")
+    _run(tmp_path / "mixed" / "seed1", [0.3] * 8, build="b")
+    with pytest.raises(ScaleRLError, match="other model builds"):
+        read_references(tmp_path / "mixed")
+    _run(tmp_path / "one" / "seed0", [0.3] * 8)
+    with pytest.raises(ScaleRLError, match="needs at least 2"):
+        read_references(tmp_path / "one")
+
+
+def test_the_command_exits_1_on_a_failure(tmp_path, capsys):
+    _refs(tmp_path)
+    _run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.3, 0.3, 0.3])
+    assert main(["check", str(tmp_path / "fell"), "--against", str(tmp_path / "refs")]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    _run(tmp_path / "fine", [0.2 + 0.06 * i for i in range(8)])
+    assert main(["check", str(tmp_path / "fine"), "--against", str(tmp_path / "refs")]) == 0
