@@ -32,12 +32,14 @@ def _refs(tmp_path):
     return read_references(tmp_path / "refs")
 
 
-def test_band_is_the_references_range_at_the_same_compute(tmp_path):
+def test_band_is_the_99_percent_prediction_interval_at_the_same_compute(tmp_path):
     refs = _refs(tmp_path)
     lo, hi = band(refs, np.array([X[2], (X[3] + X[4]) / 2, X[-1] * 2]))
-    assert lo[0] == pytest.approx(0.2 + 0.12 - 0.02) and hi[0] == pytest.approx(0.2 + 0.12 + 0.02)
-    assert lo[1] == pytest.approx(0.2 + 0.21 - 0.02)           # halfway between two evaluations, linearly
-    assert np.isnan(lo[2]) and np.isnan(hi[2])                # beyond the references' compute: not compared
+    # three references 0.02 apart: sd 0.02, t(0.995, 2) = 9.9248 (tables), sqrt(1 + 1/3)
+    half = 9.924843 * 0.02 * (4 / 3) ** 0.5
+    assert lo[0] == pytest.approx(0.2 + 0.12 - half, abs=1e-5) and hi[0] == pytest.approx(0.2 + 0.12 + half, abs=1e-5)
+    assert lo[1] == pytest.approx(0.2 + 0.21 - half, abs=1e-5)   # halfway between two evaluations, linearly
+    assert np.isnan(lo[2]) and np.isnan(hi[2])                  # beyond the references' compute: not compared
 
 
 def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
@@ -45,9 +47,9 @@ def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
     same = read_curve(_run(tmp_path / "same", [0.2 + 0.06 * i + 0.01 for i in range(8)], staleness=1.8))
     out = check(same, refs, "abc123")
     assert out["ok"] and not out["failures"]
-    fell = read_curve(_run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.3, 0.3, 0.3], staleness=1.8))
+    fell = read_curve(_run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.1, 0.1, 0.1], staleness=1.8))
     out = check(fell, refs, "abc123")
-    assert not out["ok"] and "end pass rate 0.300" in out["failures"][0]
+    assert not out["ok"] and "end pass rate 0.100" in out["failures"][0]
     stale = read_curve(_run(tmp_path / "stale", [0.2 + 0.06 * i for i in range(8)], staleness=7.5))
     out = check(stale, refs, "abc123")
     assert out["failures"] == ["its mean staleness/max 7.50 exceeds the references' highest 2.00 by more than 1"]
@@ -76,7 +78,7 @@ def test_other_builds_and_too_few_references_are_refused(tmp_path):
 
 def test_the_command_exits_1_on_a_failure(tmp_path, capsys):
     _refs(tmp_path)
-    _run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.3, 0.3, 0.3])
+    _run(tmp_path / "fell", [0.2, 0.26, 0.32, 0.38, 0.36, 0.1, 0.1, 0.1])
     assert main(["check", str(tmp_path / "fell"), "--against", str(tmp_path / "refs")]) == 1
     assert "FAIL" in capsys.readouterr().out
     _run(tmp_path / "fine", [0.2 + 0.06 * i for i in range(8)])

@@ -9,10 +9,11 @@ The method, fixed before the reference runs were made:
   checked run's model name loads here), else the check refuses, in one line;
 - **the curve**: at each of the checked run's evaluations after step 0, each reference run's pass
   rate at the same compute (`compute/flops`, linear interpolation; evaluations beyond a reference's
-  compute are not compared); the band is the references' lowest to highest, widened by two of the
-  checked evaluation's standard errors (`val/pass_rate_se`). A run fails when its end (the mean of
-  its last three evaluations) is below the band's end, or when more than a third of its evaluations
-  are outside the band;
+  compute are not compared); the band is the 99% prediction interval of one more run drawn like the
+  references, `mean +- t(0.995, n-1) * sd * sqrt(1 + 1/n)` over the n references (so a run of the
+  same configuration fails about one time in a hundred, whatever n). A run fails when its end (the
+  mean of its last three evaluations) is below the prediction interval of the references' ends, or
+  when more than a third of its evaluations are outside the band;
 - **the data's age**: the run's mean `staleness/max` over its training steps must not exceed the
   references' highest by more than one version;
 - each validation subset's drop from its own peak to its end (the mean of the last three
@@ -35,7 +36,7 @@ Y = "val/pass_rate"
 STALENESS = "staleness/max"
 END_EVALS = 3           # the end of a curve: the mean of its last three evaluations
 OUTSIDE_SHARE = 1 / 3   # more evaluations than this outside the band fail the check
-SE_WIDTH = 2.0          # the band is widened by this many standard errors of the checked evaluation
+LEVEL = 0.99            # the band: a two-sided prediction interval for one more run
 STALENESS_SLACK = 1.0   # versions above the references' highest mean staleness/max
 
 
@@ -98,11 +99,24 @@ def read_references(folder: Path) -> list[Curve]:
     return refs
 
 
-def band(refs: list[Curve], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The references' lowest and highest pass rate at each compute `x` (NaN beyond a reference's compute)."""
-    at = np.array([np.where((x >= r.x[0]) & (x <= r.x[-1]), np.interp(x, r.x, r.y), np.nan) for r in refs])
+def prediction_interval(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The `LEVEL` prediction interval of one more draw from the distribution of `values` (normal, unknown
+    variance): `mean +- t * sd * sqrt(1 + 1/n)` along `axis`, NaN entries left out (NaN where n < 2)."""
+    from scipy import stats
+
+    n = np.sum(~np.isnan(values), axis=axis)
     with np.errstate(all="ignore"):
-        return np.nanmin(at, axis=0), np.nanmax(at, axis=0)
+        mean, sd = np.nanmean(values, axis=axis), np.nanstd(values, axis=axis, ddof=1)
+        half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * sd * np.sqrt(1 + 1 / n)
+    half = np.where(n >= 2, half, np.nan)
+    return mean - half, mean + half
+
+
+def band(refs: list[Curve], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The prediction band of the references' pass rate at each compute `x` (NaN where fewer than two
+    references reach that compute)."""
+    at = np.array([np.where((x >= r.x[0]) & (x <= r.x[-1]), np.interp(x, r.x, r.y), np.nan) for r in refs])
+    return prediction_interval(at)
 
 
 def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
@@ -110,12 +124,11 @@ def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
     if build is not None and refs[0].build != build:
         raise ScaleRLError(f"the checked run started from model build {build}, the references from {refs[0].build}: "
                            "compare runs of one build (rebuild or use the shipped weights)")
-    lo, hi = band(refs, run.x)
-    compared = ~np.isnan(lo)
-    lo_w, hi_w = lo - SE_WIDTH * run.se, hi + SE_WIDTH * run.se
+    lo_w, hi_w = band(refs, run.x)
+    compared = ~np.isnan(lo_w)
     outside = compared & ((run.y < lo_w) | (run.y > hi_w))
     ref_ends = [r.end for r in refs]
-    end_lo = min(ref_ends) - SE_WIDTH * float(np.sqrt(np.mean(run.se[-END_EVALS:] ** 2) / END_EVALS))
+    end_lo = float(prediction_interval(np.array(ref_ends))[0])
     failures = []
     if run.end < end_lo:
         failures.append(f"its end pass rate {run.end:.3f} is below the band's end {end_lo:.3f} "
