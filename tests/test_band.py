@@ -55,11 +55,17 @@ def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
     assert out["failures"] == ["its mean staleness/max 7.50 exceeds the references' highest 2.00 by more than 1"]
 
 
+def test_a_results_entry_reads_its_staleness_from_activity_json(tmp_path):
+    run = _run(tmp_path / "r", [0.3] * 8, staleness=9.0)            # the small form's last training row
+    (run / "activity.json").write_text(json.dumps({"train": {"staleness/max": {"mean": 2.5, "max": 4}}}))
+    assert read_curve(run).staleness == 2.5
+
+
 def test_subset_drops_are_reported(tmp_path):
     refs = _refs(tmp_path)
     rung = [0.0, 0.1, 0.2, 0.29, 0.2, 0.1, 0.0, 0.0]
     run = read_curve(_run(tmp_path / "r", [0.2 + 0.06 * i for i in range(8)], subsets={"2x7": rung}))
-    assert run.drops() == {"2x7": pytest.approx(0.29 - (0.1 + 0.0 + 0.0) / 3)}   # peak - mean of the last three
+    assert run.drops() == {"2x7": pytest.approx(0.29)}   # its peak minus its last evaluation
 
 
 def test_other_builds_and_too_few_references_are_refused(tmp_path):

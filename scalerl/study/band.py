@@ -16,8 +16,8 @@ The method, fixed before the reference runs were made:
   when more than a third of its evaluations are outside the band;
 - **the data's age**: the run's mean `staleness/max` over its training steps must not exceed the
   references' highest by more than one version;
-- each validation subset's drop from its own peak to its end (the mean of the last three
-  evaluations) is reported beside the references' largest drop (not a failure on its own).
+- each validation subset's drop from its own peak to its last evaluation is reported beside the
+  references' largest drop (not a failure on its own).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class Curve:
         return float(self.y[-END_EVALS:].mean())
 
     def drops(self) -> dict[str, float]:
-        """Each subset's peak minus its end (the mean of its last three evaluations)."""
-        return {k: float(v.max() - v[-END_EVALS:].mean()) for k, v in self.subsets.items()}
+        """Each subset's peak minus its last evaluation (not the mean of the last three: a subset still
+        rising at the end would read as one that fell)."""
+        return {k: float(np.nanmax(v) - v[-1]) for k, v in self.subsets.items()}
 
 
 def read_curve(run: Path) -> Curve:
@@ -76,12 +77,12 @@ def read_curve(run: Path) -> Curve:
         name=str(run), x=np.array([r[FIT_X] for r in evals], float), y=np.array([r[Y] for r in evals], float),
         se=np.array([r.get(Y + "_se", 0.0) for r in evals], float),
         subsets={s: np.array([r.get(f"{Y}/{s}", np.nan) for r in evals], float) for s in sorted(subsets)})
-    train = [r[STALENESS] for r in rows if r.get("kind") == "train" and STALENESS in r]
-    if train:
-        curve.staleness = float(np.mean(train))
-    elif (Path(run) / "activity.json").is_file():
+    if (Path(run) / "activity.json").is_file():   # a results entry keeps only the last training row
         stats = json.loads((Path(run) / "activity.json").read_text()).get("train", {}).get(STALENESS)
         curve.staleness = None if stats is None else float(stats["mean"])
+    else:
+        train = [r[STALENESS] for r in rows if r.get("kind") == "train" and STALENESS in r]
+        curve.staleness = float(np.mean(train)) if train else None
     if (Path(run) / "done.json").is_file():
         curve.build = json.loads((Path(run) / "done.json").read_text()).get("model_build")
     return curve
@@ -104,8 +105,11 @@ def prediction_interval(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, 
     variance): `mean +- t * sd * sqrt(1 + 1/n)` along `axis`, NaN entries left out (NaN where n < 2)."""
     from scipy import stats
 
+    import warnings
+
     n = np.sum(~np.isnan(values), axis=axis)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a compute fewer than two references reach: NaN
         mean, sd = np.nanmean(values, axis=axis), np.nanstd(values, axis=axis, ddof=1)
         half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * sd * np.sqrt(1 + 1 / n)
     half = np.where(n >= 2, half, np.nan)
@@ -159,7 +163,7 @@ def lines(out: dict) -> list[str]:
         a, b = out["reference_staleness"]
         rows.append(f"  mean staleness/max {out['staleness']:.2f} (references {a:.2f}-{b:.2f})")
     for name, drop in out["subset_drops"].items():
-        rows.append(f"  subset {name}: peak - end {drop:+.3f} (references at most "
+        rows.append(f"  subset {name}: peak - last {drop:+.3f} (references at most "
                     f"{out['reference_subset_drops'].get(name, float('nan')):+.3f})")
     n_out = sum(e["outside"] for e in out["evaluations"])
     rows.append(f"  evaluations outside the band: {n_out} of {len(out['evaluations'])}")
