@@ -262,6 +262,20 @@ def test_paper_verdicts_on_hand_made_differences():
     assert weak["A"] == ["not powered", "-0.030 (beyond +-0.020; detectable 0.030 > the paper's 0.020)"]
     assert weak["B"][0] == "agrees" and weak["overall"] == "agrees"      # B is still judged
     assert judge({**d, "detectable_A": None}, lower)["A"][0] == "not powered"   # one seed a side: unknown
+    # seeds that cannot detect the paper's 0.05 (detectable 0.08): a difference under 0.08 is read neither way,
+    # one over it is resolved whatever the paper's size
+    assert judge({**d, "dA": -0.06, "detectable_A": 0.08}, lower)["A"][0] == "not powered"
+    big = judge({**d, "dA": -0.43, "detectable_A": 0.08}, lower)["A"]
+    assert big == ["agrees", "-0.430 (beyond +-0.020; detectable 0.080 > the paper's 0.050, but the difference exceeds it)"]
+    # a claimed difference of no stated size, not seen: absence of a difference of unknown size proves nothing
+    unsized = Finding("Fig. Y", "lower", A="lower", B="lower")
+    got = judge({**d, "dA": -0.01, "A_differs": False, "margin_B": 0.3, "B_differs": False, "dB": -0.1,
+                 "detectable_B": 0.9}, unsized)
+    assert got["A"][0] == "not powered" and "the paper gives no size" in got["A"][1]
+    assert got["B"] == ["not powered", "-0.10 (within +-0.30; detectable 0.90): no difference beyond the seed "
+                                       "spread, and the paper gives no size of B to hold the seeds' power against"]
+    assert got["overall"] == "not powered"
+    assert judge({**d, "dA": 0.03, "detectable_A": 0.9}, unsized)["A"][0] == "disagrees"   # seen, the other way
     assert judge(measured, per_hour, x_col="compute/device_hours")["B"][0] == "agrees"
     assert judge(measured, FINDINGS["no-npr"], x_col="compute/flops")["A"][0] == "agrees"   # other claims unchanged
     # every configuration a study plans has the paper's finding, except the base and the bf16 reference
@@ -616,8 +630,8 @@ def test_a_swap_that_also_changes_the_datas_age_is_named():
 
 def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tmp_path):
     """no-npr with curriculum/epoch 0 in every step of every run: 'does not act' overrides the A
-    verdict (which on these curves would be 'disagrees': equal ceilings where the paper found a lower
-    one); the small form a results folder keeps carries the whole run's activity, and a report from
+    verdict (which on these curves would be 'not powered': equal ceilings where the paper found a lower
+    one of no stated size); the small form a results folder keeps carries the whole run's activity, and a report from
     it alone (a fresh checkout) says the same."""
     from scalerl.study.runner import ACTIVITY_FILE, archive_run, restore_archived
 
@@ -631,7 +645,7 @@ def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tm
         (s.run_dir / "config.yaml").write_text("{}")
     data = write_report(tmp_path / "a", fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
     paper = {c["name"]: c["paper"] for c in data["configs"]}["no-npr"]
-    assert paper["A"][0] == "disagrees"                      # what the curves alone would say
+    assert paper["A"][0] == "not powered"  # what the curves alone would say: no difference, of a size the paper does not give
     assert paper["overall"] == "not testable here: the component does not act"
     assert paper["activity"]["acts"] is False and "30 prompts the base retired (of 64)" in paper["activity"]["evidence"]
     md = (tmp_path / "a" / "report.md").read_text()

@@ -10,10 +10,12 @@ into one verdict per claim:
   claim of no difference: within it);
 - **disagrees**: the opposite direction beyond the margin, or no difference beyond the margin
   where the paper found one that the margin could have shown;
-- **not powered**, for a claim about `A` whose size the paper gives (`Finding.effect_A`; for a claim
-  of no difference, the paper's own +-0.02 for "similar"): the seeds cannot detect a difference that
+- **not powered**: for a claim about `A` whose size the paper gives (`Finding.effect_A`; for a claim
+  of no difference, the paper's own +-0.02 for "similar"), the seeds cannot detect a difference that
   small (`scalerl.scaling.power.detectable_difference`, two-sided t-test, alpha 0.05, power 0.8, from
-  the two sides' seed spreads of `A`), so the measured difference, shown beside it, is read neither way;
+  the two sides' seed spreads of `A`) and the measured difference is not larger than what they can
+  detect, so it is read neither way; for a claimed difference (in `A` or `B`) of a size the paper does
+  not give, no difference seen (absence of a difference of unknown size is no evidence against it);
 - **not testable here: the task sets the ceiling**, for a claim about `A`, where some validation
   subset never passes in any evaluation of any run of the study (`task_cap`): every configuration
   then meets the same ceiling, set by the items nobody solves, and only a variant that ends below
@@ -125,14 +127,20 @@ def _direction(expected: Direction, delta: float, differs: bool) -> str | None:
 
 
 def _power(d: dict, f: Finding) -> tuple[str, bool]:
-    """The detectable difference in A beside the paper's effect, and whether the seeds are powered for
-    it (True where the paper gives no size: nothing to hold the detectable difference against)."""
+    """The detectable difference in A beside the paper's effect, and whether the comparison can be read:
+    the seeds detect the paper's effect (detectable <= effect), or the measured difference is larger
+    than the detectable one (resolved, whatever the paper's size), or the paper gives no size (nothing
+    to hold the detectable difference against; `_claim_A` then reads only a difference it sees)."""
     mdd, effect = d.get("detectable_A"), f.effect_A
-    said = "one seed a side: no detectable difference" if mdd is None else f"detectable {mdd:.3f}"
+    if mdd is None:
+        return "one seed a side: no detectable difference", effect is None
+    resolved = abs(d["dA"]) > mdd
     if effect is None:
-        return f"{said} (the paper gives no size)", True
-    powered = mdd is not None and mdd <= effect
-    return f"{said} {'<=' if powered else '>'} the paper's {effect:.3f}", powered
+        return f"detectable {mdd:.3f}; the paper gives no size", True
+    if mdd <= effect:
+        return f"detectable {mdd:.3f} <= the paper's {effect:.3f}", True
+    return (f"detectable {mdd:.3f} > the paper's {effect:.3f}" + (", but the difference exceeds it" if resolved else ""),
+            resolved)
 
 
 def _claim_A(d: dict, f: Finding) -> tuple[str, str]:
@@ -146,7 +154,9 @@ def _claim_A(d: dict, f: Finding) -> tuple[str, str]:
     verdict = _direction(f.A, d["dA"], d["A_differs"])
     if verdict is not None:
         return verdict, measured
-    if f.effect_A is not None and d["margin_A"] >= f.effect_A:
+    if f.effect_A is None:   # a difference not seen, of a size the paper does not give: the seeds' power unknown
+        return NOT_POWERED, f"{measured}: no difference beyond the seed margin"
+    if d["margin_A"] >= f.effect_A:
         return "not measurable here", f"{measured}: the seed margin is not smaller than the paper's effect ({f.effect_A:.3f})"
     return "disagrees", f"{measured}: no difference beyond the seed margin"
 
@@ -158,8 +168,9 @@ def _claim_B(d: dict, f: Finding) -> tuple[str, str]:
         return "not measurable here", f"{d['dB']:+.2f}: one seed a side, no measured spread of B"
     mdd = f"; detectable {d['detectable_B']:.2f}" if d.get("detectable_B") is not None else ""
     measured = f"{d['dB']:+.2f} ({'beyond' if d['B_differs'] else 'within'} +-{d['margin_B']:.2f}{mdd})"
-    verdict = _direction(f.B, d["dB"], d["B_differs"])
-    return (verdict, measured) if verdict else ("disagrees", f"{measured}: no difference beyond the seed spread")
+    verdict = _direction(f.B, d["dB"], d["B_differs"])   # the paper gives no size for B: a difference not seen
+    return (verdict, measured) if verdict else (NOT_POWERED, f"{measured}: no difference beyond the seed spread, "
+                                                             "and the paper gives no size of B to hold the seeds' power against")
 
 
 TIME_AXES = ("compute/device_hours",)   # x axes that count the time a device waits, as GPU-hours do
