@@ -1,6 +1,7 @@
 """The smallest difference a comparison of seeds can detect (`scalerl.scaling.power`), checked against
 t quantiles from a printed table and against the exact power of the t-test (noncentral t)."""
 
+import json
 import math
 
 import numpy as np
@@ -74,3 +75,28 @@ def test_the_line_for_seeds_of_one():
     line = power_text(spread)
     assert "3 seeds" in line and "A 0.079 (seed std 0.026)" in line and "B 0.39" in line
     assert power_text(None) is None and power_text({"n_seeds": 1, "std": {}}) is None
+
+
+def _seed_run(path, A):
+    """A run whose validation curve is Eq. 1 with ceiling A (B 2, C_mid 2500, R0 0.1)."""
+    rows = [{"step": i, "kind": "eval", "compute/device_hours": 250.0 * i,
+             "val/pass_rate": 0.1 + (A - 0.1) / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.1} for i in range(40)]
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_fit_seeds_of_one_gives_the_detectable_difference(tmp_path, capsys):
+    """Three seeds whose ceilings are 0.60, 0.62, 0.64: the per-seed fits recover them, so the seed std of A
+    is 0.02 and another configuration of 3 seeds as spread is told apart from 3.717 x 0.02 x sqrt(2/3) = 0.061."""
+    from scalerl.cli import main
+
+    runs = [_seed_run(tmp_path / f"s{i}", A) for i, A in enumerate((0.60, 0.62, 0.64))]
+    assert main(["fit", *runs, "--seeds-of-one", "--bootstrap", "5", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["seeds"]["std"]["A"] == pytest.approx(0.02, abs=1e-3)
+    assert d["detectable"]["A"] == pytest.approx(3.717 * d["seeds"]["std"]["A"] * math.sqrt(2 / 3), rel=1e-3)
+    assert main(["fit", *runs, "--seeds-of-one", "--bootstrap", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"A {d['detectable']['A']:.3f} (seed std {d['seeds']['std']['A']:.3f})" in out
+    assert "against another configuration of 3 seeds" in out
