@@ -515,7 +515,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                          f"| {h['predicted']:.3f} | {h['A']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
                          f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
                          f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
-                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
+                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f}"
+                         + (f"; ruler {h['baseline_ruler_error']:+.3f}" if "baseline_ruler_error" in h else "") + " "
                          f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} "
                          f"| {subset_cell(r.half_subsets)} |")
     s = predictability_summary(configs)
