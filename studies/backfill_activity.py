@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from scalerl.run.metrics import read_rows
-from scalerl.study.paper import summarise_activity
+from scalerl.study.activity import summarise_activity
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, write_activity
 
 

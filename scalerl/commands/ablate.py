@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "under other seeds (`base-again`: an effect that does not); docs/study.md")
     parser.add_argument("--recipes", default="", metavar="A,B,...",
                         help="recipes to compare with the base, e.g. grpo,dapo,gspo,magistral,minimax (paper Fig. 2)")
-    parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per configuration (paper: 3)")
+    parser.add_argument("--seeds", type=int, default=5, metavar="N",
+                        help="seeds per configuration (default %(default)s; the paper: 3, which on this testbed cannot "
+                             "detect differences in A of the paper's size: docs/study.md)")
     parser.add_argument("--budget", default=None, metavar="STEPS|Xmin",
                         help="per run: optimizer steps (e.g. 200) or wall-clock training minutes (e.g. 5min)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -161,9 +161,13 @@ def _json(args: argparse.Namespace, o, data: dict, fits: dict) -> str:
     from scalerl.scaling.forecast import finite_json, forecast_dict
 
     if args.seeds_of_one:  # one pooled object for all the PATHs
+        from scalerl.scaling.power import detectable_difference
+
         (fit,) = fits.values()
-        first = next(iter(data.values()))
+        first, spread = next(iter(data.values())), fit.seed_spread()
         out = finite_json({**fit.to_dict(o.predict), "paths": list(args.paths), "x": first.x_name,
+                           "detectable": {p: detectable_difference(spread["std"][p], spread["n_seeds"])
+                                          for p in ("A", "B")} if spread else None,
                            "y": first.y_name, "compute": first.how, "window": list(fit.window)})
     elif len(fits) == 1:
         (p, fit), = fits.items()
@@ -176,6 +180,7 @@ def _json(args: argparse.Namespace, o, data: dict, fits: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from scalerl.scaling import comparison_table, summary
     from scalerl.scaling.forecast import forecast_dict, read
+    from scalerl.scaling.power import power_text
     from scalerl.scaling.report import first_half_line, verdict_lines
 
     o = options(args)
@@ -191,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     for p, f in fits.items():
         s = data.get(p) or next(iter(data.values()))
         print(summary(names.get(p, p), f, o.predict, x_name=s.x_name, y_name=s.y_name))
+        if args.seeds_of_one and power_text(f.seed_spread()):
+            print(f"  {power_text(f.seed_spread())}")
         if p in data:
             d = forecast_dict(s, f, o)
             if d["compute"].get("kind") != "column":

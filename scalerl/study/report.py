@@ -38,16 +38,23 @@ from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              subset_first_half_prediction,
                              window_start)
-from scalerl.study.paper import (DOES_NOT_ACT, FINDINGS, TASK_SETS_CEILING, component_activity, judge,
-                                 staleness_side_effect, summarise_activity)
+from scalerl.scaling.power import ALPHA, POWER, detectable_difference
+from scalerl.study.activity import judge_activity, staleness_side_effect, summarise_activity
+from scalerl.study.paper import DOES_NOT_ACT, FINDINGS, NOT_POWERED, TASK_SETS_CEILING, judge
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
-from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS
+from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS, Variant
 
 PAPER_MARGIN = 0.02
 SUBSET_BOOTSTRAP = 100  # bootstrap replicas of each per-subset fit (at most the study's own)
 END_EVALS = 3  # the end pass rate averages this many last evaluations
 AT_COMPUTE_WINDOW = 0.75  # the pass rate at compute C averages the evaluations in [0.75 C, C]
 Y_COLUMN = "val/pass_rate"
+POWER_NOTE = (f"`detectable`: the smallest difference the two sides' seeds can detect (`scalerl.scaling.power`: a "
+              f"two-sided two-sample t-test at alpha {ALPHA} with power {POWER}, from the seed standard deviations "
+              "of each side, pooled: (t_{1-alpha/2} + t_{power}) x s_pooled x sqrt(1/n_base + 1/n_config), "
+              "n_base + n_config - 2 degrees of freedom); the margin rule above calls a difference at about one seed std, "
+              "well below it. Under \"Against the paper\", a claim about A is \"not powered\" when the detectable "
+              "difference exceeds the paper's effect for it (for a claim of no difference, the paper's +-0.02).")
 PARTITION_RESIDUAL = 0.002    # subsets are a partition when shares reproduce the pass rate within this
 SHARE_TOLERANCE = 0.05        # ... and in near-equal shares when each share is within this of 1/K
 
@@ -94,10 +101,16 @@ class ConfigFit:
     trunk_dtype: str = "fp32"              # what its runs' trunk computed in (run_trunk_dtype)
     frac: float = 0.1                      # the share of the compute its fit leaves out (eval.fit_min_frac)
     subset_fits: dict[str, FitResult | str] = field(default_factory=dict)   # per subset: its fit, or why none
+    variant: Variant | None = None         # what it runs (its activity check), where it came from a study's plan
 
     def spread(self, param: str) -> float | None:
         s = self.fit.seed_spread() if self.fit is not None else None
         return None if s is None else s["std"][param]
+
+    def seeds(self) -> int:
+        """How many per-seed fits the seed spread is measured on (1: a single run's fit, no spread)."""
+        s = self.fit.seed_spread() if self.fit is not None else None
+        return 1 if s is None else int(s["n_seeds"])
 
     def finals(self) -> np.ndarray:
         """Each finished run's end pass rate (mean of its last END_EVALS evaluations): the
@@ -150,7 +163,7 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
 def read_activity(run_dir: Path) -> dict | None:
     """The run's `summarise_activity`: kept in `ACTIVITY_FILE` when the run is a study's small form
     (scalerl.study.runner.archive_run), else read from its metrics (of a small form without that
-    file: only its last training row, which `component_activity` knows)."""
+    file: only its last training row, which the activity checks know)."""
     kept = run_dir / ACTIVITY_FILE
     if kept.is_file():
         return json.loads(kept.read_text())
@@ -203,8 +216,8 @@ def task_cap(configs: Sequence[ConfigFit]) -> str | None:
 
 
 def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
-               trunk_dtype: str = "fp32") -> ConfigFit:
-    cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype, frac=frac)
+               trunk_dtype: str = "fp32", variant: Variant | None = None) -> ConfigFit:
+    cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype, frac=frac, variant=variant)
     finished = [r for r in runs if r.finished and len(r.x)]
     usable = finished or [r for r in runs if len(r.x)]  # unfinished seeds only while none has finished
     try:
@@ -282,15 +295,23 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": None if edge else abs(d_a) > margin_a,
            "dB": d_b, "margin_B": max(spreads_b) if spreads_b else None}
     out["B_differs"] = None if out["margin_B"] is None else abs(d_b) > out["margin_B"]
+    for param in ("A", "B"):   # the smallest difference these seeds detect (scalerl.scaling.power)
+        sides = [(c.spread(param), c.seeds()) for c in (base, other)]
+        out[f"detectable_{param}"] = (None if any(s is None for s, _ in sides)
+                                      else detectable_difference(sides[0][0], sides[0][1], sides[1][0], sides[1][1]))
     C = base.final_compute()
     at = (lambda c: c.at_compute(C)) if C is not None else (lambda c: np.empty(0))
     for key, margin, differs, values in (("dEnd", "margin_end", "end_differs", ConfigFit.finals),
                                          ("dAtBase", "margin_at_base", "at_base_differs", at)):
+        mdd = margin.replace("margin", "detectable")
         vb, vo = values(base), values(other)
         if len(vb) and len(vo):  # judged like A: the larger of the paper's margin and either side's seed std
             out[key] = float(vo.mean() - vb.mean())
             out[margin] = max([PAPER_MARGIN, *(float(np.std(v, ddof=1)) for v in (vb, vo) if len(v) >= 2)])
             out[differs] = abs(out[key]) > out[margin]
+            out[mdd] = (detectable_difference(float(np.std(vb, ddof=1)), len(vb),
+                                              float(np.std(vo, ddof=1)), len(vo))
+                        if len(vb) >= 2 and len(vo) >= 2 else None)
     return out
 
 
@@ -310,7 +331,9 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
             c.runs.append(RunFit(spec.variant.name, spec.seed, np.empty(0), np.empty(0), False,
                                  failure(spec.run_dir), error="no evaluations"))
     frac = specs[0].cfg.eval.fit_min_frac if specs else 0.1
-    return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap, c.trunk_dtype) for c in configs.values()]
+    variants = {s.variant.name: s.variant for s in specs}
+    return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap, c.trunk_dtype, variants[c.name])
+            for c in configs.values()]
 
 
 def run_trunk_dtype(spec: RunSpec) -> str:
@@ -379,23 +402,31 @@ def _at(c: ConfigFit, C: float | None) -> str:
     return _mean_std(c.at_compute(C) if C is not None else np.empty(0))
 
 
+def _mdd(value: float | None, fmt: str = ".3f") -> str:
+    return "" if value is None else f"; detectable {value:{fmt}}"
+
+
 def _verdict(d: dict) -> str:
     if not d.get("judged"):
         return "not judged (no base fit)"
     if d["A_differs"] is None:
-        a = f"A {d['dA']:+.3f} (not judged: A on the edge)"
+        a = f"A {d['dA']:+.3f} (not judged: A on the edge{_mdd(d.get('detectable_A'))})"
     else:
-        a = f"A {d['dA']:+.3f} ({'beyond' if d['A_differs'] else 'within'} +-{d['margin_A']:.3f})"
+        a = (f"A {d['dA']:+.3f} ({'beyond' if d['A_differs'] else 'within'} +-{d['margin_A']:.3f}"
+             f"{_mdd(d.get('detectable_A'))})")
     if d["B_differs"] is None:
         b = f"B {d['dB']:+.2f} (no seed spread)"
     else:
-        b = f"B {d['dB']:+.2f} ({'beyond' if d['B_differs'] else 'within'} +-{d['margin_B']:.2f})"
+        b = (f"B {d['dB']:+.2f} ({'beyond' if d['B_differs'] else 'within'} +-{d['margin_B']:.2f}"
+             f"{_mdd(d.get('detectable_B'), '.2f')})")
     if "dEnd" not in d:
         return f"{a}; {b}"
-    fin = f"end {d['dEnd']:+.3f} ({'beyond' if d['end_differs'] else 'within'} +-{d['margin_end']:.3f})"
+    fin = (f"end {d['dEnd']:+.3f} ({'beyond' if d['end_differs'] else 'within'} +-{d['margin_end']:.3f}"
+           f"{_mdd(d.get('detectable_end'))})")
     if "dAtBase" in d:
         fin += (f"; at base compute {d['dAtBase']:+.3f} "
-                f"({'beyond' if d['at_base_differs'] else 'within'} +-{d['margin_at_base']:.3f})")
+                f"({'beyond' if d['at_base_differs'] else 'within'} +-{d['margin_at_base']:.3f}"
+                f"{_mdd(d.get('detectable_at_base'))})")
     return f"{a}; {b}; {fin}"
 
 
@@ -420,8 +451,8 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
         if ref in by_name:
             ref_act, act_runs = ([r.activity for r in by_name[ref].runs if r.activity],
                                  [r.activity for r in c.runs if r.activity])
-            act = component_activity(c.name, ref_act, act_runs)
-            side = staleness_side_effect(c.name, ref_act, act_runs)
+            act = judge_activity(c.variant.acts if c.variant else None, ref_act, act_runs)
+            side = None if c.variant is None or c.variant.sets_pipeline else staleness_side_effect(ref_act, act_runs)
             if side is not None:
                 row["side_effect"] = side
             if act is not None:
@@ -440,19 +471,20 @@ def paper_markdown(rows: dict[str, dict]) -> str:
         lines.append(f"| {name} | {r['against']} | {r['figure']} | {r['claim']} | {a[0]} | {a[1]} | {b[0]} | {b[1]} "
                      f"| **{r['overall']}** |")
     counts = {v: sum(r["overall"] == v for r in rows.values())
-              for v in ("agrees", "disagrees", TASK_SETS_CEILING, DOES_NOT_ACT, "not measurable here")}
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n or v not in (TASK_SETS_CEILING, DOES_NOT_ACT))
+              for v in ("agrees", "disagrees", TASK_SETS_CEILING, DOES_NOT_ACT, NOT_POWERED, "not measurable here")}
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()
+                            if n or v not in (TASK_SETS_CEILING, DOES_NOT_ACT, NOT_POWERED))
               + f" (of {len(rows)})."]
     acts = {name: r["activity"] for name, r in rows.items() if "activity" in r}
     if acts:
         word = {True: "acts", False: "does not act", None: "not settled"}
         lines += ["", "Does the swapped component act on this testbed? From the runs' own metrics "
-                  "(`scalerl.study.paper.component_activity`); a row whose component does not act is not "
+                  "(the variant's own check, `scalerl.study.activity`); a row whose component does not act is not "
                   "judged on the paper's claim:", ""]
         lines += [f"- **{name}**: {word[a['acts']]}: {a['evidence']}" for name, a in acts.items()]
     sides = {name: r["side_effect"] for name, r in rows.items() if "side_effect" in r}
     if sides:
-        lines += ["", "What else the swap changed (`scalerl.study.paper.staleness_side_effect`): a verdict on such a "
+        lines += ["", "What else the swap changed (`scalerl.study.activity.staleness_side_effect`): a verdict on such a "
                   "row is about the two changes together, not the component alone:", ""]
         lines += [f"- **{name}**: {text}" for name, text in sides.items()]
     return "\n".join(lines)
@@ -483,7 +515,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                          f"| {h['predicted']:.3f} | {h['A']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
                          f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
                          f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
-                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
+                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f}"
+                         + (f"; ruler {h['baseline_ruler_error']:+.3f}" if "baseline_ruler_error" in h else "") + " "
                          f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} "
                          f"| {subset_cell(r.half_subsets)} |")
     s = predictability_summary(configs)
@@ -630,14 +663,16 @@ def controls_markdown(s: dict) -> str:
     lines = ["| control | what it changes | expected | A: measured vs base | detected (A) | end pass rate vs base "
              "| detected (end) |", "|---|---|---|---|---|---|---|"]
     for name, p in s["positive"].items():
-        a = (f"{p['dA']:+.3f} (margin +-{p['margin_A']:.3f})" if p.get("judged") else "not judged")
-        end = f"{p['dEnd']:+.3f} (margin +-{p['margin_end']:.3f})" if "dEnd" in p else "-"
+        a = (f"{p['dA']:+.3f} (margin +-{p['margin_A']:.3f}{_mdd(p.get('detectable_A'))})" if p.get("judged")
+             else "not judged")
+        end = f"{p['dEnd']:+.3f} (margin +-{p['margin_end']:.3f}{_mdd(p.get('detectable_end'))})" if "dEnd" in p else "-"
         lines.append(f"| {name} (positive) | {p['swaps']} | A {p['expect']} | {a} | {_yes_no(p['detected'])} "
                      f"| {end} | {_yes_no(p['end_detected'])} |")
     n = s["negative"]
     if n is not None:
-        a = f"{n['dA']:+.3f} (margin +-{n['margin_A']:.3f})" if n.get("judged") else "not judged"
-        end = f"{n['dEnd']:+.3f} (margin +-{n['margin_end']:.3f})" if "dEnd" in n else "-"
+        a = (f"{n['dA']:+.3f} (margin +-{n['margin_A']:.3f}{_mdd(n.get('detectable_A'))})" if n.get("judged")
+             else "not judged")
+        end = f"{n['dEnd']:+.3f} (margin +-{n['margin_end']:.3f}{_mdd(n.get('detectable_end'))})" if "dEnd" in n else "-"
         lines.append(f"| {CONTROL_AGAIN} (negative) | nothing: the base under other seeds | no difference | {a} | "
                      f"{_differs(n['differs'])} | {end} | {_differs(n['end_differs'])} |")
     fp = s["false_positive"]
@@ -774,7 +809,8 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
            "judged like A; `at base compute` is the same at equal compute: each finished run's mean pass rate "
            f"over its evaluations in [{AT_COMPUTE_WINDOW} C, C], C = the base's mean final compute. "
            "Neither needs a fit: they are the comparisons to trust when A is on the edge of its range (the "
-           "curve has not bent enough to pin its ceiling).", ""]
+           "curve has not bent enough to pin its ceiling).", "",
+           POWER_NOTE, ""]
     if data["controls"] is not None:
         md += ["## Controls: does the study detect what exists, and only that?", "",
                controls_markdown(data["controls"]), ""]
@@ -782,7 +818,8 @@ def write_report(study_dir: Path, configs: Sequence[ConfigFit], base: str, x_col
         md += ["## Against the paper", "",
                "Each configuration's difference from its reference, judged against the paper's finding "
                "(`scalerl/study/paper.py`): agrees (the paper's direction beyond the seed margin; for a claim "
-               "of no difference, within it), disagrees, or not measurable here (and why).", "",
+               "of no difference, within it), disagrees, not powered (the seeds cannot detect a difference the size "
+               "of the paper's), or not measurable / not testable here (and why).", "",
                paper_markdown(paper), ""]
     subsets = subsets_markdown(sorted(configs, key=sort_key))
     if subsets:

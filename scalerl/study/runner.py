@@ -12,7 +12,7 @@ run is also kept there in small form, and a run found there is not trained again
     <results>/<config>/seed<k>/{config.yaml, done.json, metrics.jsonl}   (evaluation rows and the
                                                                           last training row only)
     <results>/<config>/seed<k>/activity.json   what says whether a swapped component acted, over
-                                               every training step (scalerl.study.paper)
+                                               every training step (scalerl.study.activity)
 
 A run with `done.json` is never redone; a run directory without it was interrupted and is
 continued from its last checkpoint, exactly as `scalerl train --resume --run-dir DIR` does
@@ -47,6 +47,7 @@ from scalerl.config import Config, dump_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.run.lock import RunDirInUse
+from scalerl.study.activity import summarise_activity
 from scalerl.study.variants import Variant, fit_length_control
 
 DONE_FILE = "done.json"
@@ -227,7 +228,7 @@ def archive_run(run_dir: Path, dest: Path) -> None:
     """Keep a finished run in small form in `dest`: its config, done.json, metrics.jsonl cut to the
     evaluation rows (what the study's fits read) and the last training row (its totals), and
     `ACTIVITY_FILE`, the summary over every training step of what says whether a swapped component
-    acted (`scalerl.study.paper.summarise_activity`)."""
+    acted (`scalerl.study.activity.summarise_activity`)."""
     from scalerl.run.metrics import METRICS_FILE, read_rows
     from scalerl.run.rundir import CONFIG_FILE
 
@@ -246,8 +247,6 @@ def archive_run(run_dir: Path, dest: Path) -> None:
 def write_activity(rows: list[dict], dest: Path) -> None:
     """`ACTIVITY_FILE` in `dest` from a run's full metrics rows (also for a small form kept before the
     file existed, from the run directory it was cut from)."""
-    from scalerl.study.paper import summarise_activity
-
     summary = summarise_activity(rows)
     if summary is not None:
         tmp = dest / (ACTIVITY_FILE + ".tmp")

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from scalerl.config import Config, InterruptConfig, LengthPenaltyConfig
 from scalerl.errors import ScaleRLError
+from scalerl.study.activity import (ActivityCheck, clipping_acts, length_control_acts, resampling_acts,
+                                    window_acts, zero_variance_filter_acts)
 
 
 @dataclass(frozen=True)
@@ -36,19 +38,28 @@ class Variant:
     overrides: tuple[str, ...] = ()  # `--set` overrides after the user's own
     swaps: str = ""                  # what changed, in words (the report's table)
     seed_offset: int = 0             # its seeds are seed_offset, seed_offset + 1, ... (`base-again`)
+    acts: ActivityCheck | None = None  # does the swapped component act? (scalerl.study.activity; None: no check,
+                                       # the swap always changes the update, e.g. token against prompt aggregation)
+
+    @property
+    def sets_pipeline(self) -> bool:
+        """The swap is of the pipeline itself (`pipeline.*`: PipelineRL's k, PPO-off-policy), whose point
+        is the data's age: a change of staleness is its effect, not a side effect."""
+        return any(o.startswith("pipeline.") for o in self.overrides)
 
 
-# (name, what the paper swapped, overrides): ScaleRL component -> the paper's alternative.
-LEAVE_ONE_OUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+# (name, what the paper swapped, overrides, the check of whether the component acts): ScaleRL
+# component -> the paper's alternative.
+LEAVE_ONE_OUT: tuple[tuple[str, str, tuple[str, ...], ActivityCheck | None], ...] = (
     ("dapo-loss", "CISPO -> DAPO loss (PPO-clip, eps 0.2 / 0.28)",
-     ("loss.type=ppo_clip", "loss.eps_low=0.2", "loss.eps_high=0.28")),
-    ("token-agg", "prompt -> token aggregation", ("loss.aggregation=token",)),
-    ("prompt-norm", "batch -> prompt advantage normalisation", ("advantage.norm=prompt",)),
-    ("no-fp32-head", "FP32 LM head -> off", ("model.fp32_head=false",)),
-    ("no-zero-var-filter", "zero-variance filter -> off", ("filter.zero_variance=false",)),
-    ("no-npr", "No-Positive-Resampling -> off", ("curriculum.no_positive_resampling=false",)),
-    ("ppo-off-policy", "PipelineRL -> PPO-off-policy (same k)", ("pipeline.mode=ppo_off_policy",)),
-    ("length-penalty", "forced interruptions -> length penalty", ("rollout.length.type=penalty",)),
+     ("loss.type=ppo_clip", "loss.eps_low=0.2", "loss.eps_high=0.28"), clipping_acts),
+    ("token-agg", "prompt -> token aggregation", ("loss.aggregation=token",), None),
+    ("prompt-norm", "batch -> prompt advantage normalisation", ("advantage.norm=prompt",), None),
+    ("no-fp32-head", "FP32 LM head -> off", ("model.fp32_head=false",), None),
+    ("no-zero-var-filter", "zero-variance filter -> off", ("filter.zero_variance=false",), zero_variance_filter_acts),
+    ("no-npr", "No-Positive-Resampling -> off", ("curriculum.no_positive_resampling=false",), resampling_acts),
+    ("ppo-off-policy", "PipelineRL -> PPO-off-policy (same k)", ("pipeline.mode=ppo_off_policy",), None),
+    ("length-penalty", "forced interruptions -> length penalty", ("rollout.length.type=penalty",), length_control_acts),
 )
 
 # PipelineRL's k (paper Fig. 4: k = 8 beat k = 1 .. 4 on efficiency); the base's own k is not repeated
@@ -120,9 +131,10 @@ def plan_variants(base: str = "scalerl", leave_one_out: bool = False, recipes: t
     variants = [Variant(CONTROL_BASE if alone else base, base, (), "base")]
     variants += [Variant(r, r, (), f"recipe {r}") for r in recipes if r != base]
     if leave_one_out:
-        variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in LEAVE_ONE_OUT]
+        variants += [Variant(name, base, overrides, swaps, acts=acts) for name, swaps, overrides, acts in LEAVE_ONE_OUT]
     if k_sweep:
-        variants += [Variant(f"pipeline-k{k}", base, (f"pipeline.k={k}",), f"PipelineRL k -> {k}") for k in K_SWEEP]
+        variants += [Variant(f"pipeline-k{k}", base, (f"pipeline.k={k}",), f"PipelineRL k -> {k}", acts=window_acts(k))
+                     for k in K_SWEEP]
     if precision:
         variants += [Variant(name, base, overrides, swaps) for name, swaps, overrides in PRECISION]
     if axes:
