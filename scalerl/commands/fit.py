@@ -1,6 +1,6 @@
 """`scalerl fit`: fit the compute-performance curve to runs' metrics and forecast it.
 
-Reads scalerl runs and other frameworks' logs (`--from trl|verl|openrlhf|skyrl|scalerl`), with
+Reads scalerl runs and other frameworks' logs (`--from trl|verl|openrlhf|skyrl|prime-rl|nemo-rl|areal|slime|scalerl`), with
 compute from a column (`--x`) or derived (`--compute wall|tokens|steps`); see docs/forecasting.md.
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 HELP = "fit the sigmoid compute-performance curve (paper Eq. 1) to metrics and forecast it"
-PRESETS = ("trl", "verl", "openrlhf", "skyrl", "scalerl")
+PRESETS = ("trl", "verl", "openrlhf", "skyrl", "prime-rl", "nemo-rl", "areal", "slime", "scalerl")
 
 
 def add_reading_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,8 +23,9 @@ from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import FitResult, fall_warning, find_fall, first_half_check, fit_curve, fit_seeds, window_start
 from scalerl.scaling.report import verdict
 from scalerl.scaling.sources import Compute, Series, read_run
+from scalerl.scaling.spec import SPEC
 
-FIT_MIN_FRAC = 0.1
+FIT_MIN_FRAC = SPEC.fit_min_frac
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,12 @@ class Options:
     fit_max: float | None = None
     fit_min_frac: float = FIT_MIN_FRAC
     model: str = "sigmoid"
-    fit_r0: bool = False
-    method: str = "fast"
-    n_bootstrap: int = 200
-    seed: int = 0
+    fit_r0: bool = SPEC.fit_r0          # the defaults are the one forecast specification (scalerl.scaling.spec)
+    method: str = SPEC.method
+    n_bootstrap: int = SPEC.n_bootstrap
+    seed: int = SPEC.seed
     a_range: tuple[float, float] | None = None
-    check_grid: bool = True
+    check_grid: bool = SPEC.check_grid
     predict: tuple[float, ...] = ()
 
     def check(self) -> None:
