@@ -109,10 +109,10 @@ PRESETS: dict[str, Preset] = {
                "mode), areal/utils/stats_tracker.py (a named tracker prefixes its keys) and "
                "areal/utils/stats_logger.py (commit: W&B / TensorBoard at global_step; commit 4aef98d)"),
     "slime": Preset(
-        "slime", y=(r"eval/(?!step$)[^/]+(?<!-truncated_ratio)",), steps=("eval/step", "step", "rollout/step"),
+        "slime", y=(r"eval/(?!step$)(?!.*-pass@\d+$)[^/]+(?<!-truncated_ratio)",), steps=("eval/step", "step", "rollout/step"),
         durations=(), tokens=(),
         source="THUDM/slime slime/observability/rollout_metrics.py (log_eval_rollout_data: eval/<dataset> = "
-               "mean reward, eval/<dataset>-truncated_ratio, step key eval/step) and "
+               "mean reward, eval/<dataset>-truncated_ratio, eval/<dataset>-pass@k, step key eval/step) and "
                "slime/observability/wandb_utils.py (eval/* against eval/step; commit 624b824)"),
     "scalerl": Preset(
         "scalerl", y=(r"val/pass_rate",), steps=("step",), durations=("time/step",),
