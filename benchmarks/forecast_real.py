@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", action="store_true", help="include TRAIN_* curves (training-batch rewards)")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = ap.parse_args(argv)
-    files = sorted(f for f in args.folder.glob("*.csv") if args.train or not f.name.startswith("TRAIN_"))
-    if not files:
-        raise ScaleRLError(f"{args.folder}: no curve files (*.csv) found")
+    files = curve_files(args.folder, args.train)
     per_curve = {}
     for f in files:
         x, y = read_curve(f)
@@ -143,8 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def curve_files(folder: Path, train: bool) -> list[Path]:
+    """The curve files of `folder`, TRAIN_* (training-batch rewards) only with `train`."""
+    files = sorted(f for f in folder.glob("*.csv") if train or not f.name.startswith("TRAIN_"))
+    if not files:
+        raise ScaleRLError(f"{folder}: no curve files (*.csv) found")
+    return files
+
+
+def run(main_fn, name: str) -> None:
+    """Run a benchmark's main; a ScaleRLError is its one-line error."""
     try:
-        sys.exit(main())
+        sys.exit(main_fn())
     except ScaleRLError as exc:
-        sys.exit(f"forecast_real: {exc}")
+        sys.exit(f"{name}: {exc}")
+
+
+if __name__ == "__main__":
+    run(main, "forecast_real")

@@ -12,6 +12,7 @@ from scalerl.cli import main
 from scalerl.evaluate import forecast_row
 from scalerl.launch import final_fit
 from scalerl.scaling.fit import ruler
+from scalerl.scaling.spec import SPEC
 from scalerl.study.report import fit_run
 
 A, B, C_MID, R0 = 0.6, 1.5, 1e12, 0.1
@@ -48,7 +49,7 @@ def test_fit_json_live_row_scalerl_fit_and_study_report_agree(tmp_path, capsys):
     fit_json = json.loads((run / "fit.json").read_text())
     assert main(["fit", str(run), "--x", "compute/flops", "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    report = fit_run("cfg", 0, run, "compute/flops", 0.1, n_bootstrap=5)
+    report = fit_run("cfg", 0, run, "compute/flops", 0.1, n_bootstrap=SPEC.n_bootstrap)   # ablate's default
 
     a = {"fit.json": (fit_json["A"], *fit_json["ci"]["A"]), "scalerl fit": (cli["A"], *cli["ci"]["A"]),
          "live": (live["forecast/A"], live["forecast/A_lo"], live["forecast/A_hi"]),

@@ -9,6 +9,7 @@ import pytest
 
 from scalerl.cli import main
 from scalerl.scaling.sources import PRESETS, Compute, read_run
+from test_scaling_sources import write_tb
 
 STEPS = np.arange(0, 101, 5)
 
@@ -20,18 +21,6 @@ def curve(step):  # Eq. 1 in steps: A 0.62, B 2, C_mid 30 steps, R0 0.3
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def write_tb(folder, scalars):
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    writer = EventFileWriter(str(folder))
-    for step, wall, tag, value in scalars:
-        summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-        writer.add_event(event_pb2.Event(step=step, wall_time=wall, summary=summ))
-    writer.close()
-    return folder
 
 
 def test_prime_rl_avg_at_k_not_pass_at_k(tmp_path):

@@ -24,7 +24,7 @@ Departures from the paper:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -38,7 +38,7 @@ from scalerl.scaling.readers import read_column_at
 from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
                              subset_first_half_prediction,
                              window_start)
-from scalerl.scaling.spec import spec_fit
+from scalerl.scaling.spec import SPEC, spec_fit
 from scalerl.study.paper import (DOES_NOT_ACT, FINDINGS, TASK_SETS_CEILING, component_activity, judge,
                                  staleness_side_effect, summarise_activity)
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
@@ -133,7 +133,8 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
                  activity=read_activity(path))
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
-        run.fit = spec_fit(x, y, frac)   # the one forecast specification (scalerl.scaling.spec)
+        # the one forecast specification (scalerl.scaling.spec), with the study's replica count
+        run.fit = spec_fit(x, y, frac, spec=replace(SPEC, n_bootstrap=n_bootstrap))
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
     half = first_half_check(x, y)   # the frozen method (docs/forecasting.md), whatever `frac`
@@ -296,7 +297,7 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
 
 
 def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
-              n_bootstrap: int = 100) -> list[ConfigFit]:
+              n_bootstrap: int = SPEC.n_bootstrap) -> list[ConfigFit]:
     """Fit every run with a metrics file, then every configuration, in plan order."""
     configs: dict[str, ConfigFit] = {}
     for spec in specs:
