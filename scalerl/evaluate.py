@@ -117,17 +117,21 @@ def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
     return var ** 0.5 / n
 
 
-def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_bootstrap: int = 50,
-                  se: list[float] | None = None) -> dict:
-    """Refit the sigmoid to (compute, pass rate) so far; {} while too few points. From six
-    evaluations on, also whether the curve fell after its peak (`scalerl.scaling.find_fall`, with
-    each evaluation's standard error `se` where given): `forecast/fell` (1 or 0) and `forecast/peak`.
+def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: list[float] | None = None) -> dict:
+    """Refit the sigmoid to (compute, pass rate) so far by the one forecast specification
+    (`scalerl.scaling.spec`: the window, R0, the grid check, 200 bootstrap replicas, as `scalerl
+    fit`, fit.json and the study report); {} while too few points. From six evaluations on, also
+    whether the curve fell after its peak (`scalerl.scaling.find_fall`, with each evaluation's
+    standard error `se` where given): `forecast/fell` (1 or 0) and `forecast/peak`; once the first
+    half of the compute holds five evaluations, the first-half check (the frozen method):
+    `forecast/first_half_predicted`, `forecast/first_half_error` and its baselines' errors.
 
     A fit that cannot be made (e.g. a flat curve) is reported in the row as `forecast/error`
     rather than stopping the training run; the final fit (launch.final_fit) does raise.
     """
     from scalerl.errors import ScaleRLError
-    from scalerl.scaling import find_fall, fit_curve
+    from scalerl.scaling import find_fall, first_half_check
+    from scalerl.scaling.spec import spec_fit
 
     if not evals:
         return {}
@@ -135,11 +139,14 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, n_boots
     y = [r for _, r in evals]
     fall = find_fall(y, se)
     out = {} if fall is None else {"forecast/fell": int(fall["fell"]), "forecast/peak": fall["peak"]}
-    fit_min = fit_min_frac * evals[-1][0]
-    if sum(c >= fit_min and c > 0 for c, _ in evals) < MIN_POINTS:
+    half = first_half_check(x, y)
+    if half is not None and "error" in half:
+        out.update({f"forecast/first_half_{k}": half[k] for k in
+                    ("predicted", "error", "baseline_last_error", "baseline_best_error", "baseline_ruler_error")})
+    if sum(c > 0 for c in x) < MIN_POINTS:
         return out
     try:
-        fit = fit_curve(x, y, model="sigmoid", fit_min=fit_min, n_bootstrap=n_bootstrap, seed=0)
+        fit = spec_fit(x, y, fit_min_frac)
     except ScaleRLError as exc:
         return {**out, "forecast/error": str(exc)}
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))

@@ -27,15 +27,16 @@ MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     """Fit the sigmoid to the run's validation curve; write fit.json and fit.png."""
     from scalerl.run.compute import FIT_X, FIT_X_LABEL
-    from scalerl.scaling import fall_warning, find_fall, first_half_check, fit_curve, plot_fits, read_metrics, window_start
+    from scalerl.scaling import fall_warning, find_fall, first_half_check, plot_fits, read_metrics
     from scalerl.scaling.readers import read_column_at
+    from scalerl.scaling.spec import spec_fit
 
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate")
     warns = list(warns)
     if len(x) < MIN_FIT_EVALS:
         raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
                            f"{MIN_FIT_EVALS} (raise eval.count or run.max_steps)")
-    fit = fit_curve(x, y, model="sigmoid", fit_min=window_start(x, fit_min_frac, warns))
+    fit = spec_fit(x, y, fit_min_frac, warns)   # the one forecast specification (scalerl.scaling.spec)
     out = fit.to_dict()
     out["fall"] = find_fall(y, read_column_at(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se", x))
     fell = fall_warning(out["fall"], x)

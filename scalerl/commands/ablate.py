@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--x", dest="x_col", default=FIT_X,
                         help="compute column of the fits (default: %(default)s, independent of the machine's load; "
                              "compute/device_hours is the paper's axis)")
-    parser.add_argument("--bootstrap", type=int, default=100, metavar="N", help="bootstrap replicas per fit")
+    parser.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                        help="bootstrap replicas per fit (default: %(default)s, as scalerl fit and scalerl train)")
     parser.add_argument("--report-only", action="store_true", help="train nothing; fit and report what is there")
     parser.add_argument("--progress", action="store_true", help="a progress bar per run")
     parser.add_argument("--jobs", type=_positive, default=1, metavar="N",

@@ -1,6 +1,6 @@
 """`scalerl fit`: fit the compute-performance curve to runs' metrics and forecast it.
 
-Reads scalerl runs and other frameworks' logs (`--from trl|verl|openrlhf|skyrl|scalerl`), with
+Reads scalerl runs and other frameworks' logs (`--from trl|verl|openrlhf|skyrl|prime-rl|nemo-rl|areal|slime|scalerl`), with
 compute from a column (`--x`) or derived (`--compute wall|tokens|steps`); see docs/forecasting.md.
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 HELP = "fit the sigmoid compute-performance curve (paper Eq. 1) to metrics and forecast it"
-PRESETS = ("trl", "verl", "openrlhf", "skyrl", "scalerl")
+PRESETS = ("trl", "verl", "openrlhf", "skyrl", "prime-rl", "nemo-rl", "areal", "slime", "scalerl")
 
 
 def add_reading_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,12 +55,25 @@ def add_fitting_arguments(p: argparse.ArgumentParser) -> None:
                    help="search range of A (default: max metric - 0.1 .. 1.0)")
 
 
+def add_decision_arguments(p: argparse.ArgumentParser) -> None:
+    """What a user asks of the forecast (shared with `scalerl watch`)."""
+    p.add_argument("--target", type=float, nargs="+", default=[], metavar="T",
+                   help="the compute at which the run reaches this pass rate, with its 90%% interval (or: not "
+                        "before the ceiling)")
+    p.add_argument("--budget", type=float, default=None, metavar="C",
+                   help="the compute you could run to: the gain left from the last evaluation to it, and the stop rule")
+    p.add_argument("--stop-when", type=float, default=0.02, metavar="GAIN", dest="stop_when",
+                   help="with --budget: stop when the upper end of the 90%% interval of the gain left is below "
+                        "GAIN (default: %(default)s, the paper's margin between recipes)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="run directory (metrics.jsonl or TensorBoard events), .jsonl, .csv or W&B CSV export")
     add_reading_arguments(p)
     add_fitting_arguments(p)
     p.add_argument("--predict", type=float, nargs="+", default=[], metavar="C", help="forecast at these computes")
+    add_decision_arguments(p)
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="write the plot here (and the linearised view beside it, FILE_linearised.png)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a readable summary")
@@ -81,7 +94,8 @@ def options(args: argparse.Namespace):
                 fit_min=args.fit_min, fit_max=args.fit_max, fit_min_frac=args.fit_min_frac, model=args.model,
                 fit_r0=args.fit_r0, method=args.method, n_bootstrap=args.bootstrap, seed=args.seed,
                 a_range=tuple(args.a_range) if args.a_range else None, check_grid=not args.no_grid_check,
-                predict=tuple(getattr(args, "predict", ()) or ()))
+                predict=tuple(getattr(args, "predict", ()) or ()), targets=tuple(args.target or ()),
+                budget=args.budget, stop_below=args.stop_when)
     o.check()
     return o
 
@@ -204,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  compute: {_how(d['compute'])}")
             if "verdict" in d:
                 print("\n".join(verdict_lines(d["verdict"], s.x_name)))
+            print("\n".join(decision_lines(d)))
             if d.get("first_half_fit") and "error" in d["first_half_fit"]:
                 print(first_half_line(d["first_half_fit"]))
         print()
@@ -212,6 +227,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
+
+
+def decision_lines(d: dict) -> list[str]:
+    """The --target and --budget answers of one `forecast_dict`, in plain words."""
+    lines = [f"  target: {t['text']}" for t in d.get("targets", [])]
+    if "budget" in d:
+        lines.append(f"  budget: {d['budget']['text']}")
+    return lines
 
 
 def _how(how: dict) -> str:

@@ -6,7 +6,9 @@ read whole on the next look; TensorBoard event files are read to their last comp
 when it holds more evaluations than at the last fit, the curve is refitted with the options of
 `scalerl fit`: A, B, C_mid with their intervals and the value forecast at 2x and 10x the current
 compute are printed (one JSON object per line with `--json`) and the plot is rewritten (in place,
-atomically). Ctrl-C stops it cleanly (exit 0).
+atomically). Ctrl-C stops it cleanly (exit 0). With `--budget C` each refit also gives the gain
+left to C and the stop rule (`scalerl.scaling.stop`): when the upper end of the gain's 90%
+interval is below `--stop-when` (0.02), the watch runs `--on-stop CMD` once and ends (exit 0).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from scalerl.commands.fit import add_fitting_arguments, add_reading_arguments, check_plot_path, options
+from scalerl.commands.fit import (add_decision_arguments, add_fitting_arguments, add_reading_arguments, check_plot_path,
+                                  decision_lines, options)
 
 HELP = "follow a run's log while it is written and refit the forecast as evaluations arrive"
 
@@ -32,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fitting_arguments(p)
     p.add_argument("--plot", default=None, metavar="FILE.png", help="rewrite this plot at every refit")
     p.add_argument("--json", action="store_true", help="print one JSON object per refit (JSON lines)")
+    add_decision_arguments(p)
+    p.add_argument("--on-stop", default=None, metavar="CMD",
+                   help="with --budget: when the stop rule fires, run this shell command once (e.g. 'kill -INT "
+                        "<trainer pid>' or 'touch STOP') and end the watch")
 
 
 def _signature(path: Path) -> tuple:
@@ -81,6 +88,7 @@ def _show(args: argparse.Namespace, out: dict, n: int) -> None:
     if out.get("C_mid") is not None:
         line += f", C_mid {num(out['C_mid'])}{band('C_mid', num)}"
     lines = [line] + (verdict_lines(out["verdict"], out["x"]) if "verdict" in out else [])
+    lines += decision_lines(out)
     lines += [f"  warning: {w}" for w in out["warnings"]]
     print("\n".join(lines), flush=True)
 
@@ -105,9 +113,34 @@ def _update(args: argparse.Namespace, o, state: dict) -> None:
         _say(args, f"waiting for more evaluations ({n} so far): {exc}", state)
         return
     state["said"] = None
-    _show(args, forecast_dict(series, fit, o), n)
+    out = forecast_dict(series, fit, o)
+    _show(args, out, n)
     if args.plot:
         _rewrite_plot(args.plot, series, fit)
+    if out.get("budget", {}).get("stop"):
+        _act(args, out["budget"], state)
+
+
+ON_STOP_TIMEOUT_S = 60.0
+
+
+def _act(args: argparse.Namespace, decision: dict, state: dict) -> None:
+    """The stop rule fired: say so, run --on-stop (if given) and end the watch."""
+    import subprocess
+
+    from scalerl.errors import ScaleRLError
+
+    print(f"watch: the stop rule fired ({decision['text']})", file=sys.stderr if args.json else sys.stdout, flush=True)
+    state["stopped"] = True
+    if not args.on_stop:
+        return
+    try:
+        done = subprocess.run(args.on_stop, shell=True, timeout=ON_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise ScaleRLError(f"--on-stop {args.on_stop!r} did not finish within {ON_STOP_TIMEOUT_S:g} s") from exc
+    if done.returncode != 0:
+        raise ScaleRLError(f"--on-stop {args.on_stop!r} exited with status {done.returncode}")
+    print(f"watch: ran --on-stop {args.on_stop!r}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     if not (args.every > 0):
         raise ScaleRLError(f"--every {args.every:g}: expected a positive number of seconds")
     o = options(args)
+    if args.on_stop and args.budget is None:
+        raise ScaleRLError("--on-stop needs --budget C: the stop rule compares the gain left to the budget")
     check_plot_path(args.plot)
     path, state, seen = Path(args.path), {}, None
     # Ctrl-C and a plain `kill` stop it cleanly, even when started where SIGINT is ignored
@@ -136,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        while not stop:
+        while not stop and not state.get("stopped"):
             sig = _signature(path)
             if not sig:
                 _say(args, f"waiting for {path} to appear", state)
@@ -144,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 seen = sig
                 _update(args, o, state)
             until = time.monotonic() + args.every
-            while not stop and time.monotonic() < until:
+            while not stop and not state.get("stopped") and time.monotonic() < until:
                 time.sleep(min(0.2, max(0.0, until - time.monotonic())))
     except KeyboardInterrupt:
         pass

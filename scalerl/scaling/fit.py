@@ -486,8 +486,30 @@ def fall_warning(f: dict | None, x=None) -> str | None:
 FIRST_HALF_WINDOW = 0.1  # the frozen method's window starts at this share of the final compute (docs/forecasting.md)
 
 
+def ruler(x, y, at) -> float:
+    """The ruler baseline: the straight line through the last two evaluations of (`x`, `y`) with
+    distinct compute > 0, against log compute, evaluated at the computes `at` (their mean),
+    clipped to [0, 1] (a pass rate cannot leave it). NaN with fewer than two such evaluations."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = x > 0
+    x, y = x[keep], y[keep]
+    if x.size < 2 or x[-1] == x[-2]:
+        return float("nan")
+    slope = (y[-1] - y[-2]) / (np.log(x[-1]) - np.log(x[-2]))
+    line = y[-1] + slope * (np.log(np.asarray(at, dtype=float)) - np.log(x[-1]))
+    return float(np.clip(np.mean(line), 0.0, 1.0))
+
+
+def _fitted_mean_interval(fit: FitResult, at: np.ndarray, level: float) -> list[float]:
+    """The bootstrap interval of the fitted curve's mean over the computes `at`."""
+    means = np.array([_curve_of(fit.model, p).predict(at).mean() for p in fit.boot])
+    q = 100 * (1 - level) / 2
+    return [float(np.percentile(means, q)), float(np.percentile(means, 100 - q))]
+
+
 def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAIL_EVALS,
-                          fit_r0: bool = False) -> dict:
+                          fit_r0: bool = False, cut: float = 0.5, n_bootstrap: int = 0, level: float = CI_LEVEL,
+                          model: Model = "sigmoid") -> dict:
     """The paper's predictability check on one run, frozen on 2026-11-24 (docs/forecasting.md,
     "The first-half check"): Eq. 1 with R0 fixed at the run's starting pass rate (the evaluation at
     the smallest compute), A, B and C_mid fitted to the evaluations in the first half of the compute
@@ -495,39 +517,52 @@ def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAI
     16k GPU-hours in its leave-one-out study: a tenth), moved earlier only to keep `MIN_POINTS`
     evaluations in the window; then extrapolated to the last `tail` evaluations and compared with
     their mean. `fit_r0=True` (R0 fitted too) is a departure from the frozen method, kept for
-    comparison only.
+    comparison only. `cut` (default 0.5) moves the end of the fitted part to x <= cut * x[-1]
+    (benchmarks/forecast_real.py forecasts from 30%, 50% and 70%); the method is the same.
+    `n_bootstrap` > 0 adds `interval`, the `level` bootstrap interval of the predicted end (the
+    fitted curve's mean over the last `tail` computes), and `covered` (the measured end inside it).
+    `model="powerlaw"` fits the power law over the same window instead (a baseline, not the method).
 
-    Beside the fit, two naive predictors of the end that use the same first-half evaluations only:
-    the last one (`baseline_last`) and the best one (`baseline_best`); the fit earns its keep where
-    its error is smaller than both (`beat_baselines`). `at_half` is the pass rate interpolated at
-    half the final compute and `left` = measured - at_half: what the second half still had to
-    forecast (with `left_share` = left / (measured - start)).
+    Beside the fit, three naive predictors of the end that use the same first-half evaluations only:
+    the last one (`baseline_last`), the best one (`baseline_best`) and the ruler (`baseline_ruler`,
+    `ruler`: a line through the last two against log compute, extrapolated to the end). The fit
+    earns its keep where its error is smaller than the last's and the best's (`beat_baselines`, the
+    frozen definition) and the ruler's (`beat_ruler`). `at_half` is the pass rate interpolated at
+    the cut (half the final compute) and `left` = measured - at_half: what the second half still
+    had to forecast (with `left_share` = left / (measured - start)).
 
     Returns {A, B, C_mid, R0, points, half_frac, window_from, predicted, measured, error,
-    baseline_last, baseline_last_error, baseline_best, baseline_best_error, beat_baselines,
-    start, at_half, left, left_share, method}: errors are predicted - measured.
+    baseline_last, baseline_last_error, baseline_best, baseline_best_error, baseline_ruler,
+    baseline_ruler_error, beat_baselines, beat_ruler, start, at_half, left, left_share, method, cut}
+    (+ interval, covered): errors are predicted - measured.
     Raises ScaleRLError when the first half holds too few points for a fit."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    half = x <= x[-1] / 2
+    half = x <= x[-1] * cut
     start = window_start(x[half], frac, total=x[-1])
-    fit = fit_curve(x[half], y[half], "sigmoid", fit_min=start, fit_r0=fit_r0, n_bootstrap=0)
+    fit = fit_curve(x[half], y[half], model, fit_min=start, fit_r0=fit_r0, n_bootstrap=n_bootstrap, seed=0)
     end = slice(-min(tail, len(x)), None)
     predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
-    last, best = float(y[half][-1]), float(np.max(y[half]))
+    last, best, rule = float(y[half][-1]), float(np.max(y[half])), ruler(x[half], y[half], x[end])
     error = predicted - measured
     r_start = float(np.mean(y[x == x.min()]))
-    at_half = float(np.interp(x[-1] / 2, x, y))
+    at_half = float(np.interp(x[-1] * cut, x, y))
     gain = measured - r_start
-    return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
-            "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
-            "measured": measured, "error": error,
-            "baseline_last": last, "baseline_last_error": last - measured,
-            "baseline_best": best, "baseline_best_error": best - measured,
-            "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
-            "start": r_start, "at_half": at_half, "left": measured - at_half,
-            "left_share": (measured - at_half) / gain if gain > 0 else None,
-            "method": "frozen" if (not fit_r0 and frac == FIRST_HALF_WINDOW) else
-                      f"departure (fit_r0={fit_r0}, window from {frac} of the compute)"}
+    out = {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
+           "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
+           "measured": measured, "error": error,
+           "baseline_last": last, "baseline_last_error": last - measured,
+           "baseline_best": best, "baseline_best_error": best - measured,
+           "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
+           "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
+           "beat_ruler": bool(abs(error) < abs(rule - measured)),
+           "start": r_start, "at_half": at_half, "left": measured - at_half,
+           "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut,
+           "method": "frozen" if (not fit_r0 and frac == FIRST_HALF_WINDOW and model == "sigmoid") else
+                     f"departure (model={model}, fit_r0={fit_r0}, window from {frac} of the compute)"}
+    if n_bootstrap > 0:
+        out["interval"] = _fitted_mean_interval(fit, x[end], level)
+        out["covered"] = bool(out["interval"][0] <= measured <= out["interval"][1])
+    return out
 
 
 def subset_first_half_prediction(x, subsets: dict[str, np.ndarray], tail: int = TAIL_EVALS) -> dict:

@@ -21,10 +21,12 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import FitResult, fall_warning, find_fall, first_half_check, fit_curve, fit_seeds, window_start
-from scalerl.scaling.report import verdict
+from scalerl.scaling.report import SEED_MARGIN, verdict
 from scalerl.scaling.sources import Compute, Series, read_run
+from scalerl.scaling.spec import SPEC
+from scalerl.scaling.stop import compute_for, stop_decision
 
-FIT_MIN_FRAC = 0.1
+FIT_MIN_FRAC = SPEC.fit_min_frac
 
 
 @dataclass(frozen=True)
@@ -38,16 +40,26 @@ class Options:
     fit_max: float | None = None
     fit_min_frac: float = FIT_MIN_FRAC
     model: str = "sigmoid"
-    fit_r0: bool = False
-    method: str = "fast"
-    n_bootstrap: int = 200
-    seed: int = 0
+    fit_r0: bool = SPEC.fit_r0          # the defaults are the one forecast specification (scalerl.scaling.spec)
+    method: str = SPEC.method
+    n_bootstrap: int = SPEC.n_bootstrap
+    seed: int = SPEC.seed
     a_range: tuple[float, float] | None = None
-    check_grid: bool = True
+    check_grid: bool = SPEC.check_grid
     predict: tuple[float, ...] = ()
+    targets: tuple[float, ...] = ()      # --target: the compute at which the run reaches these values
+    budget: float | None = None          # --budget: the gain left from here to this compute, and the stop rule
+    stop_below: float = SEED_MARGIN      # --stop-when: the stop rule's threshold on the gain's upper end
 
     def check(self) -> None:
         """One-line errors for values that cannot make sense (before any file is read)."""
+        if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
+            raise ScaleRLError(f"--budget {self.budget:g}: expected a positive, finite compute")
+        if not (math.isfinite(self.stop_below) and self.stop_below > 0):
+            raise ScaleRLError(f"--stop-when {self.stop_below:g}: expected a positive gain (e.g. 0.02)")
+        for t in self.targets:
+            if not math.isfinite(t) or (self.model == "sigmoid" and not 0 < t <= 1):
+                raise ScaleRLError(f"--target {t:g}: expected a pass rate in (0, 1]")
         for c in self.predict:
             if not (math.isfinite(c) and c > 0):
                 raise ScaleRLError(f"--predict {c:g}: expected a positive, finite compute")
@@ -126,6 +138,10 @@ def forecast_dict(s: Series, fit: FitResult, o: Options) -> dict:
     if positive.any():
         last = int(np.flatnonzero(positive)[-1])
         out["verdict"] = verdict(fit, float(s.x[last]), float(s.y[last]), fall=fall)
+        if o.budget is not None:
+            out["budget"] = stop_decision(fit, float(s.x[last]), o.budget, o.stop_below)
+    if o.targets:
+        out["targets"] = [compute_for(fit, t) for t in o.targets]
     return finite_json(out)
 
 

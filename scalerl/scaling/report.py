@@ -140,9 +140,10 @@ def verdict_lines(v: dict, x_name: str = "compute") -> list[str]:
 
 
 def first_half_line(h: dict) -> str:
-    """One line on the first-half check (`first_half_prediction`) with its two baselines."""
-    beat = "the fit beat both" if h["beat_baselines"] else "the fit did not beat both"
+    """One line on the first-half check (`first_half_prediction`) with its three baselines."""
+    beat = "the fit beat the last and the best" if h["beat_baselines"] else "the fit did not beat both the last and the best"
+    ruler = f", the ruler {h['baseline_ruler_error']:+.3f}" if h.get("baseline_ruler_error") is not None else ""
     return (f"  first half of the compute (frozen method) predicted the end (mean of the last three evaluations, "
             f"{h['measured']:.3f}) as {h['predicted']:.3f}: error {h['error']:+.3f}; the last first-half evaluation "
-            f"{h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f} ({beat}); the second half "
+            f"{h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f}{ruler} ({beat}); the second half "
             f"still gained {h['left']:+.3f} from the value at half the compute")

@@ -91,6 +91,29 @@ PRESETS: dict[str, Preset] = {
         durations=("timing/step",), tokens=(),
         source="skyrl/train/evaluate.py (eval/all/avg_score, eval/all/pass_at_N) and "
                "skyrl/train/trainer.py (Timer('step') -> timing/step, trainer/global_step)"),
+    # The four below were read from each framework's source at the commit named (2026-11-27).
+    "prime-rl": Preset(
+        "prime-rl", y=(r"eval/.+/avg@\d+",), steps=("step", "progress/ckpt_step"), durations=(), tokens=(),
+        source="PrimeIntellect-ai/prime-rl src/prime_rl/eval/utils.py (run_eval: eval_metrics avg@<k> = mean "
+               "reward, keys prefixed eval/<env>/, logged with 'step' and 'progress/ckpt_step'; commit 004cc0a)"),
+    "nemo-rl": Preset(
+        "nemo-rl", y=(r"validation/accuracy",), steps=("step",),
+        durations=("timing/train/total_step_time",), tokens=(),
+        source="NVIDIA/NeMo-RL nemo_rl/algorithms/grpo.py (validate: val_metrics['accuracy'] logged with "
+               "prefix='validation', step 0 before training; timing_metrics['total_step_time'] with prefix "
+               "'timing/train') and nemo_rl/utils/logger.py (prefix/name keys; commit 54bec9d)"),
+    "areal": Preset(
+        "areal", y=(r"eval-rollout/reward",), steps=("step", "global_step"), durations=(), tokens=(),
+        source="inclusionAI/AReaL areal/workflow/rlvr.py (stats_tracker.get(workflow_context.stat_scope())"
+               ".scalar(reward=...)), areal/infra/workflow_context.py (stat_scope: 'eval-rollout' in eval "
+               "mode), areal/utils/stats_tracker.py (a named tracker prefixes its keys) and "
+               "areal/utils/stats_logger.py (commit: W&B / TensorBoard at global_step; commit 4aef98d)"),
+    "slime": Preset(
+        "slime", y=(r"eval/(?!step$)(?!.*-pass@\d+$)[^/]+(?<!-truncated_ratio)",), steps=("eval/step", "step", "rollout/step"),
+        durations=(), tokens=(),
+        source="THUDM/slime slime/observability/rollout_metrics.py (log_eval_rollout_data: eval/<dataset> = "
+               "mean reward, eval/<dataset>-truncated_ratio, eval/<dataset>-pass@k, step key eval/step) and "
+               "slime/observability/wandb_utils.py (eval/* against eval/step; commit 624b824)"),
     "scalerl": Preset(
         "scalerl", y=(r"val/pass_rate",), steps=("step",), durations=("time/step",),
         tokens=(Tokens(("compute/tokens_trained",), True, True, False),

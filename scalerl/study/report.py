@@ -24,7 +24,7 @@ Departures from the paper:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -39,6 +39,7 @@ from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, 
                              subset_first_half_prediction,
                              window_start)
 from scalerl.scaling.power import ALPHA, POWER, detectable_difference
+from scalerl.scaling.spec import SPEC, spec_fit
 from scalerl.study.activity import judge_activity, staleness_side_effect, summarise_activity
 from scalerl.study.paper import DOES_NOT_ACT, FINDINGS, NOT_POWERED, TASK_SETS_CEILING, judge
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
@@ -145,7 +146,8 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
                  activity=read_activity(path))
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
-        run.fit = fit_curve(x, y, "sigmoid", fit_min=window_start(x, frac), n_bootstrap=n_bootstrap, seed=seed)
+        # the one forecast specification (scalerl.scaling.spec), with the study's replica count
+        run.fit = spec_fit(x, y, frac, spec=replace(SPEC, n_bootstrap=n_bootstrap))
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
     half = first_half_check(x, y)   # the frozen method (docs/forecasting.md), whatever `frac`
@@ -316,7 +318,7 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
 
 
 def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
-              n_bootstrap: int = 100) -> list[ConfigFit]:
+              n_bootstrap: int = SPEC.n_bootstrap) -> list[ConfigFit]:
     """Fit every run with a metrics file, then every configuration, in plan order."""
     configs: dict[str, ConfigFit] = {}
     for spec in specs:
@@ -493,9 +495,10 @@ def paper_markdown(rows: dict[str, dict]) -> str:
 def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
     lines = [f"| config | seed | run | evals | start | at half compute | end (mean of last {END_EVALS}) | A [90%] | "
              "predicted end from the first half | first-half fit's A | first half (points, compute) | error | within 0.02 | "
-             "baseline: last first-half eval, error | baseline: best first-half eval, error | fit beat both | "
+             "baseline: last first-half eval, error | baseline: best first-half eval, error | "
+             "baseline: ruler (line of the last two against log compute), error | fit beat both | "
              "fell after its peak | per-subset forecast (exploratory), error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -508,15 +511,15 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
                 lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | | {end} | {a} | {r.error} "
-                             f"| | | | | | | | {fell} | |")
+                             f"| | | | | | | | | {fell} | |")
                 continue
             h = r.half
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {h['at_half']:.3f} | {end} | {a} "
                          f"| {h['predicted']:.3f} | {h['A']:.3f} | {h['points']}, {h['half_frac']:.0%} | {h['error']:+.3f} "
                          f"| {'yes' if abs(h['error']) <= PAPER_MARGIN else 'no'} "
                          f"| {h['baseline_last']:.3f}, {h['baseline_last_error']:+.3f} "
-                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f}"
-                         + (f"; ruler {h['baseline_ruler_error']:+.3f}" if "baseline_ruler_error" in h else "") + " "
+                         f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
+                         f"| {h['baseline_ruler']:.3f}, {h['baseline_ruler_error']:+.3f} "
                          f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} "
                          f"| {subset_cell(r.half_subsets)} |")
     s = predictability_summary(configs)
@@ -526,7 +529,9 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                       f"within {PAPER_MARGIN}. Baselines on the same runs: the last first-half evaluation, mean |error| "
                       f"{s['baseline_last_mean_abs_error']:.3f} ({s['baseline_last_within']} within {PAPER_MARGIN}); the "
                       f"best first-half evaluation, mean |error| {s['baseline_best_mean_abs_error']:.3f} "
-                      f"({s['baseline_best_within']} within {PAPER_MARGIN}); the fit beat both on {s['beat_baselines']} "
+                      f"({s['baseline_best_within']} within {PAPER_MARGIN}); the ruler (the line through the last two "
+                      f"first-half evaluations against log compute), mean |error| {s['baseline_ruler_mean_abs_error']:.3f} "
+                      f"({s['baseline_ruler_within']} within {PAPER_MARGIN}); the fit beat the last and the best on {s['beat_baselines']} "
                       f"of {s['runs']}. The second half gained {s['mean_left']:+.3f} on average from the value at half "
                       "the compute."]
         if s["under"]:
@@ -557,6 +562,7 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
     errs = np.array([r.prediction_error for r in runs])
     last = np.array([r.half["baseline_last_error"] for r in runs])
     best = np.array([r.half["baseline_best_error"] for r in runs])
+    ruler = np.array([r.half["baseline_ruler_error"] for r in runs])
     standing = np.array([not r.fell for r in runs])
     ok = np.abs(errs) <= PAPER_MARGIN
     under = [r for r in runs if r.prediction_error < -PAPER_MARGIN]
@@ -569,6 +575,8 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
             "baseline_last_within": int((np.abs(last) <= PAPER_MARGIN).sum()),
             "baseline_best_mean_abs_error": float(np.abs(best).mean()),
             "baseline_best_within": int((np.abs(best) <= PAPER_MARGIN).sum()),
+            "baseline_ruler_mean_abs_error": float(np.nanmean(np.abs(ruler))),
+            "baseline_ruler_within": int((np.abs(ruler) <= PAPER_MARGIN).sum()),
             "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
             "mean_left": float(np.mean([r.half["left"] for r in runs])),
             **subset_summary([r for r in runs if r.half_subsets is not None])}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from scalerl.run.compute import FIT_X
+from scalerl.scaling.spec import SPEC
 from scalerl.study.report import fit_study, write_report
 from scalerl.study.runner import RunSpec, failure, plan_runs, restore_archived, run_study, write_plan
 from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
@@ -16,7 +17,7 @@ from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
            k_sweep: bool = False, precision: bool = False, controls: bool = False, axes: bool = False,
            seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
-           x_col: str = FIT_X, n_bootstrap: int = 100, report_only: bool = False,
+           x_col: str = FIT_X, n_bootstrap: int = SPEC.n_bootstrap, report_only: bool = False,
            train_fn: Callable | None = None, progress: bool = False, command: str = "",
            log: Callable[[str], None] = print, jobs: int = 1, results: str | Path | None = None) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
