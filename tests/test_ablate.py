@@ -662,16 +662,15 @@ def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tm
     assert {c["name"]: c["paper"] for c in again["configs"]}["no-npr"]["activity"] == paper["activity"]
 
 
-def test_the_predictability_table_shows_the_ruler_when_the_first_half_check_gives_it(tmp_path):
+def test_the_predictability_table_shows_the_ruler_beside_the_last_and_best(tmp_path):
     """`first_half_fit.baseline_ruler_error` (the line through the last two first-half evaluations against
-    log compute) stands beside the best first-half evaluation once the check writes it; absent, nothing."""
+    log compute) has its own column beside the last and the best first-half evaluations."""
     from scalerl.study.report import predictability_markdown
 
     specs = plan_runs(plan_variants("scalerl"), 1, tmp_path)
     _write_run(specs[0].run_dir, 0.7)
     configs = fit_study(specs, n_bootstrap=5)
     run = configs[0].runs[0]
-    assert "; ruler" not in predictability_markdown(configs)
-    run.half = {**run.half, "baseline_ruler_error": -0.0412}
+    run.half = {**run.half, "baseline_ruler": 0.6543, "baseline_ruler_error": -0.0412}
     row = next(line for line in predictability_markdown(configs).splitlines() if line.startswith("| scalerl | 0 "))
-    assert f"{run.half['baseline_best_error']:+.3f}; ruler -0.041 |" in row
+    assert f"| {run.half['baseline_best']:.3f}, {run.half['baseline_best_error']:+.3f} | 0.654, -0.041 |" in row
