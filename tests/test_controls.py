@@ -109,9 +109,12 @@ def test_claims_about_A_are_not_testable_where_a_subset_never_passes(tmp_path):
     assert paper["dapo-loss"]["A"][0] == TASK_SETS_CEILING          # no difference: nothing learnt about A
     assert "2x16" in paper["dapo-loss"]["A"][1]
     assert paper["no-npr"]["A"][0] == "agrees"                       # a drop below the cap still shows
-    # without the cap the same no-difference is a disagreement with the paper's "lower"
-    d = {"judged": True, "dA": 0.0, "A_differs": False, "margin_A": 0.02, "dB": 0.0, "B_differs": None}
-    assert judge(d, FINDINGS["no-npr"])["A"][0] == "disagrees"
+    # without the cap the same no-difference says nothing of the paper's "lower", whose size it does not give
+    d = {"judged": True, "dA": 0.0, "A_differs": False, "margin_A": 0.02, "dB": 0.0, "B_differs": None,
+         "detectable_A": 0.03}
+    assert judge(d, FINDINGS["no-npr"])["A"][0] == "not powered"
+    # ... and disagrees with a claim of a size the seeds can detect (the DAPO loss: 0.075 lower)
+    assert judge(d, FINDINGS["dapo-loss"])["A"][0] == "disagrees"
     assert judge(d, FINDINGS["no-npr"], task_cap="2x16 never passes")["A"][0] == TASK_SETS_CEILING
 
 
@@ -170,10 +173,14 @@ def test_the_scaling_axes_plan_halves_and_doubles_each_axis_of_the_base(tmp_path
 @pytest.mark.parametrize("dA, differs, expected, verdict", [
     (+0.05, True, "higher", "agrees"), (-0.05, True, "higher", "disagrees"),
     (+0.05, True, "lower", "disagrees"), (-0.05, True, "lower", "agrees"),
-    (+0.01, False, "higher", "disagrees"),
+    (+0.01, False, "higher", "not powered"),   # no difference, and the paper gives no size: read neither way
 ])
 def test_a_claimed_rise_agrees_only_with_a_rise_beyond_the_margin(dA, differs, expected, verdict):
     from scalerl.study.paper import Finding
 
-    d = {"judged": True, "dA": dA, "A_differs": differs, "margin_A": 0.02, "dB": 0.0, "B_differs": None}
+    d = {"judged": True, "dA": dA, "A_differs": differs, "margin_A": 0.02, "dB": 0.0, "B_differs": None,
+         "detectable_A": 0.03}
     assert judge(d, Finding("Fig. x", "claim", A=expected))["A"][0] == verdict
+    # a claim of 0.05 that seeds detecting 0.03 did not see: disagrees
+    sized = judge(d, Finding("Fig. x", "claim", A=expected, effect_A=0.05))["A"][0]
+    assert sized == (verdict if differs else "disagrees")
