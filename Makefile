@@ -2,7 +2,7 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: venv demo demo-fit test test-slow test-gpu clean-venv
+.PHONY: venv demo demo-fit test test-slow test-gpu clean-venv docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -31,6 +31,15 @@ test-slow: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
+
+# The docs site (docs/contributing-docs.md): the `docs` extra, then a strict build into site/ (a broken link fails).
+DOCS_STAMP := .venv/.docs-installed
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 clean-venv:
 	rm -rf .venv

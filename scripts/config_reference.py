@@ -123,11 +123,10 @@ def section(key: str, info: FieldInfo, level: int) -> list[str]:
 
 def render() -> str:
     lines = [HEADER]
-    top = Config.model_fields
-    lines += ["## `recipe`", "", cell(top["recipe"].description or ""), ""]
-    for name, info in top.items():
-        if name != "recipe":
-            lines += section(name, info, 2)
+    rows, nested = table(Config, "")
+    lines += ["## Top level", ""] + [row.replace("| `.", "| `") for row in rows] + [""]
+    for key, info in nested:
+        lines += section(key.lstrip("."), info, 2)
     return "\n".join(lines).rstrip() + "\n"
 
 

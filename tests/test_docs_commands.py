@@ -5,7 +5,9 @@ block runs each `$ ` line, and where the block shows `scalerl: error: ...` after
 fail (exit 2) with that line. The first lines of a block may carry one of two visible markers:
 
     # not run: <reason>            the block is not run; the reason is required
-    # tested as: <command>         the test runs this fast variant instead (one line per command)
+    # tested as: <command>         the test runs this fast variant instead (one line per command; in a console
+                                   block, one per `$ ` command, expected to fail as that command is shown to);
+                                   `$DOCS_TINY` stands for the settings of a training run of seconds
 
 Each page's blocks run in order in one scratch directory (a later block may use a file an earlier one
 wrote), with the repository's top-level entries linked in, `scalerl` and `python` on PATH as this
@@ -29,6 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SHELL = {"bash", "sh", "shell"}
 HISTORY_NOTE = "not run by the docs test"
 BLOCK_TIMEOUT_S = 300
+# `$DOCS_TINY` in a `# tested as:` line: the settings of a training run of seconds (a random tiny model, 2 x 4
+# completions of at most 12 tokens, no zero-variance filter: a random model passes nothing).
+DOCS_TINY = ("--no-progress --set model.name=tiny-random --set filter.zero_variance=false --set batch.prompts=2 "
+             "--set batch.generations=4 --set rollout.max_new_tokens=12 --set rollout.length.think_min=4 "
+             "--set rollout.length.think_max=6 --set rollout.length.answer_budget=4 "
+             "--set rollout.length.phrase=</think> --set eval.prompts=4 --set eval.samples=2 --set run.threads=1")
 COMMAND_WORDS = re.compile(r"^\s*(\$ |scalerl |make |python3? |\.venv/bin/|bash |pip |ray |PY=|PYTHONPATH=|cd |git )")
 
 
@@ -63,6 +71,18 @@ def blocks(page: Path) -> list[Block]:
         else:
             current.lines.append(text)
     assert current is None, f"{page.relative_to(ROOT)}:{current.line}: a code fence is never closed"
+    return found
+
+
+def indented_commands(page: Path) -> list[tuple[int, str]]:
+    """Command lines in 4-space indented code blocks (outside fences): they must be fenced to be checked."""
+    found, in_fence, previous = [], False, ""
+    for number, text in enumerate(page.read_text().splitlines(), start=1):
+        if re.match(r"^\s*(```|~~~)", text):
+            in_fence = not in_fence
+        elif not in_fence and text.startswith("    ") and COMMAND_WORDS.match(text) and previous.strip() == "":
+            found.append((number, text.strip()))
+        previous = text if not text.startswith("    ") or previous.strip() == "" else previous
     return found
 
 
@@ -108,7 +128,7 @@ def scratch_env(scratch: Path) -> dict[str, str]:
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {target} "$@"\n')
         shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
+           "DOCS_TINY": DOCS_TINY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
     return env
 
 
@@ -125,7 +145,9 @@ def check_block(block: Block, scratch: Path, env: dict[str, str]) -> None:
     if reason is not None:
         return
     if block.lang == "console":
-        runs = [(c, None) for c in variants] if variants else console_commands(block)
+        shown = console_commands(block)
+        runs = list(zip(variants, [error for _, error in shown])) if variants else shown
+        assert not variants or len(variants) == len(shown), f"{block.where}: one `# tested as:` line per `$ ` command"
     else:
         runs = [("\n".join(variants) if variants else "\n".join(block.lines), None)]
     assert runs, f"{block.where}: a console block without a `$ ` command"
@@ -164,6 +186,10 @@ def test_commands_are_tagged_and_marked(page):
                                  f"{commands[0].strip()!r}; tag it bash (or console with `$ ` lines)"
         else:
             markers(block)
+    if not is_history(page):
+        loose = indented_commands(page)
+        assert not loose, f"{page.relative_to(ROOT)}:{loose[0][0]}: a command in an indented block: " \
+                          f"{loose[0][1]!r}; fence it as bash so the docs test sees it"
     if is_history(page):
         assert HISTORY_NOTE in page.read_text()[:1500], f"{page.relative_to(ROOT)}: a history page says at " \
                                                         f"its top that its commands are {HISTORY_NOTE}"
@@ -185,3 +211,15 @@ def test_the_checker_catches_a_broken_command(tmp_path):
             check_block(block, scratch, env)
     check_block(found[2], scratch, env)     # not run: passes without running `exit 3`
     assert console_commands(found[1]) == [("scalerl recipes show nope", "scalerl: error: not this line")]
+
+
+def test_readme_links_and_images_resolve():
+    """The README is not part of the MkDocs site, whose strict build checks the links of docs/: check its own."""
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert targets
+    for target in targets:
+        if target.startswith(("http://", "https://", "#")):
+            continue
+        path, _, anchor = target.partition("#")
+        assert (ROOT / path).exists(), f"README.md links to {target}: {path} does not exist"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerate every figure and study report in the docs that comes from committed data
+# (docs/contributing-docs.md, "Figures from data"). With no arguments it rewrites them in place:
+#
+#   bash scripts/docs_figures.sh                  # docs/img/ and studies/*-report/ (minutes: every study is refitted)
+#   bash scripts/docs_figures.sh OUT              # the same, written under OUT/ instead (OUT/img, OUT/studies)
+#   bash scripts/docs_figures.sh OUT forecast     # one step: forecast | reports | study-plots | subsets
+#
+# forecast     docs/img/forecast.png: the fit of the shipped example run (examples/synthetic-8b)
+# reports      studies/<name>-report/: each committed study's report, by the command its report.md names,
+#              from the finished runs committed in studies/<name>/ (--report-only: nothing is trained)
+# study-plots  docs/img/studies/*.png: the study plots docs/study.md shows, copied from the reports
+# subsets      docs/img/ladder-subsets.png: per-rung curves of three committed runs (docs/history/study-history.md)
+# Figures of runs that are not committed (memory, SmolLM2, two-domain) are not regenerated: their pages say so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-}
+shift || true
+STEPS=${*:-forecast reports study-plots subsets}
+IMG=${OUT:+$OUT/img}; IMG=${IMG:-docs/img}
+STUDIES=${OUT:+$OUT/studies}; STUDIES=${STUDIES:-studies}
+SCALERL=${SCALERL:-scalerl}
+PYTHON=${PYTHON:-python}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$IMG/studies" "$STUDIES"
+
+for step in $STEPS; do
+  case $step in
+    forecast)
+      $SCALERL fit examples/synthetic-8b --fit-min 1500 --fit-max 8000 --predict 16000 32000 --plot "$TMP/forecast.png"
+      cp "$TMP/forecast.png" "$IMG/forecast.png" ;;
+    reports)
+      for report in studies/*-report studies/*-report-*; do
+        name=$(basename "$report")
+        command=$(grep -A3 -m1 '^Regenerate with' "$report/report.md" | grep '^scalerl ablate' \
+                  | sed -e 's/ --out [^ ]*//' -e 's/ --jobs [0-9]*//')
+        [[ $command == *--report-only* ]] || command="$command --report-only"
+        echo "$name: $command"
+        $SCALERL ${command#scalerl } --out "$TMP/$name" > "$TMP/$name.log"
+        mkdir -p "$STUDIES/$name"
+        cp "$TMP/$name"/report.md "$TMP/$name"/report.json "$TMP/$name"/*.png "$STUDIES/$name/"
+      done ;;
+    study-plots)
+      for pair in recipes-report/fits_recipes recipes-report/fits_leave_one_out ksweep-report-hours/fits axes-report/fits; do
+        src="$STUDIES/${pair%%/*}"
+        [[ -d $src ]] || src="studies/${pair%%/*}"       # the committed report when OUT holds none
+        cp "$src/${pair#*/}.png" "$IMG/studies/${pair%%/*}-${pair#*/}.png"
+      done ;;
+    subsets)
+      $PYTHON docs/img/plot_subsets.py "$IMG/ladder-subsets.png" studies/controls-358/base/seed0 \
+        studies/controls-358/think-short/seed0 studies/controls-358-lr1e-4/base/seed0 ;;
+    *) echo "scripts/docs_figures.sh: unknown step '$step' (expected forecast, reports, study-plots or subsets)" >&2
+       exit 2 ;;
+  esac
+done
+echo "figures written under ${OUT:-docs/img and studies}"
