@@ -2,20 +2,20 @@
 # Regenerate every figure and study report in the docs that comes from committed data
 # (docs/contributing-docs.md, "Figures from data"). With no arguments it rewrites them in place:
 #
-#   bash scripts/docs_figures.sh                  # docs/img/ and studies/*-report/ (minutes: every study is refitted)
-#   bash scripts/docs_figures.sh OUT              # the same, written under OUT/ instead (OUT/img, OUT/studies)
-#   bash scripts/docs_figures.sh OUT forecast     # one step: forecast | reports | study-plots | subsets
+#   bash scripts/docs_figures.sh                        # every step, in place: docs/img/, studies/*-report/
+#   bash scripts/docs_figures.sh forecast study-plots   # some steps: forecast | reports | study-plots | subsets
+#   DOCS_FIGURES_OUT=DIR bash scripts/docs_figures.sh   # written under DIR/img and DIR/studies instead
 #
 # forecast     docs/img/forecast.png: the fit of the shipped example run (examples/synthetic-8b)
-# reports      studies/<name>-report/: each committed study's report, by the command its report.md names,
-#              from the finished runs committed in studies/<name>/ (--report-only: nothing is trained)
+# reports      studies/<name>-report/: each committed study's report, by the command its report.md names
+#              (with --report-only: nothing is trained), from the finished runs committed in studies/<name>/;
+#              the files the report folder holds are replaced (10 minutes on a loaded 2-core machine)
 # study-plots  docs/img/studies/*.png: the study plots docs/study.md shows, copied from the reports
 # subsets      docs/img/ladder-subsets.png: per-rung curves of three committed runs (docs/history/study-history.md)
 # Figures of runs that are not committed (memory, SmolLM2, two-domain) are not regenerated: their pages say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-}
-shift || true
+OUT=${DOCS_FIGURES_OUT:-}
 STEPS=${*:-forecast reports study-plots subsets}
 IMG=${OUT:+$OUT/img}; IMG=${IMG:-docs/img}
 STUDIES=${OUT:+$OUT/studies}; STUDIES=${STUDIES:-studies}
@@ -33,13 +33,15 @@ for step in $STEPS; do
     reports)
       for report in studies/*-report studies/*-report-*; do
         name=$(basename "$report")
-        command=$(grep -A3 -m1 '^Regenerate with' "$report/report.md" | grep '^scalerl ablate' \
-                  | sed -e 's/ --out [^ ]*//' -e 's/ --jobs [0-9]*//')
+        command=$(grep -A3 -m1 '^Regenerate with' "$report/report.md" | grep '^scalerl ablate')
         [[ $command == *--report-only* ]] || command="$command --report-only"
+        [[ $command == *" --out "* ]] || command="$command --out runs/$name"
+        out=$(sed -e 's/.* --out \([^ ]*\).*/\1/' <<< "$command")   # as the report names it; written in $TMP
         echo "$name: $command"
         $SCALERL ${command#scalerl } --out "$TMP/$name" > "$TMP/$name.log"
+        sed -i -e "s# --out $TMP/$name##" "$TMP/$name/report.md" "$TMP/$name/report.json"
         mkdir -p "$STUDIES/$name"
-        cp "$TMP/$name"/report.md "$TMP/$name"/report.json "$TMP/$name"/*.png "$STUDIES/$name/"
+        for kept in "$report"/*; do cp "$TMP/$name/$(basename "$kept")" "$STUDIES/$name/"; done
       done ;;
     study-plots)
       for pair in recipes-report/fits_recipes recipes-report/fits_leave_one_out ksweep-report-hours/fits axes-report/fits; do
