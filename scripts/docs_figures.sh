@@ -41,7 +41,10 @@ for step in $STEPS; do
         $SCALERL ${command#scalerl } --out "$TMP/$name" > "$TMP/$name.log"
         sed -i -e "s# --out $TMP/$name##" "$TMP/$name/report.md" "$TMP/$name/report.json"
         mkdir -p "$STUDIES/$name"
-        for kept in "$report"/*; do cp "$TMP/$name/$(basename "$kept")" "$STUDIES/$name/"; done
+        for kept in "$report"/*; do        # the files the folder holds; one the command does not make stays as it is
+          if [[ -e $TMP/$name/$(basename "$kept") ]]; then cp "$TMP/$name/$(basename "$kept")" "$STUDIES/$name/"
+          else echo "$name: $(basename "$kept") is not made by the report command: left as it is"; fi
+        done
       done ;;
     study-plots)
       for pair in recipes-report/fits_recipes recipes-report/fits_leave_one_out ksweep-report-hours/fits axes-report/fits; do
