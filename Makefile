@@ -2,7 +2,7 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: venv demo demo-fit test test-slow test-gpu testbed-weights clean-venv
+.PHONY: venv demo demo-fit test test-slow test-gpu testbed-weights clean-venv docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -35,6 +35,15 @@ test-gpu: $(STAMP)
 # Rebuild the default testbed's shipped weights (scalerl/models/weights/ladder-1m) and record their sha256.
 testbed-weights: $(STAMP)
 	$(PY) -c "from scalerl.models import ship; print(ship('ladder-1m'))"
+
+# The docs site (docs/contributing-docs.md): the `docs` extra, then a strict build into site/ (a broken link fails).
+DOCS_STAMP := .venv/.docs-installed
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 clean-venv:
 	rm -rf .venv

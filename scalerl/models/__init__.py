@@ -16,7 +16,7 @@ Names:
   tiny-random   the same architecture and tokenizer, random weights, built in about a second
                 (for fast tests; never passes)
   tiny-order    the tiny model warm-started to an accurate scratchpad that writes 85% of its
-                answers in the wrong digit order (the testbed of 2026-11-23, docs/study-history.md;
+                answers in the wrong digit order (the testbed of 2026-11-23, docs/history/study-history.md;
                 built once, about 4-5 minutes on 2 cores)
   small         ~25M parameters (width 512, 8 layers), the tiny model's tokenizer and warm start;
                 built on a GPU when there is one (about a minute), else on the CPU (tens of minutes)

@@ -29,7 +29,7 @@ showed is one RL cannot reach. Earlier ladders, kept by name: `arith-358` (3, 5 
 warm-start budget spread over six lengths left the 5- to 7-digit rungs at 0.00). `arith-tail` is
 the testbed before 2026-11-24: 62% 3-digit sums and a 38% tail of 16-digit sums whose 160-character
 scratchpad no thinking budget of that testbed held, so no sample ever passed them and the task
-capped every run at 0.62 (docs/study-history.md). The `tiny` and `tiny-order` models are
+capped every run at 0.62 (docs/history/study-history.md). The `tiny` and `tiny-order` models are
 warm-started on `arith-mixed` (2-4 digit sums; the tail's targets are over budget and skipped),
 the ladder models on `arith` itself.
 
@@ -41,7 +41,7 @@ Training pool: the first `train_size` training problems (`task.train_size`, defa
 `DEFAULT_TRAIN_SIZE` = 4096), ids `arith/s<seed>/train/<index>`; the curriculum sampler
 traverses them in a seeded order that changes every epoch (on the `tiny-order` testbed a pool of
 1,024 starved the 120-step run: by step ~70 what was left were prompts every sample failed, which
-the filter dropped, 50 empty batches in a row; docs/study-history.md).
+the filter dropped, 50 empty batches in a row; docs/history/study-history.md).
 `train_prompt(index)` still generates any index (the warm start reads problems beyond the pool).
 
 Departures from the paper:
