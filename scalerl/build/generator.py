@@ -42,8 +42,13 @@ def decode_dtype(cfg: Config) -> str:
 
 def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
-    as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
+    as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel); the
+    trainer's model itself for an engine that decodes no copy in this process (`EngineSpec.copy`)."""
     from scalerl.lora import merged_copy
+    from scalerl.rollout import engine_spec
+
+    if not engine_spec(cfg.rollout.engine).copy:
+        return model
     from scalerl.models import cast_model
     from scalerl.trainer.forward import match_trainer_attention
 
@@ -60,7 +65,7 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
     place of its own (`scalerl.transport.weights.adopt`: no copy of its own)."""
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
-    from scalerl.rollout import Engine
+    from scalerl.rollout import make_engine
     from scalerl.tasks import task_for_run
     from scalerl.trainer.forward import match_trainer_attention
 
@@ -75,7 +80,7 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
     task = task if task is not None else task_for_run(cfg, tokenizer, model)
     reward = training_reward(reward if reward is not None else RewardFn(task, cfg.reward), cfg)
     rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})
-    return Stage(Engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
+    return Stage(make_engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
                  cfg.run.seed)
 
 
