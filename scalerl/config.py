@@ -256,14 +256,20 @@ class VllmEngineConfig(_Section):
     model: str | None = Field(None, description="the folder the started server loads (none: the run's model, saved "
                                                 "into a temporary folder in safetensors)")
     port: int = Field(0, ge=0, le=65535, description="port of the started server (0: a free one)")
-    memory_fraction: float = Field(0.05, gt=0, le=1, description="--gpu-memory-utilization of the started server "
-                                                                 "(on a CPU a fraction of the machine's memory)")
+    memory_fraction: float = Field(0.5, gt=0, le=1, description="--gpu-memory-utilization of the started server: "
+                                                                "its share of the GPU's memory (on a CPU of the "
+                                                                "machine's; kv_cache_mb, when set, sizes the K/V cache)")
+    kv_cache_mb: float | None = Field(256.0, gt=0, description="K/V cache of the started server in MiB "
+                                                               "(--kv-cache-memory-bytes; none: memory_fraction "
+                                                               "decides)")
     server_args: tuple[str, ...] = Field((), description="extra arguments of the started server, e.g. "
                                                          "['--max-num-seqs', '64']")
     start_timeout_s: float = Field(300.0, gt=0, description="seconds the started server may take to answer /health")
     request_timeout_s: float = Field(300.0, gt=0, description="seconds one request (a completion, a weight update "
                                                               "call) may take before the run stops with an error")
     max_inflight: int = Field(64, ge=1, description="sequences submitted to the server at a time")
+    eager: bool | None = Field(None, description="--enforce-eager: no compilation, no CUDA graphs (none: on a "
+                                                 "machine without CUDA, where compiling at start-up takes minutes)")
 
 
 EngineConfig = Annotated[Union[LocalEngineConfig, VllmEngineConfig], Field(discriminator="type")]
