@@ -24,6 +24,7 @@ from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
 
 T = 0.7
+N_LONG = 480
 PROMPTS = [Prompt(f"p{i}", f"<s>{i}+{2 * i}=", "x") for i in range(4)]
 
 
@@ -105,7 +106,7 @@ def generated_tokens(url: str) -> float:
 def test_versions_switch_mid_sequence_with_the_token_record(served):
     client, model, _ = served
     client.update_weights(model.state_dict(), 0)
-    long = client_of(served, max_new_tokens=1500)
+    long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
     long.ignore_eos = True
     new = perturbed(model, 0.05, seed=2)
     out: list = []
@@ -113,15 +114,15 @@ def test_versions_switch_mid_sequence_with_the_token_record(served):
     before = generated_tokens(client.server.url)
     worker.start()
     deadline = time.monotonic() + 120
-    while generated_tokens(client.server.url) < before + 200 and time.monotonic() < deadline:
+    while generated_tokens(client.server.url) < before + 40 and time.monotonic() < deadline:
         time.sleep(0.05)
     client.update_weights(new.state_dict(), 1)          # mid-sequence: every sequence is in flight
     worker.join(timeout=300)
     try:
-        assert len(out) == 4 and all(len(c.tokens) == 1500 for c in out)
+        assert len(out) == 4 and [len(c.tokens) for c in out] == [N_LONG] * 4
         for c in out:
             switch = c.versions.index(1)
-            assert 0 < switch < 1500 and c.versions == [0] * switch + [1] * (1500 - switch)
+            assert 0 < switch < N_LONG and c.versions == [0] * switch + [1] * (N_LONG - switch)
             # the tokens before the switch came from the old weights alone: exact against them
             old = trainer_logprobs(model, [c])[0][:switch]
             assert (old - torch.tensor(c.logprobs[:switch])).abs().mean() < 1e-3
@@ -159,6 +160,31 @@ def test_forced_interruption_and_the_token_mask(served):
         assert answer <= 8
         expected = "interrupted_eos" if c.tokens[-1] == 2 else "interrupted_budget"
         assert c.finish_reason == expected and (expected == "interrupted_eos" or answer == 8)
+
+
+def test_a_pipeline_rl_run_trains_on_the_server(served, tmp_path):
+    """`scalerl train`'s loop with rollout.engine=vllm (the module's server by URL), PipelineRL-1 on the
+    thread transport: every step trains, the staleness stays within k, the evaluation runs on the local
+    engine, and the client's tokens carry the versions the trainer published."""
+    from scalerl.configure import load_config
+    from scalerl.loop import train
+    from scalerl.run.metrics import read_rows
+
+    client, model, _ = served
+    client.update_weights(model.state_dict(), 0)
+    cfg = load_config("scalerl", overrides=[
+        "model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
+        "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
+        "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "run.max_steps=4",
+        "eval.every=4", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=4", "run.threads=1",
+        "rollout.engine=vllm", f"rollout.engine.url={client.server.url}", "rollout.engine.request_timeout_s=120"])
+    train(cfg, tmp_path, progress=False)
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["version"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["staleness/max"] for r in rows) <= 1 and rows[-1]["staleness/dropped"] == 0
+    assert all(0 <= r["rollout/switched_tokens"] <= 1 for r in rows)
+    assert any(r["kind"] == "eval" for r in read_rows(tmp_path / "metrics.jsonl"))
+    assert int(client.server.call("GET", "/weight_info")["weight_version"]) >= 3   # published by the trainer
 
 
 def test_a_hung_server_is_reported_in_bounded_time():

@@ -95,7 +95,6 @@ class VllmClient:
         self._phrase = phrase_ids(tokenizer, self._interrupt.phrase) if self._interrupt else []
         if self._interrupt is not None:
             check_budget(cfg, len(self._phrase))
-        self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
         self._dtype = _DTYPES.get(next(model.parameters()).dtype, "fp32")
         self._dir = Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
         self._rng = random.Random(seed)
