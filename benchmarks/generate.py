@@ -131,7 +131,7 @@ class VllmSide:
         from scalerl.rollout import make_engine
 
         self.cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, length=NoLengthControl(),
-                                 engine=VllmEngineConfig(max_inflight=seqs, start_timeout_s=900))
+                                 engine=VllmEngineConfig(max_inflight=seqs, kv_cache_mb=1024, start_timeout_s=1800))
         t0 = time.perf_counter()
         self.client = make_engine(model, tokenizer, self.cfg, seed=seed, ignore_eos=True)
         self.seconds = time.perf_counter() - t0

@@ -264,7 +264,8 @@ class VllmEngineConfig(_Section):
                                                                "decides)")
     server_args: tuple[str, ...] = Field((), description="extra arguments of the started server, e.g. "
                                                          "['--max-num-seqs', '64']")
-    start_timeout_s: float = Field(300.0, gt=0, description="seconds the started server may take to answer /health")
+    start_timeout_s: float = Field(600.0, gt=0, description="seconds the started server may take to answer /health "
+                                                            "(about 50 s on 2 busy cores; 6 minutes at load 11)")
     request_timeout_s: float = Field(300.0, gt=0, description="seconds one request (a completion, a weight update "
                                                               "call) may take before the run stops with an error")
     max_inflight: int = Field(64, ge=1, description="sequences submitted to the server at a time")
