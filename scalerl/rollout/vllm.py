@@ -98,8 +98,8 @@ class VllmClient:
         self._dtype = _DTYPES.get(next(model.parameters()).dtype, "fp32")
         self._dir = Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
         self._rng = random.Random(seed)
-        self._serial, self._version, self._held = 0, 0, False
-        self._lock = threading.Lock()     # the server's pause state (updates, holds)
+        self._serial, self._version = 0, 0
+        self._lock = threading.Lock()     # one weight update at a time
         self.server = VllmServer(self.ecfg, log=None if self.ecfg.url else server_log())
         self._pool = ThreadPoolExecutor(self.ecfg.max_inflight, thread_name_prefix="scalerl-vllm")
         try:
@@ -137,12 +137,12 @@ class VllmClient:
     def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
                hold: threading.Event | None = None) -> Iterator[Completion]:
         """Continuous batching on the server: up to `max_inflight` samples submitted at a time; a held
-        stream pauses the server (`mode=keep`) and submits nothing until the hold is lifted."""
+        stream submits nothing until the hold is lifted (the samples in flight finish: pausing the
+        server would leave their requests waiting out `request_timeout_s` through a long evaluation)."""
         stop, hold = stop or threading.Event(), hold or threading.Event()
         source, pending, more = iter(prompts), set(), True
         try:
             while not stop.is_set():
-                self._hold(hold.is_set())
                 while more and not hold.is_set() and len(pending) + n <= max(self.ecfg.max_inflight, n):
                     prompt = next(source, StopIteration)
                     if prompt is StopIteration:
@@ -157,7 +157,6 @@ class VllmClient:
                 for future in done:
                     yield future.result()
         finally:
-            self._hold(False)
             for future in pending:
                 future.cancel()
 
@@ -176,8 +175,7 @@ class VllmClient:
             self.server.call("POST", "/collective_rpc", {"method": "reload_weights",
                                                          "kwargs": {"weights_path": str(folder)}})
             self.server.call("POST", "/update_weight_version", {"new_version": str(version)})
-            if not self._held:
-                self.server.call("POST", "/resume")
+            self.server.call("POST", "/resume")
             self._version = version
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -188,12 +186,6 @@ class VllmClient:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ one sample
-    def _hold(self, held: bool) -> None:
-        with self._lock:
-            if held != self._held:
-                self.server.call("POST", "/pause?mode=keep" if held else "/resume")
-                self._held = held
-
     def _submit(self, prompt: Prompt, k: int) -> Future:
         tokens = self._encode(prompt)
         self._serial += 1
