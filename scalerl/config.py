@@ -269,6 +269,9 @@ class VllmEngineConfig(_Section):
     request_timeout_s: float = Field(300.0, gt=0, description="seconds one request (a completion, a weight update "
                                                               "call) may take before the run stops with an error")
     max_inflight: int = Field(64, ge=1, description="sequences submitted to the server at a time")
+    seeded: bool | None = Field(None, description="a seed per request, from the engine's seed (reseed repeats the "
+                                                  "draws; none: on a machine with CUDA: vLLM 0.32.0's CPU backend "
+                                                  "fails on a seeded request whose prefill is chunked)")
     eager: bool | None = Field(None, description="--enforce-eager: no compilation, no CUDA graphs (none: on a "
                                                  "machine without CUDA, where compiling at start-up takes minutes)")
 

@@ -2,8 +2,9 @@
 
 `VllmClient` starts a server on the run's model (saved once into a temporary folder), or talks to
 one at `rollout.engine.url`, and asks it for one sample per request on the tokens-in, tokens-out
-`/inference/v1/generate` (`n` requests per prompt, each with its own seed from the client's seed
-and the request's serial: `reseed` repeats them). It returns what the local engine returns:
+`/inference/v1/generate` (`n` requests per prompt; with `rollout.engine.seeded`, each with its own
+seed from the client's seed and the request's serial: `reseed` repeats them). It returns what the
+local engine returns:
 
 - the sampled token ids, and per token the log-probability of the distribution sampled from
   (`--logprobs-mode processed_logprobs`: after temperature and top-p), and the policy version
@@ -99,6 +100,7 @@ class VllmClient:
         self._dir = Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
         self._rng = random.Random(seed)
         self._serial, self._version = 0, 0
+        self._seeded = self.ecfg.seeded if self.ecfg.seeded is not None else torch.cuda.is_available()
         self._lock = threading.Lock()     # one weight update at a time
         self.server = VllmServer(self.ecfg, log=None if self.ecfg.url else server_log())
         self._pool = ThreadPoolExecutor(self.ecfg.max_inflight, thread_name_prefix="scalerl-vllm")
@@ -229,8 +231,9 @@ class VllmClient:
         if max_tokens <= 0:
             return False
         params = {"max_tokens": max_tokens, "temperature": 0.0 if self.greedy else self.cfg.temperature,
-                  "top_p": self.cfg.top_p, "logprobs": 0, "seed": (self.seed * 1_000_003 + s.serial * 2 + phase) % 2**31,
-                  "detokenize": False}
+                  "top_p": self.cfg.top_p, "logprobs": 0, "detokenize": False}
+        if self._seeded:
+            params["seed"] = (self.seed * 1_000_003 + s.serial * 2 + phase) % 2**31
         params.update({"ignore_eos": True} if self.ignore_eos else {"stop_token_ids": self._stops})
         version = self._version
         out = self.server.call("POST", "/inference/v1/generate", {"token_ids": s.prompt_tokens + s.tokens,
