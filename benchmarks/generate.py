@@ -16,6 +16,12 @@ allocated on GPU) and, on CUDA, the fraction of the memory-bandwidth roofline ou
     python benchmarks/generate.py --model smollm2-shape-random --device cuda --seqs 1024 --dtype bf16
     python benchmarks/generate.py --task rg:chain_sum --new-tokens 16   # a task's real prompts (system
                                                                          # prompt and solved examples shared)
+    python benchmarks/generate.py --model smollm2-135m --vllm            # and a vLLM server (make vllm)
+
+With `--vllm`, one more side: a vLLM server started on the same weights (`rollout.engine=vllm`, its
+start-up timed apart, not in the side's time), our client asking it for the same sequences (one
+request per sequence, all in flight at once, EOS ignored). The server computes in its own
+processes: its CPU time is not in this process's.
 
 With `--task`, the prompts are the task's validation prompts as a run builds them (the model's
 profile applies: SmolLM2 on reasoning-gym gets its system prompt and three solved examples, about
@@ -117,6 +123,24 @@ def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int,
     return min(len(c.tokens) for c in out)
 
 
+class VllmSide:
+    """A vLLM server on `model`'s weights, started once (`seconds`: its start-up), and its client."""
+
+    def __init__(self, model, tokenizer, seqs: int, new_tokens: int, seed: int):
+        from scalerl.config import VllmEngineConfig
+        from scalerl.rollout import make_engine
+
+        self.cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, length=NoLengthControl(),
+                                 engine=VllmEngineConfig(max_inflight=seqs, kv_cache_mb=1024, start_timeout_s=1800))
+        t0 = time.perf_counter()
+        self.client = make_engine(model, tokenizer, self.cfg, seed=seed, ignore_eos=True)
+        self.seconds = time.perf_counter() - t0
+
+    def __call__(self, texts: list[str], samples: int) -> int:
+        out = self.client.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
+        return min(len(c.tokens) for c in out)
+
+
 def timed(fn, device: str):
     """(tokens per sequence, wall seconds, CPU seconds of this process, peak memory in GiB)."""
     with PeakMemory(device) as mem:
@@ -162,6 +186,7 @@ def main() -> None:
                     help="untimed full-size rounds of every side before the timed ones (default 1 on CUDA, where a "
                          "side's first call at a new size pays cuBLAS/allocator/graph set-up, 0 on CPU)")
     ap.add_argument("--no-eager", action="store_true", help="leave out the eager reference path")
+    ap.add_argument("--vllm", action="store_true", help="add a vLLM server side (rollout.engine=vllm)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--task", default=None, help="use this task's validation prompts (e.g. rg:chain_sum)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -191,10 +216,19 @@ def main() -> None:
           f"{seqs} seqs x {args.new_tokens} new tokens, "
           f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
           "sampling T=1, top-p 1, EOS ignored")
+    vllm = VllmSide(model, tokenizer, seqs, args.new_tokens, args.seed) if args.vllm else None
+    try:
+        report(args, make_sides(args, model, tokenizer, texts, vllm), seqs, prompt_len, model)
+    finally:
+        if vllm is not None:
+            vllm.client.close()
+
+
+def make_sides(args, model, tokenizer, texts: list[str], vllm: VllmSide | None) -> dict:
+    """The sides to time, each warmed up once at a tiny size."""
     run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up every path
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed)
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed, decode="eager")
-
     sides = {"hf": lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device, args.seed),
              "ours": lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed)}
     if not args.no_eager:
@@ -203,6 +237,15 @@ def main() -> None:
     if args.task:
         sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
                                             shared=False)
+    if vllm is not None:
+        print(f"{'vLLM server start-up':>24}: {vllm.seconds:.1f} s (not in its side's time)")
+        vllm(texts[:2], 1)
+        sides["vllm"] = lambda: vllm(texts, args.samples)
+    return sides
+
+
+def report(args, sides: dict, seqs: int, prompt_len: float, model) -> None:
+    """Time every side (alternated, `--repeats` times) and print tokens/s and the ratios."""
     warmup = args.warmup if args.warmup is not None else int(args.device.startswith("cuda"))
     for _ in range(warmup):   # not timed: the first call of a side at this size (HF's took 2.8x its second, 2026-11-26)
         for fn in sides.values():
@@ -216,7 +259,7 @@ def main() -> None:
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
     rate, best = {}, {}
     labels = {"hf": "transformers generate", "ours": "scalerl Engine (static)", "eager": "scalerl Engine (eager)",
-              "ours-np": "... no shared prefix"}
+              "ours-np": "... no shared prefix", "vllm": "vLLM server (our client)"}
     for name, label in labels.items():
         if name not in runs:
             continue
@@ -232,6 +275,9 @@ def main() -> None:
     if "eager" in rate:
         print(f"{'ratio eager / hf':>24}: {rate['eager'] / rate['hf']:.2f}x")
         print(f"{'ratio static / eager':>24}: {rate['ours'] / rate['eager']:.2f}x")
+    if "vllm" in rate:
+        print(f"{'ratio vllm / static':>24}: {rate['vllm'] / rate['ours']:.2f}x")
+        print(f"{'ratio vllm / hf':>24}: {rate['vllm'] / rate['hf']:.2f}x")
     if "ours-np" in rate:
         print(f"{'shared prefix gain':>24}: {rate['ours'] / rate['ours-np']:.2f}x")
     print(f"{'load average after':>24}: {os.getloadavg()[0]:.1f}")

@@ -314,4 +314,5 @@ class PPOOffPolicy:
         """None: the generator runs in the trainer process."""
         return {}
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        getattr(self.generator, "close", lambda: None)()   # a server's client stops what it started

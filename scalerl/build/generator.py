@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from scalerl.config import Config
+from scalerl.config import Config, LocalEngineConfig
 from scalerl.rewards import training_reward
 from scalerl.transport.protocol import GeneratorBuild, Stage
 
@@ -25,10 +25,12 @@ class Components:
     reward_fn: Callable       # plain pass/fail: the evaluation's, and the training reward's base
     build: GeneratorBuild     # the generator stage, for every transport (`build_generator`)
 
-    def stage(self, model: torch.nn.Module, seed: int, temperature: float | None = None) -> Stage:
-        """The generator stage in this process, decoding with `model`."""
+    def stage(self, model: torch.nn.Module, seed: int, temperature: float | None = None, local: bool = False) -> Stage:
+        """The generator stage in this process, decoding with `model` (`local`: on the local engine, whatever
+        `rollout.engine` says: the evaluation's)."""
+        given = {"local": True} if local else {}
         return self.build(seed, model=model, tokenizer=self.tokenizer, task=self.task, reward=self.reward_fn,
-                          temperature=temperature)
+                          temperature=temperature, **given)
 
 
 def decode_dtype(cfg: Config) -> str:
@@ -42,8 +44,13 @@ def decode_dtype(cfg: Config) -> str:
 
 def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
-    as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel)."""
+    as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel); the
+    trainer's model itself for an engine that decodes no copy in this process (`EngineSpec.copy`)."""
     from scalerl.lora import merged_copy
+    from scalerl.rollout import engine_spec
+
+    if not engine_spec(cfg.rollout.engine).copy:
+        return model
     from scalerl.models import cast_model
     from scalerl.trainer.forward import match_trainer_attention
 
@@ -52,15 +59,17 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
 
 def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Module | None = None,
                     tokenizer=None, task=None, reward: Callable | None = None,
-                    temperature: float | None = None, weights: dict[str, torch.Tensor] | None = None) -> Stage:
+                    temperature: float | None = None, weights: dict[str, torch.Tensor] | None = None,
+                    local: bool = False) -> Stage:
     """The engine's generator stage from a run's config (`GeneratorBuild`'s function for real runs).
     Given nothing (a generator process, a Ray actor) it loads the model in `decode_dtype`, the task
     and the reward itself; given `model` (with `tokenizer`), it decodes with that model. Given
     `weights` (the process transport's published buffer), the model decodes from those tensors in
-    place of its own (`scalerl.transport.weights.adopt`: no copy of its own)."""
+    place of its own (`scalerl.transport.weights.adopt`: no copy of its own). `local`: the local engine,
+    whatever `rollout.engine` says (the evaluation decodes the trainer's model in place)."""
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
-    from scalerl.rollout import Engine
+    from scalerl.rollout import make_engine
     from scalerl.tasks import task_for_run
     from scalerl.trainer.forward import match_trainer_attention
 
@@ -75,7 +84,9 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
     task = task if task is not None else task_for_run(cfg, tokenizer, model)
     reward = training_reward(reward if reward is not None else RewardFn(task, cfg.reward), cfg)
     rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})
-    return Stage(Engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
+    if local:
+        rollout = rollout.model_copy(update={"engine": LocalEngineConfig()})
+    return Stage(make_engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
                  cfg.run.seed)
 
 

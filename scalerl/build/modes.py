@@ -14,7 +14,9 @@ from scalerl.batching import PipelineRL, PPOOffPolicy
 from scalerl.build.generator import decode_dtype, generator_copy
 from scalerl.build.resources import Threads, use_process
 from scalerl.build.state import Trainer
+from scalerl.errors import ScaleRLError
 from scalerl.lora import merged_state_dict
+from scalerl.rollout import engine_spec
 from scalerl.transport.local import EvalSpec, ProcessRollouts, ThreadedRollouts
 from scalerl.transport.window import GroupAssembler, LockedSampler, RetiredSet, Window
 
@@ -29,6 +31,9 @@ def make_mode(tr: Trainer, device: str, threads: Threads, evals: EvalSpec) -> tu
     gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
     if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks
+        if not engine_spec(cfg.rollout.engine).process:
+            raise ScaleRLError(f"pipeline.backend = ray: rollout.engine {engine_spec(cfg.rollout.engine).name} on Ray "
+                               "actors is not built yet; use pipeline.backend=local")
         from scalerl.build.ray import ray_mode
 
         return ray_mode(tr, comps.build, gen_seed, sampler_state), None

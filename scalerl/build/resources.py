@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from scalerl.config import Config, available_cores
+from scalerl.errors import ScaleRLError
 
 EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (`eval_threads`)
 
@@ -70,8 +71,18 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
 def use_process(cfg: Config, device: str) -> bool:
     """Whether the run's generator runs in a process of its own on this machine: PipelineRL on the
     local backend with `pipeline.transport` process, or auto on a CPU with at least 2 cores (where
-    the two stages would otherwise fight over the GIL). On CUDA `auto` keeps the thread."""
+    the two stages would otherwise fight over the GIL). On CUDA `auto` keeps the thread. An engine
+    that no generator process of ours may host (`EngineSpec.process`: a server's client) keeps the
+    thread, and `pipeline.transport: process` with it is refused."""
+    from scalerl.rollout import engine_spec
+
     if cfg.pipeline.mode != "pipeline_rl" or cfg.pipeline.backend != "local":
+        return False
+    spec = engine_spec(cfg.rollout.engine)
+    if not spec.process:
+        if cfg.pipeline.transport == "process":
+            raise ScaleRLError(f"pipeline.transport = process: rollout.engine {spec.name} runs in a server of its own; "
+                               "its client runs in a thread of the trainer (use pipeline.transport=thread or auto)")
         return False
     if cfg.pipeline.transport == "auto":
         return device == "cpu" and run_cores(cfg) >= 2

@@ -21,6 +21,7 @@ from scalerl.build.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
 from scalerl.evaluate import SplitEvaluator
 from scalerl.lora import apply_lora
+from scalerl.rollout import engine_spec
 from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
 from scalerl.transport.local import EvalSpec
@@ -66,7 +67,10 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     evals = EvalSpec(cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature, n_eval_threads)
     eval_gen = None
     if not use_process(cfg, device):   # else the generator process evaluates (below)
-        eval_gen = comps.stage(tr.model, evals.seed, evals.temperature).generator
+        # the evaluation decodes the trainer's model in place: on the local engine when the run's engine
+        # decodes no model here (a server's client)
+        local = not engine_spec(cfg.rollout.engine).copy
+        eval_gen = comps.stage(tr.model, evals.seed, evals.temperature, local=local).generator
     tr.model.train()
     mode, source = make_mode(tr, device, threads, evals)
     consumers = tr.memory_consumers

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.configure import load_config
     from scalerl.errors import ScaleRLError
     from scalerl.models import load_model
-    from scalerl.rollout import Engine
+    from scalerl.rollout import make_engine
     from scalerl.tasks import get_task
     from scalerl.rewards import RewardFn, answer_section
 
@@ -43,10 +43,14 @@ def run(args: argparse.Namespace) -> int:
     task = get_task(cfg.task, tokenizer)
     prompts = (task.val_prompts(args.prompts) if args.split == "val"
                else [task.train_prompt(i) for i in range(args.prompts)])
-    engine = Engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=args.seed, greedy=args.greedy)
-    start = time.perf_counter()
-    completions = engine.generate(prompts, args.n)
-    seconds = time.perf_counter() - start
+    engine = make_engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=args.seed,
+                         greedy=args.greedy)
+    try:
+        start = time.perf_counter()
+        completions = engine.generate(prompts, args.n)
+        seconds = time.perf_counter() - start
+    finally:
+        getattr(engine, "close", lambda: None)()
     reward = RewardFn(task, cfg.reward)
     try:
         by_prompt = {p.id: p for p in prompts}

