@@ -23,15 +23,17 @@ Departures from the single-process step:
    FSDP: the shared path swaps parameters through `functional_call`, which FSDP's gathered
    parameters do not survive); the loss and gradients are the same (forward.py checks the
    two paths agree), the trunk runs more tokens.
-2. Activation recomputation (`batch.recompute`) is `torch.utils.checkpoint` on each decoder
-   layer inside its FSDP unit (the layer's parameters are gathered again for the replay), as
-   torchtitan does, instead of forward.py's `_recomputed`.
+2. Activation recomputation (`batch.recompute`, decided per micro-batch as today) is
+   transformers' checkpointing of each decoder layer (`gradient_checkpointing`, non-reentrant),
+   with the layer's FSDP hooks inside: the replay runs on the parameters FSDP's pre-backward
+   gather brought back, instead of forward.py's `_recomputed` (which swaps parameters in).
 3. The KL penalty (`kl_beta > 0`) is not supported (no sharded reference model).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -57,8 +59,12 @@ class Policy(torch.nn.Module):
         self.fp32_head = cfg.model.fp32_head
 
     def forward(self, batch: Batch, recompute: bool = False) -> torch.Tensor:  # (N, T)
+        """`recompute`: each decoder layer checkpointed by transformers (`gradient_checkpointing`),
+        its FSDP hooks inside the checkpoint: the pre-backward gather serves the replay."""
+        for layer in decoder_layers(self.model):
+            layer.gradient_checkpointing = recompute
         return completion_logprobs(self.model, batch, self.temperature, fp32_head=self.fp32_head,
-                                   compute_dtype="fp32", share_prompt=False, recompute=recompute)
+                                   compute_dtype="fp32", share_prompt=False)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -81,7 +87,9 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
     from scalerl.models import compute_dtype
 
     layer_policy = MixedPrecisionPolicy(param_dtype=DTYPES[compute_dtype(cfg.model)], reduce_dtype=torch.float32)
-    for layer in decoder_layers(model):
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for layer in decoder_layers(model):   # checkpointing is switched on per micro-batch (`Policy.forward`)
+        layer.gradient_checkpointing = False
         fully_shard(layer, mp_policy=layer_policy)
     policy = Policy(model, cfg)
     fully_shard(policy, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
@@ -133,10 +141,11 @@ class FSDPRank:
     and the collectives every rank joins at once: the full weights gathered on rank 0, the
     checkpoint each rank writes its part of, and the load of one (written by any number of ranks)."""
 
-    def __init__(self, cfg: Config, rank: int, world: int, init_method: str, threads: int = 1):
+    def __init__(self, cfg: Config | str, rank: int, world: int, init_method: str, threads: int = 1):
         from scalerl.models import load_model, resolve_device
         from scalerl.trainer.step import Optimizer
 
+        cfg = Config.model_validate_json(cfg) if isinstance(cfg, str) else cfg
         check_config(cfg)
         torch.set_num_threads(threads)
         device = resolve_device(cfg.model.device)
@@ -164,6 +173,13 @@ class FSDPRank:
 
         full = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {k.removeprefix("model."): v for k, v in full.items()}
+
+    def set_full_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Take the full weights given to rank 0 ({} on the others), broadcast and sharded."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(self.policy, {f"model.{k}": v for k, v in weights.items()},
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
     def _state(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -202,4 +218,141 @@ class FSDPRank:
         dist.destroy_process_group()
 
 
-__all__ = ["FSDPRank", "Policy", "ShardSync", "shard", "decoder_layers", "check_config"]
+def load_shards(folder, model: torch.nn.Module, optim, cfg: Config) -> None:
+    """A DCP folder written by any number of FSDP ranks (a checkpoint's `dcp/`) loaded into one
+    process's unsharded `model` and its `Optimizer` (no process group): resuming on one rank."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    holder = Policy(model, cfg)   # the ranks' names: model.<name>
+    weights, moments = get_state_dict(holder, optim.opt)
+    state = {"model": weights, "optim": moments, "sched": optim.sched.state_dict()}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_state_dict(holder, optim.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    optim.sched.load_state_dict(state["sched"])
+
+
+class ShardedStep:
+    """`train_step`'s drop-in over W FSDP rank actors (`ray.trainers`), placed by Ray. This process
+    is no rank: it keeps the full weights the generators and the evaluation decode (`model`),
+    loaded after each step from the ranks' shards gathered on rank 0 (`FSDPRank.full_weights`),
+    under the transport's `step_guard`; its own optimizer never steps."""
+
+    def __init__(self, model, cfg: Config, options: Callable[[int], dict] | None = None, restore=None):
+        import ray
+
+        from scalerl.trainer.data_parallel import free_address, placed
+
+        check_config(cfg)
+        self.world = cfg.ray.trainers
+        init_method = free_address()
+        cls = ray.remote(FSDPRank)
+        threads = max(1, int(cfg.ray.trainer_cpus))
+        self.ranks = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus,
+                                  **(options(rank) if options else {}))
+                      .remote(cfg.model_dump_json(), rank, self.world, init_method, threads) for rank in range(self.world)]
+        placed(cfg, self.ranks)
+        if restore is not None:   # the checkpoint's shards, written by any number of ranks
+            ray.get([r.load.remote(str(restore)) for r in self.ranks])
+        else:                     # the driver's weights (a warm start, a checkpoint of another strategy)
+            full = ray.put({k: v.detach().to("cpu") for k, v in model.state_dict().items()})
+            ray.get([r.set_full_weights.remote(full if i == 0 else {}) for i, r in enumerate(self.ranks)])
+
+    def __call__(self, model, optim, groups: list, cfg: Config, pad_id: int, step: int, ref_model=None,
+                 advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+        import ray
+
+        from scalerl.trainer.step import plan_shards
+
+        shards = plan_shards(groups, cfg, self.world, advantages)
+        if shards is None:
+            return None
+        rows = ray.get([r.step.remote(shards[i], step) for i, r in enumerate(self.ranks)])
+        self.pull(model, optim, step)
+        return rows[0]
+
+    def pull(self, model, optim, step: int) -> None:
+        """Load the ranks' weights, gathered on rank 0, into `model` (under `optim.step_guard`)."""
+        import ray
+
+        weights = ray.get([r.full_weights.remote() for r in self.ranks])[0]
+        with optim.step_guard(step), torch.no_grad():
+            model.load_state_dict(weights)
+
+    def save(self, path) -> None:
+        """Each rank writes its shards to the DCP folder `path` (a checkpoint's `dcp/`)."""
+        import ray
+
+        ray.get([r.save.remote(str(path)) for r in self.ranks])
+
+    def memory(self) -> list[dict[str, int]]:
+        import ray
+
+        return ray.get([r.memory.remote() for r in self.ranks])
+
+    def close(self) -> None:
+        import ray
+
+        for r in self.ranks:
+            ray.kill(r, no_restart=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(target: Callable, rank: int, world: int, init_method: str, args: tuple, out) -> None:
+    import io
+    import traceback
+
+    buf = io.BytesIO()
+    try:
+        torch.save(("ok", target(rank, world, init_method, *args)), buf)
+    except BaseException as exc:   # noqa: BLE001 - handed to the parent, which raises it as one line
+        torch.save(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"), buf)
+    out.put((rank, buf.getvalue()))
+
+
+def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> list:
+    """`target(rank, world, init_method, *args)` in `world` spawned processes (one gloo/NCCL group at
+    `init_method`); their return values in rank order. A rank that raises, dies or is still
+    running after `timeout_s` seconds stops them all with a ScaleRLError naming it."""
+    import io
+    import queue as queue_mod
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    procs = [ctx.Process(target=_rank_main, args=(target, r, world, init_method, args, out), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    try:
+        for _ in range(world):
+            try:
+                rank, data = out.get(timeout=timeout_s)
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in results]
+                raise ScaleRLError(f"{world} trainer ranks: no answer within {timeout_s:g} s from rank(s) "
+                                   f"{sorted(set(range(world)) - set(results))} (dead: {dead})") from None
+            status, value = torch.load(io.BytesIO(data), weights_only=False)
+            if status == "error":
+                raise ScaleRLError(f"trainer rank {rank} of {world} failed: {value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    return [results[r] for r in range(world)]
+
+
+__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "ShardSync", "shard", "decoder_layers", "check_config"]

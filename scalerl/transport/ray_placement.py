@@ -34,11 +34,12 @@ class Placement:
     def __init__(self, cfg: Config):
         r = cfg.ray
         self.n_generators = r.generators
+        self.first_trainer = r.trainers - cfg.trainer.actors(r.trainers)   # 0 under fsdp (every rank an actor), else 1
         self.group = None
         if r.placement == "none":
             return
         bundles = [_bundle(r.generator_cpus, r.generator_gpus)] * r.generators
-        bundles += [_bundle(r.trainer_cpus, r.trainer_gpus)] * (r.trainers - 1)
+        bundles += [_bundle(r.trainer_cpus, r.trainer_gpus)] * cfg.trainer.actors(r.trainers)
         self.group = placement_group(bundles, strategy=r.placement.upper())
         ready, _ = ray.wait([self.group.ready()], timeout=PLACE_TIMEOUT_S)
         if not ready:
@@ -55,8 +56,9 @@ class Placement:
         return self._options(rank)
 
     def trainer(self, rank: int) -> dict:
-        """Options of trainer rank 1..W-1 (rank 0 is the driver, outside the group)."""
-        return self._options(self.n_generators + rank - 1)
+        """Options of trainer rank actor `rank` (ddp: 1..W-1, rank 0 being the driver, outside the group;
+        fsdp: 0..W-1)."""
+        return self._options(self.n_generators + rank - self.first_trainer)
 
     def close(self) -> None:
         if self.group is not None:
