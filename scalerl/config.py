@@ -395,6 +395,11 @@ class RayConfig(_Section):
     generator_gpus: float = Field(0.0, ge=0, description="GPUs per generator actor (0 on a CPU cluster)")
     trainer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per trainer worker actor (ranks 1..W-1)")
     trainer_gpus: float = Field(0.0, ge=0, description="GPUs per trainer worker actor")
+    generator_resources: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each generator actor asks for (a node started with "
+        "`ray start --resources '{\"gen_node\": 4}'` then holds the generators: {gen_node: 1})")
+    trainer_resources: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each trainer rank actor asks for ({train_node: 1})")
     max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
     placement: Literal["none", "pack", "spread"] = Field(
         "none", description="none: per-actor resource requests; pack/spread: one placement group for all actors")

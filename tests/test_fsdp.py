@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import signal
 
 import pytest
@@ -183,15 +184,19 @@ def test_one_process_resumes_a_two_rank_checkpoint(ranks):
     from scalerl.run.checkpoint import latest_checkpoint, read_state
 
     ckpt = latest_checkpoint(ranks["run_dir"])
+    steps = range(read_state(ckpt).step + 1, ranks["steps"] + 1)
     model, optim, cfg, pad = _single([])
     load_shards(ckpt / "dcp", model, optim, cfg)
-    for step in range(read_state(ckpt).step + 1, ranks["steps"] + 1):
+    weights = copy.deepcopy(model.state_dict())
+    for step in steps:
         train_step(model, optim, _step_groups(step), cfg, pad, step)
     assert _max_diff(ranks["weights"], model.state_dict()) < TOL
-    # the AdamW moments came from the shards: without them the same steps end elsewhere
+    # the AdamW moments came from the shards: the same weights with a fresh AdamW end elsewhere
     fresh, fresh_optim, _, _ = _single([])
-    fresh.load_state_dict(model.state_dict())
-    assert optim.opt.state and len(optim.opt.state) == len(list(model.parameters()))
+    fresh.load_state_dict(weights)
+    for step in steps:
+        train_step(fresh, fresh_optim, _step_groups(step), cfg, pad, step)
+    assert _max_diff(ranks["weights"], fresh.state_dict()) > 100 * TOL
 
 
 def test_each_rank_holds_half_of_the_parameters_gradients_and_moments(ranks):
@@ -200,3 +205,33 @@ def test_each_rank_holds_half_of_the_parameters_gradients_and_moments(ranks):
     mem = ranks["memory"]
     assert full / 2 <= mem["params"] <= full / 2 * 1.1
     assert mem["optimizer"] >= 2 * full / 2 and mem["optimizer"] <= 2 * full / 2 * 1.1 + 1024
+
+
+def test_export_of_a_sharded_checkpoint_writes_one_hugging_face_folder_of_its_weights(ranks, tmp_path):
+    import yaml
+    from transformers import AutoModelForCausalLM
+
+    from scalerl.export import export_run
+
+    run_dir = tmp_path / "run"   # the killed run's checkpoints, with the config.yaml a run writes
+    shutil.copytree(os.path.join(ranks["run_dir"], "checkpoints"), run_dir / "checkpoints")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(_cfg([]).model_dump(mode="json")))
+    ckpt = export_run(run_dir, tmp_path / "hf")
+    assert (ckpt / "dcp").is_dir()
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    model, optim, cfg, _ = _single([])
+    load_shards(ckpt / "dcp", model, optim, cfg)   # the weights as the ranks' shards hold them
+    assert _max_diff(exported.state_dict(), model.state_dict()) == 0
+
+
+def test_strategy_resolution_and_what_fsdp_refuses():
+    from scalerl.errors import ScaleRLError
+    from scalerl.trainer.sharded import check_config
+
+    assert _cfg([]).trainer.resolved(1) == "single" and _cfg(["ray.trainers=2"]).trainer.resolved(2) == "ddp"
+    fsdp = _cfg(["trainer.strategy=fsdp", "ray.trainers=2"])
+    assert fsdp.trainer.actors(2) == 2 and _cfg(["ray.trainers=3"]).trainer.actors(3) == 2   # ddp: rank 0 is the driver
+    with pytest.raises(ScaleRLError, match="trainer.strategy = 'single' runs one trainer, but ray.trainers = 2"):
+        _cfg(["trainer.strategy=single", "ray.trainers=2"])
+    with pytest.raises(ScaleRLError, match="loss.kl_beta > 0 is not supported with trainer.strategy=fsdp"):
+        check_config(_cfg(["trainer.strategy=fsdp", "loss.type=ppo_clip", "loss.kl_beta=0.01"]))

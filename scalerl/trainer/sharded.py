@@ -33,12 +33,14 @@ Departures from the single-process step:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
@@ -87,8 +89,8 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
     from scalerl.models import compute_dtype
 
     layer_policy = MixedPrecisionPolicy(param_dtype=DTYPES[compute_dtype(cfg.model)], reduce_dtype=torch.float32)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for layer in decoder_layers(model):   # checkpointing is switched on per micro-batch (`Policy.forward`)
+        layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
         layer.gradient_checkpointing = False
         fully_shard(layer, mp_policy=layer_policy)
     policy = Policy(model, cfg)
