@@ -163,6 +163,12 @@ class FSDPRank:
     def ready(self) -> int:
         return self.rank
 
+    def node(self) -> str:
+        """The Ray node this rank runs on (an actor only)."""
+        import ray
+
+        return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
+
     def step(self, shard_: Shard, step: int) -> dict[str, float]:
         from scalerl.trainer.step import shard_step
 
@@ -254,6 +260,8 @@ class ShardedStep:
                                   **(options(rank) if options else {}))
                       .remote(cfg.model_dump_json(), rank, self.world, init_method, threads) for rank in range(self.world)]
         placed(cfg, self.ranks)
+        print(f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
+              f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}")
         if restore is not None:   # the checkpoint's shards, written by any number of ranks
             ray.get([r.load.remote(str(restore)) for r in self.ranks])
         else:                     # the driver's weights (a warm start, a checkpoint of another strategy)
