@@ -235,3 +235,27 @@ def test_strategy_resolution_and_what_fsdp_refuses():
         _cfg(["trainer.strategy=single", "ray.trainers=2"])
     with pytest.raises(ScaleRLError, match="loss.kl_beta > 0 is not supported with trainer.strategy=fsdp"):
         check_config(_cfg(["trainer.strategy=fsdp", "loss.type=ppo_clip", "loss.kl_beta=0.01"]))
+
+
+def _cuda_ranks(rank: int, world: int, init_method: str) -> list | None:
+    out = []
+    for overrides, n in CASES[:6]:
+        cfg = _cfg([*overrides, "model.device=cuda", "model.compute_dtype=fp32"])
+        r = FSDPRank(cfg, rank, world, init_method)
+        out.append((r.step(plan_shards(_groups()[:n], cfg, world)[rank], 1), r.full_weights()))
+    return out if rank == 0 else None
+
+
+@pytest.mark.gpu
+def test_two_fsdp_ranks_over_nccl_take_the_single_process_step_on_cuda():
+    """The equality above on CUDA with NCCL, fp32 (two ranks share the GPU when there is one)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    results = spawn_ranks(_cuda_ranks, 2, timeout_s=600)[0]
+    for (overrides, n), (row, weights) in zip(CASES[:6], results):
+        cfg = _cfg([*overrides, "model.device=cuda", "model.compute_dtype=fp32"])
+        torch.manual_seed(cfg.run.seed)
+        model, tokenizer = load_model("tiny-random", device="cuda")
+        model.train()
+        one = train_step(model, Optimizer(model, cfg), _groups()[:n], cfg, tokenizer.pad_token_id, 1)
+        assert _max_diff(weights, {k: v.cpu() for k, v in model.state_dict().items()}) < TOL, overrides
+        assert abs(row["train/loss"] - one["train/loss"]) < TOL, overrides

@@ -151,6 +151,8 @@ class FSDPRank:
         check_config(cfg)
         torch.set_num_threads(threads)
         device = resolve_device(cfg.model.device)
+        if device == "cuda":   # one GPU per rank where there are enough (a Ray actor sees its own as cuda:0)
+            torch.cuda.set_device(rank % torch.cuda.device_count())
         torch.manual_seed(cfg.run.seed)
         model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
         self.cfg, self.rank, self.world, self.pad_id = cfg, rank, world, tokenizer.pad_token_id
