@@ -14,9 +14,11 @@ up to the whole-batch gradient as under the all-reduce. Every rank runs the same
 forward/backward passes (the collectives must pair up): a rank with fewer micro-batches, or no
 group at all, repeats one with weight 0 (`ShardSync.pad`).
 
-Mixed precision (`model.dtype: bf16`): the decoder layers compute on bf16 casts of the fp32
-shards (FSDP's `MixedPrecisionPolicy(param_dtype=bf16)`), the root unit in fp32: the LM head
-and the log-softmax run on the fp32 weight (paper Section 3.2). Gradients are reduced in fp32.
+Mixed precision (`model.compute_dtype` bf16, the default on a bf16 GPU): the decoder layers
+compute on bf16 casts of the fp32 shards (FSDP's `MixedPrecisionPolicy(param_dtype=bf16)`, which
+also casts each layer's input: a bf16 residual stream, as forward.py's `_trunks`), the root unit
+in fp32: the LM head and the log-softmax run on the fp32 weight (paper Section 3.2). Gradients
+are reduced in fp32. Only fp32 was run here (a CPU); the bf16 path is not yet measured.
 
 Departures from the single-process step:
 1. The prompt is not shared between a group's completions (`model.share_prompt` is off under
@@ -27,7 +29,9 @@ Departures from the single-process step:
    transformers' checkpointing of each decoder layer (`gradient_checkpointing`, non-reentrant),
    with the layer's FSDP hooks inside: the replay runs on the parameters FSDP's pre-backward
    gather brought back, instead of forward.py's `_recomputed` (which swaps parameters in).
-3. The KL penalty (`kl_beta > 0`) is not supported (no sharded reference model).
+3. The KL penalty (`kl_beta > 0`) is not supported (no sharded reference model), nor LoRA.
+4. The `scalerl train` process is no rank (`ShardedStep`): it keeps the full weights, gathered
+   on rank 0 after each step, to publish and evaluate.
 """
 
 from __future__ import annotations
