@@ -442,9 +442,32 @@ class RayConfig(_Section):
     generator_gpus: float = Field(0.0, ge=0, description="GPUs per generator actor (0 on a CPU cluster)")
     trainer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per trainer worker actor (ranks 1..W-1)")
     trainer_gpus: float = Field(0.0, ge=0, description="GPUs per trainer worker actor")
+    generator_resources: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each generator actor asks for (a node started with "
+        "`ray start --resources '{\"gen_node\": 4}'` then holds the generators: {gen_node: 1})")
+    trainer_resources: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each trainer rank actor asks for ({train_node: 1})")
     max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
     placement: Literal["none", "pack", "spread"] = Field(
         "none", description="none: per-actor resource requests; pack/spread: one placement group for all actors")
+
+
+class TrainerConfig(_Section):
+    strategy: Literal["auto", "single", "ddp", "fsdp"] = Field(
+        "auto", description="how the optimizer step runs over `ray.trainers` ranks: single (one process), ddp (a full "
+        "copy of the model, its gradients and AdamW state on every rank, gradients all-reduced), fsdp (FSDP2: each "
+        "of those sharded over the ranks, every rank a Ray actor, docs/scale-out.md); auto: single for one "
+        "trainer, ddp for more")
+
+    def resolved(self, trainers: int) -> str:
+        """The strategy that runs with `trainers` ranks (auto resolved)."""
+        if self.strategy == "auto":
+            return "single" if trainers == 1 else "ddp"
+        return self.strategy
+
+    def actors(self, trainers: int) -> int:
+        """Trainer rank actors: every rank under fsdp; ranks 1..W-1 otherwise (rank 0 is the driver)."""
+        return trainers if self.resolved(trainers) == "fsdp" else trainers - 1
 
 
 class EvalConfig(_Section):
@@ -550,6 +573,7 @@ class Config(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="AdamW and schedule")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="off-policy mode")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster, actors, resources")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="single, data-parallel or sharded (FSDP2) trainer ranks")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="periodic held-out evaluation")
     run: RunConfig = Field(default_factory=RunConfig, description="steps, seeds, checkpoints")
 
@@ -570,6 +594,13 @@ class Config(_Section):
         if self.reward.pass_value <= self.reward.fail_value:
             raise ValueError(f"reward.pass_value = {self.reward.pass_value!r} must be greater than reward.fail_value "
                              f"= {self.reward.fail_value!r} (equal rewards give no group a learning signal)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_single_trainer(self) -> Config:
+        if self.trainer.strategy == "single" and self.ray.trainers > 1:
+            raise ValueError(f"trainer.strategy = 'single' runs one trainer, but ray.trainers = {self.ray.trainers}: "
+                             "set trainer.strategy to ddp or fsdp, or ray.trainers=1")
         return self
 
     @model_validator(mode="after")

@@ -42,7 +42,7 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
     try:
         _loop(Stages(run, metrics, progress))
     finally:
-        run.mode.close()
+        run.close()
         metrics.close()
     return run.trainer
 

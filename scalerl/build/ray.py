@@ -3,8 +3,8 @@
 `ray_mode(tr, ...)` is what `scalerl.build.modes` builds instead of an in-machine transport:
 it connects to Ray (`ray.address`) or starts a local instance (stopped again by `close()`),
 starts `ray.generators` generator actors behind a `RayRollouts` source, and, with
-`ray.trainers` W > 1, turns the trainer step into a `DataParallelStep` (rank 0 is this process,
-so evaluation, checkpoints and metrics stay in the loop as they are).
+`ray.trainers` W > 1, turns the trainer step into the ranks' step of `trainer.strategy`
+(scalerl.build.ranks: ddp or fsdp; evaluation, checkpoints and metrics stay in this process).
 
 Metrics added to each step's row (see docs/ray.md):
     ray/queue_depth             scored groups waiting in the hub when the batch was complete
@@ -48,8 +48,10 @@ from scalerl.transport.window import Window  # noqa: E402
 
 
 def cpus_needed(cfg: Config) -> float:
-    """CPUs the actors reserve: generators, and trainer ranks 1..W-1 (rank 0 is this process)."""
-    return cfg.ray.generators * cfg.ray.generator_cpus + (cfg.ray.trainers - 1) * cfg.ray.trainer_cpus
+    """CPUs the actors reserve: generators (the ray backend), and the trainer rank actors (ranks
+    1..W-1 under ddp, rank 0 being this process; all W under fsdp)."""
+    generators = cfg.ray.generators if cfg.pipeline.backend == "ray" else 0
+    return generators * cfg.ray.generator_cpus + cfg.trainer.actors(cfg.ray.trainers) * cfg.ray.trainer_cpus
 
 
 class RaySession:
@@ -73,7 +75,7 @@ class RaySession:
         if cfg.ray.num_cpus is not None and cfg.ray.num_cpus < needed:
             raise ScaleRLError(
                 f"ray.num_cpus = {cfg.ray.num_cpus}: the actors reserve {needed:g} CPUs ({cfg.ray.generators} "
-                f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + {cfg.ray.trainers - 1} trainer workers "
+                f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + {cfg.trainer.actors(cfg.ray.trainers)} trainer ranks "
                 f"x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); raise ray.num_cpus or lower those")
         num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
@@ -121,10 +123,8 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> R
         source = RayRollouts(spec, merged_state_dict(tr.model), tr.state.step, sampler_state)
         undo.callback(source.close)
         closers = [session.close, placement.close]
-        if cfg.ray.trainers > 1:
-            from scalerl.trainer.data_parallel import DataParallelStep
+        from scalerl.build.ranks import trainer_ranks
 
-            tr.step_fn = DataParallelStep(tr.model, tr.optim, cfg, options=placement.trainer)
-            closers.append(tr.step_fn.close)
+        closers += trainer_ranks(tr, options=placement.trainer)
         undo.pop_all()
     return RayPipelineRL(source, cfg.pipeline.k, closers)

@@ -64,8 +64,8 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
     generator and trainer-worker actor reserves. GPUs are counted when the run uses any, else cores."""
     r = cfg.ray
     if device != "cpu" or r.generator_gpus > 0 or r.trainer_gpus > 0:
-        return float(device != "cpu") + r.generators * r.generator_gpus + (r.trainers - 1) * r.trainer_gpus
-    return float(driver_threads) + r.generators * r.generator_cpus + (r.trainers - 1) * r.trainer_cpus
+        return float(device != "cpu") + r.generators * r.generator_gpus + cfg.trainer.actors(r.trainers) * r.trainer_gpus
+    return float(driver_threads) + r.generators * r.generator_cpus + cfg.trainer.actors(r.trainers) * r.trainer_cpus
 
 
 def use_process(cfg: Config, device: str) -> bool:

@@ -9,13 +9,14 @@ publish), so that the trainer's process never holds a second engine and its K/V 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from scalerl.build.generator import Components, build_components, decode_dtype
 from scalerl.build.modes import make_mode
+from scalerl.build.ranks import local_ranks
 from scalerl.build.resources import Threads, eval_threads, split_threads, use_process
 from scalerl.build.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
@@ -41,6 +42,16 @@ class Run:
     threads: Threads
     eval_threads: int
     memory: MemoryMonitor
+    closers: list = field(default_factory=list)   # the local backend's trainer ranks and their Ray
+
+    def close(self) -> None:
+        """Close the mode, then the trainer ranks (each closer runs, even if one raises)."""
+        import contextlib
+
+        with contextlib.ExitStack() as stack:
+            for close in reversed(self.closers):
+                stack.callback(close)
+            self.mode.close()
 
 
 def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None) -> Run:
@@ -73,6 +84,13 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
         eval_gen = comps.stage(tr.model, evals.seed, evals.temperature, local=local).generator
     tr.model.train()
     mode, source = make_mode(tr, device, threads, evals)
+    closers = []
+    if cfg.pipeline.backend == "local":   # the Ray backend starts its ranks with its actors
+        try:
+            closers = local_ranks(tr)
+        except BaseException:
+            mode.close()
+            raise
     consumers = tr.memory_consumers
     if source is not None:
         eval_gen = source.evaluator()
@@ -83,7 +101,7 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
         def consumers() -> dict[str, float]:
             return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
     memory = MemoryMonitor(mode.processes, consumers, devices=source.device_memory if source is not None else dict)
-    return Run(tr, mode, eval_gen, threads, n_eval_threads, memory)
+    return Run(tr, mode, eval_gen, threads, n_eval_threads, memory, closers)
 
 
 def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str) -> float:

@@ -15,7 +15,7 @@ from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.lora import trainable_params
 from scalerl.rl.losses import uses_reference
-from scalerl.run.checkpoint import TrainState, save_checkpoint
+from scalerl.run.checkpoint import SHARDS, TrainState, save_checkpoint
 from scalerl.run.compute import ComputeMeter
 from scalerl.run.memory import optimizer_mb, tensor_mb
 from scalerl.run.metrics import MetricsWriter, roll_back
@@ -61,7 +61,9 @@ class Trainer:
         self.counters = Counters()
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if uses_reference(cfg.loss) else None
-        self.step_fn: Callable | None = None  # the ray backend sets a data-parallel step (ray.trainers > 1)
+        self.step_fn: Callable | None = None  # ddp or fsdp ranks (scalerl.build.ranks) set their step
+        self.shards = None                    # fsdp: the ranks' ShardedStep (checkpoints: their dcp/ parts)
+        self.restored: Path | None = None     # the checkpoint restored from
 
     def train_on(self, groups: list, advantages: torch.Tensor) -> dict | None:
         """One optimizer step on the step's kept groups and their (P, G) advantages: its loss row, or
@@ -92,12 +94,17 @@ class Trainer:
             roll_back(self.run_dir, 0)
             return
         opt_state, self.state, ckpt = found
+        self.restored = ckpt
         try:
             self.optim.load_state_dict(opt_state)
         except (KeyError, ValueError, TypeError) as exc:
             raise ScaleRLError(f"{ckpt / 'optimizer.pt'} does not fit this run's optimizer ({exc}): was "
                                "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
                                "parameters)") from None
+        if (ckpt / SHARDS).is_dir() and self.cfg.trainer.resolved(self.cfg.ray.trainers) != "fsdp":
+            from scalerl.trainer.sharded import load_shards   # FSDP ranks wrote it: AdamW's state is there
+
+            load_shards(ckpt / SHARDS, self.model, self.optim, self.cfg)
         if self.curriculum is not None:
             self.curriculum.load_state_dict(self.state.curriculum)
         self.meter.load_state_dict(self.state.compute)
@@ -110,4 +117,5 @@ class Trainer:
         self.state.sampler = sampler_state
         self.state.metrics_offset = metrics.offset()
         self.state.counters = asdict(self.counters)
-        save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state)
+        save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state,
+                        shards=self.shards.save if self.shards is not None else None)

@@ -9,6 +9,11 @@ Layout of `<run_dir>/checkpoints/step_000025/`:
     adapter.safetensors a LoRA run's adapters (model.lora): what resume loads, over the base model;
                         model.safetensors then holds the merged weights (base names), what
                         `scalerl export` and a run started from this one read
+    dcp/                `trainer.strategy: fsdp` only: the ranks' shards of the weights, AdamW's
+                        state and the lr schedule (torch.distributed.checkpoint, each rank writes
+                        its part; loadable by any number of ranks, or by one process); what a
+                        resume loads the optimizer from (optimizer.pt is then the unused driver's);
+                        model.safetensors holds the same weights, gathered, for `scalerl export`
     checksums.json      sha256 of the files above, written last
 
 A checkpoint directory only ever appears complete: it is written under `.tmp-step_N` and
@@ -29,7 +34,7 @@ import random
 import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -92,12 +97,19 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState) -> None:
+SHARDS = "dcp"   # the sharded state's folder in a checkpoint (trainer.strategy fsdp)
+
+
+def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState,
+                 shards: Callable[[Path], None] | None = None) -> None:
     files = FILES
+    if shards is not None:   # every rank writes its part first; each file then checksummed like the others
+        shards(tmp / SHARDS)
+        files = (*files, *sorted(str(f.relative_to(tmp)) for f in (tmp / SHARDS).rglob("*") if f.is_file()))
     if has_lora(model):
         save_file(unique_storage(merged_state_dict(model)), str(tmp / "model.safetensors"))
         save_file(adapter_state_dict(model), str(tmp / ADAPTER_FILE))
-        files = (*FILES, ADAPTER_FILE)
+        files = (*files, ADAPTER_FILE)
     else:
         save_model(model, str(tmp / "model.safetensors"))
     torch.save(optimizer_state, tmp / "optimizer.pt")
@@ -113,8 +125,10 @@ def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state
         os.fsync(fh.fileno())
 
 
-def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState) -> Path:
-    """Write checkpoint `step_<state.step>` atomically; prune all but the newest KEEP.
+def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState,
+                    shards: Callable[[Path], None] | None = None) -> Path:
+    """Write checkpoint `step_<state.step>` atomically; prune all but the newest KEEP. `shards(folder)`:
+    the FSDP ranks write their parts of the weights and optimizer state to `dcp/` (every rank at once).
 
     A failure to write (a full disk, a quota) removes the temp folder and raises a one-line
     ScaleRLError: the newest complete checkpoint is still the one a resume picks.
@@ -127,7 +141,7 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer_state: dict
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        _write_files(tmp, model, optimizer_state, state)
+        _write_files(tmp, model, optimizer_state, state, shards)
     except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as a RuntimeError
         shutil.rmtree(tmp, ignore_errors=True)
         raise ScaleRLError(_write_failure(final, exc)) from None
@@ -165,7 +179,8 @@ def verify_checksums(path: Path) -> None:
         sums = json.loads(sums_file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedCheckpoint(sums_file, f"garbled ({exc.__class__.__name__})") from None
-    for name in (*FILES, *([ADAPTER_FILE] if isinstance(sums, dict) and ADAPTER_FILE in sums else [])):
+    listed = [n for n in sums if n == ADAPTER_FILE or n.startswith(f"{SHARDS}/")] if isinstance(sums, dict) else []
+    for name in (*FILES, *listed):
         if not (path / name).is_file():
             raise DamagedCheckpoint(path / name, "missing")
         if not isinstance(sums, dict) or sums.get(name) != _sha256(path / name):

@@ -95,21 +95,29 @@ def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1
     """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
     (submitted once all are placed; a rank 0 outside them must join too before those return)."""
     import ray
-    from ray.exceptions import GetTimeoutError
 
     cls = ray.remote(TrainerWorker)
     threads = max(1, int(cfg.ray.trainer_cpus))
     workers = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus, **(options(rank) if options else {}))
                .remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+    placed(cfg, workers)
+    return workers, [w.join.remote() for w in workers]
+
+
+def placed(cfg: Config, actors: list) -> None:
+    """Wait until the trainer rank actors are built (`ready()`), at most PLACE_TIMEOUT_S; else kill
+    them and raise a ScaleRLError naming the resources they asked for."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
     try:
-        ray.get([w.ready.remote() for w in workers], timeout=PLACE_TIMEOUT_S)
+        ray.get([a.ready.remote() for a in actors], timeout=PLACE_TIMEOUT_S)
     except GetTimeoutError:
-        for w in workers:
-            ray.kill(w)
-        raise ScaleRLError(f"{len(workers)} trainer worker actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
+        for a in actors:
+            ray.kill(a)
+        raise ScaleRLError(f"{len(actors)} trainer rank actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
                            f"ray.trainer_gpus {cfg.ray.trainer_gpus:g} each) were not placed within {PLACE_TIMEOUT_S} s: "
                            "compare with the free resources in `ray status`") from None
-    return workers, [w.join.remote() for w in workers]
 
 
 class DataParallelStep:

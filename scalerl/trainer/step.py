@@ -24,16 +24,20 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import psutil
 import torch
+from torch.distributed.tensor import DTensor
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.run.memory import MB
 from scalerl.trainer.forward import Batch, can_recompute, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
+
+if TYPE_CHECKING:
+    from scalerl.trainer.sharded import ShardSync
 
 __all__ = ["ActivationCost", "plan_micro_batches", "micro_batch_sizes", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
            "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
@@ -229,6 +233,7 @@ class Shard:
     groups: list[Group]
     advantages: torch.Tensor   # (P_w, G) rows of the whole batch's advantages
     total_units: int           # aggregation units of the whole batch (aggregation_units)
+    weight: float = 1.0        # 0: a stand-in group for a rank that got none (FSDP ranks all run passes)
 
 
 def trainable_tokens(c: Completion) -> int:
@@ -261,13 +266,15 @@ def batch_advantages(groups: list[Group], cfg: Config) -> torch.Tensor:
 def plan_shards(groups: list[Group], cfg: Config, world: int,
                 advantages: torch.Tensor | None = None) -> list[Shard] | None:
     """`world` round-robin shards of whole groups with their rows of the whole batch's advantages
-    (`batch_advantages` when not given); None if nothing trains."""
+    (`batch_advantages` when not given); None if nothing trains. A rank left without a group
+    (fewer groups than ranks) gets the first group with weight 0: every FSDP rank must run the
+    same passes, and a data-parallel rank adds nothing from it."""
     total = aggregation_units(groups, cfg.loss.aggregation)
     if total == 0:
         return None
     adv = batch_advantages(groups, cfg) if advantages is None else advantages                   # (P, G)
     return [Shard([groups[i] for i in range(rank, len(groups), world)], adv[rank::world], total)
-            for rank in range(world)]
+            if rank < len(groups) else Shard(groups[:1], adv[:1], total, weight=0.0) for rank in range(world)]
 
 
 def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
@@ -327,9 +334,11 @@ def plan_micro_batches(groups: list[Group], cfg: Config, model) -> list[tuple[li
             for part in parts]
 
 
-def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model) -> tuple[list, float, float, list, int]:
+def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model,
+              sync: ShardSync | None = None) -> tuple[list, float, float, list, int]:
     """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens,
-    logprob mismatch (sum, tokens), micro-batches recomputed)."""
+    logprob mismatch (sum, tokens), micro-batches recomputed). `sync` (FSDP): the forward through
+    the root unit, and as many micro-batches as every other rank (repeats with weight 0)."""
     from scalerl.rl.losses import policy_loss, uses_reference
 
     kl = uses_reference(cfg.loss)
@@ -337,26 +346,34 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
     # mismatch: |log-prob gap| (sum, tokens) on fresh tokens, then offpolicy_kl's four sums
     device = model.get_output_embeddings().weight.device
     advantages = shard.advantages.to(device)
-    for part, recompute in plan_micro_batches(shard.groups, cfg, model):
+    plan = plan_micro_batches(shard.groups, cfg, model)
+    plan = sync.pad(plan) if sync is not None else [(part, recompute, 1.0) for part, recompute in plan]
+    for part, recompute, weight in plan:
+        weight *= shard.weight
         groups = [shard.groups[i] for i in part]
         batch = collate(groups, pad_id).to(device)
         ref = None
         if kl:
             with torch.no_grad():
                 ref = completion_logprobs(ref_model, batch, cfg.rollout.temperature, **forward_options(cfg))
-        logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg),
-                                       recompute=recompute)
+        if sync is not None:
+            logprobs = sync.forward(batch, recompute)
+        else:
+            logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg),
+                                           recompute=recompute)
         loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, advantages[part].reshape(-1),
                                     batch.mask, batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
             model.zero_grad(set_to_none=True)
             raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
                                "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+        w = weight * aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
+        (loss * w).backward()
+        if not weight:   # a stand-in pass: its gradients are 0, it adds no loss, token or metric
+            continue
         diff_sum, diff_n = logprob_mismatch(groups, batch, logprobs, step - 1)  # the trainer holds step - 1
         for i, value in enumerate([diff_sum, diff_n, *offpolicy_kl(groups, batch, logprobs, step - 1)]):
             mismatch[i] += value
-        w = aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
-        (loss * w).backward()
         total += w * loss.item()
         tokens += metrics["tokens"]
         parts.append((w, metrics))
@@ -365,7 +382,7 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
 
 
 def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model=None,
-               reduce: Reducer = no_reduce) -> dict[str, float]:
+               reduce: Reducer = no_reduce, sync: ShardSync | None = None) -> dict[str, float]:
     """This worker's part of one optimizer step (every worker of a data-parallel step calls it).
 
     The loss is accumulated over length-sorted micro-batches (`micro_batches`), each weighted by
@@ -375,15 +392,17 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     token count over the workers (an all-reduce; nothing for one worker); clipping and AdamW
     then run on identical gradients everywhere. Raises ScaleRLError on a non-finite loss or
     gradient, before the weights change, so the last checkpoint stays the last good state.
-    `ref_model`: the frozen initial policy, needed only for a KL penalty.
+    `ref_model`: the frozen initial policy, needed only for a KL penalty. `sync` (FSDP ranks,
+    scalerl.trainer.sharded): FSDP reduce-scatters the gradients in the backward (a sum), so
+    `reduce` sums only the counters.
     """
     model.train()
     optim.opt.zero_grad(set_to_none=True)
-    parts, total, tokens, mismatch, recomputed = _backward(model, shard, cfg, pad_id, step, ref_model)
+    parts, total, tokens, mismatch, recomputed = _backward(model, shard, cfg, pad_id, step, ref_model, sync)
     for p in optim.params:
         if p.grad is None:   # AdamW still decays it, as on a worker where it had a gradient
             p.grad = torch.zeros_like(p)
-    if reduce is not no_reduce:   # one flat buffer for the all-reduce (a second copy of the gradients)
+    if reduce is not no_reduce and sync is None:   # one flat buffer for the all-reduce (a second copy of the gradients)
         flat = torch.cat([p.grad.reshape(-1) for p in optim.params])                       # (n_params,)
         reduce(flat)
         offset = 0
@@ -396,6 +415,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     loss_total, tokens_total, diff_sum, diff_n, kl_sum, kl_n, kl_stale, stale_s2 = counters.tolist()
     tokens_total = int(tokens_total)
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
+    if isinstance(grad_norm, DTensor):   # FSDP: the norm over every rank's shards
+        grad_norm = grad_norm.full_tensor()
     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
         optim.opt.zero_grad(set_to_none=True)
         raise ScaleRLError(f"non-finite loss or gradient norm at step {step}: training stopped; "
