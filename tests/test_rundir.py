@@ -303,13 +303,13 @@ def test_lower_max_steps_on_a_finished_run_is_refused_config_untouched(run, caps
 def test_run_that_cannot_be_fitted_writes_the_reason_and_exits_0(run, capsys, monkeypatch):
     fit = json.loads((run / "fit.json").read_text())       # 4 steps, 3 evaluations: too few
     assert fit["fitted"] is False and "3 evaluations" in fit["reason"]
-    import scalerl.scaling
+    import scalerl.scaling.spec
     from scalerl.errors import ScaleRLError
 
     def impossible(*args, **kwargs):
         raise ScaleRLError("every pass rate is equal: no curve to fit")
 
-    monkeypatch.setattr(scalerl.scaling, "fit_curve", impossible)
+    monkeypatch.setattr(scalerl.scaling.spec, "fit_curve", impossible)   # the fit of the one forecast specification
     code, out, err = train_cli(capsys, "--resume", "--max-steps", "10", "--set", "eval.every=1", "--run-dir", str(run))
     assert code == 0, err
     assert steps_of(run) == list(range(1, 11))             # the training finished

@@ -94,10 +94,17 @@ def options(args: argparse.Namespace):
                 fit_min=args.fit_min, fit_max=args.fit_max, fit_min_frac=args.fit_min_frac, model=args.model,
                 fit_r0=args.fit_r0, method=args.method, n_bootstrap=args.bootstrap, seed=args.seed,
                 a_range=tuple(args.a_range) if args.a_range else None, check_grid=not args.no_grid_check,
-                predict=tuple(getattr(args, "predict", ()) or ()), targets=tuple(args.target or ()),
-                budget=args.budget, stop_below=args.stop_when)
+                predict=tuple(getattr(args, "predict", ()) or ()), **_answers(args))
     o.check()
     return o
+
+
+def _answers(args: argparse.Namespace) -> dict:
+    """`scalerl fit`'s questions (--target, --budget, --stop-when) as Options fields; none for a command
+    that shares only the fitting options (`scalerl plan`, whose --budget is another question)."""
+    if not hasattr(args, "stop_when"):
+        return {}
+    return {"targets": tuple(args.target or ()), "budget": args.budget, "stop_below": args.stop_when}
 
 
 def check_plot_path(plot: str | None) -> None:
