@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
+from scalerl.rl.staleness import kappa
 from scalerl.run.memory import MB
 from scalerl.trainer.forward import Batch, can_recompute, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
@@ -431,8 +432,8 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
         out["train/logprob_mismatch"] = diff_sum / diff_n
     if kl_n:     # the off-policy KL the step trained with (scalerl.rl.staleness)
         out["pipeline/kl"] = kl_sum / kl_n
-    if stale_s2:  # absent when every trained token came from the weights the trainer holds
-        out["pipeline/kl_per_version2"] = kl_stale / stale_s2
+    if (per_version2 := kappa(kl_stale, stale_s2)) is not None:   # None: every trained token was fresh
+        out["pipeline/kl_per_version2"] = per_version2
     out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
     out["loss/loss"] = loss_total
     return out
