@@ -108,7 +108,7 @@ def builds(study: str, config: str) -> str:
 
 def model_size() -> None:
     print("## Model size: the larger model on two builds of the testbed (start -> end of each rung, seed means)")
-    for study, rep, base, larger in (("controls", "controls-report", "base", "model-larger"),
+    for study, rep, base, larger in (("controls-first-build", "controls-first-build-report", "base", "model-larger"),
                                      ("controls-b2", "controls-b2-report", "base", "model-larger"),
                                      ("axes", "axes-report", "base", "model-2m")):
         r = report(rep)

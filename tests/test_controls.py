@@ -40,17 +40,19 @@ def test_the_controls_plan_and_what_each_changes(tmp_path):
     seeds = {}
     for s in specs:
         seeds.setdefault(s.variant.name, []).append(s.seed)
-    assert seeds == {"base": [0, 1, 2], "model-larger": [0, 1, 2], "think-short": [0, 1, 2], "base-again": [3, 4, 5]}
+    assert seeds == {"base": [0, 1, 2], "think-56": [0, 1, 2], "think-40": [0, 1, 2], "base-again": [3, 4, 5]}
     by = {(s.variant.name, s.seed): s.cfg for s in specs}
     base = by[("base", 0)]
-    assert base.model.name == "ladder-1m" and by[("model-larger", 0)].model.name == "ladder-4m"
+    assert base.model.name == "ladder-1m" and by[("think-56", 0)].model.name == "ladder-1m"
     assert by[("base-again", 3)].model_dump(exclude={"run"}) == base.model_dump(exclude={"run"})
-    # think-short: the 5-digit scratchpad closes before its earliest interruption, the 8-digit one cannot
-    tok, short = build_tokenizer(), by[("think-short", 0)].rollout.length
+    # the graded budgets: think-56 cuts only the 7-digit scratchpad, think-40 the 5- and 7-digit ones
+    tok = build_tokenizer()
+    t56, t40 = by[("think-56", 0)].rollout.length, by[("think-40", 0)].rollout.length
     def thinking(digits):   # tokens up to and including </think> of a correct completion
         return len(tok(completion_text((10 ** digits - 1, 10 ** digits - 1), digits).split("</think>")[0] + "</think>")["input_ids"])
-    assert thinking(5) < short.think_min and thinking(8) > short.think_max
-    assert thinking(8) < InterruptConfig().think_min     # ... while the default budget fits every rung
+    assert thinking(5) < t56.think_min and thinking(7) > t56.think_max
+    assert thinking(3) < t40.think_min and thinking(5) > t40.think_max
+    assert thinking(7) < InterruptConfig().think_min     # ... while the default budget fits every rung
     with pytest.raises(Exception, match="--controls is a study of its own"):
         plan_variants("scalerl", leave_one_out=True, controls=True)
 
@@ -63,13 +65,16 @@ def _study(tmp_path, a_of):
 
 
 def test_controls_are_detected_and_the_negative_control_is_not(tmp_path):
-    true_a = {"base": 0.70, "base-again": 0.70, "model-larger": 0.80, "think-short": 0.55}
+    true_a = {"base": 0.70, "base-again": 0.70, "think-56": 0.55, "think-40": 0.35}
     jitter = {0: -0.003, 1: 0.0, 2: 0.003, 3: -0.003, 4: 0.0, 5: 0.003}
     configs = _study(tmp_path, lambda name, seed: true_a[name] + jitter[seed])
     s = controls_summary(configs)
-    assert s["positive"]["model-larger"]["detected"] is True and s["positive"]["think-short"]["detected"] is True
-    assert s["positive"]["model-larger"]["dA"] == pytest.approx(0.10, abs=0.01)
-    assert s["positive"]["think-short"]["dA"] == pytest.approx(-0.15, abs=0.01)
+    assert s["positive"]["think-56"]["detected"] is True and s["positive"]["think-40"]["detected"] is True
+    assert s["positive"]["think-56"]["dA"] == pytest.approx(-0.15, abs=0.01)
+    assert s["positive"]["think-40"]["dA"] == pytest.approx(-0.35, abs=0.01)
+    g = s["graded"]
+    assert g["order"] == ["think-40", "think-56", "base"] and g["ordered"] is True
+    assert [st["dA"] for st in g["steps"]] == [pytest.approx(0.20, abs=0.01), pytest.approx(0.15, abs=0.01)]
     assert s["negative"]["differs"] is False
     fp = s["false_positive"]
     assert fp["runs"] == 6 and fp["splits"] == 10 and fp["differs_A"] == 0 and fp["rate_A"] == 0.0
@@ -79,11 +84,13 @@ def test_controls_are_detected_and_the_negative_control_is_not(tmp_path):
 
 
 def test_a_control_in_the_wrong_direction_is_not_detected(tmp_path):
-    true_a = {"base": 0.70, "base-again": 0.70, "model-larger": 0.60, "think-short": 0.70}
-    configs = _study(tmp_path, lambda name, seed: true_a[name])
+    true_a = {"base": 0.70, "base-again": 0.70, "think-56": 0.80, "think-40": 0.70}
+    jitter = {0: -0.003, 1: 0.0, 2: 0.003, 3: -0.003, 4: 0.0, 5: 0.003}
+    configs = _study(tmp_path, lambda name, seed: true_a[name] + jitter[seed])
     s = controls_summary(configs)
-    assert s["positive"]["model-larger"]["detected"] is False     # lower, where higher was expected
-    assert s["positive"]["think-short"]["detected"] is False      # no difference
+    assert s["positive"]["think-56"]["detected"] is False     # higher, where lower was expected
+    assert s["positive"]["think-40"]["detected"] is False     # no difference
+    assert s["graded"]["ordered"] is False                    # think-56 above the base breaks the order
 
 
 def test_false_positives_count_the_splits_that_separate_two_real_groups(tmp_path):

@@ -43,7 +43,7 @@ from scalerl.scaling.spec import SPEC, spec_fit
 from scalerl.study.activity import judge_activity, staleness_side_effect, summarise_activity
 from scalerl.study.paper import DOES_NOT_ACT, FINDINGS, NOT_POWERED, TASK_SETS_CEILING, judge
 from scalerl.study.runner import ACTIVITY_FILE, DONE_FILE, RunSpec, failure, is_done
-from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROLS, Variant
+from scalerl.study.variants import CONTROL_AGAIN, CONTROL_BASE, CONTROL_ORDER, CONTROLS, Variant
 
 PAPER_MARGIN = 0.02
 SUBSET_BOOTSTRAP = 100  # bootstrap replicas of each per-subset fit (at most the study's own)
@@ -606,6 +606,8 @@ def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> 
     (`compare`: A beyond the larger of the paper's margin and either side's seed std):
     - each positive control (`CONTROLS`) is `detected` when A differs from the base beyond the margin
       in the expected direction;
+    - `graded`: each step of `CONTROL_ORDER` (lowest expected A first) judged the same way, and
+      `ordered` when every step differs upward;
     - the negative control (`base-again`, the base under other seeds) must not differ;
     - `false_positive`: over every split of the base's and base-again's finished runs into two
       halves of equal size (the 10 splits of 6 seeds into 3 + 3), the share the study calls
@@ -624,11 +626,28 @@ def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> 
             end = None if "end_differs" not in d else bool(d["end_differs"]) and sign * d["dEnd"] > 0
             out["positive"][name] = {"swaps": swaps, "expect": expect, "detected": detected,
                                      "end_detected": end, **d}
+    out["graded"] = graded_controls(by_name)
     if CONTROL_AGAIN in by_name:
         d = compare(b, by_name[CONTROL_AGAIN])
         out["negative"] = {**d, "differs": d.get("A_differs"), "end_differs": d.get("end_differs")}
         out["false_positive"] = split_false_positives(b, by_name[CONTROL_AGAIN])
     return out
+
+
+def graded_controls(by_name: dict[str, ConfigFit]) -> dict | None:
+    """Each step of `CONTROL_ORDER` present in the study, lower to higher expected A, compared as any
+    two configurations; `ordered` when every step differs in the expected direction (None when a
+    step could not be judged). None with fewer than three of the graded configurations."""
+    present = [n for n in CONTROL_ORDER if n in by_name]
+    if len(present) < 3:
+        return None
+    steps = []
+    for lo, hi in zip(present, present[1:]):
+        d = compare(by_name[lo], by_name[hi])
+        up = None if d.get("A_differs") is None else bool(d["A_differs"]) and d["dA"] > 0
+        steps.append({"lower": lo, "higher": hi, "up": up, **d})
+    ups = [s["up"] for s in steps]
+    return {"order": present, "steps": steps, "ordered": None if None in ups else all(ups)}
 
 
 def split_false_positives(a: ConfigFit, b: ConfigFit) -> dict | None:
@@ -676,6 +695,13 @@ def controls_markdown(s: dict) -> str:
         end = f"{p['dEnd']:+.3f} (margin +-{p['margin_end']:.3f}{_mdd(p.get('detectable_end'))})" if "dEnd" in p else "-"
         lines.append(f"| {name} (positive) | {p['swaps']} | A {p['expect']} | {a} | {_yes_no(p['detected'])} "
                      f"| {end} | {_yes_no(p['end_detected'])} |")
+    g = s.get("graded")
+    if g is not None:
+        for st in g["steps"]:
+            a = (f"{st['dA']:+.3f} (margin +-{st['margin_A']:.3f}{_mdd(st.get('detectable_A'))})"
+                 if st.get("judged") else "not judged")
+            lines.append(f"| {st['higher']} vs {st['lower']} (graded) | the next thinking budget up | A higher | {a} "
+                         f"| {_yes_no(st['up'])} | - | - |")
     n = s["negative"]
     if n is not None:
         a = (f"{n['dA']:+.3f} (margin +-{n['margin_A']:.3f}{_mdd(n.get('detectable_A'))})" if n.get("judged")
@@ -684,6 +710,10 @@ def controls_markdown(s: dict) -> str:
         lines.append(f"| {CONTROL_AGAIN} (negative) | nothing: the base under other seeds | no difference | {a} | "
                      f"{_differs(n['differs'])} | {end} | {_differs(n['end_differs'])} |")
     fp = s["false_positive"]
+    if g is not None:
+        order = " < ".join(g["order"])
+        lines += ["", f"Graded controls, A expected {order}: "
+                      + ("ordered" if g["ordered"] else "not judged" if g["ordered"] is None else "**not ordered**") + "."]
     if fp is not None:
         rate_a = "-" if fp["rate_A"] is None else f"{fp['rate_A']:.0%}"
         lines += ["", f"False-positive rate of the \"differs\" verdict over the {fp['splits']} splits of the "

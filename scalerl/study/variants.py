@@ -96,14 +96,19 @@ RECIPES = ("scalerl", "grpo", "dapo", "gspo", "magistral", "minimax")
 
 # The controls of a study (docs/study.md, "The controls"): effects known to exist, which the study
 # must detect before its other verdicts are read, and one known not to exist, which it must not.
-# `think-short` interrupts thinking at 54-60 tokens: the 5-digit scratchpad (52 tokens with its
-# tags) fits, the 7-digit one (72) cannot, so a third of the default validation set cannot pass.
+# Graded thinking budgets on the shipped weights (chosen before any run, issue 47): the interruption
+# decides by construction which rungs can pass. A correct scratchpad closes `</think>` at its 32nd
+# (3-digit), 52nd (5-digit) and 72nd (7-digit) token; `think-56` (54-60) leaves the 7-digit rung
+# unpassable, `think-40` (36-44) the 5- and 7-digit rungs. So A(think-40) < A(think-56) < A(base).
+# (The larger model of the earlier controls is not shipped, so it is not a control of these weights.)
 CONTROLS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    ("model-larger", "ladder-1m -> ladder-4m (4.2M parameters, the same warm start)", ("model.name=ladder-4m",),
-     "higher"),
-    ("think-short", "thinking budget 88-104 -> 54-60 tokens (the 7-digit scratchpad does not fit)",
+    ("think-56", "thinking budget 88-104 -> 54-60 tokens (the 7-digit scratchpad, 72 tokens, does not fit)",
      ("rollout.length.think_min=54", "rollout.length.think_max=60"), "lower"),
+    ("think-40", "thinking budget 88-104 -> 36-44 tokens (only the 3-digit scratchpad, 32 tokens, fits)",
+     ("rollout.length.think_min=36", "rollout.length.think_max=44"), "lower"),
 )
+# the graded order the controls' A must follow, lowest first
+CONTROL_ORDER: tuple[str, ...] = ("think-40", "think-56", "base")
 CONTROL_BASE = "base"            # the controls' name for the base configuration
 CONTROL_AGAIN = "base-again"     # the base under as many other seeds: the negative control
 
