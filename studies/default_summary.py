@@ -1,5 +1,5 @@
 """The default run over its seeds (issue 47): start, half, end, each rung's peak against its last evaluation, the
-fitted `A` with its 90% interval, the whole-run fit's residuals against the sampling error, and the
+fitted `A` with its 90% interval and the mean of the rungs' own ceilings, the whole-run fit's residuals against the sampling error, and the
 first-half forecast's error beside three naive predictors that see the same first-half evaluations
 (the last, the best, and the ruler: a line through the last two against log compute).
 
@@ -57,8 +57,15 @@ def one(folder: Path) -> dict:
     half = first_half_prediction(x[pos], y[pos])
     hx, hy = x[pos][x[pos] <= x[pos][-1] / 2], y[pos][x[pos] <= x[pos][-1] / 2]
     target = float(np.mean(x[pos][-TAIL:]))
+    # the ceiling as the mean of the rungs' own ceilings (scalerl.study.report.subset_ceiling; a rung that
+    # never passed counts 0): the rungs are equal shares of the validation set, learnt at different compute
+    rung_a = []
+    for g in rungs:
+        yg = np.array([r[f"val/pass_rate/{g}"] for r in rows], float)
+        rung_a.append(0.0 if not (yg > 0).any() else fit_curve(x[pos], yg[pos], "sigmoid", n_bootstrap=0).A)
     return {"run": str(folder), "start": float(y[0]), "half": float(np.interp(x[-1] / 2, x, y)), "end": end,
             "peak_minus_end": peak_drop, "A": fit.A, "A_ci": list(fit.ci.get("A", (np.nan, np.nan))),
+            "A_rungs": float(np.mean(rung_a)), "A_each_rung": dict(zip(rungs, rung_a)),
             "residual_ratio": float(np.sqrt(np.mean(resid ** 2)) / np.nanmedian(se[pos])),
             "first_half_error": half["error"], "last_error": half["baseline_last_error"],
             "best_error": half["baseline_best_error"], "ruler_error": ruler(hx, hy, target) - half["measured"],
@@ -70,7 +77,7 @@ def summary(results: list[dict]) -> list[str]:
         v = [r[key] for r in results]
         return f"{np.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"
     out = [f"{len(results)} runs; median [range]:",
-           *(f"  {k}: {med(k)}" for k in ("start", "half", "end", "A", "residual_ratio")),
+           *(f"  {k}: {med(k)}" for k in ("start", "half", "end", "A", "A_rungs", "residual_ratio")),
            *(f"  |{k}|: mean {np.mean([abs(r[k]) for r in results]):.3f}, within 0.02 on "
              f"{sum(abs(r[k]) <= 0.02 for r in results)} of {len(results)}"
              for k in ("first_half_error", "last_error", "best_error", "ruler_error"))]
@@ -82,12 +89,12 @@ def summary(results: list[dict]) -> list[str]:
 def table(results: list[dict]) -> list[str]:
     rungs = sorted(results[0]["peak_minus_end"])
     head = ("| run | start | half | end | " + " | ".join(f"{g} peak-last" for g in rungs)
-            + " | A [90%] | resid/se | first-half err | last | best | ruler | staleness/max |")
+            + " | A [90%] | A (rungs: mean (each)) | resid/se | first-half err | last | best | ruler | staleness/max |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         lines.append(f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
                      f"{r['end']:.3f} | " + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
-                     + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['residual_ratio']:.2f} | "
+                     + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({', '.join(f'{a:.2f}' for a in r['A_each_rung'].values())}) | {r['residual_ratio']:.2f} | "
                      f"{r['first_half_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
                      f"{r['ruler_error']:+.3f} | {r['staleness_max_mean'] if r['staleness_max_mean'] is None else round(r['staleness_max_mean'], 2)} |")
     return lines

@@ -191,3 +191,30 @@ def test_a_claimed_rise_agrees_only_with_a_rise_beyond_the_margin(dA, differs, e
     # a claim of 0.05 that seeds detecting 0.03 did not see: disagrees
     sized = judge(d, Finding("Fig. x", "claim", A=expected, effect_A=0.05))["A"][0]
     assert sized == (verdict if differs else "disagrees")
+
+
+def test_the_ceiling_as_the_sum_of_the_rungs_ceilings(tmp_path):
+    """Three rungs in equal shares learnt at different compute (C_mid 0.3, 2 and never): the pass rate
+    is their mean, so its ceiling is the mean of theirs, (0.95 + 0.80 + 0) / 3, whatever one sigmoid
+    through the mean says."""
+    from scalerl.study.report import subset_ceiling
+
+    specs = [s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path)
+             if s.variant.name == "base"]
+    for s in specs:
+        r1 = eq1(X, 0.95, C_mid=0.3, R0=0.0) + 0.002 * s.seed
+        r2 = eq1(X, 0.80, C_mid=2.0, R0=0.0) + 0.001 * s.seed
+        r3 = np.zeros_like(X)
+        s.run_dir.mkdir(parents=True)
+        rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float((a + b + d) / 3),
+                 "val/pass_rate/2x3": float(a), "val/pass_rate/2x5": float(b), "val/pass_rate/2x7": float(d)}
+                for i, (c, a, b, d) in enumerate(zip(X, r1, r2, r3))]
+        (s.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (s.run_dir / DONE_FILE).write_text("{}")
+    (base,) = fit_study(specs, n_bootstrap=20)
+    sc = subset_ceiling(base)
+    assert sc["subsets"] == 3 and sc["A"] == pytest.approx((0.95 + 0.80 + 0.0) / 3, abs=0.01)
+    assert sc["lo"] <= sc["A"] <= sc["hi"]
+    data = write_report(tmp_path, [base], "base", "compute/flops", "table")
+    assert data["configs"][0]["A_subsets"]["A"] == pytest.approx(sc["A"])
+    assert "sum of ceilings" in (tmp_path / "report.md").read_text()

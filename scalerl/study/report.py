@@ -256,14 +256,37 @@ def fit_subsets(runs: Sequence[RunFit], frac: float, n_bootstrap: int) -> dict[s
     return out
 
 
+def subset_ceiling(c: ConfigFit) -> dict | None:
+    """The configuration's ceiling as the sum of its subsets' ceilings (issue 47 item 4): where the
+    validation set is subsets in equal shares (a ladder's rungs, `equal_share_subsets`), the pass rate
+    is their mean, so its ceiling is the mean of each subset's fitted `A` (a subset that never passed
+    counts 0). Chosen because the rungs are learnt at very different compute: one sigmoid through
+    their mean bends with the early rungs and its `A` is not the ceiling of any of them. `lo`/`hi`:
+    the means of the subsets' 90% bounds (as if the subsets moved together: the wider interval).
+    None where the subsets are not equal shares of every run's pass rate or a subset has no fit."""
+    runs = [r for r in c.runs if len(r.y)]
+    if not c.subset_fits or not runs or any(equal_share_subsets(r.y, r.subsets) is None for r in runs):
+        return None
+    a, lo, hi = [], [], []
+    for name, f in sorted(c.subset_fits.items()):
+        if f == "never passed":
+            a.append(0.0), lo.append(0.0), hi.append(0.0)
+        elif isinstance(f, FitResult):
+            b = f.ci.get("A", (f.A, f.A)) if f.ci else (f.A, f.A)
+            a.append(f.A), lo.append(float(b[0])), hi.append(float(b[1]))
+        else:
+            return None
+    return {"A": float(np.mean(a)), "lo": float(np.mean(lo)), "hi": float(np.mean(hi)), "subsets": len(a)}
+
+
 def subsets_markdown(configs: Sequence[ConfigFit]) -> str:
     """Per configuration, each subset's fitted ceiling and efficiency beside its end pass rate: where
     a configuration's `A` comes from (which rungs or domains it learnt)."""
     names = sorted({n for c in configs for n in c.subset_fits})
     if not names:
         return ""
-    lines = ["| config | " + " | ".join(f"{n}: A [90%], B, end" for n in names) + " |",
-             "|---|" + "---|" * len(names)]
+    lines = ["| config | " + " | ".join(f"{n}: A [90%], B, end" for n in names) + " | sum of ceilings [90%] | A (one sigmoid) |",
+             "|---|" + "---|" * (len(names) + 2)]
     for c in configs:
         cells = []
         for n in names:
@@ -276,6 +299,9 @@ def subsets_markdown(configs: Sequence[ConfigFit]) -> str:
                 cells.append(f"{f.A:.3f} [{lo:.3f}, {hi:.3f}]{edge}, {f.B:.2f}, {end}")
             else:
                 cells.append(f"{f or 'no evaluations'}, end {end}")
+        sc = subset_ceiling(c)
+        cells.append("-" if sc is None else f"{sc['A']:.3f} [{sc['lo']:.3f}, {sc['hi']:.3f}]")
+        cells.append("-" if c.fit is None else f"{c.fit.A:.3f}")
         lines.append(f"| {c.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -744,6 +770,7 @@ def report_dict(configs: Sequence[ConfigFit], base: str, x_col: str, paper: dict
     for c in sorted(configs, key=sort_key):
         entry = {"name": c.name, "swaps": c.swaps, "notes": c.notes, "error": c.error,
                  "fit": c.fit.to_dict() if c.fit is not None else None, "A_on_edge": c.a_on_edge(),
+                 "A_subsets": subset_ceiling(c),
                  "end_pass_rate": _stats(c.finals()),
                  "at_base_compute": _at_dict(c, by_name[base].final_compute() if base in by_name else None),
                  "vs_base": compare(by_name[base], c) if base in by_name and c.name != base else None,
