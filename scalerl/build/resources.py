@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from scalerl.config import Config, available_cores
-from scalerl.errors import ScaleRLError
 
 EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (`eval_threads`)
 
