@@ -139,16 +139,18 @@ def test_an_engine_registered_in_a_test_runs_in_scalerl_generate(oracle):
 def test_generate_and_train_build_the_same_engine_with_the_same_tokens():
     """A seeded `scalerl generate` samples what the engine built directly (the path before `build_engine`)
     samples, and so does a generator stage of `scalerl train` on the same model and seed."""
-    cfg = load_config("scalerl", overrides=["model.name=tiny-random", "rollout.max_new_tokens=24",
+    cfg = load_config("scalerl", overrides=["model.name=tiny-random", "rollout.max_new_tokens=12",
                                             "rollout.length.type=none", "run.threads=1"])
     model, tok = load_model("tiny-random")
     args = _args(n=2, prompts=2, seed=3)
     from scalerl.tasks import get_task
 
-    prompts = get_task(cfg.task, tok).val_prompts(2)
+    task = get_task(cfg.task, tok)
+    prompts = task.val_prompts(2)
     direct = Engine(model, tok, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=3).generate(prompts, 2)
     built = build_engine(cfg, model, tok, seed=3).generate(prompts, 2)
-    staged = build_generator(cfg.model_dump_json(), "cpu", seed=3, model=model, tokenizer=tok).generator
+    staged = build_generator(cfg.model_dump_json(), "cpu", seed=3, model=model, tokenizer=tok, task=task,
+                             reward=lambda prompt, completion: None).generator
     assert [c.tokens for c in built] == [c.tokens for c in direct] == [c.tokens for c in staged.generate(prompts, 2)]
     assert len({tuple(c.tokens) for c in direct}) > 1                  # sampled, not one fixed answer
     shown = generate.show(cfg, args)
