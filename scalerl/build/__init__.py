@@ -1,10 +1,11 @@
 """Builds a run, below the loop: everything `scalerl.loop.train` trains with.
 
-    resources   how the cores are divided (`Threads`), the devices a run holds, which transport
+    resources   how the cores are divided (`Threads`), the devices a run holds, where the generator
+                runs (`generator_host`: as the engine's declaration allows)
     generator   `Components` (model, tokenizer, task, reward, the generator builder) and
                 `build_generator`, which a generator process or a Ray actor unpickles and runs
     state       `Trainer`: model, optimizer, curriculum, typed `Counters`; checkpoint and restore
-    modes       the configured off-policy mode over its transport (thread, process, Ray)
+    modes       the configured off-policy mode over its transport (thread, process, Ray): a `Mode`
     ray         the Ray session and `ray_mode` (imports Ray: only for `pipeline.backend: ray`)
     run         `build_run`: all of the above, in order, as one `Run`
 """

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from scalerl.config import Config, LocalEngineConfig
+from scalerl.config import Config
 from scalerl.rewards import training_reward
 from scalerl.transport.protocol import GeneratorBuild, Stage
 
@@ -45,11 +45,11 @@ def decode_dtype(cfg: Config) -> str:
 def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """The generator's own copy of the trainer's model, in `decode_dtype(cfg)`, computing its trunk
     as the trainer's forward does (RoPE frequencies in fp32, the trainer's attention kernel); the
-    trainer's model itself for an engine that decodes no copy in this process (`EngineSpec.copy`)."""
+    trainer's model itself for an engine that decodes no copy in this process (`EngineNeeds.copy`)."""
     from scalerl.lora import merged_copy
     from scalerl.rollout import engine_spec
 
-    if not engine_spec(cfg.rollout.engine).copy:
+    if not engine_spec(cfg.rollout.engine).needs.copy:
         return model
     from scalerl.models import cast_model
     from scalerl.trainer.forward import match_trainer_attention
@@ -69,7 +69,7 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
     whatever `rollout.engine` says (the evaluation decodes the trainer's model in place)."""
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
-    from scalerl.rollout import make_engine
+    from scalerl.rollout import build_engine
     from scalerl.tasks import task_for_run
     from scalerl.trainer.forward import match_trainer_attention
 
@@ -83,11 +83,8 @@ def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Mo
         adopt(model, weights)
     task = task if task is not None else task_for_run(cfg, tokenizer, model)
     reward = training_reward(reward if reward is not None else RewardFn(task, cfg.reward), cfg)
-    rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})
-    if local:
-        rollout = rollout.model_copy(update={"engine": LocalEngineConfig()})
-    return Stage(make_engine(model, tokenizer, rollout, fp32_head=cfg.model.fp32_head, seed=seed), task, reward,
-                 cfg.run.seed)
+    engine = build_engine(cfg, model, tokenizer, seed=seed, temperature=temperature, local=local)
+    return Stage(engine, task, reward, cfg.run.seed)
 
 
 def build_components(cfg: Config, device: str) -> Components:

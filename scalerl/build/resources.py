@@ -1,13 +1,13 @@
 """What a run holds: how its cores are divided among the stages (`Threads`), how many devices it
-counts for compute (`split_threads`, `ray_devices`), the evaluation's threads, and whether the
-generator runs in a process of its own (`use_process`)."""
+counts for compute (`split_threads`, `ray_devices`), the evaluation's threads, and where the
+generator stage runs (`generator_host`: a thread, a process of its own or Ray actors, as the engine's
+declaration allows)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from scalerl.config import Config, available_cores
-from scalerl.errors import ScaleRLError
 
 EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (`eval_threads`)
 
@@ -31,7 +31,7 @@ def eval_threads(cfg: Config, threads: Threads, n_params: int, device: str) -> i
     for the tiny model, whose decode step is Python-bound (more threads only add synchronisation)."""
     if device != "cpu" or n_params < EVAL_ALL_CORES_PARAMS:
         return threads.decode
-    if cfg.pipeline.backend == "ray":
+    if generator_host(cfg, device) == "ray":
         return threads.train                       # the driver's threads; the generators are actors
     return run_cores(cfg)
 
@@ -46,15 +46,15 @@ def split_threads(cfg: Config, device: str) -> Threads:
     (at least 1) and the trainer the rest; PPO-off-policy holds all cores for both of its
     alternating phases. On Ray the actors' reserved devices count too (`ray_devices`).
     """
-    total = run_cores(cfg)
+    total, host = run_cores(cfg), generator_host(cfg, device)
     if device != "cpu":
         threads = Threads(total, total, 1.0)
-    elif cfg.pipeline.mode == "pipeline_rl" and total >= 2 and cfg.pipeline.backend == "local":
+    elif cfg.pipeline.mode == "pipeline_rl" and total >= 2 and host != "ray":
         gen = total // 2
         threads = Threads(total - gen, gen, float(total))
     else:
         threads = Threads(total, 1, float(total))
-    if cfg.pipeline.backend == "ray":
+    if host == "ray":
         threads = replace(threads, devices=ray_devices(cfg, device, threads.train))
     return threads
 
@@ -68,22 +68,29 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
     return float(driver_threads) + r.generators * r.generator_cpus + cfg.trainer.actors(r.trainers) * r.trainer_cpus
 
 
-def use_process(cfg: Config, device: str) -> bool:
-    """Whether the run's generator runs in a process of its own on this machine: PipelineRL on the
-    local backend with `pipeline.transport` process, or auto on a CPU with at least 2 cores (where
-    the two stages would otherwise fight over the GIL). On CUDA `auto` keeps the thread. An engine
-    that no generator process of ours may host (`EngineSpec.process`: a server's client) keeps the
-    thread, and `pipeline.transport: process` with it is refused."""
+def generator_host(cfg: Config, device: str) -> str:
+    """Where the run's generator stage runs (`scalerl.rollout.registry.HOSTS`), after the engine's declaration
+    has said it may (`EngineSpec.require`, one line naming the setting that asked): Ray actors under
+    `pipeline.backend` ray; a thread of the trainer's process for PPO-off-policy (it alternates with the
+    trainer); for PipelineRL on the local backend, `pipeline.transport`, whose `auto` is a process of its own
+    on a CPU with at least 2 cores (where the two stages would otherwise fight over the GIL) when the engine
+    may run in one, else a thread (on CUDA, and for a server's client)."""
     from scalerl.rollout import engine_spec
 
-    if cfg.pipeline.mode != "pipeline_rl" or cfg.pipeline.backend != "local":
-        return False
     spec = engine_spec(cfg.rollout.engine)
-    if not spec.process:
-        if cfg.pipeline.transport == "process":
-            raise ScaleRLError(f"pipeline.transport = process: rollout.engine {spec.name} runs in a server of its own; "
-                               "its client runs in a thread of the trainer (use pipeline.transport=thread or auto)")
-        return False
-    if cfg.pipeline.transport == "auto":
-        return device == "cpu" and run_cores(cfg) >= 2
-    return cfg.pipeline.transport == "process"
+    if cfg.pipeline.backend == "ray":
+        host, asked = "ray", "pipeline.backend = ray"
+    elif cfg.pipeline.mode != "pipeline_rl":
+        host, asked = "thread", f"pipeline.mode = {cfg.pipeline.mode}"
+    elif cfg.pipeline.transport == "auto":
+        prefer = ("process", "thread") if device == "cpu" and run_cores(cfg) >= 2 else ("thread", "process")
+        host, asked = next((h for h in prefer if h in spec.needs.hosts), prefer[0]), "pipeline.transport = auto"
+    else:
+        host, asked = cfg.pipeline.transport, f"pipeline.transport = {cfg.pipeline.transport}"
+    spec.require(cfg, device, host, asked)
+    return host
+
+
+def use_process(cfg: Config, device: str) -> bool:
+    """Whether the run's generator runs in a process of its own on this machine (`generator_host`)."""
+    return generator_host(cfg, device) == "process"

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from scalerl.build.generator import Components, build_components, decode_dtype
-from scalerl.build.modes import make_mode
+from scalerl.build.modes import Mode, make_mode
 from scalerl.build.ranks import local_ranks
-from scalerl.build.resources import Threads, eval_threads, split_threads, use_process
+from scalerl.build.resources import Threads, eval_threads, generator_host, split_threads, use_process
 from scalerl.build.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
 from scalerl.evaluate import SplitEvaluator
@@ -37,7 +37,7 @@ class Run:
     with the trainer's own model), the threads and devices, and the evaluation's threads."""
 
     trainer: Trainer
-    mode: object
+    mode: Mode
     eval_gen: object
     threads: Threads
     eval_threads: int
@@ -80,12 +80,12 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     if not use_process(cfg, device):   # else the generator process evaluates (below)
         # the evaluation decodes the trainer's model in place: on the local engine when the run's engine
         # decodes no model here (a server's client)
-        local = not engine_spec(cfg.rollout.engine).copy
+        local = not engine_spec(cfg.rollout.engine).needs.copy
         eval_gen = comps.stage(tr.model, evals.seed, evals.temperature, local=local).generator
     tr.model.train()
     mode, source = make_mode(tr, device, threads, evals)
     closers = []
-    if cfg.pipeline.backend == "local":   # the Ray backend starts its ranks with its actors
+    if generator_host(cfg, device) != "ray":   # the Ray backend starts its ranks with its actors
         try:
             closers = local_ranks(tr)
         except BaseException:

@@ -25,16 +25,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from scalerl.configure import load_config
     from scalerl.errors import ScaleRLError
-    from scalerl.models import load_model
-    from scalerl.rollout import make_engine
-    from scalerl.tasks import get_task
-    from scalerl.rewards import RewardFn, answer_section
 
     if args.n < 1 or args.prompts < 1:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
     picked = [f"{key}={value}" for key, value in (("model.name", args.model), ("task.name", args.task))
               if value is not None]
     cfg = load_config(args.recipe, args.config, [*picked, *args.overrides])
+    print(show(cfg, args))
+    return 0
+
+
+def show(cfg, args: argparse.Namespace) -> str:
+    """The samples of `args` under the loaded config `cfg`, with their rewards and the summary. The engine is
+    built as `scalerl train` builds its generators (`scalerl.rollout.build_engine`)."""
+    from scalerl.models import load_model
+    from scalerl.rollout import build_engine
+    from scalerl.tasks import get_task
+    from scalerl.rewards import RewardFn, answer_section
+
     if cfg.run.threads is not None:
         import torch
 
@@ -43,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     task = get_task(cfg.task, tokenizer)
     prompts = (task.val_prompts(args.prompts) if args.split == "val"
                else [task.train_prompt(i) for i in range(args.prompts)])
-    engine = make_engine(model, tokenizer, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=args.seed,
-                         greedy=args.greedy)
+    engine = build_engine(cfg, model, tokenizer, seed=args.seed, greedy=args.greedy)
     try:
         start = time.perf_counter()
         completions = engine.generate(prompts, args.n)
@@ -59,9 +66,8 @@ def run(args: argparse.Namespace) -> int:
         reward.close()
     answered = [answer_section(c.text, task.answer_marker) is not None for c in completions]
     wrong = "wrong answer" if cfg.reward.function is None else "scored below reward.threshold"
-    print(format_samples(prompts, completions, scores, args.n, answered, wrong))
-    print(format_summary(completions, scores, seconds, cfg.model.name, task.name, answered))
-    return 0
+    return (format_samples(prompts, completions, scores, args.n, answered, wrong) + "\n"
+            + format_summary(completions, scores, seconds, cfg.model.name, task.name, answered))
 
 
 def format_samples(prompts, completions, scores, n: int, answered: list[bool], wrong: str = "wrong answer") -> str:

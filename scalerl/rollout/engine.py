@@ -50,7 +50,7 @@ from scalerl.models import cache_kwarg
 from scalerl.rollout.eager import EagerLoop
 from scalerl.rollout.forward import unsupported
 from scalerl.rollout.length import check_budget, phrase_ids
-from scalerl.rollout.registry import register
+from scalerl.rollout.registry import EngineNeeds, register
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
 from scalerl.rollout.state import _NEVER, Request, Rows
 from scalerl.rollout.static import StaticLoop
@@ -62,7 +62,7 @@ _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted_eos", "inter
 _HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
 
-@register(LocalEngineConfig, process=True, copy=True)
+@register(LocalEngineConfig, EngineNeeds())   # any host, its own copy of the model, any device, LoRA
 class Engine:
     """Batched sampler over a `transformers` causal LM; implements `scalerl.rollout.Generator`.
 

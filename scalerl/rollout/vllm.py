@@ -45,7 +45,7 @@ from scalerl.config import InterruptConfig, RolloutConfig, VllmEngineConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rollout.engine import GREEDY_BELOW, THINK_END, _stop_ids
 from scalerl.rollout.length import check_budget, phrase_ids
-from scalerl.rollout.registry import register
+from scalerl.rollout.registry import EngineNeeds, register
 from scalerl.rollout.vllm_server import VllmServer
 from scalerl.types import Completion, FinishReason, Prompt
 
@@ -77,7 +77,8 @@ class _Sample:
         del self.tokens[n:], self.logprobs[n:], self.versions[n:], self.forced[n:]
 
 
-@register(VllmEngineConfig, process=False, copy=False)
+@register(VllmEngineConfig, EngineNeeds(hosts=frozenset({"thread"}), copy=False, devices=frozenset({"cpu", "cuda"}),
+                                     lora=False))
 class VllmClient:
     """A vLLM server's client; implements `scalerl.rollout.Generator` (see the module docstring).
     `model` is read once, to start the server on its weights (unless `rollout.engine.url` or
@@ -85,9 +86,6 @@ class VllmClient:
 
     def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
                  greedy: bool = False, ignore_eos: bool = False):
-        if type(model).__module__.startswith("peft"):
-            raise ScaleRLError("rollout.engine = vllm: a LoRA model (model.lora) is not served by vLLM here yet; "
-                               "use rollout.engine=local")
         self.cfg, self.ecfg, self.tokenizer, self.seed = cfg, cfg.engine, tokenizer, seed
         self.greedy, self.ignore_eos = greedy or cfg.temperature < GREEDY_BELOW, ignore_eos
         self._stops = sorted(_stop_ids(model, tokenizer))
