@@ -138,7 +138,7 @@ class _Read(_Generated):
     length rule and the answer instruction apply."""
 
     answer_instruction: str | None = Field(
-        "auto", description="what the prompt says about where the answer goes (rg: without a chat template): 'auto' "
+        "auto", description="what the prompt says about where the answer goes (an rg task: only without a chat template): 'auto' "
                             "asks for answer_marker's format (e.g. 'Put only your final answer between <answer> and "
                             "</answer> tags'); any other text is used as it is; null: none. An instruct model (chat "
                             "template) gets it in a system turn, any other model before the question")
@@ -363,7 +363,10 @@ def _place(kind: dict, fields: dict, strict: bool) -> dict:
 
 
 def task_name(data: dict) -> str:
-    """The short name of a task given as a mapping of its type and fields (`shorthand`'s inverse)."""
+    """The short name of a task given as a mapping of its type and fields (`shorthand`'s inverse), or
+    in the flat form of old (its `name`)."""
+    if "name" in data:
+        return str(data["name"])
     kind = data.get("type", "arith")
     if kind == "arith":
         return data.get("problems", "arith")

@@ -139,7 +139,7 @@ def test_the_example_file_end_to_end():
 
 
 def test_code_task_needs_a_path_and_refuses_without_isolation(monkeypatch):
-    with pytest.raises(ScaleRLError, match="task.name 'code' needs task.path"):
+    with pytest.raises(ScaleRLError, match="task type 'code' needs task.path"):
         get_task(task_config(name="code"))
     monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: "sandbox isolation unavailable: test")
     with pytest.raises(ScaleRLError, match="sandbox isolation unavailable: test; .*sandbox.allow_unisolated=true"):

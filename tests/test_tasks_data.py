@@ -11,7 +11,6 @@ from scalerl.errors import ScaleRLError
 from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPositiveResampling
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
-from scalerl.tasks.pool import PromptLimit
 from scalerl.rewards import RewardFn, answer_section
 from scalerl.types import Completion, Group, Prompt, Score
 
@@ -170,12 +169,12 @@ def test_50MB_row_is_skipped_and_counted_or_refused(tmp_path):
     path.write_text(GOOD + json.dumps({"prompt": "x" * 50_000_000, "answer": "1"}) + "\n")
     t0 = time.perf_counter()
     with pytest.warns(UserWarning, match=r"1 prompts over task.max_prompt_tokens=400 skipped"):
-        task = get_task(task_config(name="file", path=str(path), val_size=1), limit=PromptLimit(400))
+        task = get_task(task_config(name="file", path=str(path), val_size=1, max_prompt_tokens=400))
     assert task.overlong == 1 and len(task) == 5
     with pytest.raises(ScaleRLError, match=r"huge.jsonl row 6: a prompt of 50,000,000 characters, over "
                                            r"task.max_prompt_tokens=400"):
-        get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None),
-                 limit=PromptLimit(400, "refuse"))
+        get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None,
+                             max_prompt_tokens=400, overlong="refuse"))
     assert time.perf_counter() - t0 < 30
 
 

@@ -78,7 +78,7 @@ def test_shots_show_solved_examples_kept_out_of_pool_and_validation():
     assert p.text.endswith(f"<|user|>{p.meta['question']}<|assistant|>")
     asked = {task.train_prompt(i).meta["question"] for i in range(30)} | {q.meta["question"] for q in task.val_prompts(8)}
     assert not asked & {shots[0]["question"], shots[1]["question"]}
-    with pytest.raises(ScaleRLError, match="task.shots applies to reasoning-gym"):
+    with pytest.raises(ScaleRLError, match=r"task.shots is not a field of task type 'arith' \(it belongs to type file"):
         get_task(task_config(name="arith", shots=1))
 
 

@@ -52,6 +52,8 @@ def load_task_class(spec: str) -> type:
         target = spec
     elif not sep or not target or not name:
         raise ScaleRLError(f"task.path {spec!r}: expected <path/to/file.py>[:<Class>] or <module>:<Class>")
+    if target.endswith(".py") and not Path(target).is_file():
+        raise ScaleRLError(f"task.path {spec!r}: no such file {target!r} (expected a Python file with a task class)")
     module = load_module(str(Path(target).resolve()) if target.endswith(".py") else target, "task.path", spec)
     if name:
         cls = getattr(module, name, None)
