@@ -156,6 +156,16 @@ class _Read(_Generated):
 
 
 class _NeedsPath(_Read):
+    """A task read from `path`."""
+
+    path: str | None = Field(None, description="where the task comes from: file: a JSONL/JSON/CSV/parquet file, a "
+                                               "folder saved by datasets' save_to_disk, or a Hugging Face Hub dataset "
+                                               "id, with prompt/answer (or problem/answer) columns, or those named in "
+                                               "`columns`; code: a JSONL of prompts with tests (examples/code-tasks."
+                                               "jsonl); python: '<file.py>', '<file.py>:<Class>' or '<module>:<Class>'"
+                                               " (examples/custom_task.py; a file alone: its one class with prompts "
+                                               "and check)")
+
     @model_validator(mode="after")
     def _path(self) -> _NeedsPath:
         if not self.path:
@@ -192,9 +202,6 @@ class FileTaskConfig(_NeedsPath):
     module: ClassVar[str] = "scalerl.tasks.files"
     type: Literal["file"] = Field("file", description="prompts and answers read from a file or dataset "
                                                       "(scalerl.tasks.files)")
-    path: str | None = Field(None, description="a JSONL/JSON/CSV/parquet file, a folder saved by datasets' "
-                                               "save_to_disk, or a Hugging Face Hub dataset id, with prompt/answer (or "
-                                               "problem/answer) columns, or those named in `columns`")
     columns: dict[str, str] = Field(
         default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
                                           "answer: solution} (none: prompt or problem, and answer)")
@@ -214,8 +221,6 @@ class CodeTaskConfig(_NeedsPath):
 
     module: ClassVar[str] = "scalerl.tasks.code"
     type: Literal["code"] = Field("code", description="programming problems with tests (scalerl.tasks.code)")
-    path: str | None = Field(None, description="a JSONL (or JSON, CSV, parquet, a saved or Hub dataset) of prompts "
-                                               "with tests, e.g. examples/code-tasks.jsonl")
 
 
 class RgTaskConfig(_Read):
@@ -247,9 +252,6 @@ class PythonTaskConfig(_NeedsPath):
     module: ClassVar[str] = "scalerl.tasks.user"
     type: Literal["python"] = Field("python", description="a class of the user's that yields prompts and checks "
                                                           "answers (scalerl.tasks.user)")
-    path: str | None = Field(None, description="'<path/to/file.py>' or '<path/to/file.py>:<Class>' (or "
-                                               "'<module>:<Class>'): the class, e.g. examples/custom_task.py (without "
-                                               "a class name: the one class of the file with prompts and check)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the class")
 
 

@@ -56,14 +56,16 @@ def register(config_cls: type) -> Callable:
 
 def build_task(cfg, ctx: TaskContext = TaskContext()):
     """The task `cfg` (a member of `scalerl.config.TaskConfig`) describes."""
-    cls = type(cfg)
+    return (TASKS.get(type(cfg)) or _first_use(type(cfg)))(cfg, ctx)
+
+
+def _first_use(cls: type) -> Callable:
+    """The builder of `cls`, its module imported (`cls.module`), which registers it."""
+    importlib.import_module(cls.module)
     if cls not in TASKS:
-        importlib.import_module(cls.module)
-    build = TASKS.get(cls)
-    if build is None:
-        raise ScaleRLError(f"task.type {cfg.type!r}: no task is registered for {cls.__name__} (its module "
-                           f"{cls.module} registers none)")
-    return build(cfg, ctx)
+        raise ScaleRLError(f"task.type {cls.model_fields['type'].default!r}: no task is registered for "
+                           f"{cls.__name__} (its module {cls.module} registers none)")
+    return TASKS[cls]
 
 
 def at_least(task, min_train: int):
