@@ -80,8 +80,9 @@ def test_file_prompt_states_the_format_per_model_and_the_checker_reads_it(data):
 def test_instruction_config_errors_are_one_line():
     with pytest.raises(ScaleRLError, match=r"^--set task.answer_instruction='  ': task: answer_instruction = '  ': "
                                            r"expected text, 'auto', or null to turn the instruction off$"):
-        load_config("scalerl", overrides=["task.answer_instruction='  '"])
-    assert load_config("scalerl", overrides=["task.answer_instruction=null"]).task.answer_instruction is None
+        load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl", "task.answer_instruction='  '"])
+    assert load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl",
+                                             "task.answer_instruction=null"]).task.answer_instruction is None
 
 
 def test_rg_without_a_template_asks_for_answer_tags():

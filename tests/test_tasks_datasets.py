@@ -67,7 +67,7 @@ def test_columns_map_gsm8k_style_names(tmp_path):
                                            r"question, solution\)$"):
         get_task(task_config(name="file", path=str(path), val_size=1, columns={"prompt": "question"}))
     with pytest.raises(ScaleRLError, match=r"columns: question is not one of prompt, answer"):
-        load_config("scalerl", overrides=["task.columns={question: q}"])
+        load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl", "task.columns={question: q}"])
 
 
 class ChatTokenizer:
