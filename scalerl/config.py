@@ -297,13 +297,15 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "path": None, "columns": {}, "train_size": None, "val_size": None, "seed": 0, "options": {}, "weights": None,
     "shots": 0, "system_prompt": None, "answer_marker": None, "answer_instruction": "auto",
     "max_prompt_tokens": None, "overlong": "skip"}
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 SHORTHANDS = ("arith, arith-easy, arith-<D>, arith-<K>x<D>, code-expr, code-expr-<D>, file, code, python, "
-              "rg:<dataset>, rg:<a>,<b>,... or a mix <a>,<b>,...")
+              "rg:<dataset>, rg:<a>,<b>,..., a mix <a>,<b>,..., a data file (.jsonl, .json, .csv, .parquet) or a "
+              "Python file (.py[:<Class>])")
 
 
 def shorthand(name: str) -> dict:
-    """A short task name (`rg:chain_sum`, `arith-2x7`, `code-expr-3`, `arith,code-expr`, `file`) as
-    its type and that type's own fields."""
+    """A short task name (`rg:chain_sum`, `arith-2x7`, `code-expr-3`, `arith,code-expr`, `file`, a data
+    file `data.jsonl`, a Python file `my_task.py`) as its type and that type's own fields."""
     name = str(name).strip()
     if name.startswith("rg:"):
         return {"type": "rg", "datasets": [n.strip() for n in name.removeprefix("rg:").split(",")]}
@@ -315,6 +317,10 @@ def shorthand(name: str) -> dict:
         return {"type": "mix", "parts": [shorthand(n) for n in parts]}
     if name in ("file", "code", "python"):
         return {"type": name}
+    if name.lower().endswith(FILE_SUFFIXES):                 # a data file: task.name=data.jsonl
+        return {"type": "file", "path": name}
+    if name.endswith(".py") or ".py:" in name:                # the user's class: task.name=my_task.py:Class
+        return {"type": "python", "path": name}
     if name == "code-expr" or name.startswith("code-expr-"):
         depth = name.removeprefix("code-expr").removeprefix("-")
         if depth and not depth.isdigit():

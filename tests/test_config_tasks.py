@@ -112,6 +112,9 @@ def test_short_names_and_their_typed_form():
     typed = load_config("scalerl", overrides=["task.type=rg", "task.datasets=[chain_sum]", "task.val_size=8",
                                               "task.options={min_terms: 2}"])
     assert typed.task == cfg.task
+    assert task_config("data/train.jsonl").model_dump()["path"] == "data/train.jsonl"
+    assert (task_config("my_task.py:Letters").type, task_config("my_task.py:Letters").path) == ("python",
+                                                                                                "my_task.py:Letters")
     downstream = load_config("scalerl", overrides=["eval.downstream=[arith-2x12, code-expr-4]"]).eval.downstream
     assert [d.name for d in downstream] == ["arith-2x12", "code-expr-4"]
 
