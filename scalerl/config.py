@@ -138,10 +138,11 @@ class _Read(_Generated):
     length rule and the answer instruction apply."""
 
     answer_instruction: str | None = Field(
-        "auto", description="what the prompt says about where the answer goes (an rg task: only without a chat template): 'auto' "
-                            "asks for answer_marker's format (e.g. 'Put only your final answer between <answer> and "
-                            "</answer> tags'); any other text is used as it is; null: none. An instruct model (chat "
-                            "template) gets it in a system turn, any other model before the question")
+        "auto", description="what the prompt says about where the answer goes (an rg task: only without a chat "
+                            "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
+                            "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
+                            "instruct model (chat template) gets it in a system turn, any other model before the "
+                            "question")
     max_prompt_tokens: int | None = Field(
         None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
     overlong: Literal["skip", "refuse"] = Field("skip", description="prompts over max_prompt_tokens: skip and count "
@@ -267,7 +268,8 @@ class MixTaskConfig(_TaskKind):
     """A weighted mix of tasks from different domains (scalerl.tasks.mix)."""
 
     module: ClassVar[str] = "scalerl.tasks.mix"
-    type: Literal["mix"] = Field("mix", description="a weighted mix of tasks, per-domain pass rates (scalerl.tasks.mix)")
+    type: Literal["mix"] = Field("mix", description="a weighted mix of tasks, per-domain pass rates "
+                                                    "(scalerl.tasks.mix)")
     parts: list[TaskPart] = Field(default_factory=list, description="the mixed tasks, each a task of its own type "
                                                                      "(shorthand: task.name=arith,code-expr)")
     weights: list[float] | None = Field(None, description="the parts' shares of the training pool (none: equal)")
@@ -288,7 +290,8 @@ TaskConfig = Annotated[Union[ArithTaskConfig, CodeExprTaskConfig, FileTaskConfig
                              MixTaskConfig, PythonTaskConfig], Field(discriminator="type")]
 TASK_KINDS: dict[str, type[_TaskKind]] = {c.model_fields["type"].default: c for c in typing.get_args(
     typing.get_args(TaskConfig)[0])}
-PATH_HELP = {"file": "a JSONL, JSON, CSV or parquet file, a folder saved by datasets' save_to_disk, or a Hub dataset id",
+PATH_HELP = {"file": "a JSONL, JSON, CSV or parquet file, a folder saved by datasets' save_to_disk, or a Hub "
+                     "dataset id",
              "code": "a JSONL of prompts with tests, see examples/code-tasks.jsonl",
              "python": "a Python file with a task class, see examples/custom_task.py"}
 

@@ -104,7 +104,8 @@ def test_a_user_task_trains_in_scalerl_train(tmp_path, capsys):
         "        return True\n"))
     run = tmp_path / "run"
     code = main(["train", "--no-progress", "--run-dir", str(run), "--max-steps", "2", *SETS,
-                 "--set", "task.type=python", "--set", f"task.path={src}:Logged", "--set", f"task.options={{log: {log}}}",
+                 "--set", "task.type=python", "--set", f"task.path={src}:Logged",
+                 "--set", f"task.options={{log: {log}}}",
                  "--set", "task.answer_marker=</think>", "--set", "task.train_size=32", "--set", "task.val_size=4",
                  "--set", "filter.zero_variance=false"])
     assert code == 0, capsys.readouterr().err

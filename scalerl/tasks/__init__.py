@@ -108,5 +108,6 @@ def run_tasks(cfg, tokenizer, model, train: Task | None = None) -> RunTasks:
         downstream.append((spec.name, task, task.val_prompts(n), RewardFn(task, cfg.reward)))
     names = [name for name, *_ in downstream]
     if len(set(names)) != len(names):
-        raise ScaleRLError(f"eval.downstream names a set twice ({', '.join(names)}): its rows would overwrite each other")
+        raise ScaleRLError(f"eval.downstream names a set twice ({', '.join(names)}): its rows would overwrite "
+                           "each other")
     return RunTasks(train, val, downstream)

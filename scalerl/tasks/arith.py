@@ -318,6 +318,7 @@ def _chat_wrapper(tokenizer):
 
 @register(ArithTaskConfig)
 def build(cfg: ArithTaskConfig, ctx: TaskContext) -> ArithTask:
-    task = ArithTask(cfg.problems, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
-                     answer_marker=cfg.answer_marker or THINK_CLOSE, val_size=cfg.val_size or DEFAULT_VAL_SIZE)
+    task = ArithTask(cfg.problems, seed=cfg.seed, tokenizer=ctx.tokenizer,
+                     train_size=cfg.train_size or DEFAULT_TRAIN_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
+                     val_size=cfg.val_size or DEFAULT_VAL_SIZE)
     return at_least(task, ctx.min_train)
