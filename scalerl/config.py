@@ -278,6 +278,18 @@ class MixTaskConfig(_TaskKind):
 
     _parts = field_validator("parts", mode="before")(_expand_all)
 
+    @classmethod
+    def spread(cls, data: dict, key: str, value: Any) -> dict | None:
+        """`data` (a mix as a mapping) with `key` set on each part that has that field (`--set task.val_size=8`
+        after `task.name=arith,code-expr`, as the flat section of old did); None when no part has it."""
+        parts = [dict(p) for p in data.get("parts") or []]
+        owners = [p for p in parts if key in getattr(TASK_KINDS.get(p.get("type")), "model_fields", {})]
+        for part in owners:
+            part[key] = value
+        if not owners:
+            return None
+        return {**data, "parts": parts}
+
     @model_validator(mode="after")
     def _two_parts(self) -> MixTaskConfig:
         if len(self.parts) < 2:

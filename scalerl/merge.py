@@ -164,7 +164,12 @@ def merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str
     for key, value in patch.items():
         path = f"{prefix}{key}"
         if key not in cls.model_fields:
-            raise _unknown_key(path, cls, source, value)
+            spread = getattr(cls, "spread", None)          # a mix: a field of its parts, set on each that has it
+            spread_out = spread(out, key, value) if spread is not None else None
+            if spread_out is None:
+                raise _unknown_key(path, cls, source, value)
+            out = spread_out
+            continue
         annotation = cls.model_fields[key].annotation
         variants, section = variants_of(annotation), section_of(annotation)
         if variants is not None:

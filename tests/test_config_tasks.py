@@ -115,6 +115,8 @@ def test_short_names_and_their_typed_form():
     assert task_config("data/train.jsonl").model_dump()["path"] == "data/train.jsonl"
     assert (task_config("my_task.py:Letters").type, task_config("my_task.py:Letters").path) == ("python",
                                                                                                 "my_task.py:Letters")
+    mix = load_config("scalerl", overrides=["task.name=arith,code", "task.path=p.jsonl", "task.val_size=8"]).task
+    assert [(p.type, p.val_size) for p in mix.parts] == [("arith", 8), ("code", 8)] and mix.parts[1].path == "p.jsonl"
     downstream = load_config("scalerl", overrides=["eval.downstream=[arith-2x12, code-expr-4]"]).eval.downstream
     assert [d.name for d in downstream] == ["arith-2x12", "code-expr-4"]
 
