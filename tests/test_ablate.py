@@ -450,7 +450,8 @@ def test_a_run_recorded_before_a_config_field_existed_resumes(tmp_path):
     spec.run_dir.mkdir(parents=True)
     text = dump_config(spec.cfg)
     assert "  share_prompt: true\n" in text
-    (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", ""))   # written by an older scalerl
+    # written by an older scalerl
+    (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", ""))
     _check_same_config(spec)                                                     # its default: the same config
     (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", "  share_prompt: false\n"))
     with pytest.raises(ScaleRLError, match="differs from the config"):

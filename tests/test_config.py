@@ -48,7 +48,8 @@ def test_every_preset_file_has_paper_comments():
 
 
 def test_dotted_overrides_and_value_types():
-    cfg = load_config("scalerl", overrides=["loss.eps_max=8", "run.max_minutes=2.5", "task.name=file", "task.path=/tmp/a:b.jsonl",
+    cfg = load_config("scalerl", overrides=["loss.eps_max=8", "run.max_minutes=2.5", "task.name=file",
+                                            "task.path=/tmp/a:b.jsonl",
                                             "optim.betas=[0.8, 0.9]", "model.fp32_head=false", "run.threads=null"])
     assert cfg.loss.eps_max == 8 and cfg.run.max_minutes == 2.5 and cfg.task.path == "/tmp/a:b.jsonl"
     assert cfg.optim.betas == (0.8, 0.9) and cfg.model.fp32_head is False and cfg.run.threads is None

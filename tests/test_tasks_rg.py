@@ -108,8 +108,8 @@ def test_dataset_options_pass_through():
     task = get_task(task_config(name="rg:chain_sum", options={"min_terms": 5, "max_terms": 5, "min_digits": 1,
                                                              "max_digits": 1}, train_size=10, val_size=4))
     assert all(task.train_prompt(i).meta["entry"]["metadata"]["num_terms"] == 5 for i in range(10))
-    mix = get_task(task_config(name="rg:chain_sum,leg_counting", options={"chain_sum": {"min_terms": 4, "max_terms": 4}},
-                              train_size=40, val_size=4))
+    mix = get_task(task_config(name="rg:chain_sum,leg_counting",
+                               options={"chain_sum": {"min_terms": 4, "max_terms": 4}}, train_size=40, val_size=4))
     sums = [p.meta["entry"] for p in (mix.train_prompt(i) for i in range(40)) if p.meta["subset"] == "chain_sum"]
     assert sums and all(e["metadata"]["num_terms"] == 4 for e in sums)
 
