@@ -6,14 +6,15 @@ Variants are discriminated unions keyed by `type` (`loss: {type: cispo, eps_max:
 Unknown keys are errors (`extra="forbid"`), never silently ignored; the message names the
 key, where it came from, and the closest valid keys.
 
-This module is the schema and its checks: the sections, merging one layer into another (`_merge`),
-validating the result and naming the layer at fault (`_validate`), reading a recipe or config file.
-Resolution (`load_config`: defaults -> recipe -> file -> `--set` -> the model-dependent profile),
-the profiles and the CLI flags are in `scalerl.configure`.
+This module is the schema and its checks: the sections, the task kinds and their short names
+(`task.name=rg:chain_sum`, `expand_task`), the recipes. Merging one layer into another and naming
+the layer at fault are in `scalerl.merge`; resolution (`load_config`: defaults -> recipe -> file ->
+`--set` -> the model-dependent profile), the profiles and the CLI flags in `scalerl.configure`.
 
-Switching a union's type (`--set loss.type=ppo_clip`) resets the section to the new variant's
-defaults, keeping the fields every variant shares (for losses: `aggregation`), so a
-leave-one-out ablation changes one thing at a time.
+The task is a union by `type` as the losses are (`task: {type: rg, datasets: [chain_sum]}`), each kind
+with its own fields only; a short name (`task.name=arith-2x7`, `code-expr-3`, `rg:a,b`, `arith,code-expr`,
+`file`) stands for a kind and its fields, and the flat task section of old (a resolved config.yaml
+written before) reads as the same task.
 
 Departures from the paper: none in the schema itself; the tiny-model defaults (batch 32 x 8,
 lr 5e-5, 160-token budget) are scaled down from the paper's 48 x 16, 5e-7 and 16k tokens
@@ -30,7 +31,8 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, field_validator,
+                      model_validator)
 
 from scalerl.errors import ScaleRLError
 
@@ -86,63 +88,335 @@ DEFAULT_VAL_SIZE = 512        # validation prompts of a generated task, and the 
 COLUMN_ROLES = ("prompt", "answer")   # the keys of task.columns
 
 
-class TaskConfig(_Section):
-    name: str = Field("arith", description="built-in task (arith, arith-easy, arith-<D>, arith-<K>x<D>), 'file' to read "
-                                           "`path`, 'code' to read programming problems with tests from `path` "
-                                           "(scalerl.tasks.code), or 'rg:<dataset>' / 'rg:<a>,<b>,...' (reasoning-gym, "
-                                           "a weighted mix)")
-    path: str | None = Field(None, description="a JSONL/JSON/CSV/parquet file, a folder saved by datasets' save_to_disk, "
-                                                "or a Hugging Face Hub dataset id, with prompt/answer (or problem/answer) "
-                                                "columns, or those named in `columns`")
-    columns: dict[str, str] = Field(
-        default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
-                                          "answer: solution} (none: prompt or problem, and answer)")
+def _positive_weights(weights: list[float] | None) -> None:
+    if weights is not None and not all(w > 0 and w != float("inf") for w in weights):
+        raise ValueError(f"weights must each be positive and finite, got {weights}")
+
+
+class _TaskKind(_Section):
+    """What every kind of task is: a union member keyed by `type`, built by the builder its module
+    registers (`module`, scalerl.tasks.registry), read back from a `task.name` shorthand (`expand_task`)."""
+
+    module: ClassVar[str] = "scalerl.tasks"
+    type: str = Field("", description="the kind of task")   # each kind's own literal (first in a dump)
+
+    @property
+    def name(self) -> str:
+        """The task's short name (`task.name` of old; the metric and run names use it)."""
+        return task_name(self.model_dump())
+
+    @classmethod
+    def expand(cls, value: Any) -> Any:
+        return expand_task(value)
+
+
+class _Generated(_TaskKind):
+    """Fields of every task but a mix: the pool, the held-out set, the seed, the answer's place."""
+
     train_size: int | None = Field(
-        None, ge=1, description="training pool size, traversed in epochs (none: 4096 for built-in tasks, 1024 for "
-                                "reasoning-gym ones, every distinct row of a file)")
+        None, ge=1, description="training pool size, traversed in epochs (none: 4096 for a built-in task, 1024 for a "
+                                "reasoning-gym one, every distinct row of a file)")
     val_size: int | None = Field(
         None, ge=1, description="held-out validation prompts, disjoint from the training pool (none: 512; for a file, "
                                 "a tenth of its distinct rows, at least 1, at most 512)")
     seed: int = Field(0, description="seed of the task generator / split")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="reasoning-gym dataset options (e.g. {min_terms: 2}); for a mix, "
-                                          "{<dataset>: {options}} per dataset")
-    weights: list[float] | None = Field(None, description="reasoning-gym mix weights, one per dataset (none: equal)")
-    shots: int = Field(0, ge=0, le=8, description="reasoning-gym and file tasks, instruct models: solved examples "
-                       "shown as earlier chat turns before each question (only the answer, written where the checker "
-                       "reads it), for small models that do not follow the format otherwise; drawn apart from the "
-                       "pool and the validation set (a file: its first rows in content-hash order)")
-    system_prompt: str | None = Field(
-        None, description="system turn for instruct models on reasoning-gym tasks (none: reasoning-gym's 'default')")
     answer_marker: str | None = Field(
         None, description="where the checker reads the answer: after the last '</think>' (or 'Answer:', ...); an "
                           "opening tag such as '<answer>' or '\\boxed{}' reads the content of the last one; a "
-                          "completion without it fails (none: the task's own: '<answer>' for a file and for rg, "
-                          "'</think>' for arith)")
-    answer_instruction: str | None = Field(
-        "auto", description="what the prompt says about where the answer goes (file tasks; rg tasks without a chat "
-                            "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
-                            "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
-                            "instruct model (chat template) gets it in a system turn, any other model before the question")
-    max_prompt_tokens: int | None = Field(
-        None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
-    overlong: Literal["skip", "refuse"] = Field("skip", description="rows over max_prompt_tokens: skip and count them, "
-                                                                    "or refuse the dataset")
+                          "completion without it fails (none: the task's own: '<answer>' for a file, rg and a python "
+                          "task, '</think>' for arith, code and code_expr)")
 
     @model_validator(mode="after")
-    def _weights(self) -> TaskConfig:
-        if self.weights is not None and not all(w > 0 and w != float("inf") for w in self.weights):
-            raise ValueError(f"weights must each be positive and finite, got {self.weights}")
+    def _marker(self) -> _Generated:
         if self.answer_marker is not None and not self.answer_marker.strip():
             raise ValueError("answer_marker must not be empty")
+        return self
+
+
+class _Read(_Generated):
+    """A task whose prompts come from outside (a file, a dataset library, the user's code): the prompt
+    length rule and the answer instruction apply."""
+
+    answer_instruction: str | None = Field(
+        "auto", description="what the prompt says about where the answer goes (an rg task: only without a chat "
+                            "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
+                            "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
+                            "instruct model (chat template) gets it in a system turn, any other model before the "
+                            "question")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
+    overlong: Literal["skip", "refuse"] = Field("skip", description="prompts over max_prompt_tokens: skip and count "
+                                                                    "them, or refuse the task")
+
+    @model_validator(mode="after")
+    def _instruction(self) -> _Read:
         if self.answer_instruction is not None and not self.answer_instruction.strip():
             raise ValueError(f"answer_instruction = {self.answer_instruction!r}: expected text, 'auto', or null to turn "
                              "the instruction off")
+        return self
+
+
+class _NeedsPath(_Read):
+    """A task read from `path`."""
+
+    path: str | None = Field(None, description="where the task comes from: file: a JSONL/JSON/CSV/parquet file, a "
+                                               "folder saved by datasets' save_to_disk, or a Hugging Face Hub dataset "
+                                               "id, with prompt/answer (or problem/answer) columns, or those named in "
+                                               "`columns`; code: a JSONL of prompts with tests (examples/code-tasks."
+                                               "jsonl); python: '<file.py>', '<file.py>:<Class>' or '<module>:<Class>'"
+                                               " (examples/custom_task.py; a file alone: its one class with prompts "
+                                               "and check)")
+
+    @model_validator(mode="after")
+    def _path(self) -> _NeedsPath:
+        if not self.path:
+            raise ValueError(f"task type {self.type!r} needs task.path ({PATH_HELP[self.type]})")
+        return self
+
+
+_SHOTS = ("instruct models: solved examples shown as earlier chat turns before each question (only the answer, "
+          "written where the checker reads it), for small models that do not follow the format otherwise; drawn "
+          "apart from the pool and the validation set")
+
+
+class ArithTaskConfig(_Generated):
+    """Built-in addition (scalerl.tasks.arith)."""
+
+    module: ClassVar[str] = "scalerl.tasks.arith"
+    type: Literal["arith"] = Field("arith", description="built-in addition (scalerl.tasks.arith)")
+    problems: str = Field("arith", description="the problem set: arith (the default ladder), arith-easy, arith-358, "
+                                               "arith-2to7, arith-tail, arith-mixed, arith-<D> or arith-<K>x<D> (K "
+                                               "operands of D digits)")
+
+
+class CodeExprTaskConfig(_Generated):
+    """Built-in code: print an expression of two integers, run in the sandbox (scalerl.tasks.code_expr)."""
+
+    module: ClassVar[str] = "scalerl.tasks.code_expr"
+    type: Literal["code_expr"] = Field("code_expr", description="built-in code task (scalerl.tasks.code_expr)")
+    depth: int | None = Field(None, ge=1, le=6, description="expression depth (none: the mix of depths 1-3)")
+
+
+class FileTaskConfig(_NeedsPath):
+    """A user dataset (scalerl.tasks.files)."""
+
+    module: ClassVar[str] = "scalerl.tasks.files"
+    type: Literal["file"] = Field("file", description="prompts and answers read from a file or dataset "
+                                                      "(scalerl.tasks.files)")
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
+                                          "answer: solution} (none: prompt or problem, and answer)")
+    shots: int = Field(0, ge=0, le=8, description=_SHOTS + " (the file's first rows in content-hash order)")
+
+    @model_validator(mode="after")
+    def _columns(self) -> FileTaskConfig:
         unknown = sorted(set(self.columns) - set(COLUMN_ROLES))
         if unknown:
             raise ValueError(f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "
                              f"{{prompt: <column>, answer: <column>}})")
         return self
+
+
+class CodeTaskConfig(_NeedsPath):
+    """Programming problems with tests, run in the sandbox (scalerl.tasks.code)."""
+
+    module: ClassVar[str] = "scalerl.tasks.code"
+    type: Literal["code"] = Field("code", description="programming problems with tests (scalerl.tasks.code)")
+
+
+class RgTaskConfig(_Read):
+    """reasoning-gym datasets and weighted mixes (scalerl.tasks.rg)."""
+
+    module: ClassVar[str] = "scalerl.tasks.rg"
+    type: Literal["rg"] = Field("rg", description="reasoning-gym datasets (scalerl.tasks.rg)")
+    datasets: list[str] = Field(default_factory=list, description="reasoning-gym dataset names, e.g. [chain_sum]; "
+                                                                  "more than one: a weighted mix")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="dataset options (e.g. {min_terms: 2}); for a mix, {<dataset>: {options}} "
+                                          "per dataset")
+    weights: list[float] | None = Field(None, description="mix weights, one per dataset (none: equal)")
+    shots: int = Field(0, ge=0, le=8, description=_SHOTS)
+    system_prompt: str | None = Field(
+        None, description="system turn for instruct models (none: reasoning-gym's 'default')")
+
+    @model_validator(mode="after")
+    def _named(self) -> RgTaskConfig:
+        if not self.datasets:
+            raise ValueError("task type 'rg' needs task.datasets, e.g. [chain_sum] (task.name=rg:chain_sum)")
+        _positive_weights(self.weights)
+        return self
+
+
+class PythonTaskConfig(_NeedsPath):
+    """The user's own task: a class in a Python file (scalerl.tasks.user, docs/your-data.md)."""
+
+    module: ClassVar[str] = "scalerl.tasks.user"
+    type: Literal["python"] = Field("python", description="a class of the user's that yields prompts and checks "
+                                                          "answers (scalerl.tasks.user)")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the class")
+
+
+TaskPart = Annotated[Union[ArithTaskConfig, CodeExprTaskConfig, FileTaskConfig, CodeTaskConfig, RgTaskConfig,
+                           PythonTaskConfig], Field(discriminator="type")]
+
+
+def _expand_all(value: Any) -> Any:
+    return [expand_task(v) for v in value] if isinstance(value, list) else value
+
+
+class MixTaskConfig(_TaskKind):
+    """A weighted mix of tasks from different domains (scalerl.tasks.mix)."""
+
+    module: ClassVar[str] = "scalerl.tasks.mix"
+    type: Literal["mix"] = Field("mix", description="a weighted mix of tasks, per-domain pass rates "
+                                                    "(scalerl.tasks.mix)")
+    parts: list[TaskPart] = Field(default_factory=list, description="the mixed tasks, each a task of its own type "
+                                                                     "(shorthand: task.name=arith,code-expr)")
+    weights: list[float] | None = Field(None, description="the parts' shares of the training pool (none: equal)")
+    seed: int = Field(0, description="seed of the pool's order")
+    train_size: int | None = Field(None, ge=1, description="training pool size (none: the parts' together)")
+
+    _parts = field_validator("parts", mode="before")(_expand_all)
+
+    @classmethod
+    def spread(cls, data: dict, key: str, value: Any) -> dict | None:
+        """`data` (a mix as a mapping) with `key` set on each part that has that field (`--set task.val_size=8`
+        after `task.name=arith,code-expr`, as the flat section of old did); None when no part has it."""
+        parts = [dict(p) for p in data.get("parts") or []]
+        owners = [p for p in parts if key in getattr(TASK_KINDS.get(p.get("type")), "model_fields", {})]
+        for part in owners:
+            part[key] = value
+        if not owners:
+            return None
+        return {**data, "parts": parts}
+
+    @model_validator(mode="after")
+    def _two_parts(self) -> MixTaskConfig:
+        if len(self.parts) < 2:
+            raise ValueError(f"task type 'mix' needs at least two parts, got {len(self.parts)}")
+        _positive_weights(self.weights)
+        return self
+
+
+TaskConfig = Annotated[Union[ArithTaskConfig, CodeExprTaskConfig, FileTaskConfig, CodeTaskConfig, RgTaskConfig,
+                             MixTaskConfig, PythonTaskConfig], Field(discriminator="type")]
+TASK_KINDS: dict[str, type[_TaskKind]] = {c.model_fields["type"].default: c for c in typing.get_args(
+    typing.get_args(TaskConfig)[0])}
+PATH_HELP = {"file": "a JSONL, JSON, CSV or parquet file, a folder saved by datasets' save_to_disk, or a Hub "
+                     "dataset id",
+             "code": "a JSONL of prompts with tests, see examples/code-tasks.jsonl",
+             "python": "a Python file with a task class, see examples/custom_task.py"}
+
+# the flat task section of old (one class of 14 fields): its defaults, dropped where they do not apply
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "path": None, "columns": {}, "train_size": None, "val_size": None, "seed": 0, "options": {}, "weights": None,
+    "shots": 0, "system_prompt": None, "answer_marker": None, "answer_instruction": "auto",
+    "max_prompt_tokens": None, "overlong": "skip"}
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+SHORTHANDS = ("arith, arith-easy, arith-<D>, arith-<K>x<D>, code-expr, code-expr-<D>, file, code, python, "
+              "rg:<dataset>, rg:<a>,<b>,..., a mix <a>,<b>,..., a data file (.jsonl, .json, .csv, .parquet) or a "
+              "Python file (.py[:<Class>])")
+
+
+def shorthand(name: str) -> dict:
+    """A short task name (`rg:chain_sum`, `arith-2x7`, `code-expr-3`, `arith,code-expr`, `file`, a data
+    file `data.jsonl`, a Python file `my_task.py`) as its type and that type's own fields."""
+    name = str(name).strip()
+    if name.startswith("rg:"):
+        return {"type": "rg", "datasets": [n.strip() for n in name.removeprefix("rg:").split(",")]}
+    if "," in name:
+        parts = [n.strip() for n in name.split(",")]
+        if any(not n or n.startswith("rg:") for n in parts):
+            raise ValueError(f"task.name {name!r}: expected built-in, 'code' or 'file' parts separated by commas (a "
+                             "reasoning-gym mix is 'rg:<a>,<b>')")
+        return {"type": "mix", "parts": [shorthand(n) for n in parts]}
+    if name in ("file", "code", "python"):
+        return {"type": name}
+    if name.lower().endswith(FILE_SUFFIXES):                 # a data file: task.name=data.jsonl
+        return {"type": "file", "path": name}
+    if name.endswith(".py") or ".py:" in name:                # the user's class: task.name=my_task.py:Class
+        return {"type": "python", "path": name}
+    if name == "code-expr" or name.startswith("code-expr-"):
+        depth = name.removeprefix("code-expr").removeprefix("-")
+        if depth and not depth.isdigit():
+            raise ValueError(f"task.name {name!r}: expected code-expr or code-expr-<depth 1-6>")
+        return {"type": "code_expr", **({"depth": int(depth)} if depth else {})}
+    if name == "arith" or name.startswith("arith-"):
+        return {"type": "arith", "problems": name}
+    raise ValueError(f"task.name {name!r}: expected {SHORTHANDS}")
+
+
+def expand_task(value: Any) -> Any:
+    """A task given by its short name (a string, or a mapping with `name`: the flat task section of
+    old, a resolved config.yaml's included) as a mapping of its type and fields; the old section's
+    defaults are dropped where they do not apply, and any other field that does not apply is refused."""
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, dict) or "name" not in value:
+        return value
+    if "type" in value:
+        raise ValueError(f"task.name ({value['name']!r}) and task.type ({value['type']!r}) together: give one (the "
+                         "name is the short form of a type and its fields)")
+    rest = {k: v for k, v in value.items() if k != "name"}
+    kind = shorthand(value["name"])
+    if kind["type"] != "mix":
+        return _place(kind, rest, strict=True)
+    own = {k: rest.pop(k) for k in ("weights",) if k in rest}
+    shared = {k: rest[k] for k in ("seed", "train_size") if k in rest}
+    parts = [_place(part, rest, strict=False) for part in kind["parts"]]
+    for key, v in rest.items():
+        if not any(key in TASK_KINDS[p["type"]].model_fields for p in parts) and LEGACY_DEFAULTS.get(key, ...) != v:
+            raise ValueError(f"task.{key} is not a field of any part of the mix {value['name']!r}")
+    return {"type": "mix", "parts": parts, **own, **shared}
+
+
+def _place(kind: dict, fields: dict, strict: bool) -> dict:
+    """`kind` with those of `fields` its type has; an old default it lacks is dropped, another value refused
+    (`strict`) or left to another part of a mix."""
+    cls = TASK_KINDS[kind["type"]]
+    out = dict(kind)
+    for key, v in fields.items():
+        if key in cls.model_fields:
+            out[key] = v
+        elif strict and LEGACY_DEFAULTS.get(key, ...) != v:
+            owners = [t for t, c in TASK_KINDS.items() if key in c.model_fields]
+            where = f" (it belongs to type {', '.join(owners)})" if owners else ""
+            raise ValueError(f"task.{key} is not a field of task type {kind['type']!r}{where}")
+    return out
+
+
+def task_name(data: dict) -> str:
+    """The short name of a task given as a mapping of its type and fields (`shorthand`'s inverse), or
+    in the flat form of old (its `name`)."""
+    if "name" in data:
+        return str(data["name"])
+    kind = data.get("type", "arith")
+    if kind == "arith":
+        return data.get("problems", "arith")
+    if kind == "code_expr":
+        return "code-expr" + (f"-{data['depth']}" if data.get("depth") is not None else "")
+    if kind == "rg":
+        return "rg:" + ",".join(data.get("datasets") or [])
+    if kind == "mix":
+        return ",".join(task_name(p) for p in data.get("parts") or [])
+    return kind
+
+
+def task_config(value: Any = None, **fields: Any) -> TaskConfig:
+    """A validated task: `task_config("rg:chain_sum", val_size=8)`, `task_config(name="file", path=...)`
+    or `task_config(type="python", path=...)` (a ScaleRLError names what is wrong)."""
+    data = {"name": value, **fields} if value is not None else fields
+    try:
+        return _TASK_ADAPTER.validate_python(expand_task(data or {"type": "arith"}))
+    except (ValueError, ValidationError) as exc:
+        raise ScaleRLError(_one_line(exc)) from None
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"task.{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg'].removeprefix('Value error, ')}"
+                         .replace("task.: ", "task: ") for e in exc.errors())
+    return str(exc)
 
 
 class RewardConfig(_Section):
@@ -486,10 +760,10 @@ class EvalConfig(_Section):
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
                                 "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
                                 "first-half check always uses the frozen method's tenth (docs/forecasting.md)")
-    downstream: list[str] = Field(
-        default_factory=list, description="downstream sets from other distributions, as task names (e.g. arith-2x12, "
-        "code-expr-4; a file or code task reads task.path): each evaluation also scores `downstream_prompts` of their "
-        "validation prompts and logs downstream/<name>/pass_rate")
+    downstream: list[TaskPart] = Field(
+        default_factory=list, description="downstream sets from other distributions, each a task (or its short name, "
+        "e.g. [arith-2x12, code-expr-4]): each evaluation also scores `downstream_prompts` of their validation prompts "
+        "and logs downstream/<name>/pass_rate")
     downstream_prompts: int = Field(32, ge=1, description="validation prompts evaluated per downstream set")
     split: Literal["auto", "off"] = Field(
         "auto", description="auto: where the generator process evaluates on its own threads only (a CPU, the process "
@@ -499,6 +773,7 @@ class EvalConfig(_Section):
                             "evaluates every prompt")
 
     _split_off = field_validator("split", mode="before")(_yaml_off)
+    _downstream = field_validator("downstream", mode="before")(_expand_all)
 
     @model_validator(mode="before")
     @classmethod
@@ -561,7 +836,8 @@ class Config(_Section):
     recipe: str = Field("scalerl", description="name of the preset this config came from")
     _profile: tuple[str, dict] = PrivateAttr(default=("", {}))   # (origin, applied keys): load_config's model profile
     model: ModelConfig = Field(default_factory=ModelConfig, description="model and precision")
-    task: TaskConfig = Field(default_factory=TaskConfig, description="prompt source")
+    task: TaskConfig = Field(default_factory=ArithTaskConfig, description="prompt source: arith | code_expr | file | "
+                             "code | rg | mix | python (or its short name, task.name=rg:chain_sum)")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="pass/fail reward values")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="limits of a model's program (code tasks)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="generation and length control")
@@ -577,13 +853,15 @@ class Config(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig, description="periodic held-out evaluation")
     run: RunConfig = Field(default_factory=RunConfig, description="steps, seeds, checkpoints")
 
+    _task = field_validator("task", mode="before")(expand_task)
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_counts(cls, data: Any) -> Any:
         """`batch.prompts: true` is a mistake, not 1: a boolean is refused wherever a number is expected."""
         if isinstance(data, dict):
             for path in _bool_numbers(Config, data):
-                raise ValueError(f"{path} = {_lookup(data, path)!r}: expected a number, not a boolean")
+                raise ValueError(f"{path} = {lookup(data, path)!r}: expected a number, not a boolean")
         return data
 
     @model_validator(mode="after")
@@ -605,8 +883,9 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _eval_within_val(self) -> Config:
-        if None not in (self.eval.prompts, self.task.val_size) and self.eval.prompts > self.task.val_size:
-            raise ValueError(f"eval.prompts ({self.eval.prompts}) must be <= task.val_size ({self.task.val_size})")
+        val_size = getattr(self.task, "val_size", None)
+        if None not in (self.eval.prompts, val_size) and self.eval.prompts > val_size:
+            raise ValueError(f"eval.prompts ({self.eval.prompts}) must be <= task.val_size ({val_size})")
         return self
 
 
@@ -621,7 +900,7 @@ def _bool_numbers(cls: type[BaseModel], data: dict, prefix: str = "") -> list[st
     out = []
     for name, field in cls.model_fields.items():
         value = data.get(name)
-        variants, section = _variants(field.annotation), _section(field.annotation)
+        variants, section = variants_of(field.annotation), section_of(field.annotation)
         if isinstance(value, dict) and variants is not None:
             sub = variants.get(value.get("type", field.get_default(call_default_factory=True).type))
             out += _bool_numbers(sub, value, f"{prefix}{name}.") if sub is not None else []
@@ -646,7 +925,10 @@ def _floats(model: BaseModel, prefix: str = "") -> list[tuple[str, float]]:
     return out
 
 
-def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
+_TASK_ADAPTER: TypeAdapter = TypeAdapter(TaskConfig)
+
+
+def variants_of(annotation: Any) -> dict[str, type[BaseModel]] | None:
     """{type tag: class} when `annotation` is a union of config sections, else None."""
     if typing.get_origin(annotation) is not Union:
         return None
@@ -656,7 +938,7 @@ def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
     return {a.model_fields["type"].default: a for a in args}
 
 
-def _section(annotation: Any) -> type[BaseModel] | None:
+def section_of(annotation: Any) -> type[BaseModel] | None:
     """The section class of a section field, a nullable one (`LoraConfig | None`) included."""
     if typing.get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -664,239 +946,14 @@ def _section(annotation: Any) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, _Section) else None
 
 
-def _nullable(annotation: Any) -> bool:
-    return type(None) in typing.get_args(annotation)
 
-
-def _all_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
-    """Every dotted key of the schema, all union variants included."""
-    out = []
-    for name, field in cls.model_fields.items():
-        path = prefix + name
-        subs = list((_variants(field.annotation) or {}).values()) or [s for s in [_section(field.annotation)] if s]
-        if not subs:
-            out.append(path)
-        for sub in subs:
-            out.extend(p for p in _all_paths(sub, path + ".") if p not in out)
-    return out
-
-
-# Key names of TRL's GRPOConfig (and transformers' TrainingArguments) and of verl's ppo_trainer
-# config, with the scalerl key that does the same (docs/training.md, "Coming from TRL or verl").
-# A note says where the two differ. Looked up by the whole dotted key, then by its last part.
-FOREIGN_KEYS: dict[str, tuple[str, str]] = {
-    # TRL
-    "learning_rate": ("optim.lr", ""),
-    "beta": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
-    "max_completion_length": ("rollout.max_new_tokens", ""),
-    "max_prompt_length": ("task.max_prompt_tokens", ""),
-    "num_generations": ("batch.generations", ""),
-    "temperature": ("rollout.temperature", ""),
-    "top_p": ("rollout.top_p", ""),
-    "per_device_train_batch_size": ("batch.prompts", "TRL counts completions, scalerl prompts: "
-                                                     "batch.prompts = completions / batch.generations"),
-    "generation_batch_size": ("batch.prompts", "prompts x batch.generations completions per step"),
-    "eval_steps": ("eval.every", ""),
-    "eval.steps": ("eval.every", ""),
-    "max_steps": ("run.max_steps", ""),
-    "seed": ("run.seed", ""),
-    "save_steps": ("run.checkpoint_every", ""),
-    "warmup_steps": ("optim.warmup_steps", ""),
-    "weight_decay": ("optim.weight_decay", ""),
-    "max_grad_norm": ("optim.grad_clip", ""),
-    "adam_epsilon": ("optim.eps", ""),
-    "adam_beta1": ("optim.betas", "a pair, [beta1, beta2]"),
-    "adam_beta2": ("optim.betas", "a pair, [beta1, beta2]"),
-    "epsilon": ("loss.eps_low", "a field of loss.type=ppo_clip"),
-    "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
-    "reward_funcs": ("reward.function", "<module>:<name> or <path/to/file.py>:<name>"),
-    "reward_weights": ("reward.weights", "[checker, function]"),
-    "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
-    "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
-    # verl
-    "actor_rollout_ref.actor.optim.lr": ("optim.lr", ""),
-    "actor_rollout_ref.actor.optim.lr_warmup_steps": ("optim.warmup_steps", ""),
-    "actor_rollout_ref.actor.optim.weight_decay": ("optim.weight_decay", ""),
-    "actor_rollout_ref.actor.grad_clip": ("optim.grad_clip", ""),
-    "actor_rollout_ref.actor.kl_loss_coef": ("loss.kl_beta", "a field of loss.type=ppo_clip"),
-    "actor_rollout_ref.actor.clip_ratio_low": ("loss.eps_low", "a field of loss.type=ppo_clip"),
-    "actor_rollout_ref.actor.clip_ratio_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
-    "actor_rollout_ref.rollout.n": ("batch.generations", ""),
-    "actor_rollout_ref.rollout.temperature": ("rollout.temperature", ""),
-    "actor_rollout_ref.rollout.top_p": ("rollout.top_p", ""),
-    "actor_rollout_ref.model.path": ("model.name", ""),
-    "algorithm.kl_ctrl.kl_coef": ("loss.kl_beta", "a KL penalty in the loss, a field of loss.type=ppo_clip"),
-    "data.train_files": ("task.path", "with task.name=file"),
-    "data.train_batch_size": ("batch.prompts", ""),
-    "data.max_prompt_length": ("task.max_prompt_tokens", ""),
-    "data.max_response_length": ("rollout.max_new_tokens", ""),
-    "data.prompt_key": ("task.columns", "{prompt: <column>}"),
-    "trainer.total_training_steps": ("run.max_steps", ""),
-    "trainer.save_freq": ("run.checkpoint_every", ""),
-    "trainer.test_freq": ("eval.every", ""),
-}
-
-
-_VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer")
-
-
-def foreign_key(path: str) -> str | None:
-    """"verl's name; in scalerl it is <key> (<note>)" for a TRL or verl key (`FOREIGN_KEYS`); None if unknown."""
-    found = FOREIGN_KEYS.get(path) or FOREIGN_KEYS.get(path.rsplit(".", 1)[-1])
-    if found is None:
-        return None
-    key, note = found
-    origin = "verl" if path.split(".", 1)[0] in _VERL_SECTIONS else "TRL"
-    return f"{origin}'s name; in scalerl it is {key}" + (f" ({note})" if note else "")
-
-
-def _suggest(path: str) -> str:
-    candidates = _all_paths(Config)
-    leaf = path.rsplit(".", 1)[-1]
-    same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
-    close = difflib.get_close_matches(path, candidates, n=3, cutoff=0.6)
-    found = list(dict.fromkeys(same_leaf + close))[:3]
-    return f" (did you mean {', '.join(repr(f) for f in found)}?)" if found else ""
-
-
-def _unknown_key(path: str, cls: type[BaseModel], source: str, value: Any = None) -> ScaleRLError:
-    for key in [path, *_leaf_keys(value, path + ".")]:   # a nested verl key is unknown at its first part
-        ours = foreign_key(key)
-        if ours is not None:
-            return ScaleRLError(f"{source}: unknown config key '{key}': {ours}")
-    parent = path.rsplit(".", 1)[0] if "." in path else ""
-    if "type" in cls.model_fields and parent:
-        owners = [tag for tag, var in (_variants(_parent_annotation(parent)) or {}).items()
-                  if path.rsplit(".", 1)[-1] in var.model_fields]
-        if owners:
-            tag = cls.model_fields["type"].default
-            return ScaleRLError(f"{source}: '{path}' is not a field of {parent} type {tag!r} (it belongs to type "
-                                f"{', '.join(owners)}; set {parent}.type first, e.g. --set {parent}.type={owners[0]})")
-    return ScaleRLError(f"{source}: unknown config key '{path}'{_suggest(path)}")
-
-
-def _parent_annotation(path: str) -> Any:
-    cls: type[BaseModel] = Config
-    annotation: Any = None
-    for name in path.split("."):
-        annotation = cls.model_fields[name].annotation
-        cls = _section(annotation) or cls
-    return annotation
-
-
-# ================================================================ merging layers
-def _switch_variant(current: dict, new_tag: str, variants: dict[str, type[BaseModel]], path: str, source: str) -> dict:
-    """Defaults of variant `new_tag`, keeping the fields that every variant shares."""
-    if new_tag not in variants:
-        hint = difflib.get_close_matches(str(new_tag), list(variants), n=1)
-        more = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise ScaleRLError(f"{source}: {path}.type = {new_tag!r} is not one of {', '.join(variants)}{more}")
-    shared = set.intersection(*(set(v.model_fields) for v in variants.values())) - {"type"}
-    fresh = variants[new_tag]().model_dump(mode="json")
-    fresh.update({k: current[k] for k in shared if k in current})
-    return fresh
-
-
-def _merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str = "") -> dict:
-    """`base` (a full dump of `cls`) updated with the partial `patch`; keys checked on the way."""
-    if not isinstance(patch, dict):
-        where = prefix.rstrip(".") or "the config"
-        raise ScaleRLError(f"{source}: {where} must be a mapping of keys, got {patch!r}")
-    out = dict(base)
-    for key, value in patch.items():
-        path = f"{prefix}{key}"
-        if key not in cls.model_fields:
-            raise _unknown_key(path, cls, source, value)
-        annotation = cls.model_fields[key].annotation
-        variants, section = _variants(annotation), _section(annotation)
-        if variants is not None:
-            if isinstance(value, str):          # `--set loss=gspo` is `--set loss.type=gspo`
-                value = {"type": value}
-            if not isinstance(value, dict):
-                raise ScaleRLError(f"{source}: {path} must be a mapping with a `type` key, got {value!r}")
-            current = out[key]
-            tag = value.get("type", current["type"])
-            if tag != current["type"]:
-                current = _switch_variant(current, tag, variants, path, source)
-            out[key] = _merge(current, value, variants[tag], source, path + ".")
-        elif section is not None and value is None and _nullable(annotation):   # `--set model.lora=null`
-            out[key] = None
-        elif section is not None:
-            current = out[key] if out[key] is not None else section().model_dump(mode="json")
-            out[key] = _merge(current, value, section, source, path + ".")
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):   # a free mapping (task.options)
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = value
-    return out
-
-
-def _leaf_keys(patch: Any, prefix: str = "") -> list[str]:
-    """Dotted keys a partial config sets (`{"a": {"b": 1}}` -> ["a.b"])."""
-    if not isinstance(patch, dict) or not patch:
-        return [prefix.rstrip(".")] if prefix else []
-    return [k for key, value in patch.items() for k in _leaf_keys(value, f"{prefix}{key}.")]
-
-
-def _loc(loc: tuple) -> str:
-    """Dotted path of a pydantic error location, without union tags (`loss.cispo.eps_max`)."""
-    parts: list[str] = []
-    node: Any = Config                  # a section class, a {tag: class} dict, or None
-    for item in loc:
-        if isinstance(node, dict):      # the tag of a discriminated union
-            node = node.get(item)
-            continue
-        parts.append(str(item))
-        field = node.model_fields.get(item) if node is not None and isinstance(item, str) else None
-        node = None if field is None else (_variants(field.annotation) or _section(field.annotation))
-    return ".".join(parts)
-
-
-def _lookup(data: dict, path: str) -> Any:
+def lookup(data: dict, path: str) -> Any:
     node: Any = data
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
             return "?"
         node = node[part]
     return node
-
-
-def _validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Config:
-    """`data` as a Config; a `ScaleRLError` naming, per problem, the key and the layer that set it
-    (`source`: a layer name, or a function `(path, message) -> layer name`)."""
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        blame = source if callable(source) else (lambda path, msg: source)
-        msgs = []
-        for err in exc.errors():
-            path = _loc(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            value = _lookup(data, path)
-            text = (f"{path} = {value!r}: {msg}" if path and not isinstance(value, dict) else
-                    f"{path}: {msg}" if path else msg)
-            msgs.append((blame(path, msg), text))
-        sources = list(dict.fromkeys(s for s, _ in msgs))
-        raise ScaleRLError("; ".join(f"{s}: " + "; ".join(t for s2, t in msgs if s2 == s) for s in sources)) from None
-
-
-def _blamer(layers: list[tuple[str, dict]], default: str) -> typing.Callable[[str, str], str]:
-    """`(path, message) -> the last layer that set that key` (or, for a check across keys, one
-    the message names); `default` when no layer did."""
-    known = sorted(_all_paths(Config), key=len, reverse=True)
-    keyed = [(source, _leaf_keys(patch)) for source, patch in layers]
-
-    def related(a: str, b: str) -> bool:
-        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-    def blame(path: str, msg: str) -> str:
-        named = [path] if path else [k for k in known if k in msg or k.rsplit(".", 1)[-1] + " (" in msg]
-        for source, keys in reversed(keyed):
-            if any(related(k, n) for k in keys for n in named):
-                return source
-        return default
-
-    return blame
 
 
 # ================================================================ public API
@@ -914,38 +971,6 @@ def recipe_path(name: str) -> Path:
         raise ScaleRLError(f"unknown recipe {name!r} (available: {', '.join(names)}){more}")
     return path
 
-
-def read_yaml(path: str | Path) -> dict:
-    """A YAML mapping from `path` (an empty file is an empty mapping)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ScaleRLError(f"config file {str(path)!r} not found")
-    try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ScaleRLError(f"{path}: not UTF-8 text (byte {exc.start}): a config file is UTF-8 YAML") from None
-    except yaml.YAMLError as exc:
-        raise ScaleRLError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ScaleRLError(f"{path}: expected a mapping of config keys at the top level, got {type(data).__name__}")
-    return data
-
-
-def parse_override(text: str) -> dict:
-    """`loss.eps_max=8` -> {"loss": {"eps_max": 8}}; the value is read as YAML (8, true, null, [a, b])."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ScaleRLError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. loss.eps_max=8")
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        value = raw                             # a plain string such as a path with a colon
-    for part in reversed(key.split(".")):
-        value = {part: value}
-    return value
 
 
 def dump_config(cfg: Config) -> str:

@@ -1,7 +1,7 @@
 """Resolving a run's configuration: the layers of `load_config`, the model-dependent profile, the CLI flags.
 
-The schema (`Config`, its sections, the merging of one layer and the validation) is in
-`scalerl.config`; this module puts the layers together.
+The schema (`Config` and its sections) is in `scalerl.config`, merging one layer and validating the
+result in `scalerl.merge`; this module puts the layers together.
 
 Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides
 -> the model-dependent profile for every key that neither the file nor a `--set` gave: derived from
@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from scalerl.config import Config, _blamer, _leaf_keys, _merge, _validate, parse_override, read_yaml, recipe_path
+from scalerl.config import Config, recipe_path, task_name
+from scalerl.merge import blamer, leaf_keys, merge, parse_override, read_yaml, validate
 
 
 # ================================================================ the layers
@@ -37,19 +38,19 @@ def load_config(recipe: str | None = "scalerl", config_file: str | Path | None =
     path = recipe_path(name)
     data = Config().model_dump(mode="json")
     preset = f"recipe {name!r} ({path.name})"
-    data = _merge(data, read_yaml(path), Config, preset)
-    _validate(data, preset)
+    data = merge(data, read_yaml(path), Config, preset)
+    validate(data, preset)
     layers = [(str(config_file), file_data)] if config_file is not None else []
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
     for source, patch in layers:              # keys checked as each layer is merged ...
-        data = _merge(data, patch, Config, source)
-    user_keys = [k for _, patch in layers for k in _leaf_keys(patch)]
+        data = merge(data, patch, Config, source)
+    user_keys = [k for _, patch in layers for k in leaf_keys(patch)]
     values, origin = model_profile(data)
     data, applied = apply_profile(data, user_keys, values)
     if "eval.every" in user_keys and "eval.schedule" not in user_keys:
         data["eval"]["schedule"] = "linear"   # setting eval.every asks for evaluations every N steps
     data["recipe"] = name
-    cfg = _validate(data, _blamer(layers, preset))   # ... values checked together, once all are applied
+    cfg = validate(data, blamer(layers, preset))   # ... values checked together, once all are applied
     cfg._profile = (origin, applied)
     return cfg
 
@@ -129,7 +130,7 @@ def derived_profile(facts, task: str, lora: bool, device: str) -> dict[str, Any]
 def model_profile(data: dict) -> tuple[dict[str, Any], str]:
     """(profile values, where they come from) for the config `data`: the derived profile of its model
     (any model but the built-in ones), overlaid by the measured one of PROFILES; ({}, "") for none."""
-    model, task = data["model"]["name"], data["task"]["name"]
+    model, task = data["model"]["name"], task_name(data["task"])
     measured = profile_for(model, task)
     from scalerl.models.facts import model_facts
 

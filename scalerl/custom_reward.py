@@ -27,24 +27,30 @@ from scalerl.errors import ScaleRLError
 from scalerl.types import Prompt
 
 
-def resolve_spec(spec: str) -> str:
+def resolve_spec(spec: str, key: str = "reward.function") -> str:
     """`spec` with a file path made absolute (so that another process finds the same file)."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
-        raise ScaleRLError(f"reward.function {spec!r}: expected <module>:<name> or <path/to/file.py>:<name>")
+        raise ScaleRLError(f"{key} {spec!r}: expected <module>:<name> or <path/to/file.py>:<name>")
     return f"{Path(target).resolve()}:{name}" if target.endswith(".py") else spec
+
+
+def load_module(target: str, key: str, spec: str):
+    """The module `target` names (a `.py` file, or a module imported by name); a missing file or an
+    import that raises is one `ScaleRLError` naming `key` and `spec`."""
+    if target.endswith(".py") and not Path(target).is_file():
+        raise ScaleRLError(f"{key} {spec!r}: no such file {target!r}")
+    try:
+        return _load_file(target) if target.endswith(".py") else importlib.import_module(target)
+    except Exception as e:  # the user's module failed to import: report it, naming the spec
+        raise ScaleRLError(f"{key} {spec!r}: importing {target} raised {type(e).__name__}: {e}") from None
 
 
 def load_function(spec: str) -> Callable:
     """The callable that `spec` names (a file path relative to the working directory); any
     problem is one `ScaleRLError` naming it."""
     target, _, name = resolve_spec(spec).rpartition(":")
-    if target.endswith(".py") and not Path(target).is_file():
-        raise ScaleRLError(f"reward.function {spec!r}: no such file {target!r}")
-    try:
-        module = _load_file(target) if target.endswith(".py") else importlib.import_module(target)
-    except Exception as e:  # the user's module failed to import: report it, naming the spec
-        raise ScaleRLError(f"reward.function {spec!r}: importing {target} raised {type(e).__name__}: {e}") from None
+    module = load_module(target, "reward.function", spec)
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ScaleRLError(f"reward.function {spec!r}: {target} has no function {name!r}")
@@ -52,7 +58,7 @@ def load_function(spec: str) -> Callable:
 
 
 def _load_file(path: str):
-    spec = importlib.util.spec_from_file_location(f"scalerl_reward_{Path(path).stem}", path)
+    spec = importlib.util.spec_from_file_location(f"scalerl_user_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from scalerl.config import Config
 from scalerl.run.compute import FIT_X
 from scalerl.run.memory import settle
 from scalerl.run.metrics import METRICS_FILE, read_rows
@@ -175,23 +174,6 @@ def forecast_row(run_dir, row: dict, fit_min_frac: float) -> dict:
     curve = [(r[FIT_X], r["val/pass_rate"]) for r in rows]
     se = [r.get("val/pass_rate_se") for r in rows]
     return live_forecast(curve, fit_min_frac, se=None if None in se else se)
-
-
-def downstream_sets(cfg: Config, tokenizer) -> list[tuple[str, list, Callable, int]]:
-    """`eval.downstream`: (name, its first `eval.downstream_prompts` validation prompts, its reward,
-    scoring threads) per set; each task is built as `task.name=<name>` would be, with the run's
-    other task settings."""
-    from scalerl.rewards import RewardFn
-    from scalerl.tasks import get_task
-    from scalerl.transport.window import GroupAssembler
-
-    out = []
-    for name in cfg.eval.downstream:
-        task = get_task(cfg.task.model_copy(update={"name": name, "weights": None}), tokenizer, sandbox=cfg.sandbox,
-                        think=cfg.rollout.length.type == "interrupt")
-        n = min(cfg.eval.downstream_prompts, task.val_size)
-        out.append((name, task.val_prompts(n), RewardFn(task, cfg.reward), GroupAssembler.workers_for(task)))
-    return out
 
 
 def evaluate_all(generator, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,

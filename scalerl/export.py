@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scalerl.config import task_name
 from scalerl.errors import ScaleRLError
 from scalerl.run.checkpoint import DamagedCheckpoint, read_state, verify_checksums
 from scalerl.run.rundir import CONFIG_FILE, checkpoints, read_run_config
@@ -122,7 +123,7 @@ def model_card(cfg: dict, fit: dict | None, ckpt: Path, run_dir: Path) -> str:
     m, t, loss, b, o, ro = (cfg["model"], cfg["task"], cfg["loss"], cfg["batch"], cfg["optim"], cfg["rollout"])
     settings = [
         ("recipe", cfg.get("recipe")), ("base model", m["name"]), ("step", read_step(ckpt)),
-        ("task", t["name"] + (f" ({t['path']})" if t.get("path") else "")),
+        ("task", task_name(t) + (f" ({t['path']})" if t.get("path") else "")),
         ("loss", ", ".join(f"{k}={v}" for k, v in loss.items())),
         ("batch", f"{b['prompts']} prompts x {b['generations']} generations"),
         ("optimizer", f"AdamW lr={o['lr']}, warmup {o['warmup_steps']} steps, grad clip {o['grad_clip']}"),

@@ -20,7 +20,7 @@ from scalerl.build.generator import Components
 from scalerl.build.run import Run, build_run
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.evaluate import downstream_sets, eval_curve, evaluate_all, forecast_row
+from scalerl.evaluate import eval_curve, evaluate_all, forecast_row
 from scalerl.lora import merged_state_dict
 from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
 from scalerl.rl.staleness import StalenessBound
@@ -61,9 +61,10 @@ class Stages:
 
         tr = run.trainer
         self.run, self.tr, self.cfg, self.mode, self.metrics = run, tr, tr.cfg, run.mode, metrics
-        task = tr.comps.task
-        self.val_prompts = task.val_prompts(self.cfg.eval.prompts_for(task.val_size))
-        self.downstream = downstream_sets(self.cfg, tr.comps.tokenizer)
+        task = run.tasks.train
+        self.val_prompts = run.tasks.val_prompts
+        self.downstream = [(name, prompts, reward, GroupAssembler.workers_for(other))
+                           for name, other, prompts, reward in run.tasks.downstream]
         self.eval_steps = set(self.cfg.eval.steps(self.cfg.run.max_steps))
         self.bar = tqdm(total=self.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}

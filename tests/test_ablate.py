@@ -449,10 +449,11 @@ def test_a_run_recorded_before_a_config_field_existed_resumes(tmp_path):
     (spec,) = plan_runs(plan_variants("scalerl"), 1, tmp_path)
     spec.run_dir.mkdir(parents=True)
     text = dump_config(spec.cfg)
-    assert "  shots: 0\n" in text
-    (spec.run_dir / "config.yaml").write_text(text.replace("  shots: 0\n", ""))   # written by an older scalerl
+    assert "  share_prompt: true\n" in text
+    # written by an older scalerl
+    (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", ""))
     _check_same_config(spec)                                                     # its default: the same config
-    (spec.run_dir / "config.yaml").write_text(text.replace("  shots: 0\n", "  shots: 2\n"))
+    (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", "  share_prompt: false\n"))
     with pytest.raises(ScaleRLError, match="differs from the config"):
         _check_same_config(spec)
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from cli_helpers import SMALL, fake_model, train_cli  # noqa: F401 (fake_model: autouse fixture)
-from scalerl.config import TaskConfig
+from scalerl.config import task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.monitor import Warnings
@@ -58,21 +58,21 @@ def _row(task, row: int) -> Prompt:
 
 
 def test_file_prompt_states_the_format_per_model_and_the_checker_reads_it(data):
-    plain = get_task(TaskConfig(name="file", path=str(data), val_size=1))
+    plain = get_task(task_config(name="file", path=str(data), val_size=1))
     p = _row(plain, 3)
     assert p.text == f"{ASK_TAGS}\n\nWhat is 3 + 7?"                       # no template: before the question
     assert plain.check("<think>3+7</think> <answer>10</answer>", p)
     assert not plain.check("<think>3+7</think> 10", p)                     # what the old default read: no answer now
-    chat = get_task(TaskConfig(name="file", path=str(data), val_size=1), ChatTokenizer())
+    chat = get_task(task_config(name="file", path=str(data), val_size=1), ChatTokenizer())
     assert _row(chat, 3).text == f"system: {ASK_TAGS}\nuser: What is 3 + 7?\nassistant:"   # a system turn
-    gemma = get_task(TaskConfig(name="file", path=str(data), val_size=1), NoSystemTokenizer())
+    gemma = get_task(task_config(name="file", path=str(data), val_size=1), NoSystemTokenizer())
     assert _row(gemma, 3).text == f"user: {ASK_TAGS}\n\nWhat is 3 + 7?\nassistant:"
-    boxed = get_task(TaskConfig(name="file", path=str(data), val_size=1, answer_marker="\\boxed{}"))
+    boxed = get_task(task_config(name="file", path=str(data), val_size=1, answer_marker="\\boxed{}"))
     assert _row(boxed, 3).text == f"{ASK_BOXED}\n\nWhat is 3 + 7?"
     assert boxed.check("so $\\boxed{10}$", _row(boxed, 3)) and not boxed.check("<answer>10</answer>", _row(boxed, 3))
-    own = get_task(TaskConfig(name="file", path=str(data), val_size=1, answer_instruction="Answer: <n>"))
+    own = get_task(task_config(name="file", path=str(data), val_size=1, answer_instruction="Answer: <n>"))
     assert _row(own, 3).text == "Answer: <n>\n\nWhat is 3 + 7?"
-    off = get_task(TaskConfig(name="file", path=str(data), val_size=1, answer_instruction=None))
+    off = get_task(task_config(name="file", path=str(data), val_size=1, answer_instruction=None))
     assert _row(off, 3).text == "What is 3 + 7?"
     assert _row(off, 3).id == p.id                                          # ids do not depend on the instruction
 
@@ -80,16 +80,17 @@ def test_file_prompt_states_the_format_per_model_and_the_checker_reads_it(data):
 def test_instruction_config_errors_are_one_line():
     with pytest.raises(ScaleRLError, match=r"^--set task.answer_instruction='  ': task: answer_instruction = '  ': "
                                            r"expected text, 'auto', or null to turn the instruction off$"):
-        load_config("scalerl", overrides=["task.answer_instruction='  '"])
-    assert load_config("scalerl", overrides=["task.answer_instruction=null"]).task.answer_instruction is None
+        load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl", "task.answer_instruction='  '"])
+    assert load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl",
+                                             "task.answer_instruction=null"]).task.answer_instruction is None
 
 
 def test_rg_without_a_template_asks_for_answer_tags():
     pytest.importorskip("reasoning_gym")
-    task = get_task(TaskConfig(name="rg:chain_sum", train_size=4, val_size=2))
+    task = get_task(task_config(name="rg:chain_sum", train_size=4, val_size=2))
     p = task.train_prompt(0)
     assert p.text == f"{ASK_TAGS}\n\n{p.meta['question']}"
-    bare = get_task(TaskConfig(name="rg:chain_sum", train_size=4, val_size=2, answer_instruction=None))
+    bare = get_task(task_config(name="rg:chain_sum", train_size=4, val_size=2, answer_instruction=None))
     assert bare.train_prompt(0).text == p.meta["question"]
 
 
@@ -139,7 +140,7 @@ def test_file_shots_show_solved_examples_in_the_checkers_format_and_never_train_
     key = [hashlib.sha256(f"{json.dumps(r['question'])}\x00{r['solution']}".encode()).hexdigest() for r in rows]
     shown = [rows[i] for i in sorted(range(20), key=key.__getitem__)[:2]]
     for marker, reply in (("<answer>", "<answer>{}</answer>"), ("\\boxed{}", "\\boxed{{{}}}"), ("Answer:", "Answer: {}")):
-        task = get_task(TaskConfig(name="file", path=str(path), columns=cols, shots=2, answer_marker=marker),
+        task = get_task(task_config(name="file", path=str(path), columns=cols, shots=2, answer_marker=marker),
                         tokenizer=ChatTokenizer())
         every = [task.train_prompt(i) for i in range(len(task))] + task.val_prompts(task.val_size)
         assert len(every) == 18 and task.val_size == 1                       # 2 shown, a tenth of 18 held out
@@ -152,8 +153,8 @@ def test_file_shots_show_solved_examples_in_the_checkers_format_and_never_train_
         assert text.index("system: ") < text.index("user: ") and text.endswith(
             f"user: {every[0].meta['prompt'][0]['content']}\nassistant:")
     with pytest.raises(ScaleRLError, match="task.shots needs an instruct model"):
-        get_task(TaskConfig(name="file", path=str(path), columns=cols, shots=2))
+        get_task(task_config(name="file", path=str(path), columns=cols, shots=2))
     with pytest.raises(ScaleRLError, match=r"task.shots=8 leaves no row to train on \(6 distinct rows\)"):
         small = tmp_path / "s.jsonl"
         small.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
-        get_task(TaskConfig(name="file", path=str(small), columns=cols, shots=8), tokenizer=ChatTokenizer())
+        get_task(task_config(name="file", path=str(small), columns=cols, shots=8), tokenizer=ChatTokenizer())

@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from scalerl.cli import main
-from scalerl.config import Config, CispoLoss, PPOClipLoss, dump_config, list_recipes, parse_override
+from scalerl.config import Config, CispoLoss, PPOClipLoss, dump_config, list_recipes
+from scalerl.merge import parse_override
 from scalerl.configure import load_config, profile_line
 from scalerl.errors import ScaleRLError
 
@@ -47,7 +48,8 @@ def test_every_preset_file_has_paper_comments():
 
 
 def test_dotted_overrides_and_value_types():
-    cfg = load_config("scalerl", overrides=["loss.eps_max=8", "run.max_minutes=2.5", "task.path=/tmp/a:b.jsonl",
+    cfg = load_config("scalerl", overrides=["loss.eps_max=8", "run.max_minutes=2.5", "task.name=file",
+                                            "task.path=/tmp/a:b.jsonl",
                                             "optim.betas=[0.8, 0.9]", "model.fp32_head=false", "run.threads=null"])
     assert cfg.loss.eps_max == 8 and cfg.run.max_minutes == 2.5 and cfg.task.path == "/tmp/a:b.jsonl"
     assert cfg.optim.betas == (0.8, 0.9) and cfg.model.fp32_head is False and cfg.run.threads is None
@@ -207,7 +209,7 @@ def test_derived_profile_follows_the_model_size_lora_and_context(tmp_path):
     assert derived_lr(8e9, True) == 5e-6                                             # LoRA: x10
     _hf_folder(tmp_path / "m", context=512)
     cfg = load_config("scalerl", overrides=[f"model.name={tmp_path / 'm'}", "model.device=cpu", "task.name=file",
-                                            "batch.generations=4"])
+                                            "task.path=data.jsonl", "batch.generations=4"])
     length = cfg.rollout.length
     assert cfg.optim.lr == 1e-5 and cfg.rollout.max_new_tokens == 128                # a quarter of the context
     assert (length.answer_budget, length.think_max, length.think_min) == (16, 128 - 16 - 24, round(0.85 * 88))
@@ -219,7 +221,7 @@ def test_derived_profile_follows_the_model_size_lora_and_context(tmp_path):
     lora = load_config("scalerl", overrides=[f"model.name={tmp_path / 'm'}", "model.device=cpu",
                                              "model.lora={r: 4}"])
     assert lora.optim.lr == 1e-4 and lora.task.val_size == 128 and lora.eval.prompts == 128   # generated task
-    assert lora.task.shots == 0                                 # arith: no chat turns to show examples in
+    assert "shots" not in lora.task.model_dump()                # arith: no chat turns to show examples in
 
 
 def test_a_hub_id_that_is_not_cached_is_one_line(monkeypatch, tmp_path):
@@ -259,14 +261,14 @@ def test_verl_nested_yaml_keys_get_the_scalerl_key(tmp_path):
 def test_the_docs_table_is_the_code_table():
     from pathlib import Path
 
-    from scalerl.config import FOREIGN_KEYS, _all_paths
+    from scalerl.merge import FOREIGN_KEYS, all_paths
 
     text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
     section = text.split("## Coming from TRL or verl", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| `")]
     assert {r[0]: r[1] for r in rows} == {k: v for k, (v, _) in FOREIGN_KEYS.items()}
-    assert set(v for v, _ in FOREIGN_KEYS.values()) <= set(_all_paths(Config)) | {"loss.type", "task.columns"}
+    assert set(v for v, _ in FOREIGN_KEYS.values()) <= set(all_paths(Config)) | {"loss.type", "task.columns"}
 
 
 @pytest.mark.parametrize("key,section", [("rollout.capture", "rollout"), ("eval.split", "eval")])

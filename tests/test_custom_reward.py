@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from cli_helpers import SMALL, one_line, train_cli
-from scalerl.config import RewardConfig, TaskConfig
+from scalerl.config import RewardConfig, task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import RewardFn
@@ -55,7 +55,7 @@ def data(tmp_path):
 
 
 def test_alone_its_value_is_the_reward_and_passes_at_threshold(rewards_file, data):
-    task = get_task(TaskConfig(name="file", path=str(data), val_size=1))
+    task = get_task(task_config(name="file", path=str(data), val_size=1))
     fn = RewardFn(task, RewardConfig(function=f"{rewards_file}:length_share", threshold=0.5))
     row1 = next(task.train_prompt(i) for i in range(len(task)) if task.train_prompt(i).meta["row"] == 1)
     assert (fn(row1, _completion("abcd")).reward, fn(row1, _completion("abcd")).passed) == (pytest.approx(0.4), False)
@@ -63,7 +63,7 @@ def test_alone_its_value_is_the_reward_and_passes_at_threshold(rewards_file, dat
 
 
 def test_it_gets_the_prompt_and_every_other_column(rewards_file, data):
-    task = get_task(TaskConfig(name="file", path=str(data), val_size=1))
+    task = get_task(task_config(name="file", path=str(data), val_size=1))
     fn = RewardFn(task, RewardConfig(function=f"{rewards_file}:echo_columns"))
     p = task.train_prompt(0)
     row = p.meta["row"]
@@ -79,7 +79,7 @@ def test_beside_the_checker_weighted_and_none_leaves_its_term_out(rewards_file, 
     for c, checker in ((right, 1.0), (wrong, -1.0)):
         s = fn(p, c)
         assert (s.reward, s.passed) == (pytest.approx(checker + 2.0 * 0.1 * len(c.text)), checker > 0)
-    file_task = get_task(TaskConfig(name="file", path=str(data), val_size=1))
+    file_task = get_task(task_config(name="file", path=str(data), val_size=1))
     row0 = next(q for q in [*map(file_task.train_prompt, range(len(file_task))), *file_task.val_prompts(1)]
                 if q.meta["row"] == 0)                   # its `skip` column is "yes": the function says None
     beside = RewardFn(file_task, RewardConfig(function=f"{rewards_file}:length_share", weights=[1.0, 2.0]))
@@ -87,7 +87,7 @@ def test_beside_the_checker_weighted_and_none_leaves_its_term_out(rewards_file, 
 
 
 def test_an_error_names_the_row_and_fails_that_completion(rewards_file, data):
-    task = get_task(TaskConfig(name="file", path=str(data), val_size=1))
+    task = get_task(task_config(name="file", path=str(data), val_size=1))
     fn = RewardFn(task, RewardConfig(function=f"{rewards_file}:broken"))
     p = task.train_prompt(0)
     s = fn(p, _completion("x"))

@@ -124,12 +124,12 @@ def test_small_order_is_the_default_testbed_at_the_small_shape(monkeypatch, tmp_
 @pytest.mark.slow
 def test_tiny_warm_start_validation_pass_rate_in_band():
     """Builds (or reuses) the cached tiny model; pass rate at temperature 1 on 256 val prompts."""
-    from scalerl.config import TaskConfig
+    from scalerl.config import task_config
     from scalerl.models.warmstart import sampled_pass_rate
     from scalerl.tasks import get_task
 
     model, tok = load_model("tiny")
-    task = get_task(TaskConfig(), tok)
+    task = get_task(task_config(), tok)
     rate = sampled_pass_rate(model, tok, task, task.val_prompts(256), max_new_tokens=160, seed=0)
     assert 0.05 <= rate <= 0.40
 

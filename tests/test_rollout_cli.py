@@ -58,11 +58,11 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward,
                                                                                answer_section=answer_section))
-    rc = main(["generate", "--model", "m", "--task", "echo", "--n", "3", "--prompts", "2", "--greedy",
+    rc = main(["generate", "--model", "m", "--task", "arith-2x3", "--n", "3", "--prompts", "2", "--greedy",
                "--set", "rollout.max_new_tokens=6", "--set", "rollout.length.type=none",
                "--set", "reward.fail_value=0"])
     out = capsys.readouterr().out
-    assert rc == 0 and seen == {"model": ("m", "fp32", "auto"), "task": "echo"}
+    assert rc == 0 and seen == {"model": ("m", "fp32", "auto"), "task": "arith-2x3"}
     assert out.count("=== v") == 2 and out.count("--- ") == 6
     # greedy: the 3 samples of a prompt are identical, so each prompt scores 3 passes or 3 fails
     marks = [line.split()[1] for line in out.splitlines() if line.startswith("--- ")]

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from scalerl.config import RolloutConfig, TaskConfig
+from scalerl.config import RolloutConfig, task_config
 from scalerl.errors import ScaleRLError
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask, completion_text, exact_check, problem_text
@@ -126,9 +126,9 @@ def test_difficulty_knob_in_the_name():
 
 def test_get_task_errors_name_the_field():
     with pytest.raises(ScaleRLError, match="task.name 'poetry'"):
-        get_task(TaskConfig(name="poetry"))
+        get_task(task_config(name="poetry"))
     with pytest.raises(ScaleRLError, match="task.path"):
-        get_task(TaskConfig(name="file"))
+        get_task(task_config(name="file"))
 
 
 def test_chat_template_wraps_the_problem():
@@ -158,7 +158,7 @@ def _write(tmp_path, kind, rows):
 @pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
 def test_file_task_reads_rows_with_stable_ids_and_disjoint_split(tmp_path, kind):
     path = _write(tmp_path, kind, ROWS)
-    cfg = TaskConfig(name="file", path=str(path), val_size=3)
+    cfg = task_config(name="file", path=str(path), val_size=3)
     a, b = get_task(cfg), get_task(cfg)
     val = a.val_prompts(3)
     train = [a.train_prompt(i) for i in range(9)]
@@ -174,13 +174,13 @@ def test_file_task_row_without_answer_names_file_and_row(tmp_path):
     rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+2?", "answer": None}]
     path = _write(tmp_path, "jsonl", rows)
     with pytest.raises(ScaleRLError, match=r"data.jsonl: row 1 has no 'answer'"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+        get_task(task_config(name="file", path=str(path), val_size=1))
 
 
 def test_file_task_wrong_columns(tmp_path):
     path = _write(tmp_path, "jsonl", [{"question": "1+1?", "solution": "2"}] * 3)
     with pytest.raises(ScaleRLError, match="expected columns prompt/answer or problem/answer"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+        get_task(task_config(name="file", path=str(path), val_size=1))
 
 
 def test_the_wrong_order_habit_of_the_tiny_order_warm_start():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import scalerl.sandbox as sandbox
-from scalerl.config import RewardConfig, SandboxConfig, TaskConfig
+from scalerl.config import RewardConfig, SandboxConfig, task_config
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import RewardFn
 from scalerl.sandbox import Limits
@@ -114,7 +114,7 @@ def test_assert_and_functional_tests():
 def test_the_example_file_end_to_end():
     """Each example row solved by a reference program passes every test; a wrong one fails; the
     reward follows reward.partial_credit."""
-    task = get_task(TaskConfig(name="code", path=str(EXAMPLE), val_size=1), sandbox=SandboxConfig(timeout_s=2.0))
+    task = get_task(task_config(name="code", path=str(EXAMPLE), val_size=1), sandbox=SandboxConfig(timeout_s=2.0))
     solutions = {
         "Read two integers": "a, b = map(int, input().split())\nprint(a + b)",
         "Read a line of text": "print(input()[::-1])",
@@ -139,11 +139,11 @@ def test_the_example_file_end_to_end():
 
 
 def test_code_task_needs_a_path_and_refuses_without_isolation(monkeypatch):
-    with pytest.raises(ScaleRLError, match="task.name 'code' needs task.path"):
-        get_task(TaskConfig(name="code"))
+    with pytest.raises(ScaleRLError, match="task type 'code' needs task.path"):
+        get_task(task_config(name="code"))
     monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: "sandbox isolation unavailable: test")
     with pytest.raises(ScaleRLError, match="sandbox isolation unavailable: test; .*sandbox.allow_unisolated=true"):
-        get_task(TaskConfig(name="code", path=str(EXAMPLE), val_size=1))
+        get_task(task_config(name="code", path=str(EXAMPLE), val_size=1))
 
 
 def test_scoring_runs_beside_generation_in_a_pool():
@@ -314,7 +314,7 @@ def test_the_two_domain_warm_start_alternates_sums_and_programs_that_pass(monkey
 
 def test_mix_of_domains_tags_prompts_and_dispatches_checkers(monkeypatch):
     built_anywhere(monkeypatch)
-    task = get_task(TaskConfig(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
+    task = get_task(task_config(name="arith,code-expr", weights=[3, 1], val_size=8, train_size=400))
     domains = [task.train_prompt(i).meta["domain"] for i in range(len(task))]
     assert len(domains) == 400 and domains.count("arith") == 300 and domains.count("code-expr") == 100
     val = task.val_prompts(8)
@@ -324,9 +324,9 @@ def test_mix_of_domains_tags_prompts_and_dispatches_checkers(monkeypatch):
     assert task.checker(f"<think>x</think>{arith.answer}", arith)
     assert task.score_workers > 0 and not task.isolate_checker
     with pytest.raises(ScaleRLError, match="expected 2 weights"):
-        get_task(TaskConfig(name="arith,code-expr", weights=[1, 2, 3]))
+        get_task(task_config(name="arith,code-expr", weights=[1, 2, 3]))
     with pytest.raises(ScaleRLError, match="a part is named twice"):
-        get_task(TaskConfig(name="arith,arith"))
+        get_task(task_config(name="arith,arith"))
 
 
 def test_evaluation_reports_each_domain():

@@ -6,12 +6,11 @@ import time
 import pytest
 
 from scalerl.cli import main
-from scalerl.config import RewardConfig, TaskConfig
+from scalerl.config import RewardConfig, task_config
 from scalerl.errors import ScaleRLError
 from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPositiveResampling
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
-from scalerl.tasks.pool import PromptLimit
 from scalerl.rewards import RewardFn, answer_section
 from scalerl.types import Completion, Group, Prompt, Score
 
@@ -45,7 +44,7 @@ def test_maths_checker_reads_the_answer_only(tmp_path):
              "Answer:": ["7+7. Answer: 14", "7+7 makes 14 and", "7+7 is 14? Answer: 15"],
              "\\boxed{}": ["sum \\boxed{14}", "\\boxed{14", "14"]}
     for marker, texts in cases.items():
-        task = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_marker=marker))
+        task = get_task(task_config(name="file", path=str(path), val_size=1, answer_marker=marker))
         got = [task.check(t, prompt) for t in texts]
         assert got == [True, False, False], (marker, got)
 
@@ -58,12 +57,12 @@ def test_arith_checker_with_a_marker():
 
 # ---------------------------------------------------------------- pools
 def test_arith_pool_is_finite_stable_and_disjoint_from_validation():
-    task = get_task(TaskConfig(name="arith", train_size=50, val_size=20))
+    task = get_task(task_config(name="arith", train_size=50, val_size=20))
     assert len(task) == 50 and task.train_size == 50
     assert [task.train_prompt(i).id for i in range(3)] == ["arith/s0/train/0", "arith/s0/train/1", "arith/s0/train/2"]
     pool = {task.train_prompt(i).text for i in range(50)}
     assert pool.isdisjoint(p.text for p in task.val_prompts(20))
-    assert len(get_task(TaskConfig(name="arith"))) == 4096   # the documented default pool (DEFAULT_TRAIN_SIZE)
+    assert len(get_task(task_config(name="arith"))) == 4096   # the documented default pool (DEFAULT_TRAIN_SIZE)
 
 
 def _g(prompt, n_pass, n=4):
@@ -112,7 +111,7 @@ def _jsonl(path, rows):
 def test_duplicates_are_dropped_and_counted(tmp_path):
     rows = [{"prompt": f"q{i % 6}", "answer": str(i % 6)} for i in range(10)]          # 4 repeats
     with pytest.warns(UserWarning, match="4 duplicate prompts dropped"):
-        task = get_task(TaskConfig(name="file", path=str(_jsonl(tmp_path / "d.jsonl", rows)), val_size=2))
+        task = get_task(task_config(name="file", path=str(_jsonl(tmp_path / "d.jsonl", rows)), val_size=2))
     assert task.duplicates == 4 and len(task) == 4
 
 
@@ -159,7 +158,7 @@ def test_unreadable_file_is_one_line_naming_it(tmp_path, capsys, name, content, 
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(ScaleRLError, match=match) as info:
-        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+        get_task(task_config(name="file", path=str(path), val_size=1))
     assert str(path) in str(info.value) and "\n" not in str(info.value)
     code, err = _train_cli(capsys, tmp_path, "task.name=file", f"task.path={path}", "task.val_size=1")
     assert code == 2 and len(err.splitlines()) == 1 and str(path) in err
@@ -170,12 +169,12 @@ def test_50MB_row_is_skipped_and_counted_or_refused(tmp_path):
     path.write_text(GOOD + json.dumps({"prompt": "x" * 50_000_000, "answer": "1"}) + "\n")
     t0 = time.perf_counter()
     with pytest.warns(UserWarning, match=r"1 prompts over task.max_prompt_tokens=400 skipped"):
-        task = get_task(TaskConfig(name="file", path=str(path), val_size=1), limit=PromptLimit(400))
+        task = get_task(task_config(name="file", path=str(path), val_size=1, max_prompt_tokens=400))
     assert task.overlong == 1 and len(task) == 5
     with pytest.raises(ScaleRLError, match=r"huge.jsonl row 6: a prompt of 50,000,000 characters, over "
                                            r"task.max_prompt_tokens=400"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None),
-                 limit=PromptLimit(400, "refuse"))
+        get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None,
+                             max_prompt_tokens=400, overlong="refuse"))
     assert time.perf_counter() - t0 < 30
 
 
@@ -190,7 +189,7 @@ def test_prompt_limit_defaults_to_the_model_context(tmp_path, capsys):
 # ---------------------------------------------------------------- the maths checker on hostile answers
 def test_100k_latex_answer_is_bounded_and_silent(tmp_path, capfd):
     path = _jsonl(tmp_path / "m.jsonl", [{"problem": f"{i}+{i}?", "answer": str(2 * i)} for i in range(4)])
-    task = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_marker="</think>"))
+    task = get_task(task_config(name="file", path=str(path), val_size=1, answer_marker="</think>"))
     fn = RewardFn(task, RewardConfig(timeout_s=3.0, slow_s=0.5), pool_size=1)
     attack = "</think>" + "\\frac{\\sqrt{" * 8_000 + "x" + "}}" * 8_000 + "\\left(" * 2_000   # ~120k chars
     good = fn(Prompt("w", "", "4"), _completion("<think>2+2</think>\\boxed{4}"))   # starts the worker

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import SMALL, one_line, train_cli
-from scalerl.config import TaskConfig
+from scalerl.config import task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.run.metrics import read_rows
@@ -46,7 +46,7 @@ def _write(tmp_path, fmt: str, rows: list[dict]):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "saved", "saved_dict"])
 def test_every_format_gives_the_rows_written(tmp_path, fmt):
-    task = get_task(TaskConfig(name="file", path=str(_write(tmp_path, fmt, ROWS)), val_size=2))
+    task = get_task(task_config(name="file", path=str(_write(tmp_path, fmt, ROWS)), val_size=2))
     assert _pairs(task) == {(r["prompt"], r["answer"]) for r in ROWS}
     assert (len(task), task.val_size) == (10, 2)
     by_text = {r["prompt"]: r["level"] for r in ROWS}
@@ -57,17 +57,17 @@ def test_every_format_gives_the_rows_written(tmp_path, fmt):
 def test_columns_map_gsm8k_style_names(tmp_path):
     rows = [{"question": f"{i} apples and {i} more?", "solution": str(2 * i)} for i in range(6)]
     path = _write(tmp_path, "jsonl", rows)
-    task = get_task(TaskConfig(name="file", path=str(path), val_size=1,
+    task = get_task(task_config(name="file", path=str(path), val_size=1,
                                columns={"prompt": "question", "answer": "solution"}))
     assert _pairs(task) == {(r["question"], r["solution"]) for r in rows}
     with pytest.raises(ScaleRLError, match=r"^.*d.jsonl: expected columns prompt/answer or problem/answer, found "
                                            r"\['question', 'solution'\] \(set task.columns="):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+        get_task(task_config(name="file", path=str(path), val_size=1))
     with pytest.raises(ScaleRLError, match=r"task.columns names 'answer', not a column of the file \(its columns: "
                                            r"question, solution\)$"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1, columns={"prompt": "question"}))
+        get_task(task_config(name="file", path=str(path), val_size=1, columns={"prompt": "question"}))
     with pytest.raises(ScaleRLError, match=r"columns: question is not one of prompt, answer"):
-        load_config("scalerl", overrides=["task.columns={question: q}"])
+        load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl", "task.columns={question: q}"])
 
 
 class ChatTokenizer:
@@ -88,15 +88,15 @@ def test_conversational_prompts(tmp_path):
     rows = [{"prompt": [{"role": "system", "content": "Be brief."},
                         {"role": "user", "content": f"{i} + 1?"}], "answer": str(i + 1)} for i in range(5)]
     path = _write(tmp_path, "jsonl", rows)
-    plain = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None))
+    plain = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None))
     assert _texts(plain) == {(f"Be brief.\n{i} + 1?", str(i + 1)) for i in range(5)}
-    chat = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction=None), ChatTokenizer())
+    chat = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None), ChatTokenizer())
     assert _texts(chat) == {(f"system: Be brief.\nuser: {i} + 1?\nassistant:", str(i + 1)) for i in range(5)}
-    told = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_instruction="Say it in <a> tags."),
+    told = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction="Say it in <a> tags."),
                     ChatTokenizer())                     # the row's own system turn, then the instruction
     assert _texts(told) == {(f"system: Be brief.\n\nSay it in <a> tags.\nuser: {i} + 1?\nassistant:", str(i + 1))
                             for i in range(5)}
-    parquet = get_task(TaskConfig(name="file", path=str(_write(tmp_path, "parquet", rows)), val_size=1))
+    parquet = get_task(task_config(name="file", path=str(_write(tmp_path, "parquet", rows)), val_size=1))
     assert _pairs(parquet) == _pairs(plain)
 
 
@@ -106,14 +106,14 @@ def test_bad_messages_name_the_row(tmp_path):
     path = _write(tmp_path, "jsonl", rows)
     with pytest.raises(ScaleRLError, match=r"d.jsonl: row 1 'prompt': expected text or a list of \{role, content\} "
                                            r"messages, got \{\"role\": \"user\", \"text\": \"2 \+ 2\?\"\}$"):
-        get_task(TaskConfig(name="file", path=str(path), val_size=1))
+        get_task(task_config(name="file", path=str(path), val_size=1))
 
 
 @pytest.mark.parametrize("rows,val", [(60, 6), (9, 1), (5000, 500), (6000, 512)])
 def test_a_file_holds_out_a_tenth_of_its_rows_by_default(tmp_path, rows, val):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(rows)))
-    task = get_task(TaskConfig(name="file", path=str(path)))
+    task = get_task(task_config(name="file", path=str(path)))
     assert (task.val_size, len(task)) == (val, rows - val)
 
 

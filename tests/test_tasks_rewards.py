@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from scalerl.config import RewardConfig, TaskConfig
+from scalerl.config import RewardConfig, task_config
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
 from scalerl.rewards import RewardFn
@@ -95,7 +95,7 @@ def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
 def test_math_verify_on_user_data_from_a_thread(tmp_path):
     path = tmp_path / "maths.jsonl"
     path.write_text('{"problem": "Half of one?", "answer": "1/2"}\n' * 2 + '{"problem": "One plus one?", "answer": "2"}\n')
-    task = get_task(TaskConfig(name="file", path=str(path), val_size=1, answer_marker="</think>"))
+    task = get_task(task_config(name="file", path=str(path), val_size=1, answer_marker="</think>"))
     fn = RewardFn(task, RewardConfig(timeout_s=20.0), pool_size=1)
     half = Prompt(id="h", text="", answer="1/2")
     texts = ["<think>hmm</think>The answer is $\\boxed{0.5}$", "<think>\\boxed{0.5}</think>so \\boxed{3}",

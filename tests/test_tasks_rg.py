@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from scalerl.cli import main
-from scalerl.config import RewardConfig, TaskConfig
+from scalerl.config import RewardConfig, task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.loop import train
@@ -37,7 +37,7 @@ class _ChatTokenizer:
 def test_prompts_and_scoring_follow_reasoning_gym(name):
     import reasoning_gym
 
-    task = get_task(TaskConfig(name=f"rg:{name}", train_size=20, val_size=8, seed=3), _ChatTokenizer())
+    task = get_task(task_config(name=f"rg:{name}", train_size=20, val_size=8, seed=3), _ChatTokenizer())
     ref = reasoning_gym.create_dataset(name, seed=3, size=80)
     p = task.train_prompt(0)
     assert p.meta["question"] == ref[0]["question"] and p.answer == ref[0]["answer"]
@@ -56,13 +56,13 @@ def test_prompts_and_scoring_follow_reasoning_gym(name):
 
 
 def test_thinking_format_opens_think_and_reads_the_answer_after_it():
-    task = get_task(TaskConfig(name="rg:chain_sum", train_size=10, val_size=4), _ChatTokenizer(), think=True)
+    task = get_task(task_config(name="rg:chain_sum", train_size=10, val_size=4), _ChatTokenizer(), think=True)
     p = task.train_prompt(0)
     assert "<think>" in p.text.split("<|user|>")[0] and p.text.endswith("<|assistant|><think>\n")
     fn = RewardFn(task, RewardConfig())
     c = _completion(f"so <answer>{p.answer}</answer> hmm, time is up.</think><answer>{p.answer}</answer>")
     assert fn(p, c).passed
-    marked = get_task(TaskConfig(name="rg:chain_sum", train_size=10, val_size=4, answer_marker="</think>"))
+    marked = get_task(task_config(name="rg:chain_sum", train_size=10, val_size=4, answer_marker="</think>"))
     unfinished = _completion(f"<think>maybe <answer>{p.answer}</answer> or")      # cut before </think>
     assert RewardFn(marked, RewardConfig())(p, unfinished).passed is False
 
@@ -70,7 +70,7 @@ def test_thinking_format_opens_think_and_reads_the_answer_after_it():
 def test_shots_show_solved_examples_kept_out_of_pool_and_validation():
     import reasoning_gym
 
-    task = get_task(TaskConfig(name="rg:chain_sum", train_size=30, val_size=8, seed=3, shots=2), _ChatTokenizer())
+    task = get_task(task_config(name="rg:chain_sum", train_size=30, val_size=8, seed=3, shots=2), _ChatTokenizer())
     shots = reasoning_gym.create_dataset("chain_sum", seed=3 + 2_000_006, size=8)   # the third seed's first two
     p = task.train_prompt(0)
     turns = [f"<|user|>{shots[i]['question']}<|assistant|><answer>{shots[i]['answer']}</answer>" for i in (0, 1)]
@@ -78,12 +78,12 @@ def test_shots_show_solved_examples_kept_out_of_pool_and_validation():
     assert p.text.endswith(f"<|user|>{p.meta['question']}<|assistant|>")
     asked = {task.train_prompt(i).meta["question"] for i in range(30)} | {q.meta["question"] for q in task.val_prompts(8)}
     assert not asked & {shots[0]["question"], shots[1]["question"]}
-    with pytest.raises(ScaleRLError, match="task.shots applies to reasoning-gym"):
-        get_task(TaskConfig(name="arith", shots=1))
+    with pytest.raises(ScaleRLError, match=r"task.shots is not a field of task type 'arith' \(it belongs to type file"):
+        get_task(task_config(name="arith", shots=1))
 
 
 def test_partial_credit_and_threshold_use_the_dataset_score():
-    task = get_task(TaskConfig(name="rg:chain_sum", train_size=10, val_size=4))
+    task = get_task(task_config(name="rg:chain_sum", train_size=10, val_size=4))
     p = task.train_prompt(0)
     half = f"<answer>{p.answer}{'x' * len(p.answer)}</answer>"     # base score_answer: len(oracle)/len(answer) = 0.5
     strict, lenient = RewardFn(task, RewardConfig()), RewardFn(task, RewardConfig(threshold=0.5))
@@ -96,20 +96,20 @@ def test_partial_credit_and_threshold_use_the_dataset_score():
 
 
 def test_mix_draws_in_its_weights_proportions():
-    task = get_task(TaskConfig(name="rg:chain_sum,leg_counting", weights=[3, 1], train_size=800, val_size=16))
+    task = get_task(task_config(name="rg:chain_sum,leg_counting", weights=[3, 1], train_size=800, val_size=16))
     counts = Counter(task.train_prompt(i).meta["subset"] for i in range(len(task)))
     share = counts["chain_sum"] / len(task)
     assert abs(share - 0.75) < 0.05, counts                        # binomial sd at n=800: 0.015
-    even = get_task(TaskConfig(name="rg:chain_sum,leg_counting", train_size=800, val_size=16))
+    even = get_task(task_config(name="rg:chain_sum,leg_counting", train_size=800, val_size=16))
     assert abs(Counter(even.train_prompt(i).meta["subset"] for i in range(800))["chain_sum"] / 800 - 0.5) < 0.05
 
 
 def test_dataset_options_pass_through():
-    task = get_task(TaskConfig(name="rg:chain_sum", options={"min_terms": 5, "max_terms": 5, "min_digits": 1,
+    task = get_task(task_config(name="rg:chain_sum", options={"min_terms": 5, "max_terms": 5, "min_digits": 1,
                                                              "max_digits": 1}, train_size=10, val_size=4))
     assert all(task.train_prompt(i).meta["entry"]["metadata"]["num_terms"] == 5 for i in range(10))
-    mix = get_task(TaskConfig(name="rg:chain_sum,leg_counting", options={"chain_sum": {"min_terms": 4, "max_terms": 4}},
-                              train_size=40, val_size=4))
+    mix = get_task(task_config(name="rg:chain_sum,leg_counting",
+                               options={"chain_sum": {"min_terms": 4, "max_terms": 4}}, train_size=40, val_size=4))
     sums = [p.meta["entry"] for p in (mix.train_prompt(i) for i in range(40)) if p.meta["subset"] == "chain_sum"]
     assert sums and all(e["metadata"]["num_terms"] == 4 for e in sums)
 
@@ -150,4 +150,4 @@ def test_bad_input_is_one_line_exit_2(overrides, match, tmp_path, capsys):
 
     assert re.search(match, err), err
     with pytest.raises(ScaleRLError):
-        get_task(TaskConfig(name="rg:chain_sum", weights=[1, 2]))          # two weights for one dataset
+        get_task(task_config(name="rg:chain_sum", weights=[1, 2]))          # two weights for one dataset

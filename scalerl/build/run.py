@@ -1,5 +1,5 @@
-"""`build_run`: everything one run trains with, built in order (threads, components, the Trainer
-and its restore, the evaluation's generator, the off-policy mode over its transport, the memory
+"""`build_run`: everything one run trains with, built in order (threads, components, the run's tasks,
+the Trainer and its restore, the evaluation's generator, the off-policy mode over its transport, the memory
 monitor), as a `Run`.
 
 The evaluation decodes the trainer's current weights: in the trainer's process, with the trainer's
@@ -25,6 +25,7 @@ from scalerl.lora import apply_lora
 from scalerl.rollout import engine_spec
 from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.run.memory import MemoryMonitor, freeze, tune_malloc
+from scalerl.tasks import RunTasks, run_tasks
 from scalerl.transport.local import EvalSpec
 
 EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
@@ -34,7 +35,8 @@ SPLIT_SEED_OFFSET = 1     # the trainer process's share of a split evaluation: t
 @dataclass
 class Run:
     """One run, built: the Trainer, the mode over its transport, the evaluation's generator (decoding
-    with the trainer's own model), the threads and devices, and the evaluation's threads."""
+    with the trainer's own model), the threads and devices, the evaluation's threads, and the run's
+    tasks (built here, only read by the loop)."""
 
     trainer: Trainer
     mode: Mode
@@ -42,6 +44,7 @@ class Run:
     threads: Threads
     eval_threads: int
     memory: MemoryMonitor
+    tasks: RunTasks                               # the training task, validation prompts, downstream sets
     closers: list = field(default_factory=list)   # the local backend's trainer ranks and their Ray
 
     def close(self) -> None:
@@ -66,6 +69,7 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     comps = comps or build_components(cfg, device)
     if cfg.model.lora is not None:
         comps.model = apply_lora(comps.model, cfg.model.lora)
+    tasks = run_tasks(cfg, comps.tokenizer, comps.model, comps.task)
     _report_split(cfg, comps.task)
     if isinstance(cfg.rollout.length, InterruptConfig):   # refused here, before a generator process starts
         check_budget(cfg.rollout, len(phrase_ids(comps.tokenizer, cfg.rollout.length.phrase)))
@@ -101,7 +105,7 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
         def consumers() -> dict[str, float]:
             return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
     memory = MemoryMonitor(mode.processes, consumers, devices=source.device_memory if source is not None else dict)
-    return Run(tr, mode, eval_gen, threads, n_eval_threads, memory, closers)
+    return Run(tr, mode, eval_gen, threads, n_eval_threads, memory, tasks, closers)
 
 
 def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str) -> float:
@@ -118,7 +122,7 @@ def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str)
 
 def _report_split(cfg: Config, task) -> None:
     """One line when a file's validation split is its default share (`task.val_size` unset)."""
-    if cfg.task.name == "file" and cfg.task.val_size is None:
+    if cfg.task.type == "file" and cfg.task.val_size is None:
         print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
               f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
               f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples"

@@ -1,13 +1,17 @@
 """Tasks: where prompts come from and how answers are checked.
 
-`get_task(cfg, tokenizer) -> Task`, or `task_for_run(cfg, tokenizer, model)` for a training run
-(the run's batch size, prompt-length limit and thinking format applied):
-  arith, arith-easy, arith-<D>, arith-<K>x<D>   built-in addition (see `scalerl.tasks.arith`)
-  file (with `cfg.path`)                        a user dataset: JSONL/JSON/CSV/parquet, save_to_disk, Hub (`scalerl.tasks.files`)
-  code (with `cfg.path`)                        programming problems with tests, run in the sandbox (`scalerl.tasks.code`)
-  code-expr, code-expr-<D>                      built-in: print an expression of two integers (`scalerl.tasks.code_expr`)
-  <a>,<b>,...                                   a weighted mix of the above, per-domain pass rates (`scalerl.tasks.mix`)
-  rg:<dataset>, rg:<a>,<b>,...                  reasoning-gym datasets and weighted mixes (`scalerl.tasks.rg`)
+The task is `task` of the run's config, a union by `type` (scalerl.config.TaskConfig); each kind
+registers its builder (`scalerl.tasks.registry`):
+  arith       built-in addition: arith, arith-easy, arith-<D>, arith-<K>x<D> (`scalerl.tasks.arith`)
+  code_expr   built-in: print an expression of two integers (`scalerl.tasks.code_expr`)
+  file        a user dataset: JSONL/JSON/CSV/parquet, save_to_disk, Hub (`scalerl.tasks.files`)
+  code        programming problems with tests, run in the sandbox (`scalerl.tasks.code`)
+  rg          reasoning-gym datasets and weighted mixes (`scalerl.tasks.rg`)
+  mix         a weighted mix of the above, per-domain pass rates (`scalerl.tasks.mix`)
+  python      the user's own class in a Python file (`scalerl.tasks.user`)
+`get_task(cfg, tokenizer)` builds one; `run_tasks(cfg, tokenizer, model)` builds a training run's
+(its task with the run's batch size, prompt-length limit and thinking format; its validation prompts;
+its downstream sets), the one place a run's tasks are built (scalerl.build.run).
 Every task is a finite training pool: `len(task)` prompts (`task.train_size`), read by index
 with `train_prompt(index)` for 0 <= index < len(task) (stable ids; the curriculum sampler
 traverses them in a seeded order per epoch), and a disjoint validation set of `val_size`
@@ -24,15 +28,14 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from scalerl.config import DEFAULT_VAL_SIZE
+from scalerl.config import task_config
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE   # pool of the built-in tasks by default
-from scalerl.tasks.pool import PromptLimit
+from scalerl.tasks.registry import TaskContext, build_task
 from scalerl.types import Prompt
-
-BUILTIN = ("arith", "arith-easy", "arith-<digits>", "arith-<operands>x<digits>", "code-expr", "code-expr-<depth>")
 
 
 class Task(Protocol):
@@ -50,119 +53,61 @@ class Task(Protocol):
     def check(self, completion_text: str, prompt: Prompt) -> bool: ...
 
 
-def get_task(cfg, tokenizer=None, *, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-             think: bool = False, sandbox=None, stop_early: bool = False) -> Task:
-    """The task named by `cfg` (a `TaskConfig`); `tokenizer` decides on a chat template.
-
-    `limit`: the prompt-length rule; `min_train`: the fewest training prompts accepted
-    (one batch); `think`: the recipe interrupts thinking (reasoning-gym opens a `<think>`);
-    `sandbox` (a `SandboxConfig`, default limits when None) and `stop_early` (all-or-nothing
-    rewards: a code answer's first failing test decides): code tasks."""
-    marker = cfg.answer_marker
-    if "," in cfg.name and not cfg.name.startswith("rg:"):
-        return _mix_task(cfg, tokenizer, limit, min_train, think, sandbox, stop_early)
-    if cfg.name == "code" or cfg.name.startswith("code-expr"):
-        return _code_task(cfg, tokenizer, limit, min_train, sandbox, stop_early)
-    if cfg.name == "file":
-        if not cfg.path:
-            raise ScaleRLError("task.name 'file' needs task.path (a JSONL, JSON, CSV or parquet file, a folder saved "
-                               "by datasets' save_to_disk, or a Hub dataset id)")
-        from scalerl.rewards import ANSWER_TAG
-        from scalerl.tasks.files import FileTask
-
-        return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
-                        answer_marker=marker or ANSWER_TAG, limit=limit, min_train=min_train, columns=cfg.columns,
-                        instruction=cfg.answer_instruction, shots=cfg.shots)
-    if cfg.columns:
-        raise ScaleRLError(f"task.columns applies to task.name 'file', not {cfg.name!r}")
-    val_size = cfg.val_size or DEFAULT_VAL_SIZE
-    if cfg.name.startswith("rg:"):
-        from scalerl.tasks.rg import ANSWER_TAG, RgTask
-        from scalerl.tasks.rg import DEFAULT_TRAIN_SIZE as RG_TRAIN_SIZE
-
-        return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or RG_TRAIN_SIZE,
-                      val_size=val_size, seed=cfg.seed, tokenizer=tokenizer, system_prompt=cfg.system_prompt,
-                      answer_marker=marker or ANSWER_TAG, think=think, limit=limit, min_train=min_train,
-                      shots=cfg.shots, instruction=cfg.answer_instruction)
-    if cfg.shots:
-        raise ScaleRLError(f"task.shots applies to reasoning-gym tasks (rg:...) and files (file), not {cfg.name!r}")
-    if cfg.options or cfg.weights:
-        raise ScaleRLError(f"task.options / task.weights apply to reasoning-gym tasks (rg:...), not {cfg.name!r}")
-    if cfg.name == "arith" or cfg.name.startswith("arith-"):
-        from scalerl.tasks.arith import ArithTask
-
-        task = ArithTask(cfg.name, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
-                         answer_marker=marker or "</think>", val_size=val_size)
-        if len(task) < min_train:
-            raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
-        return task
-    raise ScaleRLError(f"task.name {cfg.name!r}: expected 'file', 'code', 'rg:<dataset>' or one of {', '.join(BUILTIN)}")
+def get_task(cfg, tokenizer=None, *, room: int | None = None, min_train: int = 1, think: bool = False,
+             sandbox=None, stop_early: bool = False) -> Task:
+    """The task `cfg` describes (a member of `TaskConfig`, or a short name such as 'rg:chain_sum');
+    `tokenizer` decides on a chat template. `room`: the most tokens a prompt may have beside the
+    task's own `max_prompt_tokens`; `min_train`: the fewest training prompts accepted (one batch);
+    `think`: the recipe interrupts thinking (reasoning-gym opens a `<think>`); `sandbox` (a
+    `SandboxConfig`, default limits when None) and `stop_early` (all-or-nothing rewards: a code
+    answer's first failing test decides): code tasks."""
+    if isinstance(cfg, str):
+        cfg = task_config(cfg)
+    return build_task(cfg, TaskContext(tokenizer, room, min_train, think, sandbox, stop_early))
 
 
-def _mix_task(cfg, tokenizer, limit: PromptLimit, min_train: int, think: bool, sandbox, stop_early: bool) -> Task:
-    """`arith,code`: each part as its name gives it alone, mixed by `task.weights` (`scalerl.tasks.mix`)."""
-    from scalerl.tasks.mix import MixTask
-
-    names = [n.strip() for n in cfg.name.split(",")]
-    if any(not n or n.startswith("rg:") for n in names):
-        raise ScaleRLError(f"task.name {cfg.name!r}: expected built-in, 'code' or 'file' parts separated by commas "
-                           "(a reasoning-gym mix is 'rg:<a>,<b>')")
-    parts = [(n, get_task(cfg.model_copy(update={"name": n, "weights": None}), tokenizer, limit=limit, think=think,
-                          sandbox=sandbox, stop_early=stop_early)) for n in names]
-    task = MixTask(parts, cfg.weights, seed=cfg.seed, train_size=cfg.train_size)
-    if len(task) < min_train:
-        raise ScaleRLError(f"task {task.name}: {len(task)} training prompts, fewer than batch.prompts={min_train}")
-    return task
-
-
-def _code_task(cfg, tokenizer, limit: PromptLimit, min_train: int, sandbox, stop_early: bool) -> Task:
-    from scalerl.config import SandboxConfig
-    from scalerl.rewards import THINK_CLOSE
-    from scalerl.sandbox import Limits
-    from scalerl.tasks.code import CodeTask
-
-    sb = sandbox if sandbox is not None else SandboxConfig()
-    limits = Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb, output_limit=sb.output_limit, nproc=sb.nproc,
-                    disk_mb=sb.disk_mb)
-    if cfg.name.startswith("code-expr"):
-        from scalerl.tasks.code_expr import DEFAULT_TRAIN_SIZE as EXPR_TRAIN_SIZE
-        from scalerl.tasks.code_expr import ExprCodeTask
-
-        task = ExprCodeTask(cfg.name, seed=cfg.seed, train_size=cfg.train_size or EXPR_TRAIN_SIZE,
-                            val_size=cfg.val_size or DEFAULT_VAL_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
-                            limits=limits, allow_unisolated=sb.allow_unisolated, stop_early=stop_early,
-                            tokenizer=tokenizer, reuse=sb.reuse_results)
-        if len(task) < min_train:
-            raise ScaleRLError(f"task.train_size={len(task)} is smaller than batch.prompts={min_train}")
-        return task
-    if not cfg.path:
-        raise ScaleRLError("task.name 'code' needs task.path (a JSONL of prompts with tests, see "
-                           "examples/code-tasks.jsonl)")
-    if cfg.columns or cfg.options or cfg.weights or cfg.shots:
-        raise ScaleRLError("task.columns / options / weights / shots do not apply to task.name 'code'")
-    return CodeTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=tokenizer, train_size=cfg.train_size,
-                    answer_marker=cfg.answer_marker or THINK_CLOSE, limit=limit, min_train=min_train,
-                    instruction=cfg.answer_instruction, limits=limits, allow_unisolated=sb.allow_unisolated,
-                    stop_early=stop_early, reuse=sb.reuse_results)
-
-
-def prompt_limit(cfg, tokenizer, model) -> PromptLimit:
-    """The run's prompt-length rule: `task.max_prompt_tokens`, else the model's context
-    (`max_position_embeddings`) minus `rollout.max_new_tokens`."""
-    limit = cfg.task.max_prompt_tokens
-    if limit is None:
-        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        if context is not None:
-            limit = context - cfg.rollout.max_new_tokens
-            if limit < 1:
-                raise ScaleRLError(f"rollout.max_new_tokens={cfg.rollout.max_new_tokens} leaves no room for a prompt in "
-                                   f"the model's context of {context} tokens")
-    return PromptLimit(limit, cfg.task.overlong, tokenizer)
+def run_context(cfg, tokenizer, model) -> TaskContext:
+    """The context a training run's tasks are built in (`cfg`: a `Config`): the room the model's
+    context (`max_position_embeddings`) leaves a prompt beside `rollout.max_new_tokens`, one batch of
+    training prompts at least, a thinking section when the recipe interrupts, the run's sandbox."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    room = context - cfg.rollout.max_new_tokens if context is not None else None
+    return TaskContext(tokenizer, room, cfg.batch.prompts, cfg.rollout.length.type == "interrupt", cfg.sandbox,
+                       not cfg.reward.partial_credit and cfg.reward.threshold == 1.0)
 
 
 def task_for_run(cfg, tokenizer, model) -> Task:
-    """The task of a training run (`cfg`: a `Config`): at least `batch.prompts` training prompts,
-    prompts within the model's context, a thinking section when the recipe interrupts."""
-    return get_task(cfg.task, tokenizer, limit=prompt_limit(cfg, tokenizer, model), min_train=cfg.batch.prompts,
-                    think=cfg.rollout.length.type == "interrupt", sandbox=cfg.sandbox,
-                    stop_early=not cfg.reward.partial_credit and cfg.reward.threshold == 1.0)
+    """The task of a training run (`cfg`: a `Config`), built in `run_context`."""
+    return build_task(cfg.task, run_context(cfg, tokenizer, model))
+
+
+@dataclass
+class RunTasks:
+    """A run's tasks, built once (scalerl.build.run) and only read by the loop: the training task, the
+    validation prompts each evaluation scores, and the downstream sets (`eval.downstream`)."""
+
+    train: Task
+    val_prompts: list[Prompt]
+    downstream: list[tuple[str, Task, list[Prompt], Callable]]   # (name, task, its prompts, its reward)
+
+
+def run_tasks(cfg, tokenizer, model, train: Task | None = None) -> RunTasks:
+    """The run's tasks (`train` given: the training task already built, e.g. by the run's components):
+    the validation prompts are `eval.prompts_for` the task's held-out set; each downstream set is its
+    task built as alone (no batch to fill, no prompt-length limit but its own), its first
+    `eval.downstream_prompts` validation prompts and its pass/fail reward."""
+    from scalerl.rewards import RewardFn
+
+    ctx = run_context(cfg, tokenizer, model)
+    train = train if train is not None else build_task(cfg.task, ctx)
+    val = train.val_prompts(cfg.eval.prompts_for(train.val_size))
+    downstream = []
+    for spec in cfg.eval.downstream:
+        task = build_task(spec, dataclasses.replace(ctx, room=None, min_train=1, stop_early=False))
+        n = min(cfg.eval.downstream_prompts, task.val_size)
+        downstream.append((spec.name, task, task.val_prompts(n), RewardFn(task, cfg.reward)))
+    names = [name for name, *_ in downstream]
+    if len(set(names)) != len(names):
+        raise ScaleRLError(f"eval.downstream names a set twice ({', '.join(names)}): its rows would overwrite "
+                           "each other")
+    return RunTasks(train, val, downstream)

@@ -59,8 +59,10 @@ import random
 from dataclasses import dataclass
 from typing import Iterator
 
+from scalerl.config import DEFAULT_VAL_SIZE, ArithTaskConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import answer_section
+from scalerl.tasks.registry import TaskContext, at_least, register
 from scalerl.types import Prompt
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -312,3 +314,11 @@ def _chat_wrapper(tokenizer):
                f"least-significant digit first.\n{text}")
         return tokenizer.apply_chat_template([{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True)
     return wrap
+
+
+@register(ArithTaskConfig)
+def build(cfg: ArithTaskConfig, ctx: TaskContext) -> ArithTask:
+    task = ArithTask(cfg.problems, seed=cfg.seed, tokenizer=ctx.tokenizer,
+                     train_size=cfg.train_size or DEFAULT_TRAIN_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
+                     val_size=cfg.val_size or DEFAULT_VAL_SIZE)
+    return at_least(task, ctx.min_train)

@@ -50,11 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from scalerl.config import CodeTaskConfig, SandboxConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE, answer_section, instruction_for
 from scalerl.sandbox import Limits, require_isolation, run_program
 from scalerl.tasks.files import _apply_template, read_records, val_share
 from scalerl.tasks.pool import PromptLimit, PromptPool, dedupe, split_rows
+from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
 
 PROMPT_FIELDS = ("prompt", "problem", "question")
@@ -317,3 +319,18 @@ class CodeTask(PromptPool):
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
+
+
+@register(CodeTaskConfig)
+def build(cfg: CodeTaskConfig, ctx: TaskContext) -> CodeTask:
+    sb = ctx.sandbox if ctx.sandbox is not None else SandboxConfig()
+    return CodeTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size,
+                    answer_marker=cfg.answer_marker or THINK_CLOSE, limit=ctx.limit(cfg), min_train=ctx.min_train,
+                    instruction=cfg.answer_instruction, limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated,
+                    stop_early=ctx.stop_early, reuse=sb.reuse_results)
+
+
+def sandbox_limits(sb: SandboxConfig) -> Limits:
+    """The sandbox's limits of one program run, from `sandbox` of the run's config."""
+    return Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb, output_limit=sb.output_limit, nproc=sb.nproc,
+                  disk_mb=sb.disk_mb)

@@ -25,10 +25,12 @@ import functools
 import hashlib
 import random
 
+from scalerl.config import DEFAULT_VAL_SIZE, CodeExprTaskConfig, SandboxConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE
 from scalerl.sandbox import Limits, require_isolation
-from scalerl.tasks.code import SCORE_WORKERS, STDIO_INSTRUCTION, CodeTest, code_check
+from scalerl.tasks.code import SCORE_WORKERS, STDIO_INSTRUCTION, CodeTest, code_check, sandbox_limits
+from scalerl.tasks.registry import TaskContext, at_least, register
 from scalerl.types import Prompt
 
 DEFAULT_TRAIN_SIZE = 4096
@@ -165,3 +167,13 @@ class ExprCodeTask:
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
+
+
+@register(CodeExprTaskConfig)
+def build(cfg: CodeExprTaskConfig, ctx: TaskContext) -> ExprCodeTask:
+    sb = ctx.sandbox if ctx.sandbox is not None else SandboxConfig()
+    task = ExprCodeTask(cfg.name, seed=cfg.seed, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+                        val_size=cfg.val_size or DEFAULT_VAL_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
+                        limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated, stop_early=ctx.stop_early,
+                        tokenizer=ctx.tokenizer, reuse=sb.reuse_results)
+    return at_least(task, ctx.min_train)

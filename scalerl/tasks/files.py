@@ -41,9 +41,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from scalerl.config import DEFAULT_VAL_SIZE
+from scalerl.config import DEFAULT_VAL_SIZE, FileTaskConfig
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, dedupe, split_rows
+from scalerl.tasks.registry import TaskContext, register
 from scalerl.rewards import ANSWER_TAG, BOXED, instruction_for, math_verify_check
 from scalerl.types import Prompt
 
@@ -344,3 +345,10 @@ def _apply_template(question: str | list[dict], tokenizer, instruction: str | No
         first = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
         told = [dict(m, content=f"{instruction}\n\n{m['content']}") if i == first else m for i, m in enumerate(messages)]
         return tokenizer.apply_chat_template(told, tokenize=False, add_generation_prompt=True)
+
+
+@register(FileTaskConfig)
+def build(cfg: FileTaskConfig, ctx: TaskContext) -> FileTask:
+    return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size,
+                    answer_marker=cfg.answer_marker or ANSWER_TAG, limit=ctx.limit(cfg), min_train=ctx.min_train,
+                    columns=cfg.columns, instruction=cfg.answer_instruction, shots=cfg.shots)

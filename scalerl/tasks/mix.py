@@ -21,7 +21,9 @@ import functools
 import random
 from typing import Callable
 
+from scalerl.config import MixTaskConfig
 from scalerl.errors import ScaleRLError
+from scalerl.tasks.registry import TaskContext, at_least, build_task, register
 from scalerl.types import Prompt
 
 
@@ -94,3 +96,10 @@ class MixTask:
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self._by_name[prompt.meta["domain"]].check(completion_text, prompt)
+
+
+@register(MixTaskConfig)
+def build(cfg: MixTaskConfig, ctx: TaskContext) -> MixTask:
+    """Each part built as alone, mixed by `weights`."""
+    parts = [(part.name, build_task(part, ctx.part())) for part in cfg.parts]
+    return at_least(MixTask(parts, cfg.weights, seed=cfg.seed, train_size=cfg.train_size), ctx.min_train)

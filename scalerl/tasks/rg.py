@@ -37,8 +37,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import fields
 
+from scalerl.config import DEFAULT_VAL_SIZE, RgTaskConfig
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, report_dropped
+from scalerl.tasks.registry import TaskContext, register
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.types import Prompt
 
@@ -205,3 +207,11 @@ def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + opener
 
     return wrap
+
+
+@register(RgTaskConfig)
+def build(cfg: RgTaskConfig, ctx: TaskContext) -> RgTask:
+    return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+                  val_size=cfg.val_size or DEFAULT_VAL_SIZE, seed=cfg.seed, tokenizer=ctx.tokenizer,
+                  system_prompt=cfg.system_prompt, answer_marker=cfg.answer_marker or ANSWER_TAG, think=ctx.think,
+                  limit=ctx.limit(cfg), min_train=ctx.min_train, shots=cfg.shots, instruction=cfg.answer_instruction)
