@@ -96,14 +96,15 @@ def test_every_rung_of_the_default_ladder_fits_the_default_budgets():
             assert ok == (fits if fits is not None else p.meta["digits"] != 16)
 
 
-def test_the_think_short_control_cuts_exactly_the_top_rung():
-    """`think-short` (scalerl.study.variants.CONTROLS) interrupts thinking before the 7-digit
-    scratchpad closes and after the 3- and 5-digit ones do: a third of the default ladder can no
-    longer pass, whatever the model."""
+@pytest.mark.parametrize("control,longest_kept,share_cut", [("think-56", 5, 1 / 3), ("think-40", 3, 2 / 3)])
+def test_the_thinking_budget_controls_cut_exactly_the_longer_rungs(control, longest_kept, share_cut):
+    """The graded controls (scalerl.study.variants.CONTROLS) interrupt thinking before the longer
+    rungs' scratchpads close and after the shorter ones' do: `think-56` leaves the 7-digit third of
+    the default ladder unpassable, `think-40` the 5- and 7-digit two thirds, whatever the model."""
     from scalerl.models.tiny import build_tokenizer
     from scalerl.study.variants import CONTROLS
 
-    sets = dict(s.split("=") for s in next(c for c in CONTROLS if c[0] == "think-short")[2])
+    sets = dict(s.split("=") for s in next(c for c in CONTROLS if c[0] == control)[2])
     lo, hi = int(sets["rollout.length.think_min"]), int(sets["rollout.length.think_max"])
     tok = build_tokenizer()
     task = ArithTask("arith")
@@ -111,9 +112,9 @@ def test_the_think_short_control_cuts_exactly_the_top_rung():
     for p in (task.train_prompt(i) for i in range(600)):
         n_think = len(tok(p.meta["target"].split("</think>")[0] + "</think>")["input_ids"])
         assert n_think < lo or n_think > hi                         # never decided by the draw
-        cut[p.meta["digits"] > 5] += n_think > hi
+        cut[p.meta["digits"] > longest_kept] += n_think > hi
     assert cut[False] == 0 and cut[True] > 0
-    assert abs(sum(cut.values()) / 600 - 1 / 3) < 0.05
+    assert abs(sum(cut.values()) / 600 - share_cut) < 0.05
 
 
 def test_difficulty_knob_in_the_name():
