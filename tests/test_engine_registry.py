@@ -1,5 +1,7 @@
 """`rollout.engine`: the typed choice, the registry, and what the build asks of an engine."""
 
+import dataclasses
+
 import pytest
 
 from scalerl.build.resources import use_process
@@ -25,16 +27,18 @@ def test_the_default_is_the_local_engine_and_vllm_is_a_typed_choice():
 def test_each_engine_states_what_it_needs():
     local, vllm = engine_spec(LocalEngineConfig()), engine_spec(VllmEngineConfig())
     assert (local.name, local.build, local.process, local.copy) == ("local", Engine, True, True)
-    assert (vllm.name, vllm.build, vllm.process, vllm.copy) == ("vllm", VllmClient, False, False)
+    assert (vllm.name, vllm.build, vllm.process, vllm.copy) == ("vllm", VllmClient, True, False)
 
 
-def test_the_build_asks_the_engine_for_its_transport():
+def test_the_build_asks_the_engine_for_its_transport(monkeypatch):
     local = load_config("scalerl", overrides=["run.threads=2"])
     vllm = load_config("scalerl", overrides=["run.threads=2", "rollout.engine=vllm"])
     assert use_process(local, "cpu") and not use_process(vllm, "cpu")   # auto: a process, except for a server's client
     forced = load_config("scalerl", overrides=["rollout.engine=vllm", "pipeline.transport=process"])
+    assert use_process(forced, "cpu")                                    # a generator process hosts the client
+    monkeypatch.setitem(ENGINES, VllmEngineConfig, dataclasses.replace(ENGINES[VllmEngineConfig], process=False))
     with pytest.raises(ScaleRLError, match="rollout.engine vllm runs in a server of its own"):
-        use_process(forced, "cpu")
+        use_process(forced, "cpu")                                       # an engine no process of ours may host
 
 
 def test_a_registered_engine_is_built_by_make_engine(monkeypatch):

@@ -31,9 +31,10 @@ def make_mode(tr: Trainer, device: str, threads: Threads, evals: EvalSpec) -> tu
     gen_seed = cfg.run.seed * 1_000_003 + tr.state.step  # a resumed run draws fresh samples
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
     if cfg.pipeline.backend == "ray":  # generator actors + data-parallel trainer ranks
-        if not engine_spec(cfg.rollout.engine).process:
-            raise ScaleRLError(f"pipeline.backend = ray: rollout.engine {engine_spec(cfg.rollout.engine).name} on Ray "
-                               "actors is not built yet; use pipeline.backend=local")
+        spec = engine_spec(cfg.rollout.engine)
+        if not spec.process or not spec.copy:   # a server's client: a server per generator actor, not built yet
+            raise ScaleRLError(f"pipeline.backend = ray: rollout.engine {spec.name} on Ray actors is not built yet; "
+                               "use pipeline.backend=local")
         from scalerl.build.ray import ray_mode
 
         return ray_mode(tr, comps.build, gen_seed, sampler_state), None

@@ -71,9 +71,10 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
 def use_process(cfg: Config, device: str) -> bool:
     """Whether the run's generator runs in a process of its own on this machine: PipelineRL on the
     local backend with `pipeline.transport` process, or auto on a CPU with at least 2 cores (where
-    the two stages would otherwise fight over the GIL). On CUDA `auto` keeps the thread. An engine
-    that no generator process of ours may host (`EngineSpec.process`: a server's client) keeps the
-    thread, and `pipeline.transport: process` with it is refused."""
+    the two stages would otherwise fight over the GIL, decoding a model here: `EngineSpec.copy`; a
+    server's client keeps the thread under `auto`). On CUDA `auto` keeps the thread. An engine that no
+    generator process of ours may host (`EngineSpec.process`) keeps the thread, and `pipeline.transport:
+    process` with it is refused."""
     from scalerl.rollout import engine_spec
 
     if cfg.pipeline.mode != "pipeline_rl" or cfg.pipeline.backend != "local":
@@ -85,5 +86,5 @@ def use_process(cfg: Config, device: str) -> bool:
                                "its client runs in a thread of the trainer (use pipeline.transport=thread or auto)")
         return False
     if cfg.pipeline.transport == "auto":
-        return device == "cpu" and run_cores(cfg) >= 2
+        return spec.copy and device == "cpu" and run_cores(cfg) >= 2
     return cfg.pipeline.transport == "process"
