@@ -23,7 +23,7 @@ from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
 
-pytestmark = pytest.mark.vllm   # against a real server: `make test-vllm` (the vLLM extra changes the venv)
+pytestmark = pytest.mark.vllm   # against a real server: `make test` runs them in .venv-vllm (the extra pins transformers)
 
 T = 0.7
 N_LONG = 300
