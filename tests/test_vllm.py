@@ -23,7 +23,7 @@ from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
 
-pytestmark = pytest.mark.vllm   # against a real server: `make test-vllm` (the vLLM extra changes the venv)
+pytestmark = pytest.mark.vllm   # against a real server: `make test` runs them in .venv-vllm (the extra pins transformers)
 
 T = 0.7
 N_LONG = 300
@@ -164,31 +164,6 @@ def test_forced_interruption_and_the_token_mask(served):
         assert c.finish_reason == expected and (expected == "interrupted_eos" or answer == 8)
 
 
-def test_a_pipeline_rl_run_trains_on_the_server(served, tmp_path):
-    """`scalerl train`'s loop with rollout.engine=vllm (the module's server by URL), PipelineRL-1 on the
-    thread transport: every step trains, the staleness stays within k, the evaluation runs on the local
-    engine, and the client's tokens carry the versions the trainer published."""
-    from scalerl.configure import load_config
-    from scalerl.loop import train
-    from scalerl.run.metrics import read_rows
-
-    client, model, _ = served
-    client.update_weights(model.state_dict(), 0)
-    cfg = load_config("scalerl", overrides=[
-        "model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
-        "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
-        "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "run.max_steps=4",
-        "eval.every=4", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=4", "run.threads=1",
-        "rollout.engine=vllm", f"rollout.engine.url={client.server.url}", "rollout.engine.request_timeout_s=120"])
-    train(cfg, tmp_path, progress=False)
-    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["version"] for r in rows] == [1, 2, 3, 4]
-    assert max(r["staleness/max"] for r in rows) <= 1 and rows[-1]["staleness/dropped"] == 0
-    assert all(0 <= r["rollout/switched_tokens"] <= 1 for r in rows)
-    assert any(r["kind"] == "eval" for r in read_rows(tmp_path / "metrics.jsonl"))
-    assert int(client.server.call("GET", "/weight_info")["weight_version"]) >= 3   # published by the trainer
-
-
 def test_a_hung_server_is_reported_in_bounded_time():
     """A server that accepts the connection and never answers: one line, within the request timeout."""
     with socket.socket() as s:
@@ -214,13 +189,63 @@ def test_a_server_that_fails_to_start_names_its_log():
     assert os.path.exists(log) and "no-such-flag" in msg and "\n" not in msg
 
 
-def test_a_killed_server_is_reported_in_one_line(served):
-    """Last: kills the module's server mid-generation; the next call fails in one line naming the log."""
-    client, _, _ = served
-    os.killpg(client.server.proc.pid, signal.SIGKILL)
-    client.server.proc.wait(timeout=30)
-    t0 = time.monotonic()
+RUN = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
+       "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
+       "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "eval.every=4",
+       "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2", "run.threads=1", "rollout.engine=vllm",
+       "rollout.engine.request_timeout_s=120", "rollout.engine.kv_cache_mb=64"]
+
+
+def kill_after_checkpoint(run_dir, step: int, pid: int) -> threading.Thread:
+    """A thread that kills the process group `pid` once the run's checkpoint `step` is complete."""
+    def watch():
+        done = run_dir / "checkpoints" / f"step_{step:06d}" / "state.json"
+        deadline = time.monotonic() + 600
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(pid, signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served, tmp_path, capsys):
+    """Last: it kills the module's server. `scalerl train` with rollout.engine=vllm on that server (by URL),
+    PipelineRL-1 on the thread transport; the server is killed once checkpoint 2 is written: the run stops
+    in one line, what it wrote stays, the server's owner reports the exit code and log in one line, and
+    `scalerl train --resume` carries on to step 4 with a fresh server, started by its generator process
+    (`pipeline.transport=process`: the client in that process, the weights through the shared buffer)."""
+    from scalerl.cli import main
+    from scalerl.run.metrics import read_rows
+
+    client, model, _ = served
+    client.update_weights(model.state_dict(), 0)
+    run = tmp_path / "run"
+    sets = [a for s in RUN + [f"rollout.engine.url={client.server.url}"] for a in ("--set", s)]
+    killer = kill_after_checkpoint(run, 2, client.server.proc.pid)
+    code = main(["train", "--no-progress", "--run-dir", str(run), "--max-steps", "8", *sets])
+    killer.join(timeout=30)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith("scalerl: error: vLLM ") and client.server.url in err[0]
+    written = [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["version"] for r in written][:2] == [1, 2] and len(written) < 8
+    assert max(r["staleness/max"] for r in written) <= 1 and all(0 <= r["rollout/switched_tokens"] <= 1 for r in written)
+
+    t0 = time.monotonic()   # the server's owner: its exit code and log
     with pytest.raises(ScaleRLError, match=r"the vLLM server exited with code -9 during POST /inference/v1/generate") \
-            as err:
+            as exc:
         client.generate(PROMPTS[:1], 1)
-    assert time.monotonic() - t0 < 10 and str(client.server.log) in str(err.value) and "\n" not in str(err.value)
+    assert time.monotonic() - t0 < 10 and str(client.server.log) in str(exc.value) and "\n" not in str(exc.value)
+
+    logs = set(client.server.log.parent.glob("server-*.log"))
+    code = main(["train", "--no-progress", "--run-dir", str(run), "--resume", "--max-steps", "4",
+                 "--set", "rollout.engine.url=null", "--set", "pipeline.transport=process"])
+    assert code == 0, capsys.readouterr().err
+    assert len(set(client.server.log.parent.glob("server-*.log")) - logs) == 1    # a fresh server, started by the run
+    rows = read_rows(run / "metrics.jsonl")
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert train_rows[:2] == written[:2] and [r["version"] for r in train_rows][-2:] == [3, 4]
+    assert max(r["staleness/max"] for r in train_rows) <= 1 and train_rows[-1]["staleness/dropped"] == 0
+    assert all("system/rss_mb/generator0" in r for r in train_rows[2:])       # a generator process of its own
+    assert any(r["kind"] == "eval" and r["step"] == 4 for r in rows)

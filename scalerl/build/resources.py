@@ -74,7 +74,8 @@ def generator_host(cfg: Config, device: str) -> str:
     `pipeline.backend` ray; a thread of the trainer's process for PPO-off-policy (it alternates with the
     trainer); for PipelineRL on the local backend, `pipeline.transport`, whose `auto` is a process of its own
     on a CPU with at least 2 cores (where the two stages would otherwise fight over the GIL) when the engine
-    may run in one, else a thread (on CUDA, and for a server's client)."""
+    may run in one and decodes its own copy of the model, else a thread (on CUDA, and for a server's client,
+    whose decoding runs in the server's processes)."""
     from scalerl.rollout import engine_spec
 
     spec = engine_spec(cfg.rollout.engine)
@@ -83,7 +84,8 @@ def generator_host(cfg: Config, device: str) -> str:
     elif cfg.pipeline.mode != "pipeline_rl":
         host, asked = "thread", f"pipeline.mode = {cfg.pipeline.mode}"
     elif cfg.pipeline.transport == "auto":
-        prefer = ("process", "thread") if device == "cpu" and run_cores(cfg) >= 2 else ("thread", "process")
+        own = spec.needs.copy and device == "cpu" and run_cores(cfg) >= 2   # a server's client keeps the thread
+        prefer = ("process", "thread") if own else ("thread", "process")
         host, asked = next((h for h in prefer if h in spec.needs.hosts), prefer[0]), "pipeline.transport = auto"
     else:
         host, asked = cfg.pipeline.transport, f"pipeline.transport = {cfg.pipeline.transport}"

@@ -81,10 +81,10 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
     n_eval_threads = eval_threads(cfg, threads, tr.meter.n_params, device)
     evals = EvalSpec(cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature, n_eval_threads)
     eval_gen = None
+    # the evaluation decodes the trainer's model in place: on the local engine when the run's engine
+    # decodes no model here (a server's client)
+    local = not engine_spec(cfg.rollout.engine).needs.copy
     if not use_process(cfg, device):   # else the generator process evaluates (below)
-        # the evaluation decodes the trainer's model in place: on the local engine when the run's engine
-        # decodes no model here (a server's client)
-        local = not engine_spec(cfg.rollout.engine).needs.copy
         eval_gen = comps.stage(tr.model, evals.seed, evals.temperature, local=local).generator
     tr.model.train()
     mode, source = make_mode(tr, device, threads, evals)
@@ -100,8 +100,8 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
         eval_gen = source.evaluator()
         share = split_share(cfg, threads, n_eval_threads, device)
         if share:
-            local = comps.stage(tr.model, evals.seed + SPLIT_SEED_OFFSET, evals.temperature).generator
-            eval_gen = SplitEvaluator(eval_gen, local, share)
+            here = comps.stage(tr.model, evals.seed + SPLIT_SEED_OFFSET, evals.temperature, local=local).generator
+            eval_gen = SplitEvaluator(eval_gen, here, share)
         def consumers() -> dict[str, float]:
             return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
     memory = MemoryMonitor(mode.processes, consumers, devices=source.device_memory if source is not None else dict)

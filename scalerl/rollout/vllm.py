@@ -77,7 +77,8 @@ class _Sample:
         del self.tokens[n:], self.logprobs[n:], self.versions[n:], self.forced[n:]
 
 
-@register(VllmEngineConfig, EngineNeeds(hosts=frozenset({"thread"}), copy=False, devices=frozenset({"cpu", "cuda"}),
+@register(VllmEngineConfig, EngineNeeds(hosts=frozenset({"thread", "process"}), copy=False,
+                                     devices=frozenset({"cpu", "cuda"}),
                                      lora=False))
 class VllmClient:
     """A vLLM server's client; implements `scalerl.rollout.Generator` (see the module docstring).
@@ -86,7 +87,7 @@ class VllmClient:
 
     def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
                  greedy: bool = False, ignore_eos: bool = False):
-        self.cfg, self.ecfg, self.tokenizer, self.seed = cfg, cfg.engine, tokenizer, seed
+        self.cfg, self.ecfg, self.tokenizer, self.seed, self._model = cfg, cfg.engine, tokenizer, seed, model
         self.greedy, self.ignore_eos = greedy or cfg.temperature < GREEDY_BELOW, ignore_eos
         self._stops = sorted(_stop_ids(model, tokenizer))
         self._think_end = tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
@@ -162,13 +163,16 @@ class VllmClient:
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Publish `version`: write the weights to a safetensors folder, then pause the server keeping
-        its sequences, reload, label and resume (each call bounded by `request_timeout_s`)."""
+        its sequences, reload, label and resume (each call bounded by `request_timeout_s`). The weights
+        `state_dict` does not name are the client's model's: in a generator process (`pipeline.transport:
+        process`) that model decodes the published buffer in place, and its `StepGate` passes no weights."""
         from safetensors.torch import save_file
 
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[self._dtype]
         folder = self._dir / f"weights-v{version}"
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: t.detach().to("cpu", dtype).contiguous().clone() for name, t in state_dict.items()}
+        weights = {**self._model.state_dict(), **state_dict}
+        tensors = {name: t.detach().to("cpu", dtype).contiguous().clone() for name, t in weights.items()}
         save_file(tensors, str(folder / "model.safetensors"))
         with self._lock:
             self.server.call("POST", "/pause?mode=keep")

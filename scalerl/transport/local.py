@@ -258,6 +258,7 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
         finally:
             gate.release()
             assembler.close()
+            getattr(generator, "close", lambda: None)()   # a server's client stops what it started
         if not _ERROR_SENT.is_set():   # an error sent must reach the trainer before this process exits
             out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
     except BaseException as exc:
@@ -282,8 +283,9 @@ class _Evaluator:
 
     def __init__(self, build: GeneratorBuild, evals: EvalSpec, link: WeightsLink, task, reward, threads: int):
         # the training reward is passed only so that nothing builds another (scoring is the trainer's)
+        # on the local engine, whatever `rollout.engine` says (a server's client would start a second server)
         self.generator = build(evals.seed, weights=link.tensors, task=task, reward=reward,
-                               temperature=evals.temperature).generator
+                               temperature=evals.temperature, local=True).generator
         self.evals, self.threads = evals, threads
 
     def __call__(self, prompts: list[Prompt], n: int, reseed: bool) -> list[Completion]:
