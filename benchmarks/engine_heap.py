@@ -52,7 +52,7 @@ def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: i
         libc.mallopt(M_MMAP_THRESHOLD, threshold)
     libc.mallopt(M_ARENA_MAX, ARENA_MAX)
     torch.set_num_threads(threads)
-    from scalerl.build.generator import build_components
+    from scalerl.assembly.generator import build_components
     from scalerl.configure import load_config
 
     cfg = load_config("scalerl", overrides=SMOLLM2)

@@ -28,7 +28,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from scalerl.evaluate import evaluate
-    from scalerl.build.generator import decode_dtype
+    from scalerl.assembly.generator import decode_dtype
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
     from scalerl.rollout import Engine

@@ -4,7 +4,7 @@
 
 each timed as `time/<stage>` in the step's metrics row; scoring runs in the transport as groups
 complete (`time/score`). What each stage does and where: docs/design.md, "The loop". Everything
-is built below the loop (scalerl.build); the rows and warnings are in scalerl.monitor.
+is built below the loop (scalerl.assembly); the rows and warnings are in scalerl.monitor.
 Departures from the paper: see trainer/step.py, batching.py, evaluate.py and run/compute.py.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from scalerl.batching import BatchFiller, MiniBatch, filter_groups
-from scalerl.build.generator import Components
-from scalerl.build.run import Run, build_run
+from scalerl.assembly.generator import Components
+from scalerl.assembly.run import Run, build_run
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import eval_curve, evaluate_all, forecast_row

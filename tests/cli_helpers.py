@@ -3,7 +3,7 @@ tiny-random with the parity reward, and the one-line error check."""
 
 import pytest
 
-import scalerl.build.run as build_mod
+import scalerl.assembly.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
 

@@ -162,7 +162,7 @@ def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_secon
 def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
     """An in-process `GeneratorBuild` for tests of the loop: each FakeGenerator it builds is
     appended to `gens` (the evaluation's first); the reward is the training reward of the one
-    the loop passes (its `Components.reward_fn`), as `scalerl.build.generator.build_generator` makes it."""
+    the loop passes (its `Components.reward_fn`), as `scalerl.assembly.generator.build_generator` makes it."""
     from scalerl.rewards import training_reward
 
     def build(*, seed, model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None) -> Stage:
@@ -177,7 +177,7 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
     from scalerl.config import Config
-    from scalerl.build.generator import build_generator, decode_dtype
+    from scalerl.assembly.generator import build_generator, decode_dtype
     from scalerl.models import load_model
     from scalerl.tasks import get_task
 
@@ -196,7 +196,7 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
 def tiny_random_components(cfg, device: str = "cpu"):
     """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
     from scalerl.models import load_model
-    from scalerl.build.generator import Components
+    from scalerl.assembly.generator import Components
     from scalerl.tasks import get_task
 
     model, tokenizer = load_model("tiny-random", device=device)

@@ -9,8 +9,8 @@ from typing import ClassVar, Literal
 import pytest
 from pydantic import BaseModel
 
-from scalerl.build.generator import build_generator
-from scalerl.build.resources import generator_host, split_threads, use_process
+from scalerl.assembly.generator import build_generator
+from scalerl.assembly.resources import generator_host, split_threads, use_process
 from scalerl.commands import generate
 from scalerl.config import LocalEngineConfig, VllmEngineConfig
 from scalerl.configure import load_config

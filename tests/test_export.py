@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import scalerl.build.run as build_mod
+import scalerl.assembly.run as build_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-import scalerl.build.run as build_mod
+import scalerl.assembly.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
 

@@ -35,7 +35,7 @@ def test_the_contract_catches_an_upward_import(tmp_path):
 def test_a_generator_process_imports_nothing_of_the_loop():
     """What a spawned generator unpickles (`build_generator`) and runs (the process transport's main)
     pulls in no module of the loop's layer or above."""
-    code = ("import sys, pickle; from scalerl.build.generator import build_generator; "
+    code = ("import sys, pickle; from scalerl.assembly.generator import build_generator; "
             "import scalerl.transport.local; pickle.loads(pickle.dumps(build_generator)); "
             "bad = sorted(m for m in sys.modules if m.split('.')[:2] in (['scalerl', 'loop'], ['scalerl', 'launch'], "
             "['scalerl', 'study'], ['scalerl', 'commands'], ['scalerl', 'monitor'])); print(bad); sys.exit(bool(bad))")

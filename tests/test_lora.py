@@ -8,8 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 import scalerl.loop as train_mod
-import scalerl.build.run as build_mod
-from scalerl.build import state as state_mod
+import scalerl.assembly.run as build_mod
+from scalerl.assembly import state as state_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main

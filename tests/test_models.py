@@ -152,7 +152,7 @@ def test_smollm2_loads_offline_and_answers():
 
 def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
     from scalerl.configure import load_config
-    from scalerl.build.generator import generator_copy
+    from scalerl.assembly.generator import generator_copy
 
     model, _ = tiny_random
     half, _ = load_model("tiny-random", dtype="bf16")

@@ -1,4 +1,4 @@
-"""The declared mode protocol (`scalerl.build.modes.Mode`): what `make_mode` returns, every mode implements
+"""The declared mode protocol (`scalerl.assembly.modes.Mode`): what `make_mode` returns, every mode implements
 it, and it declares exactly what the loop asks of a mode."""
 
 import inspect
@@ -7,8 +7,8 @@ import typing
 from pathlib import Path
 
 from scalerl.batching import PipelineRL, PPOOffPolicy
-from scalerl.build.modes import Mode, make_mode
-from scalerl.build.ray import RayPipelineRL
+from scalerl.assembly.modes import Mode, make_mode
+from scalerl.assembly.ray import RayPipelineRL
 
 MODES = (PipelineRL, PPOOffPolicy, RayPipelineRL)
 

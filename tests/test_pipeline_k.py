@@ -5,9 +5,9 @@ import time
 import pytest
 
 from scalerl.errors import ScaleRLError
-from scalerl.build import state as state_mod
+from scalerl.assembly import state as state_mod
 from doubles import parity_reward
-from scalerl.build.resources import ray_devices, split_threads
+from scalerl.assembly.resources import ray_devices, split_threads
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild
@@ -182,7 +182,7 @@ def test_the_generators_start_up_is_not_compute(tmp_path):
 
 
 def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds():
-    from scalerl.build.resources import eval_threads
+    from scalerl.assembly.resources import eval_threads
 
     cfg = small_cfg(extra=["run.threads=2", "pipeline.transport=process"])
     threads = split_threads(cfg, "cpu")

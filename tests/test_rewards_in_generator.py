@@ -10,7 +10,7 @@ import pytest
 from scalerl.config import Config
 from scalerl.configure import load_config
 from doubles import FakeGenerator
-from scalerl.build.generator import Components
+from scalerl.assembly.generator import Components
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild, Stage

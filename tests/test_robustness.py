@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import scalerl.build.run as build_mod
+import scalerl.assembly.run as build_mod
 import scalerl.run.checkpoint as checkpoint_mod
 from scalerl.cli import main
 from scalerl.config import MAX_PROMPTS, available_cores

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import scalerl.build.run as build_mod
+import scalerl.assembly.run as build_mod
 from scalerl.cli import main
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components

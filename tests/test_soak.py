@@ -30,7 +30,7 @@ SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rol
 CLI = ("import sys\n"
        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
        "from doubles import tiny_random_components\n"
-       "import scalerl.build.run as b\n"
+       "import scalerl.assembly.run as b\n"
        "b.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
        "from scalerl.cli import main\n"
        "sys.exit(main(sys.argv[1:]))\n")

@@ -123,7 +123,7 @@ def test_bf16_compute_keeps_fp32_weights_and_fp32_head():
 
 
 def test_bf16_engine_decodes_a_bf16_copy_with_the_published_fp32_head():
-    from scalerl.build.generator import generator_copy
+    from scalerl.assembly.generator import generator_copy
     from scalerl.rollout import Engine
 
     cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16"])
@@ -181,7 +181,7 @@ def test_logprob_mismatch_counts_trained_tokens_whose_prefix_came_from_the_held_
 
 
 def _bf16_generation(model, tokenizer, fp32_head: bool):
-    from scalerl.build.generator import generator_copy
+    from scalerl.assembly.generator import generator_copy
     from scalerl.rollout import Engine
 
     cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16", f"model.fp32_head={str(fp32_head).lower()}",

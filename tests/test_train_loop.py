@@ -15,9 +15,9 @@ from scalerl.cli import main
 from scalerl.config import list_recipes
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.build import state as state_mod
+from scalerl.assembly import state as state_mod
 from doubles import FakeGenerator, FakeTask, fake_build, parity_reward, tiny_random_components
-from scalerl.build.generator import Components
+from scalerl.assembly.generator import Components
 from scalerl.loop import train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows

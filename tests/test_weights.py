@@ -59,7 +59,7 @@ def build_greedy(cfg_json: str, device: str, *, seed: int, model=None, tokenizer
                  temperature=None, weights=None):
     """A `GeneratorBuild` function (picklable): the real engine on a freshly loaded (random) tiny
     model, which the published `weights` replace."""
-    from scalerl.build.generator import build_generator, decode_dtype
+    from scalerl.assembly.generator import build_generator, decode_dtype
     from scalerl.config import Config
     from scalerl.models import load_model
 
@@ -157,7 +157,7 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
     """Under the process transport the generator process evaluates (the trainer's process holds no
     evaluation engine); same seed, weights and prompts: the same completions as in the trainer's process."""
     from doubles import tiny_random_components
-    from scalerl.build.run import build_run
+    from scalerl.assembly.run import build_run
     from scalerl.transport.local import RemoteGenerator
 
     out = {}
@@ -184,7 +184,7 @@ def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own
     generator process decodes every other prompt as it would alone, and the trainer's process the
     others with an engine of its own seed over the trainer's model."""
     from doubles import tiny_random_components
-    from scalerl.build.run import EVAL_SEED_OFFSET, SPLIT_SEED_OFFSET, build_run
+    from scalerl.assembly.run import EVAL_SEED_OFFSET, SPLIT_SEED_OFFSET, build_run
     from scalerl.evaluate import SplitEvaluator
 
     overrides = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=2", "rollout.max_new_tokens=8",

@@ -74,7 +74,7 @@ class Engine:
     step (`auto`: on CUDA). `greedy=True` (or temperature < 1e-4) takes the argmax;
     `ignore_eos=True` decodes to the budget (fixed-length benchmarks). The engine never changes the
     model's mode: a generator's own copy is in eval mode (`scalerl.models.load_model`,
-    `scalerl.build.generator`), and the loop's evaluation puts the trainer's model in eval mode for
+    `scalerl.assembly.generator`), and the loop's evaluation puts the trainer's model in eval mode for
     its duration only.
     """
 

@@ -2,8 +2,8 @@
 
 Each engine module registers its builder with a declaration of what it needs of the run
 (`EngineNeeds`), and the build asks the declaration (`engine_spec`) instead of testing config
-strings: where the generator stage may run (`scalerl.build.resources.generator_host`), whether it
-decodes a copy of the trainer's model (`scalerl.build.generator.generator_copy`), and what it refuses
+strings: where the generator stage may run (`scalerl.assembly.resources.generator_host`), whether it
+decodes a copy of the trainer's model (`scalerl.assembly.generator.generator_copy`), and what it refuses
 (`EngineSpec.require`, one line naming the setting that asked for it):
 
     hosts     where its generator stage may run: `thread` (a thread of the trainer's process, or the
@@ -107,7 +107,7 @@ def build_engine(cfg: Config, model, tokenizer, *, seed: int, greedy: bool = Fal
                  local: bool = False):
     """The run's engine decoding `model`, after its declaration's checks (`EngineSpec.require`, on the model's
     device): what `scalerl generate` samples with and what every generator stage of `scalerl train` decodes
-    with (`scalerl.build.generator.build_generator`). `temperature`: in place of `rollout.temperature` (the
+    with (`scalerl.assembly.generator.build_generator`). `temperature`: in place of `rollout.temperature` (the
     evaluation's); `local`: the local engine, whatever `rollout.engine` says (the evaluation decodes the
     trainer's model in place)."""
     rollout = cfg.rollout if temperature is None else cfg.rollout.model_copy(update={"temperature": temperature})

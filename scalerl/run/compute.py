@@ -4,7 +4,7 @@ Per optimizer step the meter records
 - device-seconds = the step's wall-clock x the devices the run holds (paper: GPU-hours of the
   whole job). A device is a GPU, or on a CPU one core (the threads the run is given); one GPU
   shared by generator and trainer counts once; on Ray every actor's devices count
-  (`split_threads` and `ray_devices` in scalerl.build.resources say what a run holds);
+  (`split_threads` and `ray_devices` in scalerl.assembly.resources say what a run holds);
 - tokens generated and trained, and the analytic FLOPs 2*N*generated + 6*N*trained
   (N = parameter count; forward = 2N per token, forward + backward = 6N). Generated tokens
   include every generation the step cost: groups the zero-variance filter dropped, batches

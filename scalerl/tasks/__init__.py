@@ -11,7 +11,7 @@ registers its builder (`scalerl.tasks.registry`):
   python      the user's own class in a Python file (`scalerl.tasks.user`)
 `get_task(cfg, tokenizer)` builds one; `run_tasks(cfg, tokenizer, model)` builds a training run's
 (its task with the run's batch size, prompt-length limit and thinking format; its validation prompts;
-its downstream sets), the one place a run's tasks are built (scalerl.build.run).
+its downstream sets), the one place a run's tasks are built (scalerl.assembly.run).
 Every task is a finite training pool: `len(task)` prompts (`task.train_size`), read by index
 with `train_prompt(index)` for 0 <= index < len(task) (stable ids; the curriculum sampler
 traverses them in a seeded order per epoch), and a disjoint validation set of `val_size`
@@ -83,7 +83,7 @@ def task_for_run(cfg, tokenizer, model) -> Task:
 
 @dataclass
 class RunTasks:
-    """A run's tasks, built once (scalerl.build.run) and only read by the loop: the training task, the
+    """A run's tasks, built once (scalerl.assembly.run) and only read by the loop: the training task, the
     validation prompts each evaluation scores, and the downstream sets (`eval.downstream`)."""
 
     train: Task

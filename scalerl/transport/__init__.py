@@ -10,7 +10,7 @@ message (`TrainerUpdate`: weights, version, retired prompts) the other, under on
 
 Ray is an optional dependency (`pip install 'scalerl[ray]'`); this package init imports neither
 Ray nor torch. The Ray session and `ray_mode` (the mode a Ray run trains with) are built in
-scalerl.build.ray."""
+scalerl.assembly.ray."""
 
 from scalerl.errors import ScaleRLError
 

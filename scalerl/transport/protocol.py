@@ -33,7 +33,7 @@ class Stage(NamedTuple):
 class GeneratorBuild:
     """`fn(*args, seed=..., model=None, tokenizer=None, task=None, reward=None, temperature=None,
     weights=None) -> Stage`: whatever is passed is used as it is, whatever is not is built from
-    `args` (the run's config for `scalerl.build.generator.build_generator`). `temperature` None:
+    `args` (the run's config for `scalerl.assembly.generator.build_generator`). `temperature` None:
     the rollout's. `weights`: name -> tensor the model decodes from in place of its own."""
 
     fn: Callable[..., Stage]

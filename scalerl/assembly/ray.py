@@ -1,10 +1,10 @@
 """`pipeline.backend: ray`: PipelineRL-k with generator actors and data-parallel trainer ranks.
 
-`ray_mode(tr, ...)` is what `scalerl.build.modes` builds instead of an in-machine transport:
+`ray_mode(tr, ...)` is what `scalerl.assembly.modes` builds instead of an in-machine transport:
 it connects to Ray (`ray.address`) or starts a local instance (stopped again by `close()`),
 starts `ray.generators` generator actors behind a `RayRollouts` source, and, with
 `ray.trainers` W > 1, turns the trainer step into the ranks' step of `trainer.strategy`
-(scalerl.build.ranks: ddp or fsdp; evaluation, checkpoints and metrics stay in this process).
+(scalerl.assembly.ranks: ddp or fsdp; evaluation, checkpoints and metrics stay in this process).
 
 Metrics added to each step's row (see docs/ray.md):
     ray/queue_depth             scored groups waiting in the hub when the batch was complete
@@ -123,7 +123,7 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> R
         source = RayRollouts(spec, merged_state_dict(tr.model), tr.state.step, sampler_state)
         undo.callback(source.close)
         closers = [session.close, placement.close]
-        from scalerl.build.ranks import trainer_ranks
+        from scalerl.assembly.ranks import trainer_ranks
 
         closers += trainer_ranks(tr, options=placement.trainer)
         undo.pop_all()

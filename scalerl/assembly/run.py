@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from scalerl.build.generator import Components, build_components, decode_dtype
-from scalerl.build.modes import Mode, make_mode
-from scalerl.build.ranks import local_ranks
-from scalerl.build.resources import Threads, eval_threads, generator_host, split_threads, use_process
-from scalerl.build.state import Trainer
+from scalerl.assembly.generator import Components, build_components, decode_dtype
+from scalerl.assembly.modes import Mode, make_mode
+from scalerl.assembly.ranks import local_ranks
+from scalerl.assembly.resources import Threads, eval_threads, generator_host, split_threads, use_process
+from scalerl.assembly.state import Trainer
 from scalerl.config import DEFAULT_VAL_SIZE, Config, InterruptConfig
 from scalerl.evaluate import SplitEvaluator
 from scalerl.lora import apply_lora

@@ -1,6 +1,6 @@
 """The configured off-policy mode over its transport (`make_mode`, a `Mode`): PipelineRL-k over a
 generator thread, a generator process or Ray actors, as the engine's declaration allows
-(`scalerl.build.resources.generator_host`); PPO-off-policy-k over a generator in this process.
+(`scalerl.assembly.resources.generator_host`); PPO-off-policy-k over a generator in this process.
 
 The process transport's weights (scalerl.transport.weights): one buffer both processes map, in
 the generator's decode dtype; when that is the trainer's dtype on the same device and no adapter
@@ -14,9 +14,9 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 
 from scalerl.batching import BatchFiller, MiniBatch, PipelineRL, PPOOffPolicy
-from scalerl.build.generator import decode_dtype, generator_copy
-from scalerl.build.resources import Threads, generator_host
-from scalerl.build.state import Trainer
+from scalerl.assembly.generator import decode_dtype, generator_copy
+from scalerl.assembly.resources import Threads, generator_host
+from scalerl.assembly.state import Trainer
 from scalerl.lora import merged_state_dict
 from scalerl.transport.local import EvalSpec, ProcessRollouts, ThreadedRollouts
 from scalerl.transport.protocol import TrainerUpdate
@@ -27,7 +27,7 @@ from scalerl.types import Group
 @runtime_checkable
 class Mode(Protocol):
     """What the loop asks of an off-policy mode (`make_mode`'s first value): PipelineRL-k over a thread, a
-    process or Ray actors (`scalerl.batching.PipelineRL`, `scalerl.build.ray.RayPipelineRL`), PPO-off-policy-k
+    process or Ray actors (`scalerl.batching.PipelineRL`, `scalerl.assembly.ray.RayPipelineRL`), PPO-off-policy-k
     (`scalerl.batching.PPOOffPolicy`)."""
 
     def ready(self) -> None:
@@ -71,7 +71,7 @@ def make_mode(tr: Trainer, device: str, threads: Threads, evals: EvalSpec) -> tu
     sampler_state = tr.state.sampler or {"seed": cfg.run.seed, "epoch": 0, "position": 0}
     host = generator_host(cfg, device)
     if host == "ray":  # generator actors + data-parallel trainer ranks
-        from scalerl.build.ray import ray_mode
+        from scalerl.assembly.ray import ray_mode
 
         return ray_mode(tr, tr.comps.build, gen_seed, sampler_state), None
     if host == "process":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scalerl.build.state import Trainer
+from scalerl.assembly.state import Trainer
 from scalerl.errors import ScaleRLError
 from scalerl.run.checkpoint import SHARDS
 
@@ -43,7 +43,7 @@ def local_ranks(tr: Trainer) -> list[Callable[[], None]]:
     cfg = tr.cfg
     if cfg.trainer.actors(cfg.ray.trainers) == 0:
         return []
-    from scalerl.build.ray import RaySession
+    from scalerl.assembly.ray import RaySession
 
     session = RaySession(cfg)
     try:

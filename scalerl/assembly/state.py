@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from scalerl.build.generator import Components
+from scalerl.assembly.generator import Components
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.lora import trainable_params
@@ -61,7 +61,7 @@ class Trainer:
         self.counters = Counters()
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if uses_reference(cfg.loss) else None
-        self.step_fn: Callable | None = None  # ddp or fsdp ranks (scalerl.build.ranks) set their step
+        self.step_fn: Callable | None = None  # ddp or fsdp ranks (scalerl.assembly.ranks) set their step
         self.shards = None                    # fsdp: the ranks' ShardedStep (checkpoints: their dcp/ parts)
         self.restored: Path | None = None     # the checkpoint restored from
 
