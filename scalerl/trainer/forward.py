@@ -241,8 +241,7 @@ def _recomputed(model, cache: _PromptCache | None):
                          "(batch.recompute needs a transformers decoder model; set batch.recompute=never)")
 
     def replay_context():
-        """(forward context, replay context): the replay runs under the forward's attention kernel
-        (`_grouped` has ended by the backward) and, for the prompt pass, stores no K/V."""
+        """(forward, replay) contexts: the replay keeps the forward's attention kernel and stores no prompt K/V."""
         attention = model.config._attn_implementation
         prompt_pass = cache is not None and not cache.layers[0].frozen   # the completion pass only reads
 
