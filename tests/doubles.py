@@ -173,7 +173,7 @@ def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
 
 
 def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None,
-                             reward=None, temperature=None, weights=None) -> Stage:
+                             reward=None, temperature=None, weights=None, local=False) -> Stage:
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
     from scalerl.config import Config
@@ -190,7 +190,7 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
 
         adopt(model, weights)
     return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task,
-                           reward=reward or parity_reward, temperature=temperature)
+                           reward=reward or parity_reward, temperature=temperature, local=local)
 
 
 def tiny_random_components(cfg, device: str = "cpu"):

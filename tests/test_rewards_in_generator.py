@@ -26,7 +26,7 @@ class GuessingGenerator(FakeGenerator):
 
 
 def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None, reward=None,
-                   temperature=None, weights=None) -> Stage:
+                   temperature=None, weights=None, local=False) -> Stage:
     """A `GeneratorBuild` function: the guessing generator, the run's real file task and real reward
     (in a generator process: all built there)."""
     from scalerl.models import load_model

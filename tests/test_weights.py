@@ -56,7 +56,7 @@ def version_model(device: str = "cpu"):
 
 
 def build_greedy(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None, reward=None,
-                 temperature=None, weights=None):
+                 temperature=None, weights=None, local=False):
     """A `GeneratorBuild` function (picklable): the real engine on a freshly loaded (random) tiny
     model, which the published `weights` replace."""
     from scalerl.assembly.generator import build_generator, decode_dtype
@@ -67,7 +67,8 @@ def build_greedy(cfg_json: str, device: str, *, seed: int, model=None, tokenizer
         model, tokenizer = load_model("tiny-random", dtype=decode_dtype(Config.model_validate_json(cfg_json)),
                                       device=device)
     return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task or FakeTask(),
-                           reward=reward or parity_reward, temperature=temperature, weights=weights)
+                           reward=reward or parity_reward, temperature=temperature, weights=weights,
+                           local=local)
 
 
 def _check_versions(device: str, alias: bool, bf16: bool = False) -> None:
