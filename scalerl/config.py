@@ -516,6 +516,10 @@ class LocalEngineConfig(_Section):
 
     module: ClassVar[str] = "scalerl.rollout.engine"   # the module that registers this engine (rollout/registry.py)
     type: Literal["local"] = Field("local", description="scalerl's own engine (the default)")
+    stall_s: float = Field(
+        0.0, ge=0, description="seconds the training stream stalls after each completion it yields (default 0): "
+        "emulates a slower generator, to see how a recipe fares when the trainer waits for data "
+        "(docs/default-run.md); the evaluation (`generate`) is not slowed")
 
 
 class VllmEngineConfig(_Section):

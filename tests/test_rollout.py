@@ -474,3 +474,28 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, dec
     watcher.join()
     assert seen["a"] == seen["b"] and seen["a"] < 16             # held: not one step in 0.5 s
     assert [(c.id, c.tokens, c.logprobs) for c in held] == [(c.id, c.tokens, c.logprobs) for c in unheld]
+
+
+def test_stall_slows_the_training_stream_once_per_completion_and_not_the_evaluation(tok, monkeypatch):
+    """rollout.engine.stall_s (an emulated slower generator): `stream` sleeps that long after each
+    completion it yields, with the same tokens as without it; `generate` (the evaluation) never sleeps."""
+    from scalerl.config import LocalEngineConfig
+    from scalerl.rollout import engine as engine_module
+
+    slept: list[float] = []
+    monkeypatch.setattr(engine_module.time, "sleep", slept.append)
+    model = tiny_llama(len(tok), seed=2)
+
+    def run(stall: float, how: str) -> list[list[int]]:
+        cfg = RolloutConfig(max_new_tokens=12, batch_slots=2, length=NoLengthControl(),
+                            engine=LocalEngineConfig(stall_s=stall))
+        eng = Engine(model, tok, cfg, greedy=True)
+        out = eng.generate(prompts(TEXTS), n=2) if how == "generate" else list(eng.stream(prompts(TEXTS), 2))
+        return sorted(c.tokens for c in out)
+
+    plain = run(0.0, "stream")
+    assert slept == []
+    assert run(0.25, "stream") == plain
+    assert slept == [0.25] * (2 * len(TEXTS))
+    slept.clear()
+    assert run(0.25, "generate") == plain and slept == []

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
@@ -155,8 +156,11 @@ class Engine:
         sequences in flight (or waits, when none is) and asks again at the next step."""
         self._sync_head()
         self._forget_prefills()  # weights may have changed in place since the last call (the evaluation engine)
+        stall = self.cfg.engine.stall_s if isinstance(self.cfg.engine, LocalEngineConfig) else 0.0
         for _, completion in self._run(self._requests(prompts, n), None, stop, hold):
             yield completion
+            if stall:
+                time.sleep(stall)   # an emulated slower generator (rollout.engine.stall_s): decoding waits too
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Stage new weights (copied now, so the caller may keep training); they are applied at
