@@ -7,6 +7,7 @@ form was cut from, found under the given run roots and matched by its identical 
     .venv/bin/python studies/backfill_activity.py studies/recipes runs/recipes/runs runs/axes/runs:scalerl=base
 
 A run directory that is itself a small form (restored from the results) is passed over.
+`--refresh` (first) rewrites the file where it exists too (after `ACTIVITY_TRAIN_KEYS` grew).
 
 A root written `DIR:name=other` looks for configuration `name` under `DIR/other` (the recipes
 study's `scalerl` runs are the axes study's `base` runs, copied).
@@ -35,6 +36,8 @@ def candidates(cfg: str, seed: str, roots: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
+    refresh = bool(argv) and argv[0] == "--refresh"
+    argv = argv[refresh:]
     if len(argv) < 2:
         print(__doc__)
         return 2
@@ -42,7 +45,7 @@ def main(argv: list[str]) -> int:
     added = missing = 0
     for kept in sorted(results.glob(f"*/seed*/{DONE_FILE}")):
         kept = kept.parent
-        if (kept / ACTIVITY_FILE).is_file():
+        if (kept / ACTIVITY_FILE).is_file() and not refresh:
             continue
         full = [c for c in candidates(kept.parent.name, kept.name, roots)
                 if (c / DONE_FILE).is_file() and (c / DONE_FILE).read_bytes() == (kept / DONE_FILE).read_bytes()]

@@ -6,8 +6,9 @@ first-half forecast's error beside three naive predictors that see the same firs
     .venv/bin/python studies/default_summary.py studies/default/base [more result folders] [--md]
 
 Reads `<folder>/seed<N>/metrics.jsonl` (evaluation rows: `compute/flops`, `val/pass_rate`,
-`val/pass_rate_se`, `val/pass_rate/<rung>`) and the training rows' `staleness/max` where kept
-(`activity.json` otherwise). The baselines are computed here, not by scalerl."""
+`val/pass_rate_se`, `val/pass_rate/<rung>`) and, from `activity.json`, the means over every training step
+of `staleness/max` and the median of `time/gen_wait` (the seconds a step waited for data: well above 0
+where the generator is the slower stage). The baselines are computed here, not by scalerl."""
 
 from __future__ import annotations
 
@@ -27,12 +28,17 @@ def evals(path: Path) -> list[dict]:
     return [r for r in rows if r.get("kind") == "eval" and "val/pass_rate" in r]
 
 
-def staleness(folder: Path) -> float | None:
+def train_stat(folder: Path, key: str, stat: str = "mean") -> float | None:
+    """`stat` of a training metric over every step, from the run's `activity.json` (None without it)."""
     act = folder / "activity.json"
     if act.is_file():
-        stats = json.loads(act.read_text()).get("train", {}).get("staleness/max")
-        return None if stats is None else float(stats["mean"])
+        stats = json.loads(act.read_text()).get("train", {}).get(key, {})
+        return None if stat not in stats else float(stats[stat])
     return None
+
+
+def rounded(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def ruler(x: np.ndarray, y: np.ndarray, at: float) -> float:
@@ -69,7 +75,8 @@ def one(folder: Path) -> dict:
             "residual_ratio": float(np.sqrt(np.mean(resid ** 2)) / np.nanmedian(se[pos])),
             "first_half_error": half["error"], "last_error": half["baseline_last_error"],
             "best_error": half["baseline_best_error"], "ruler_error": ruler(hx, hy, target) - half["measured"],
-            "first_half_points": half["points"], "staleness_max_mean": staleness(folder)}
+            "first_half_points": half["points"], "staleness_max_mean": train_stat(folder, "staleness/max"),
+            "gen_wait_median": train_stat(folder, "time/gen_wait", "median")}
 
 
 def summary(results: list[dict]) -> list[str]:
@@ -89,14 +96,14 @@ def summary(results: list[dict]) -> list[str]:
 def table(results: list[dict]) -> list[str]:
     rungs = sorted(results[0]["peak_minus_end"])
     head = ("| run | start | half | end | " + " | ".join(f"{g} peak-last" for g in rungs)
-            + " | A [90%] | A (rungs: mean (each)) | resid/se | first-half err | last | best | ruler | staleness/max |")
+            + " | A [90%] | A (rungs: mean (each)) | resid/se | first-half err | last | best | ruler | staleness/max | trainer wait (median s) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         lines.append(f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
                      f"{r['end']:.3f} | " + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
                      + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({', '.join(f'{a:.2f}' for a in r['A_each_rung'].values())}) | {r['residual_ratio']:.2f} | "
                      f"{r['first_half_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
-                     f"{r['ruler_error']:+.3f} | {r['staleness_max_mean'] if r['staleness_max_mean'] is None else round(r['staleness_max_mean'], 2)} |")
+                     f"{r['ruler_error']:+.3f} | {rounded(r['staleness_max_mean'], 2)} | {rounded(r['gen_wait_median'], 3)} |")
     return lines
 
 

@@ -12,6 +12,7 @@ without them settles nothing).
 
 from __future__ import annotations
 
+import statistics
 from typing import Callable
 
 Summaries = list[dict]
@@ -19,14 +20,14 @@ ActivityCheck = Callable[[Summaries, Summaries], "dict | None"]
 
 ACTIVITY_TRAIN_KEYS = ("curriculum/epoch", "curriculum/retired", "curriculum/pool_size", "batch/zero_variance_dropped",
                        "batch/drawn", "loss/clip_frac", "loss/ratio_max", "staleness/max", "train/interrupted_rate",
-                       "train/length_penalised_rate")
+                       "train/length_penalised_rate", "time/gen_wait")
 ACTIVITY_EVAL_KEYS = ("val/interrupted_rate",)
 INTERRUPT_FLOOR = 0.01   # forced interruptions "hardly act" below this share of completions
 
 
 def summarise_activity(rows: list[dict]) -> dict | None:
     """What the checks read, from a run's metrics rows: for each `ACTIVITY_TRAIN_KEYS`
-    over the training rows given, its last, largest and mean value and on how many steps it was
+    over the training rows given, its last, largest, mean and median value and on how many steps it was
     above 0; for each `ACTIVITY_EVAL_KEYS` its largest value over the evaluations. `steps`: the
     training rows summarised, `last_step`: the last one's step (fewer rows than that: a run kept
     in small form, only its last row). None without a training row."""
@@ -38,7 +39,8 @@ def summarise_activity(rows: list[dict]) -> dict | None:
     for k in ACTIVITY_TRAIN_KEYS:
         v = [float(r[k]) for r in train if isinstance(r.get(k), (int, float))]
         if len(v) == len(train):
-            out["train"][k] = {"last": v[-1], "max": max(v), "mean": sum(v) / len(v), "nonzero": sum(x > 0 for x in v)}
+            out["train"][k] = {"last": v[-1], "max": max(v), "mean": sum(v) / len(v), "median": statistics.median(v),
+                               "nonzero": sum(x > 0 for x in v)}
     for k in ACTIVITY_EVAL_KEYS:
         v = [float(r[k]) for r in rows if r.get("kind") == "eval" and isinstance(r.get(k), (int, float))]
         if v:
