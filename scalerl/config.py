@@ -724,6 +724,21 @@ class RayConfig(_Section):
     max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
     placement: Literal["none", "pack", "spread"] = Field(
         "none", description="none: per-actor resource requests; pack/spread: one placement group for all actors")
+    publish: Literal["object_store", "broadcast"] = Field(
+        "object_store", description="how new weights reach the generator actors: object_store (one ray.put per "
+        "version, each actor copies it), broadcast (torch.distributed broadcast from the trainer process to the "
+        "actors over a group of their own, bucket by bucket: gloo on CPU, nccl on CUDA; needs ray.max_restarts=0)")
+    publish_bucket_mb: float = Field(64.0, gt=0, description="ray.publish broadcast: MiB per broadcast bucket")
+    publish_timeout_s: float = Field(300.0, gt=0, description="ray.publish broadcast: seconds to join the group "
+                                     "and for each bucket's broadcast before the run fails")
+
+    @model_validator(mode="after")
+    def _broadcast_without_restarts(self) -> RayConfig:
+        if self.publish == "broadcast" and self.max_restarts > 0:
+            raise ValueError(f"ray.publish = 'broadcast' with ray.max_restarts = {self.max_restarts}: a restarted "
+                             "generator actor cannot rejoin the broadcast group (its members are fixed when it "
+                             "forms); set ray.max_restarts=0, or ray.publish=object_store to keep restarts")
+        return self
 
 
 class TrainerConfig(_Section):

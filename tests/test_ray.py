@@ -342,3 +342,66 @@ def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight(
     hub.set_weights(["w1"], 1)                              # version 1: the window reaches draw 1 + 2 = 3
     assert hub.admit(0, 1, p[3], state, 1) == ("wait", -1)  # rank 0 (1 in flight) yields to rank 1 (0 in flight)
     assert hub.admit(1, 1, p[2], state, 1) == ("go", 2)
+
+
+# ------------------------------------------------------------------ ray.publish broadcast
+def _wait_for(fetch, what: str, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = fetch()
+        if got is not None:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} within {timeout_s} s")
+
+
+@pytest.mark.parametrize("extra", [[], ["trainer.strategy=fsdp", "ray.trainers=2"]], ids=["single", "fsdp2"])
+def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, monkeypatch, extra):
+    """ray.publish=broadcast over gloo, real actors: after each publish every generator actor holds
+    the trainer's published weights bit for bit, and the tokens it decodes carry the new versions."""
+    cfg = small_cfg(["run.max_steps=5", "ray.publish=broadcast", "ray.max_restarts=0",
+                     "ray.publish_bucket_mb=0.05", *extra])   # tiny-random is ~0.4 MB: several buckets
+    published: dict[int, dict] = {}
+    received: dict[tuple[int, int], dict] = {}
+    nbytes: list[int] = []     # bytes of a publish: each storage once (tied weights are one)
+
+    class Checked(backend.RayRollouts):
+        def send(self, update):
+            super().send(update)
+            nbytes.append(sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in update.weights.values()}.values()))
+            published[update.version] = {k: v.detach().clone() for k, v in update.weights.items()}
+            for rank, worker in enumerate(self.workers):
+                received[update.version, rank] = _wait_for(lambda: ray.get(worker.weights.remote(update.version)),
+                                                           f"version {update.version} in generator {rank}")
+
+    versions: list[int] = []   # the newest token version in each step's batch
+
+    def step(model, optim, groups, cfg_, pad_id, step_, ref_model=None, advantages=None):
+        versions.append(max(v for g in groups for c in g.completions for v in c.versions))
+        return train_step(model, optim, groups, cfg_, pad_id, step_, ref_model, advantages=advantages)
+
+    monkeypatch.setattr(backend, "RayRollouts", Checked)
+    if not extra:
+        monkeypatch.setattr(state_mod, "train_step", step)
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+
+    assert sorted(published) == [1, 2, 3, 4, 5]
+    for (version, rank), got in received.items():
+        want = published[version]
+        assert sorted(got) == sorted(want), (version, rank)
+        assert all(torch.equal(got[k], want[k]) for k in want), (version, rank)   # bit for bit
+    changed = [max((published[v + 1][k] - published[v][k]).abs().max().item() for k in published[v])
+               for v in range(1, 5)]
+    assert min(changed) > 0   # every step moved the weights: each publish carried new values
+    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    # a step's row is written before its own publish: step s counts the s - 1 publishes before it
+    assert [r["ray/broadcast_bytes"] for r in rows] == [nbytes[0] * (s - 1) for s in range(1, 6)]
+    if not extra:
+        # the window lets a draw of step 4 start only once its generator applied version >= 1
+        assert versions[0] == 0 and max(versions[3:]) >= 1, versions
+
+
+def test_broadcast_refuses_generator_restarts():
+    with pytest.raises(Exception, match=r"ray.publish = 'broadcast' with ray.max_restarts = 3: a restarted"):
+        load_config("scalerl", overrides=["ray.publish=broadcast"])

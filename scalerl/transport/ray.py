@@ -23,7 +23,11 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
   (`ray/rejected_groups`).
 - Weights: `send` puts the state dict in the object store once and hands the reference to
   the hub; every actor waits on the hub for a newer version and applies it in flight
-  (`Generator.update_weights`); a restarted actor starts from the latest one.
+  (`Generator.update_weights`); a restarted actor starts from the latest one. With
+  `ray.publish: broadcast` the hub only announces the version (and counts the publishes), and
+  `send` broadcasts the weights to the actors bucket by bucket over a group of their own
+  (broadcast.py); each actor receives every announced publish in order and stages the latest.
+  Such a group's members are fixed, so the config refuses restarts with it (ray.max_restarts=0).
 - Completion ids stay unique across actors and restarts: the engine's ids carry its seed, and
   each (rank, incarnation) gets its own seed.
 
@@ -47,6 +51,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
+from scalerl.transport.broadcast import Bucket, GroupLink, Receiver, Sender, backend_for, free_port, plan_buckets
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
@@ -121,6 +126,7 @@ class RolloutHub:
         self.groups: dict[int, Group] = {}
         self.retired: set[str] = set()
         self.weights, self.version = weights, version   # [ObjectRef] (a list keeps the ref unresolved)
+        self.sequence = 0                # publishes made (ray.publish broadcast: each one a broadcast to receive)
         self.paused = False
         self.closed = False
         self.error: str | None = None
@@ -197,12 +203,22 @@ class RolloutHub:
                 self.taken += 1
             return group
 
-    def set_weights(self, weights: list, version: int, bound: int | None = None) -> None:
+    def set_weights(self, weights: list | None, version: int, bound: int | None = None) -> None:
+        """A new version: its object-store reference, or None when it comes by broadcast (the actors
+        then receive one broadcast per publish, counted by `sequence`)."""
         with self.cond:
             self.window.set_bound(bound)
             self.window.publish(version, self.taken)
-            self.weights, self.version = weights, version
+            self.version, self.sequence = version, self.sequence + 1
+            if weights is not None:
+                self.weights = weights
             self.cond.notify_all()
+
+    def wait_publish(self, known: int, timeout: float) -> tuple[int, int] | None:
+        """(publishes made, the latest version) once more than `known` were made; None after `timeout` s."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.sequence != known or self.closed, timeout=timeout)
+            return None if self.sequence == known or self.closed else (self.sequence, self.version)
 
     def wait_weights(self, known: int, timeout: float) -> tuple[list, int] | None:
         with self.cond:
@@ -250,7 +266,7 @@ class GeneratorWorker:
     """One generator actor: streams its shard, scores groups, delivers them to the hub."""
 
     def __init__(self, hub, rank: int, world: int, build: GeneratorBuild, base_seed: int, n: int,
-                 threads: int):
+                 threads: int, publish: str = "object_store"):
         from scalerl.rl.curriculum import CurriculumSampler
 
         torch.set_num_threads(threads)
@@ -264,11 +280,32 @@ class GeneratorWorker:
         self.version = reg["version"]
         self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
         self.stop = threading.Event()
+        self.receiver: Receiver | None = None      # ray.publish broadcast: set by `join_publish`
+        self.received = threading.Lock()           # held while a broadcast is received and staged
         threading.Thread(target=self._stream, args=(reg["pending"],), name="scalerl-generator", daemon=True).start()
-        threading.Thread(target=self._follow_weights, name="scalerl-weights", daemon=True).start()
+        if publish == "object_store":
+            threading.Thread(target=self._follow_weights, name="scalerl-weights", daemon=True).start()
 
     def ping(self) -> tuple[int, int]:
         return self.rank, self.incarnation
+
+    def join_publish(self, link: GroupLink, layout: list[Bucket], sequence: int) -> int:
+        """Join the weight-publishing group as rank `self.rank + 1` (blocks until every member joined),
+        then follow its broadcasts from publish `sequence` on."""
+        if self.incarnation > 1:
+            raise ScaleRLError(f"generator actor {self.rank} was restarted: it cannot rejoin the weight-publishing "
+                               "group (ray.publish=broadcast runs with ray.max_restarts=0)")
+        self.receiver = Receiver(link, self.rank + 1, layout)
+        threading.Thread(target=self._follow_broadcast, args=(sequence,), name="scalerl-weights", daemon=True).start()
+        return self.rank + 1
+
+    def weights(self, version: int) -> dict[str, torch.Tensor] | None:
+        """ray.publish broadcast: a copy of the weights last received, if they are `version`'s (else
+        None): what this actor staged for its engine, to check a publish against the trainer's."""
+        with self.received:
+            if self.receiver is None or self.version != version:
+                return None
+            return {name: t.to("cpu", copy=True) for name, t in self.receiver.tensors.items()}
 
     def _prompts(self, pending: list[tuple[int, Prompt]]):
         for draw, prompt in pending:                # the dead incarnation's groups in flight
@@ -308,6 +345,22 @@ class GeneratorWorker:
         finally:
             self.assembler.close()
 
+    def _follow_broadcast(self, sequence: int) -> None:
+        """Receive every publish in order (each one is a broadcast this actor must join), then stage
+        the latest for the engine."""
+        try:
+            while not self.stop.is_set():
+                got = ray.get(self.hub.wait_publish.remote(sequence, POLL_S))
+                if got is None:
+                    continue
+                with self.received:
+                    for _ in range(got[0] - sequence):
+                        self.receiver.receive()
+                    sequence, self.version = got
+                    self.generator.update_weights(self.receiver.tensors, self.version)
+        except BaseException as exc:
+            self._fail(exc)
+
     def _follow_weights(self) -> None:
         while not self.stop.is_set():
             got = ray.get(self.hub.wait_weights.remote(self.version, POLL_S))
@@ -332,6 +385,9 @@ class RolloutSpec:
     gpus: float = 0.0
     max_restarts: int = 3
     options: list[dict] = field(default_factory=list)   # extra Ray options per rank (placement)
+    publish: str = "object_store"  # object_store: one ray.put per version; broadcast: broadcast.py
+    bucket_mb: float = 64.0        # broadcast: bucket size
+    publish_timeout_s: float = 300.0   # broadcast: joining the group, each bucket
 
 
 class RayRollouts:
@@ -347,8 +403,10 @@ class RayRollouts:
         self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
                                            max_concurrency=2, **(spec.options[r] if spec.options else {}))
                         .remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n,
-                                spec.threads) for r in range(spec.generators)]
+                                spec.threads, spec.publish) for r in range(spec.generators)]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
+        self.sender = self._join_broadcast(weights) if spec.publish == "broadcast" else None
+        self.published_bytes = 0
         self._pings: list = [None] * spec.generators
         self._last: dict = {"idle_s": [0.0] * spec.generators}
 
@@ -371,6 +429,18 @@ class RayRollouts:
                 raise RuntimeError(f"generator actor {i} died and used up its {self.spec.max_restarts} restarts "
                                    f"(ray.max_restarts): {exc}") from None
 
+    def _join_broadcast(self, weights: dict[str, torch.Tensor]) -> Sender:
+        """The weight-publishing group: this process rank 0, actor r rank r + 1 (broadcast.py)."""
+        spec = self.spec
+        host = ray.util.get_node_ip_address()
+        link = GroupLink(host, free_port(host), spec.generators + 1, backend_for(weights, spec.gpus),
+                         spec.publish_timeout_s)
+        layout = plan_buckets(weights, int(spec.bucket_mb * 2**20))
+        joins = [w.join_publish.remote(link, layout, 0) for w in self.workers]
+        sender = Sender(link, layout)          # returns once every actor has joined (or raises)
+        ray.get(joins, timeout=spec.publish_timeout_s)
+        return sender
+
     def ready(self) -> None: ...  # the actors were built (and pinged) in __init__
 
     def get(self, timeout: float | None = None) -> Group:
@@ -388,6 +458,10 @@ class RayRollouts:
     def send(self, update: TrainerUpdate) -> None:
         for prompt_id in update.retired:
             ray.get(self.hub.retire.remote(prompt_id))
+        if self.sender is not None:    # announced first: each actor then joins this publish's broadcast
+            ray.get(self.hub.set_weights.remote(None, update.version, update.bound))
+            self.published_bytes += self.sender.send(update.weights, update.version, int(self.spec.bucket_mb * 2**20))
+            return
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
         ray.get(self.hub.set_weights.remote([self._weights_ref], update.version, update.bound))
 
@@ -415,6 +489,8 @@ class RayRollouts:
         out = {"ray/queue_depth": c["queue_depth"], "ray/gen_idle_seconds": sum(idle),
                "ray/rejected_groups": c["rejected"], "ray/restarts": sum(c["restarts"]),
                "ray/regenerated_groups": c["regenerated"]}
+        if self.sender is not None:
+            out["ray/broadcast_bytes"] = self.published_bytes
         for r, count in enumerate(c["completions"]):
             out[f"ray/completions/gen{r}"] = count
         return out
