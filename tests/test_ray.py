@@ -355,11 +355,12 @@ def _wait_for(fetch, what: str, timeout_s: float = 120.0):
     raise AssertionError(f"no {what} within {timeout_s} s")
 
 
-@pytest.mark.parametrize("extra", [[], ["trainer.strategy=fsdp", "ray.trainers=2"]], ids=["single", "fsdp2"])
+@pytest.mark.parametrize("extra", [[], pytest.param(["trainer.strategy=fsdp", "ray.trainers=2"], marks=pytest.mark.slow)],
+                         ids=["single", "fsdp2"])
 def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, monkeypatch, extra):
     """ray.publish=broadcast over gloo, real actors: after each publish every generator actor holds
     the trainer's published weights bit for bit, and the tokens it decodes carry the new versions."""
-    cfg = small_cfg(["run.max_steps=5", "ray.publish=broadcast", "ray.max_restarts=0",
+    cfg = small_cfg(["run.max_steps=4", "ray.publish=broadcast", "ray.max_restarts=0",
                      "ray.publish_bucket_mb=0.05", *extra])   # tiny-random is ~0.4 MB: several buckets
     published: dict[int, dict] = {}
     received: dict[tuple[int, int], dict] = {}
@@ -385,21 +386,21 @@ def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, 
         monkeypatch.setattr(state_mod, "train_step", step)
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
 
-    assert sorted(published) == [1, 2, 3, 4, 5]
+    assert sorted(published) == [1, 2, 3, 4]
     for (version, rank), got in received.items():
         want = published[version]
         assert sorted(got) == sorted(want), (version, rank)
         assert all(torch.equal(got[k], want[k]) for k in want), (version, rank)   # bit for bit
     changed = [max((published[v + 1][k] - published[v][k]).abs().max().item() for k in published[v])
-               for v in range(1, 5)]
+               for v in range(1, 4)]
     assert min(changed) > 0   # every step moved the weights: each publish carried new values
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
     # a step's row is written before its own publish: step s counts the s - 1 publishes before it
-    assert [r["ray/broadcast_bytes"] for r in rows] == [nbytes[0] * (s - 1) for s in range(1, 6)]
+    assert [r["ray/broadcast_bytes"] for r in rows] == [nbytes[0] * (s - 1) for s in range(1, 5)]
     if not extra:
         # the window lets a draw of step 4 start only once its generator applied version >= 1
-        assert versions[0] == 0 and max(versions[3:]) >= 1, versions
+        assert versions[0] == 0 and versions[3] >= 1, versions
 
 
 def test_broadcast_refuses_generator_restarts():
