@@ -93,7 +93,7 @@ def measure(name: str, repeats: int, bucket_mb: float) -> list[str]:
     rows = []
     for mode, ts in times.items():
         sends, alls = [t[0] for t in ts], [t[1] for t in ts]
-        rows.append(f"{name:<22} {nbytes / 2**20:8.1f} {len(layout) if mode == 'broadcast' else 1:>7} {mode:<13} "
+        rows.append(f"{name:<22} {nbytes / 2**20:8.1f} {len(layout) if mode == 'broadcast' else '-':>7} {mode:<13} "
                     f"{statistics.median(sends):8.4f} {statistics.median(alls):11.4f}   "
                     f"{min(alls):.4f}-{max(alls):.4f}")
     return rows

@@ -500,3 +500,4 @@ class RayRollouts:
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
         ray.kill(self.hub, no_restart=True)
+        self.sender = None             # the broadcast group's store and process group, once its members are gone
