@@ -2,6 +2,7 @@
 this process, over TCP): what the receivers get, a timeout and a member gone, each a one-line error.
 The Ray run with ray.publish=broadcast is in tests/test_ray.py."""
 
+import re
 import threading
 import time
 
@@ -87,7 +88,8 @@ def test_a_receiver_waiting_for_a_publish_that_never_comes_fails_after_the_timeo
     message = str(got[1])
     assert "\n" not in message
     assert "weight-publishing group (gloo, 2 members at 127.0.0.1:" in message
-    assert "receiving bucket 1/2 of a publish did not complete within ray.publish_timeout_s = 2 s" in message
+    assert 1.9 <= float(re.search(r"receiving bucket 1/2 of a publish failed after (\d+\.\d) s", message)[1]) < 20
+    assert "(limit ray.publish_timeout_s = 2 s; a member gone?" in message
 
 
 def test_a_member_that_never_joins_fails_the_sender_after_the_timeout():
@@ -117,7 +119,7 @@ def test_a_receiver_process_gone_fails_the_next_publish_at_once():
     sender = Sender(link, layout)
     proc.join(30)
     start = time.monotonic()
-    with pytest.raises(ScaleRLError, match=r"the broadcast of bucket 1/1 of version 1 did not complete .* "
-                                           r"\(a member gone\?"):
+    with pytest.raises(ScaleRLError, match=r"the broadcast of bucket 1/1 of version 1 failed after \d+\.\d s "
+                                           r"\(limit ray.publish_timeout_s = 60 s; a member gone\?"):
         sender.send(w, 1, 10**8)
     assert time.monotonic() - start < 30                         # not the 60 s timeout: the peer's socket closed

@@ -406,3 +406,32 @@ def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, 
 def test_broadcast_refuses_generator_restarts():
     with pytest.raises(Exception, match=r"ray.publish = 'broadcast' with ray.max_restarts = 3: a restarted"):
         load_config("scalerl", overrides=["ray.publish=broadcast"])
+
+
+@pytest.mark.slow
+def test_broadcast_run_stops_with_one_line_when_a_generator_dies(tmp_path, monkeypatch):
+    """No restart under ray.publish=broadcast: an actor killed mid-run ends the run at once with an
+    error naming what failed, instead of a broadcast waiting for a member that is gone."""
+    from scalerl.errors import ScaleRLError
+
+    cfg = small_cfg(["run.max_steps=30", "ray.publish=broadcast", "ray.max_restarts=0"])
+    sources, killed = [], {}
+
+    class Recorded(backend.RayRollouts):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sources.append(self)
+
+    def on_step(step):
+        if step == 2:
+            ray.kill(sources[0].workers[0], no_restart=True)
+            killed["at"] = time.monotonic()
+
+    monkeypatch.setattr(backend, "RayRollouts", Recorded)
+    record_trained(monkeypatch, on_step)
+    with pytest.raises((ScaleRLError, RuntimeError)) as err:
+        train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    assert time.monotonic() - killed["at"] < 120        # ray.publish_timeout_s is 300: nothing waited it out
+    message = str(err.value).splitlines()[0]
+    assert ("weight-publishing group (gloo, 3 members" in message and "version 2" in message) or \
+        "generator actor 0 died and used up its 0 restarts" in message, message

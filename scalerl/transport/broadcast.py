@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -130,14 +131,15 @@ class _Member:
     def broadcast(self, tensor: torch.Tensor, what: str) -> None:
         options = dist.BroadcastOptions()
         options.rootRank = 0
+        start = time.monotonic()
         try:
             self.group.broadcast([tensor], options).wait()
             if tensor.device.type == "cuda":
                 torch.cuda.synchronize(tensor.device)
         except (RuntimeError, dist.DistError) as exc:
-            raise ScaleRLError(f"{self.what}: {what} did not complete within ray.publish_timeout_s = "
-                               f"{self.link.timeout_s:g} s (a member gone? a generator actor cannot rejoin "
-                               f"the group): {_first_line(exc)}") from None
+            raise ScaleRLError(f"{self.what}: {what} failed after {time.monotonic() - start:.1f} s (limit "
+                               f"ray.publish_timeout_s = {self.link.timeout_s:g} s; a member gone? a generator "
+                               f"actor cannot rejoin the group): {_first_line(exc)}") from None
 
 
 class Sender(_Member):
