@@ -205,13 +205,12 @@ class RolloutHub:
 
     def set_weights(self, weights: list | None, version: int, bound: int | None = None) -> None:
         """A new version: its object-store reference, or None when it comes by broadcast (the actors
-        then receive one broadcast per publish, counted by `sequence`)."""
+        then receive one broadcast per publish, counted by `sequence`; the first weights' reference,
+        which only a starting actor reads, is let go: no actor starts again under broadcast)."""
         with self.cond:
             self.window.set_bound(bound)
             self.window.publish(version, self.taken)
-            self.version, self.sequence = version, self.sequence + 1
-            if weights is not None:
-                self.weights = weights
+            self.weights, self.version, self.sequence = weights, version, self.sequence + 1
             self.cond.notify_all()
 
     def wait_publish(self, known: int, timeout: float) -> tuple[int, int] | None:
@@ -405,7 +404,13 @@ class RayRollouts:
                         .remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n,
                                 spec.threads, spec.publish) for r in range(spec.generators)]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
-        self.sender = self._join_broadcast(weights) if spec.publish == "broadcast" else None
+        self.sender = None
+        if spec.publish == "broadcast":
+            try:
+                self.sender = self._join_broadcast(weights)
+            except BaseException:
+                self.close()             # the actors and the hub: the caller never gets this source to close
+                raise
         self.published_bytes = 0
         self._pings: list = [None] * spec.generators
         self._last: dict = {"idle_s": [0.0] * spec.generators}
@@ -459,6 +464,7 @@ class RayRollouts:
         for prompt_id in update.retired:
             ray.get(self.hub.retire.remote(prompt_id))
         if self.sender is not None:    # announced first: each actor then joins this publish's broadcast
+            self._weights_ref = None
             ray.get(self.hub.set_weights.remote(None, update.version, update.bound))
             self.published_bytes += self.sender.send(update.weights, update.version, int(self.spec.bucket_mb * 2**20))
             return
