@@ -727,18 +727,11 @@ class RayConfig(_Section):
     publish: Literal["object_store", "broadcast"] = Field(
         "object_store", description="how new weights reach the generator actors: object_store (one ray.put per "
         "version, each actor copies it), broadcast (torch.distributed broadcast from the trainer process to the "
-        "actors over a group of their own, bucket by bucket: gloo on CPU, nccl on CUDA; needs ray.max_restarts=0)")
+        "actors over a group of their own, bucket by bucket: gloo on CPU, nccl on CUDA; formed again after an "
+        "actor's restart)")
     publish_bucket_mb: float = Field(64.0, gt=0, description="ray.publish broadcast: MiB per broadcast bucket")
-    publish_timeout_s: float = Field(300.0, gt=0, description="ray.publish broadcast: seconds to join the group "
-                                     "and for each bucket's broadcast before the run fails")
-
-    @model_validator(mode="after")
-    def _broadcast_without_restarts(self) -> RayConfig:
-        if self.publish == "broadcast" and self.max_restarts > 0:
-            raise ValueError(f"ray.publish = 'broadcast' with ray.max_restarts = {self.max_restarts}: a restarted "
-                             "generator actor cannot rejoin the broadcast group (its members are fixed when it "
-                             "forms); set ray.max_restarts=0, or ray.publish=object_store to keep restarts")
-        return self
+    publish_timeout_s: float = Field(300.0, gt=0, description="ray.publish broadcast: seconds to form the group, "
+                                     "for each bucket's broadcast and for a dead actor's restart before the run fails")
 
 
 class TrainerConfig(_Section):

@@ -138,8 +138,8 @@ class _Member:
                 torch.cuda.synchronize(tensor.device)
         except (RuntimeError, dist.DistError) as exc:
             raise ScaleRLError(f"{self.what}: {what} failed after {time.monotonic() - start:.1f} s (limit "
-                               f"ray.publish_timeout_s = {self.link.timeout_s:g} s; a member gone? a generator "
-                               f"actor cannot rejoin the group): {_first_line(exc)}") from None
+                               f"ray.publish_timeout_s = {self.link.timeout_s:g} s; a member gone?): "
+                               f"{_first_line(exc)}") from None
 
 
 class Sender(_Member):
