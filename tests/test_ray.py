@@ -94,6 +94,23 @@ def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, 
     assert rows[-1]["ray/restarts"] == 0
 
 
+def _train_with_a_killer(cfg, tmp_path, monkeypatch, source_cls, killer) -> tuple[list[str], list[dict]]:
+    """Train `cfg` with `source_cls` as the Ray source; `killer` runs in a thread started at step 2
+    (the trainer keeps going meanwhile) and joined at step 5. (Trained completion ids, train rows.)"""
+    thread = threading.Thread(target=killer)
+
+    def on_step(step):
+        if step == 2:
+            thread.start()
+        if step == 5:
+            thread.join()
+
+    monkeypatch.setattr(backend, "RayRollouts", source_cls)
+    trained, _ = record_trained(monkeypatch, on_step)
+    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
+    return trained, [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+
+
 def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, monkeypatch):
     # the paper's fixed window (no slow start of pipeline.max_kl): actor 0 holds leases from the first steps
     cfg = small_cfg(["run.max_steps=8", "ray.placement=pack", "pipeline.max_kl=null"])
@@ -131,18 +148,7 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
                 return
             time.sleep(0.2)
 
-    killer = threading.Thread(target=kill_with_groups_in_flight)
-
-    def on_step(step):  # the trainer keeps going while actor 0 is killed; at step 5 it waits for the restart
-        if step == 2:
-            killer.start()
-        if step == 5:
-            killer.join()
-
-    monkeypatch.setattr(backend, "RayRollouts", Recorded)
-    trained, _ = record_trained(monkeypatch, on_step)
-    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    trained, rows = _train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_with_groups_in_flight)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert killed["back"] == (0, 2)  # rank 0, second incarnation
     assert rows[-1]["ray/restarts"] == 1
@@ -468,18 +474,7 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
             except (ActorUnavailableError, GetTimeoutError):
                 time.sleep(0.2)
 
-    killer = threading.Thread(target=kill_and_wait_for_the_restart)
-
-    def on_step(step):
-        if step == 2:
-            killer.start()
-        if step == 5:
-            killer.join()
-
-    monkeypatch.setattr(backend, "RayRollouts", Recorded)
-    trained, _ = record_trained(monkeypatch, on_step)
-    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    trained, rows = _train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_and_wait_for_the_restart)
     assert [r["step"] for r in rows] == list(range(1, 9))
     assert killed["back"] == (0, 2) and rows[-1]["ray/restarts"] == 1
     assert rows[-1]["ray/broadcast_groups"] >= 2            # formed again with the new start
