@@ -728,6 +728,14 @@ class RayConfig(_Section):
     max_restarts: int = Field(3, ge=0, description="restarts of a generator actor that dies before the run fails")
     placement: Literal["none", "pack", "spread"] = Field(
         "none", description="none: per-actor resource requests; pack/spread: one placement group for all actors")
+    publish: Literal["object_store", "broadcast"] = Field(
+        "object_store", description="how new weights reach the generator actors: object_store (one ray.put per "
+        "version, each actor copies it), broadcast (torch.distributed broadcast from the trainer process to the "
+        "actors over a group of their own, bucket by bucket: gloo on CPU, nccl on CUDA; formed again after an "
+        "actor's restart)")
+    publish_bucket_mb: float = Field(64.0, gt=0, description="ray.publish broadcast: MiB per broadcast bucket")
+    publish_timeout_s: float = Field(300.0, gt=0, description="ray.publish broadcast: seconds to form the group, "
+                                     "for each bucket's broadcast and for a dead actor's restart before the run fails")
 
 
 class TrainerConfig(_Section):

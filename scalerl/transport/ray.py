@@ -23,7 +23,11 @@ Each generator actor wraps the same pieces as the in-process transports (the eng
   (`ray/rejected_groups`).
 - Weights: `send` puts the state dict in the object store once and hands the reference to
   the hub; every actor waits on the hub for a newer version and applies it in flight
-  (`Generator.update_weights`); a restarted actor starts from the latest one.
+  (`Generator.update_weights`); a restarted actor starts from the latest one. With
+  `ray.publish: broadcast` the hub only announces the version (and counts the publishes), and
+  `send` broadcasts the weights to the actors bucket by bucket over a group of their own
+  (broadcast.py); each actor receives every announced publish in order and stages the latest.
+  Such a group's members are fixed: after a restart the trainer forms a new one (`Broadcasting`).
 - Completion ids stay unique across actors and restarts: the engine's ids carry its seed, and
   each (rank, incarnation) gets its own seed.
 
@@ -38,6 +42,7 @@ Departures from the in-process transports (local.py):
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import traceback
@@ -47,6 +52,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, free_port, plan_buckets
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
@@ -121,6 +127,8 @@ class RolloutHub:
         self.groups: dict[int, Group] = {}
         self.retired: set[str] = set()
         self.weights, self.version = weights, version   # [ObjectRef] (a list keeps the ref unresolved)
+        self.sequence = 0                # publishes made in the current group (broadcast: each one to receive)
+        self.epoch, self.group = 0, None     # ray.publish broadcast: the current group, (GroupLink, layout)
         self.paused = False
         self.closed = False
         self.error: str | None = None
@@ -136,7 +144,7 @@ class RolloutHub:
             if r.incarnation > 1:
                 r.regenerated += len(r.leases)
             return {"incarnation": r.incarnation, "state": dict(r.state), "pending": sorted(r.leases.items()),
-                    "weights": self.weights, "version": self.version}
+                    "weights": self.weights, "version": self.version, "epoch": self.epoch}
 
     def admit(self, rank: int, incarnation: int, prompt: Prompt, state: dict, applied: int) -> tuple[str, int]:
         """At once: ('go', draw) (leased), ('wait', -1) (the window or a pause holds it back: ask
@@ -197,12 +205,42 @@ class RolloutHub:
                 self.taken += 1
             return group
 
-    def set_weights(self, weights: list, version: int, bound: int | None = None) -> None:
+    def set_weights(self, weights: list | None, version: int, bound: int | None = None) -> None:
+        """A new version: its object-store reference, or None when it comes by broadcast (the actors
+        then receive one broadcast per publish, counted by `sequence`; the first weights' reference,
+        which only a starting actor reads, is let go: no actor starts again under broadcast)."""
         with self.cond:
             self.window.set_bound(bound)
             self.window.publish(version, self.taken)
-            self.weights, self.version = weights, version
+            self.weights, self.version, self.sequence = weights, version, self.sequence + 1
             self.cond.notify_all()
+
+    def set_group(self, epoch: int, group: tuple) -> None:
+        """ray.publish broadcast: the trainer formed weight-publishing group `epoch`; its publishes count from 0."""
+        with self.cond:
+            self.epoch, self.group, self.sequence = epoch, group, 0
+            self.cond.notify_all()
+
+    def wait_publish(self, epoch: int, known: int, timeout: float) -> tuple | None:
+        """('group', epoch, (GroupLink, layout)) once a group newer than `epoch` formed; else
+        ('publish', publishes made, the latest version) once more than `known` were made in it;
+        None after `timeout` s or once closed."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.epoch != epoch or self.sequence != known or self.closed, timeout=timeout)
+            if self.closed:
+                return None
+            if self.epoch != epoch:
+                return "group", self.epoch, self.group
+            return ("publish", self.sequence, self.version) if self.sequence != known else None
+
+    def wait_group(self, epoch: int, timeout: float) -> bool:
+        """Whether a group newer than `epoch` forms within `timeout` s."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.epoch != epoch or self.closed, timeout=timeout) and not self.closed
+
+    def incarnations(self) -> list[int]:
+        with self.cond:
+            return [r.incarnation for r in self.ranks]
 
     def wait_weights(self, known: int, timeout: float) -> tuple[list, int] | None:
         with self.cond:
@@ -250,7 +288,7 @@ class GeneratorWorker:
     """One generator actor: streams its shard, scores groups, delivers them to the hub."""
 
     def __init__(self, hub, rank: int, world: int, build: GeneratorBuild, base_seed: int, n: int,
-                 threads: int):
+                 threads: int, publish: str = "object_store"):
         from scalerl.rl.curriculum import CurriculumSampler
 
         torch.set_num_threads(threads)
@@ -262,13 +300,30 @@ class GeneratorWorker:
         self.assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task),
                                         deliver=self._deliver, fail=self._fail)
         self.version = reg["version"]
-        self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
         self.stop = threading.Event()
-        threading.Thread(target=self._stream, args=(reg["pending"],), name="scalerl-generator", daemon=True).start()
-        threading.Thread(target=self._follow_weights, name="scalerl-weights", daemon=True).start()
+        self.receiver: Receiver | None = None      # ray.publish broadcast: this actor's member of the group
+        self.received = threading.Lock()           # held while a broadcast is received and staged
+        self.pending: list | None = reg["pending"]   # None once streaming
+        if reg["weights"] is not None:    # under broadcast, a restart after the first publish waits for one
+            self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
+            self._start_streaming()
+        follow, args = (self._follow_weights, ()) if publish == "object_store" else (self._follow_broadcast, (reg["epoch"],))
+        threading.Thread(target=follow, args=args, name="scalerl-weights", daemon=True).start()
+
+    def _start_streaming(self) -> None:
+        pending, self.pending = self.pending, None
+        threading.Thread(target=self._stream, args=(pending,), name="scalerl-generator", daemon=True).start()
 
     def ping(self) -> tuple[int, int]:
         return self.rank, self.incarnation
+
+    def weights(self, version: int) -> dict[str, torch.Tensor] | None:
+        """ray.publish broadcast: a copy of the weights last received, if they are `version`'s (else
+        None): what this actor staged for its engine, to check a publish against the trainer's."""
+        with self.received:
+            if self.receiver is None or self.version != version:
+                return None
+            return {name: t.to("cpu", copy=True) for name, t in self.receiver.tensors.items()}
 
     def _prompts(self, pending: list[tuple[int, Prompt]]):
         for draw, prompt in pending:                # the dead incarnation's groups in flight
@@ -308,6 +363,44 @@ class GeneratorWorker:
         finally:
             self.assembler.close()
 
+    def _follow_broadcast(self, epoch: int) -> None:
+        """Join each weight-publishing group the trainer forms after `epoch` (the group when this
+        start registered: a restart waits for a new one), receive every publish made in it in order
+        and stage the latest; stream once weights are in (a restart after the first publish)."""
+        sequence = 0
+        try:
+            while not self.stop.is_set():
+                got = ray.get(self.hub.wait_publish.remote(epoch, sequence, POLL_S))
+                if got is None:
+                    continue
+                kind, count, detail = got
+                if kind == "group":
+                    epoch, sequence = count, 0
+                    with self.received:
+                        self.receiver = None        # the old group's sockets closed first
+                        self.receiver = Receiver(detail[0], self.rank + 1, detail[1])
+                elif self._receive(count - sequence, detail, epoch):
+                    sequence = count
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _receive(self, count: int, version: int, epoch: int) -> bool:
+        """`count` publishes into the buffers, the last staged as `version`. False when the group
+        broke (a member gone) and the trainer forms a new one (it then publishes again)."""
+        with self.received:
+            try:
+                for _ in range(count):
+                    self.receiver.receive()
+            except ScaleRLError:
+                if ray.get(self.hub.wait_group.remote(epoch, self.receiver.link.timeout_s)):
+                    return False
+                raise
+            self.version = version
+            self.generator.update_weights(self.receiver.tensors, version)
+        if self.pending is not None:
+            self._start_streaming()
+        return True
+
     def _follow_weights(self) -> None:
         while not self.stop.is_set():
             got = ray.get(self.hub.wait_weights.remote(self.version, POLL_S))
@@ -332,6 +425,71 @@ class RolloutSpec:
     gpus: float = 0.0
     max_restarts: int = 3
     options: list[dict] = field(default_factory=list)   # extra Ray options per rank (placement)
+    publish: str = "object_store"  # object_store: one ray.put per version; broadcast: broadcast.py
+    bucket_mb: float = 64.0        # broadcast: bucket size
+    publish_timeout_s: float = 300.0   # broadcast: joining the group, each bucket
+
+
+class Broadcasting:
+    """ray.publish broadcast, the trainer's side: the weight-publishing group (this process rank 0,
+    actor r rank r + 1; broadcast.py), formed again with the actors' new starts after a restart."""
+
+    def __init__(self, hub, spec: RolloutSpec, weights: dict[str, torch.Tensor], check_alive):
+        self.hub, self.spec, self.check_alive = hub, spec, check_alive
+        self.bucket_bytes = int(spec.bucket_mb * 2**20)
+        self.epoch, self.sent, self.sender, self.members = 0, 0, None, None
+        self.last: TrainerUpdate | None = None
+        self.form(weights)
+
+    def form(self, weights: dict[str, torch.Tensor]) -> None:
+        """A new group of every actor's current start; returns once all joined (or raises)."""
+        spec = self.spec
+        host = ray.util.get_node_ip_address()
+        link = GroupLink(host, free_port(host), spec.generators + 1, backend_for(weights, spec.gpus),
+                         spec.publish_timeout_s)
+        layout = plan_buckets(weights, self.bucket_bytes)
+        self.sender, self.epoch = None, self.epoch + 1
+        gc.collect()   # the old group's sockets closed now, so its members stop waiting on it (a failed
+        # broadcast's traceback holds it in a reference cycle: measured, it kept a member waiting for the timeout)
+        ray.get(self.hub.set_group.remote(self.epoch, (link, layout)))
+        self.sender = Sender(link, layout)
+        self.members = ray.get(self.hub.incarnations.remote())
+
+    def _restarted(self) -> bool:
+        return ray.get(self.hub.incarnations.remote()) != self.members
+
+    def publish(self, update: TrainerUpdate) -> None:
+        """Announce the version to the hub, then broadcast it; a group broken by a dead actor is
+        formed again once Ray restarted it, and the version sent again."""
+        self.last = update
+        for attempt in (1, 2):
+            if self._restarted():
+                self.form(update.weights)
+            ray.get(self.hub.set_weights.remote(None, update.version, update.bound))
+            try:
+                self.sent += self.sender.send(update.weights, update.version, self.bucket_bytes)
+                return
+            except ScaleRLError:
+                if attempt == 2:
+                    raise
+            self._await_restart()
+
+    def _await_restart(self) -> None:
+        """After a broken broadcast: until an actor's new start registers; raises if one is dead
+        for good (restarts used up) or none starts within ray.publish_timeout_s."""
+        deadline = time.monotonic() + self.spec.publish_timeout_s
+        while not self._restarted():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise ScaleRLError(f"a broadcast of the weights failed and no generator actor restarted within "
+                                   f"ray.publish_timeout_s = {self.spec.publish_timeout_s:g} s")
+            time.sleep(0.2)
+
+    def rejoin(self) -> None:
+        """While the trainer waits for data: an actor that restarted since the last publish gets a
+        new group and the latest weights again (it streams only once it has them)."""
+        if self.last is not None and self._restarted():
+            self.publish(self.last)
 
 
 class RayRollouts:
@@ -347,9 +505,16 @@ class RayRollouts:
         self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
                                            max_concurrency=2, **(spec.options[r] if spec.options else {}))
                         .remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n,
-                                spec.threads) for r in range(spec.generators)]
+                                spec.threads, spec.publish) for r in range(spec.generators)]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
         self._pings: list = [None] * spec.generators
+        self.broadcasting = None
+        if spec.publish == "broadcast":
+            try:
+                self.broadcasting = Broadcasting(self.hub, spec, weights, self._check_alive)
+            except BaseException:
+                self.close()             # the actors and the hub: the caller never gets this source to close
+                raise
         self._last: dict = {"idle_s": [0.0] * spec.generators}
 
     def _check_alive(self) -> None:
@@ -382,12 +547,18 @@ class RayRollouts:
             if isinstance(item, str):
                 raise RuntimeError(item)
             self._check_alive()
+            if self.broadcasting is not None:
+                self.broadcasting.rejoin()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no rollout group arrived within {timeout} s")
 
     def send(self, update: TrainerUpdate) -> None:
         for prompt_id in update.retired:
             ray.get(self.hub.retire.remote(prompt_id))
+        if self.broadcasting is not None:
+            self._weights_ref = None
+            self.broadcasting.publish(update)
+            return
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
         ray.get(self.hub.set_weights.remote([self._weights_ref], update.version, update.bound))
 
@@ -415,6 +586,9 @@ class RayRollouts:
         out = {"ray/queue_depth": c["queue_depth"], "ray/gen_idle_seconds": sum(idle),
                "ray/rejected_groups": c["rejected"], "ray/restarts": sum(c["restarts"]),
                "ray/regenerated_groups": c["regenerated"]}
+        if self.broadcasting is not None:
+            out["ray/broadcast_bytes"] = self.broadcasting.sent
+            out["ray/broadcast_groups"] = self.broadcasting.epoch
         for r, count in enumerate(c["completions"]):
             out[f"ray/completions/gen{r}"] = count
         return out
@@ -424,3 +598,4 @@ class RayRollouts:
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
         ray.kill(self.hub, no_restart=True)
+        self.broadcasting = None       # the broadcast group's store and process group, once its members are gone
