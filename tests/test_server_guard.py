@@ -1,0 +1,103 @@
+"""The guard of a started vLLM server (scalerl/rollout/vllm_guard.py), on a stand-in server: a process
+that starts a worker in a session of its own (as vLLM's EngineCore and workers outlive a killed API
+server). Whatever way the starter ends, no process of the server remains; the real server under a
+Ray actor is tests/test_vllm_ray.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from scalerl.rollout.vllm_server import start_guarded
+
+# a "server" that starts a "worker" in a session of its own, then sleeps (or exits with CODE)
+SERVER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(300)"])
+    time.sleep(float(sys.argv[1]))
+    sys.exit(3)
+""")
+
+# a starter that starts the server from a thread that ends at once, says so, then sleeps until killed
+STARTER = textwrap.dedent("""
+    import sys, threading, time
+    from pathlib import Path
+    from scalerl.rollout.vllm_server import start_guarded
+    out = []
+    t = threading.Thread(target=lambda: out.append(start_guarded([sys.executable, "-c", sys.argv[1], "300"],
+                                                                  Path(sys.argv[2]))))
+    t.start(); t.join()
+    print(out[0].pid, flush=True)
+    time.sleep(300)
+""")
+
+
+def tree(pid: int, timeout: float = 60.0) -> list[psutil.Process]:
+    """The guard `pid`, the server and its worker, once the worker is in a session of its own."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        if len(procs) == 3 and len({os.getsid(p.pid) for p in procs}) == 2:
+            return procs
+        time.sleep(0.05)
+    raise AssertionError(f"guard {pid}: {len(procs)} processes, not a server and a worker, after {timeout} s")
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> float:
+    t0 = time.monotonic()
+    while alive(procs) and time.monotonic() - t0 < timeout:
+        time.sleep(0.05)
+    assert not alive(procs), [(p.pid, p.cmdline()[:3]) for p in alive(procs)]
+    return time.monotonic() - t0
+
+
+def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
+    """SIGKILL to the starter (no exit handler runs: as `ray.kill` does to an actor), whose starting thread
+    had already ended: the guard, the server and the server's worker in its own session are all gone."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log")],
+                               stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        guard = int(starter.stdout.readline())
+        procs = tree(guard)
+        assert os.getsid(starter.pid) not in {os.getsid(p.pid) for p in procs}
+        time.sleep(0.5)
+        assert not [p for p in procs if p not in alive(procs)]   # the starting thread's end stopped nothing
+    finally:
+        starter.kill()
+        starter.wait(timeout=10)
+    assert wait_gone(procs, timeout=10) < 10
+
+
+def test_a_server_that_exits_takes_its_workers_and_its_exit_code_is_the_guards(tmp_path):
+    proc = start_guarded([sys.executable, "-c", SERVER, "2"], tmp_path / "server.log")
+    procs = tree(proc.pid)
+    assert proc.wait(timeout=30) == 3
+    wait_gone(procs, timeout=10)
+
+
+def test_a_stopped_guard_stops_its_server(tmp_path):
+    """SIGTERM to the guard (VllmServer.close): the server and its worker stop; a signal's death is reported
+    as that signal, as the server's own would be."""
+    proc = start_guarded([sys.executable, "-c", SERVER, "300"], tmp_path / "server.log")
+    procs = tree(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    wait_gone(procs, timeout=10)
