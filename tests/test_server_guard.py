@@ -14,6 +14,7 @@ import time
 
 import psutil
 
+from scalerl.rollout import vllm_server
 from scalerl.rollout.vllm_server import start_guarded
 
 # a "server" that starts a "worker" in a session of its own, then sleeps (or exits with CODE)
@@ -25,13 +26,16 @@ SERVER = textwrap.dedent("""
 """)
 
 # a starter that starts the server from a thread that ends at once, says so, then sleeps until killed
+# (vllm_server.py loaded by path: without scalerl.rollout's torch, it starts in a second)
 STARTER = textwrap.dedent("""
-    import sys, threading, time
+    import importlib.util, sys, threading, time
     from pathlib import Path
-    from scalerl.rollout.vllm_server import start_guarded
+    spec = importlib.util.spec_from_file_location("vllm_server", sys.argv[3])
+    server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(server)
     out = []
-    t = threading.Thread(target=lambda: out.append(start_guarded([sys.executable, "-c", sys.argv[1], "300"],
-                                                                  Path(sys.argv[2]))))
+    t = threading.Thread(target=lambda: out.append(server.start_guarded([sys.executable, "-c", sys.argv[1], "300"],
+                                                                         Path(sys.argv[2]))))
     t.start(); t.join()
     print(out[0].pid, flush=True)
     time.sleep(300)
@@ -39,11 +43,12 @@ STARTER = textwrap.dedent("""
 
 
 def tree(pid: int, timeout: float = 60.0) -> list[psutil.Process]:
-    """The guard `pid`, the server and its worker, once the worker is in a session of its own."""
+    """The guard `pid` (anchor and watcher), the server and its worker, once the worker is in a session of
+    its own."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        if len(procs) == 3 and len({os.getsid(p.pid) for p in procs}) == 2:
+        if len(procs) == 4 and len({os.getsid(p.pid) for p in procs}) == 2:
             return procs
         time.sleep(0.05)
     raise AssertionError(f"guard {pid}: {len(procs)} processes, not a server and a worker, after {timeout} s")
@@ -69,10 +74,11 @@ def wait_gone(procs: list[psutil.Process], timeout: float) -> float:
 
 
 def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
-    """SIGKILL to the starter (no exit handler runs: as `ray.kill` does to an actor), whose starting thread
-    had already ended: the guard, the server and the server's worker in its own session are all gone."""
+    """SIGKILL to the starter (no exit handler runs), whose starting thread had already ended, and to its
+    direct children (as Ray does to an actor's at `ray.kill`): the guard, the server and the server's worker
+    in its own session are all gone."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log")],
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log"), vllm_server.__file__],
                                stdout=subprocess.PIPE, text=True, env=env)
     try:
         guard = int(starter.stdout.readline())
@@ -81,7 +87,8 @@ def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
         time.sleep(0.5)
         assert not [p for p in procs if p not in alive(procs)]   # the starting thread's end stopped nothing
     finally:
-        starter.kill()
+        for p in [psutil.Process(starter.pid), *psutil.Process(starter.pid).children()]:
+            p.kill()
         starter.wait(timeout=10)
     assert wait_gone(procs, timeout=10) < 10
 

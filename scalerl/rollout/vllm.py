@@ -77,9 +77,7 @@ class _Sample:
         del self.tokens[n:], self.logprobs[n:], self.versions[n:], self.forced[n:]
 
 
-@register(VllmEngineConfig, EngineNeeds(hosts=frozenset({"thread", "process"}), copy=False,
-                                     devices=frozenset({"cpu", "cuda"}),
-                                     lora=False))
+@register(VllmEngineConfig, EngineNeeds(copy=False, devices=frozenset({"cpu", "cuda"}), lora=False))
 class VllmClient:
     """A vLLM server's client; implements `scalerl.rollout.Generator` (see the module docstring).
     `model` is read once, to start the server on its weights (unless `rollout.engine.url` or

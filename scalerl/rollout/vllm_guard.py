@@ -4,16 +4,21 @@ on the standard library and psutil alone.
 
 A vLLM server is several processes: the API server, its `VLLM::EngineCore`, that one's workers and
 a resource tracker. Killing the API server alone (SIGKILL, or the PR_SET_PDEATHSIG of a starter
-that died) leaves the others running, orphaned, each holding its memory. The guard runs COMMAND as
-its child, is the subreaper of everything below it (PR_SET_CHILD_SUBREAPER: orphans come back to
-it, whatever session they put themselves in) and, when any of the following happens, takes every
-process below it down (SIGTERM, then SIGKILL after GRACE seconds) and exits:
+that died) leaves the others running, orphaned, each holding its memory. So the server runs two
+levels below its starter:
 
-- the server exits on its own: the guard exits with its exit code (a signal's death as that signal);
-- the guard is asked to stop (SIGTERM, SIGINT, SIGHUP): the server gets GRACE seconds to stop;
-- its starter (process STARTER) dies: PR_SET_PDEATHSIG, set by the starter before exec, sends the
-  guard SIGTERM; the guard also sees its parent change (a starter that died before the signal was
-  armed). Nothing is left to be graceful for: everything below it is killed at once.
+    starter -> anchor (this file) -> watcher (this file, --watch) -> COMMAND (the API server) -> ...
+
+- The anchor dies with its starter (PR_SET_PDEATHSIG SIGKILL, set by the starter before exec), and
+  it may be killed outright with it: Ray SIGKILLs the direct children of a worker that exits
+  (`RAY_kill_child_processes_on_worker_exit`). It only waits for the watcher, forwards a request to
+  stop (SIGTERM, SIGINT, SIGHUP) and exits as the watcher did.
+- The watcher is the subreaper of everything below it (PR_SET_CHILD_SUBREAPER: orphans come back to
+  it, whatever session they put themselves in) and takes every process below it down (SIGTERM,
+  then SIGKILL after GRACE seconds) when the server exits on its own (then it exits with the
+  server's exit code, a signal's death as that signal), when it is asked to stop (the server gets
+  GRACE seconds), or at once when the anchor dies (PR_SET_PDEATHSIG SIGTERM; it also sees its
+  parent change).
 
 So a Ray generator actor that ends without running any exit handler (`ray.kill`, a crash,
 `ray.shutdown`) leaves no process of its server behind.
@@ -86,27 +91,51 @@ def exit_like(code: int) -> None:
     sys.exit(code if code >= 0 else 128 - code)
 
 
-def _die_with_guard() -> None:
-    """In the server's process before exec: SIGKILL if the guard itself is killed (PR_SET_PDEATHSIG)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+def _die_with(sig: int, parent: int):
+    """A preexec_fn: `sig` to the new process when the thread that starts it ends (PR_SET_PDEATHSIG);
+    gone at once if `parent` had died before that was armed."""
+    def arm() -> None:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: vllm_guard.py STARTER_PID GRACE_S -- COMMAND...")
-    starter, grace, command = int(argv[0]), float(argv[1]), argv[3:]
+def anchor(starter: int, grace: float, command: list[str]) -> None:
+    here = os.getpid()
+    watcher = subprocess.Popen([sys.executable, "-I", __file__, "--watch", str(here), str(grace), "--", *command],
+                               preexec_fn=_die_with(signal.SIGTERM, here))
+    for sig in STOP_SIGNALS:    # the watcher stops the server (a process group's signal reaches it too)
+        signal.signal(sig, lambda signum, frame: watcher.send_signal(signal.SIGTERM))
+    while watcher.poll() is None and os.getppid() == starter:
+        time.sleep(POLL_S)
+    if watcher.poll() is None:  # the starter died: so does the anchor, and the watcher acts on it
+        os._exit(1)
+    exit_like(watcher.returncode)
+
+
+def watch(parent: int, grace: float, command: list[str]) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     asked: list[int] = []
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: asked.append(signum))
-    server = subprocess.Popen(command, preexec_fn=_die_with_guard)
-    while server.poll() is None and not asked and os.getppid() == starter:
+    server = subprocess.Popen(command, preexec_fn=_die_with(signal.SIGKILL, os.getpid()))
+    while server.poll() is None and not asked and os.getppid() == parent:
         time.sleep(POLL_S)
-    orphaned = os.getppid() != starter
+    orphaned = os.getppid() != parent
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     end_all(server, 0.0 if orphaned else grace)
     exit_like(server.wait())
+
+
+def main(argv: list[str]) -> None:
+    role = watch if argv[:1] == ["--watch"] else anchor
+    argv = argv[1:] if role is watch else argv
+    if len(argv) < 4 or argv[2] != "--":
+        sys.exit("usage: vllm_guard.py [--watch] PARENT_PID GRACE_S -- COMMAND...")
+    role(int(argv[0]), float(argv[1]), argv[3:])
 
 
 if __name__ == "__main__":

@@ -61,10 +61,11 @@ def _has_cuda() -> bool:
 
 
 def _die_with_parent(starter: int) -> None:
-    """In the guard's process before exec: SIGTERM when the thread that started it ends (the spawner
-    thread: with its process); gone at once if the starter died before the signal was armed."""
+    """In the guard's process before exec: SIGKILL when the thread that started it ends (the spawner
+    thread: with its process; the guard's watcher then stops the server); gone at once if the starter
+    died before the signal was armed."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     if os.getppid() != starter:
         os._exit(1)
 

@@ -52,6 +52,7 @@ from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
 POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
+SHUTDOWN_S = 60.0     # how long the end of a run waits for the actors to close their generators (a server's stop)
 MAX_RETIRED_IN_A_ROW = 100_000
 
 
@@ -270,6 +271,13 @@ class GeneratorWorker:
     def ping(self) -> tuple[int, int]:
         return self.rank, self.incarnation
 
+    def shutdown(self) -> None:
+        """The run's end: stop streaming and close the generator (a server's client stops the server it
+        started and removes its folder). An actor that ends without this (`ray.kill`, a crash) leaves no
+        server process either (scalerl.rollout.vllm_guard), only the client's temporary folder."""
+        self.stop.set()
+        getattr(self.generator, "close", lambda: None)()
+
     def _prompts(self, pending: list[tuple[int, Prompt]]):
         for draw, prompt in pending:                # the dead incarnation's groups in flight
             yield self.assembler.add_prompt(prompt, draw)
@@ -420,7 +428,19 @@ class RayRollouts:
         return out
 
     def close(self) -> None:
+        """Close the hub, let every actor close its generator (`SHUTDOWN_S` at most), then kill them."""
+        from ray.exceptions import RayActorError
+
         ray.get(self.hub.close.remote())
-        for worker in self.workers:
-            ray.kill(worker, no_restart=True)
-        ray.kill(self.hub, no_restart=True)
+        try:
+            done, _ = ray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers),
+                               timeout=SHUTDOWN_S)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    continue     # dead or restarting: nothing of it to close (its server died with it)
+        finally:
+            for worker in self.workers:
+                ray.kill(worker, no_restart=True)
+            ray.kill(self.hub, no_restart=True)
