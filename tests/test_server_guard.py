@@ -35,7 +35,7 @@ STARTER = textwrap.dedent("""
     spec.loader.exec_module(server)
     out = []
     t = threading.Thread(target=lambda: out.append(server.start_guarded([sys.executable, "-c", sys.argv[1], "300"],
-                                                                         Path(sys.argv[2]))))
+                                                                         Path(sys.argv[2]), remove=Path(sys.argv[4]))))
     t.start(); t.join()
     print(out[0].pid, flush=True)
     time.sleep(300)
@@ -76,9 +76,13 @@ def wait_gone(procs: list[psutil.Process], timeout: float) -> float:
 def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
     """SIGKILL to the starter (no exit handler runs), whose starting thread had already ended, and to its
     direct children (as Ray does to an actor's at `ray.kill`): the guard, the server and the server's worker
-    in its own session are all gone."""
+    in its own session are all gone, and so is the starter's folder."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log"), vllm_server.__file__],
+    folder = tmp_path / "starter"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "weights").write_bytes(b"x")
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log"), vllm_server.__file__,
+                                str(folder)],
                                stdout=subprocess.PIPE, text=True, env=env)
     try:
         guard = int(starter.stdout.readline())
@@ -91,6 +95,7 @@ def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
             p.kill()
         starter.wait(timeout=10)
     assert wait_gone(procs, timeout=10) < 10
+    assert not folder.exists()
 
 
 def test_a_server_that_exits_takes_its_workers_and_its_exit_code_is_the_guards(tmp_path):
@@ -103,8 +108,9 @@ def test_a_server_that_exits_takes_its_workers_and_its_exit_code_is_the_guards(t
 def test_a_stopped_guard_stops_its_server(tmp_path):
     """SIGTERM to the guard (VllmServer.close): the server and its worker stop; a signal's death is reported
     as that signal, as the server's own would be."""
-    proc = start_guarded([sys.executable, "-c", SERVER, "300"], tmp_path / "server.log")
+    proc = start_guarded([sys.executable, "-c", SERVER, "300"], tmp_path / "server.log", remove=tmp_path)
     procs = tree(proc.pid)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
     wait_gone(procs, timeout=10)
+    assert tmp_path.exists()      # its starter lives on: the folder is the starter's to remove

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -81,8 +82,8 @@ class ServerHolder:
                             engine=VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=4))
         self.client = make_engine(model, tok, cfg, seed=0)
 
-    def guard(self) -> int:
-        return self.client.server.proc.pid
+    def guard(self) -> tuple[int, str]:
+        return self.client.server.proc.pid, str(self.client._dir)
 
     def tokens(self) -> int:
         return len(self.client.generate([Prompt("p", "<s>1+2=", "3")], 1)[0].tokens)
@@ -90,15 +91,19 @@ class ServerHolder:
 
 def test_a_killed_actor_leaves_no_process_of_its_server():
     """`ray.kill` ends the actor without any exit handler: its server's guard sees it die and takes the API
-    server, its EngineCore and that one's workers with it, within seconds."""
+    server, its EngineCore and that one's workers with it, within seconds, and removes the client's folder
+    (the model it saved for its server)."""
     holder = ray.remote(ServerHolder).options(num_cpus=1).remote()
-    guard = psutil.Process(ray.get(holder.guard.remote(), timeout=900))
+    pid, folder = ray.get(holder.guard.remote(), timeout=900)
+    guard = psutil.Process(pid)
+    assert (Path(folder) / "model" / "model.safetensors").exists()
     assert ray.get(holder.tokens.remote(), timeout=120) > 0          # a working server
     procs = server_processes(guard)
     names = [p.name() for p in procs]
     assert "VLLM::EngineCore" in names and len(procs) >= 3, names
     ray.kill(holder)
     print(f"killed actor: its {len(procs)} server processes gone in {gone_within(procs, 60):.1f} s")
+    assert not Path(folder).exists()
 
 
 def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
@@ -115,14 +120,18 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
         return train_step(model, optim, groups, cfg, pad_id, step, ref_model, advantages=advantages)
 
     monkeypatch.setattr(state_mod, "train_step", step)
-    seen: dict[int, psutil.Process] = {}
+    seen: dict[psutil.Process, str] = {}
     done = threading.Event()
 
-    def watch():   # every process of the actor's server, while the run lasts
+    def watch():   # every process of the actor's server (and its name), while the run lasts
         while not done.is_set():
             for p in psutil.process_iter(["cmdline"]):
                 if p.info["cmdline"] and str(GUARD) in p.info["cmdline"] and marked(p):
-                    seen.update((q.pid, q) for q in server_processes(p))
+                    for q in server_processes(p):
+                        try:
+                            seen[q] = q.name()      # the last one: EngineCore renames itself
+                        except psutil.Error:
+                            continue
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -148,6 +157,5 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
         assert len(c.versions) == len(c.tokens) > 0 and all(0 <= v < s for v in c.versions)
         assert c.versions == sorted(c.versions)
     assert max(v for _, c in completions for v in c.versions) >= 1   # published weights reached the server
-    names = [p.name() for p in seen.values()]
-    assert "VLLM::EngineCore" in names, names
-    print(f"run end: the actor's {len(seen)} server processes gone {gone_within(list(seen.values()), 60):.1f} s after")
+    assert "VLLM::EngineCore" in seen.values(), seen
+    print(f"run end: the actor's {len(seen)} server processes gone {gone_within(list(seen), 60):.1f} s after")

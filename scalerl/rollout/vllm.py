@@ -116,7 +116,7 @@ class VllmClient:
                 model.save_pretrained(model_dir, safe_serialization=True)
                 tokenizer.save_pretrained(model_dir)
             length = min(getattr(model.config, "max_position_embeddings", MAX_MODEL_LEN) or MAX_MODEL_LEN, MAX_MODEL_LEN)
-            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads())
+            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads(), remove=self._dir)
         self.server.call("POST", "/update_weight_version", {"new_version": str(self._version)})
 
     # ------------------------------------------------------------------ the Generator protocol

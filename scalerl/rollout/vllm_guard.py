@@ -1,5 +1,5 @@
 """The guard of a started vLLM server (`scalerl.rollout.vllm_server`): run by path, never imported
-(`python -I vllm_guard.py STARTER GRACE -- COMMAND...`), so that it starts in a fraction of a second
+(`python -I vllm_guard.py STARTER GRACE [--remove DIR] -- COMMAND...`), so that it starts in a fraction of a second
 on the standard library and psutil alone.
 
 A vLLM server is several processes: the API server, its `VLLM::EngineCore`, that one's workers and
@@ -18,7 +18,8 @@ levels below its starter:
   then SIGKILL after GRACE seconds) when the server exits on its own (then it exits with the
   server's exit code, a signal's death as that signal), when it is asked to stop (the server gets
   GRACE seconds), or at once when the anchor dies (PR_SET_PDEATHSIG SIGTERM; it also sees its
-  parent change).
+  parent change): then it also removes DIR, the starter's folder (the model it saved, the weights
+  it published), which the starter had no chance to remove.
 
 So a Ray generator actor that ends without running any exit handler (`ray.kill`, a crash,
 `ray.shutdown`) leaves no process of its server behind.
@@ -26,8 +27,10 @@ So a Ray generator actor that ends without running any exit handler (`ray.kill`,
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,41 +105,52 @@ def _die_with(sig: int, parent: int):
     return arm
 
 
-def anchor(starter: int, grace: float, command: list[str]) -> None:
+def anchor(args: argparse.Namespace) -> None:
     here = os.getpid()
-    watcher = subprocess.Popen([sys.executable, "-I", __file__, "--watch", str(here), str(grace), "--", *command],
-                               preexec_fn=_die_with(signal.SIGTERM, here))
+    extra = ["--remove", args.remove] if args.remove else []
+    watcher = subprocess.Popen([sys.executable, "-I", __file__, "--watch", str(here), str(args.grace), *extra, "--",
+                                *args.command], preexec_fn=_die_with(signal.SIGTERM, here))
     for sig in STOP_SIGNALS:    # the watcher stops the server (a process group's signal reaches it too)
         signal.signal(sig, lambda signum, frame: watcher.send_signal(signal.SIGTERM))
-    while watcher.poll() is None and os.getppid() == starter:
+    while watcher.poll() is None and os.getppid() == args.parent:
         time.sleep(POLL_S)
     if watcher.poll() is None:  # the starter died: so does the anchor, and the watcher acts on it
         os._exit(1)
     exit_like(watcher.returncode)
 
 
-def watch(parent: int, grace: float, command: list[str]) -> None:
+def watch(args: argparse.Namespace) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     asked: list[int] = []
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: asked.append(signum))
-    server = subprocess.Popen(command, preexec_fn=_die_with(signal.SIGKILL, os.getpid()))
-    while server.poll() is None and not asked and os.getppid() == parent:
+    server = subprocess.Popen(args.command, preexec_fn=_die_with(signal.SIGKILL, os.getpid()))
+    while server.poll() is None and not asked and os.getppid() == args.parent:
         time.sleep(POLL_S)
-    orphaned = os.getppid() != parent
+    orphaned = os.getppid() != args.parent
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    end_all(server, 0.0 if orphaned else grace)
+    end_all(server, 0.0 if orphaned else args.grace)
+    if orphaned and args.remove:   # the starter's folder (model, weights) that it could not remove itself
+        shutil.rmtree(args.remove, ignore_errors=True)
     exit_like(server.wait())
 
 
-def main(argv: list[str]) -> None:
-    role = watch if argv[:1] == ["--watch"] else anchor
-    argv = argv[1:] if role is watch else argv
-    if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: vllm_guard.py [--watch] PARENT_PID GRACE_S -- COMMAND...")
-    role(int(argv[0]), float(argv[1]), argv[3:])
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="vllm_guard.py", usage="%(prog)s [--watch] PARENT_PID GRACE_S "
+                                     "[--remove DIR] -- COMMAND...")
+    parser.add_argument("--watch", action="store_true", help="the watcher (started by the anchor)")
+    parser.add_argument("parent", type=int, help="the process whose end ends the server")
+    parser.add_argument("grace", type=float, help="seconds the server gets to stop when asked")
+    parser.add_argument("--remove", help="a folder to remove if the parent ends first")
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("no command after --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    args.command = argv[split + 1:]
+    return args
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    options = parse(sys.argv[1:])
+    (watch if options.watch else anchor)(options)

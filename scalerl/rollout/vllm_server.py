@@ -97,11 +97,14 @@ def spawn(fn):
     return future.result(timeout=SPAWN_TIMEOUT_S)
 
 
-def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None,
+                  remove: Path | None = None) -> subprocess.Popen:
     """`args` under the guard (`vllm_guard.py`), in a session of its own, output appended to `log`: every
-    process it starts ends with this process, however this one ends. The Popen is the guard's."""
+    process it starts ends with this process, however this one ends, and then `remove` (a folder) is
+    removed if this process could not. The Popen is the guard's."""
     starter = os.getpid()
-    guarded = [sys.executable, "-I", str(GUARD), str(starter), str(STOP_GRACE_S), "--", *args]
+    extra = ["--remove", str(remove)] if remove is not None else []
+    guarded = [sys.executable, "-I", str(GUARD), str(starter), str(STOP_GRACE_S), *extra, "--", *args]
     with open(log, "ab") as out:
         return spawn(lambda: subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                               start_new_session=True, preexec_fn=lambda: _die_with_parent(starter)))
@@ -120,8 +123,10 @@ class VllmServer:
         """How an error names the server: its log, or its URL."""
         return f"see its log {self.log}" if self.log is not None else f"server {self.url}"
 
-    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None) -> None:
-        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`)."""
+    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None,
+              remove: Path | None = None) -> None:
+        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `remove`: the
+        caller's folder, removed by the guard if this process ends without closing the server."""
         require_vllm()
         port = self.cfg.port or free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -139,7 +144,7 @@ class VllmServer:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if threads is not None:
             env.setdefault("OMP_NUM_THREADS", str(threads))
-        self.proc = start_guarded(args, self.log, env=env, cwd=model_dir.parent)
+        self.proc = start_guarded(args, self.log, env=env, cwd=model_dir.parent, remove=remove)
         atexit.register(self.close)
         self._wait_healthy()
 
