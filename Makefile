@@ -48,13 +48,15 @@ test: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/test_vllm.py: the modules of .venv's extras are not in .venv-vllm).
+# The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
+# actors; the modules of .venv's other extras are not in .venv-vllm).
+VLLM_TESTS := tests/test_vllm.py tests/test_vllm_ray.py
 test-vllm: $(VSTAMP)
-	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" tests/test_vllm.py
+	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
 test-slow: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
-	$(VPY) -m pytest -q -m "vllm and slow and not gpu" tests/test_vllm.py
+	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
