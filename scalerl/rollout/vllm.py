@@ -182,10 +182,11 @@ class VllmClient:
         shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop the requests and a server this client started; remove its folder."""
+        """Stop the requests, remove the client's folder (first: a process ended while the server stops
+        leaves nothing behind) and stop a server this client started."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self.server.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+        self.server.close()
 
     # ------------------------------------------------------------------ one sample
     def _submit(self, prompt: Prompt, k: int) -> Future:

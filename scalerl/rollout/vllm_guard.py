@@ -131,8 +131,8 @@ def watch(args: argparse.Namespace) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     end_all(server, 0.0 if orphaned else args.grace)
-    if orphaned and args.remove:   # the starter's folder (model, weights) that it could not remove itself
-        shutil.rmtree(args.remove, ignore_errors=True)
+    if args.remove and os.getppid() != args.parent:   # the starter died (maybe during the grace): its folder
+        shutil.rmtree(args.remove, ignore_errors=True)  # (model, weights), which it could not remove itself
     exit_like(server.wait())
 
 
