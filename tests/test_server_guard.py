@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import psutil
+from process_helpers import gone_within, running
 
 from scalerl.rollout import vllm_server
 from scalerl.rollout.vllm_server import start_guarded
@@ -54,25 +55,6 @@ def tree(pid: int, timeout: float = 60.0) -> list[psutil.Process]:
     raise AssertionError(f"guard {pid}: {len(procs)} processes, not a server and a worker, after {timeout} s")
 
 
-def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            continue
-    return out
-
-
-def wait_gone(procs: list[psutil.Process], timeout: float) -> float:
-    t0 = time.monotonic()
-    while alive(procs) and time.monotonic() - t0 < timeout:
-        time.sleep(0.05)
-    assert not alive(procs), [(p.pid, p.cmdline()[:3]) for p in alive(procs)]
-    return time.monotonic() - t0
-
-
 def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
     """SIGKILL to the starter (no exit handler runs), whose starting thread had already ended, and to its
     direct children (as Ray does to an actor's at `ray.kill`): the guard, the server and the server's worker
@@ -89,12 +71,12 @@ def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
         procs = tree(guard)
         assert os.getsid(starter.pid) not in {os.getsid(p.pid) for p in procs}
         time.sleep(0.5)
-        assert not [p for p in procs if p not in alive(procs)]   # the starting thread's end stopped nothing
+        assert not [p for p in procs if p not in running(procs)]   # the starting thread's end stopped nothing
     finally:
         for p in [psutil.Process(starter.pid), *psutil.Process(starter.pid).children()]:
             p.kill()
         starter.wait(timeout=10)
-    assert wait_gone(procs, timeout=10) < 10
+    assert gone_within(procs, timeout=10) < 10
     assert not folder.exists()
 
 
@@ -102,7 +84,7 @@ def test_a_server_that_exits_takes_its_workers_and_its_exit_code_is_the_guards(t
     proc = start_guarded([sys.executable, "-c", SERVER, "2"], tmp_path / "server.log")
     procs = tree(proc.pid)
     assert proc.wait(timeout=30) == 3
-    wait_gone(procs, timeout=10)
+    gone_within(procs, timeout=10)
 
 
 def test_a_stopped_guard_stops_its_server(tmp_path):
@@ -112,5 +94,5 @@ def test_a_stopped_guard_stops_its_server(tmp_path):
     procs = tree(proc.pid)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
-    wait_gone(procs, timeout=10)
+    gone_within(procs, timeout=10)
     assert tmp_path.exists()      # its starter lives on: the folder is the starter's to remove

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import ray
+from process_helpers import gone_within
 
 from scalerl.assembly import state as state_mod
 from scalerl.config import NoLengthControl, RolloutConfig, VllmEngineConfig
@@ -50,27 +51,6 @@ def server_processes(guard: psutil.Process) -> list[psutil.Process]:
         return [guard, *guard.children(recursive=True)]
     except psutil.Error:
         return [guard]
-
-
-def running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def gone_within(procs: list[psutil.Process], timeout: float) -> float:
-    """Seconds until none of `procs` runs (asserted within `timeout`)."""
-    t0 = time.monotonic()
-    while running(procs) and time.monotonic() - t0 < timeout:
-        time.sleep(0.1)
-    left = [(p.pid, p.name()) for p in running(procs)]
-    assert not left, f"still running {timeout} s after: {left}"
-    return time.monotonic() - t0
 
 
 class ServerHolder:
