@@ -25,6 +25,7 @@ from scalerl.types import Prompt
 
 pytestmark = pytest.mark.vllm   # against real servers: `make test-vllm` runs them in .venv-vllm (with Ray)
 
+ENGINE_CORE = "VLLM::EngineCor"   # the process name, as the kernel keeps it (15 characters)
 MARK = f"scalerl-test-{uuid.uuid4().hex[:12]}"    # in the environment of every process of this module's actors
 
 
@@ -80,7 +81,7 @@ def test_a_killed_actor_leaves_no_process_of_its_server():
     assert ray.get(holder.tokens.remote(), timeout=120) > 0          # a working server
     procs = server_processes(guard)
     names = [p.name() for p in procs]
-    assert "VLLM::EngineCore" in names and len(procs) >= 3, names
+    assert any(n.startswith(ENGINE_CORE) for n in names) and len(procs) >= 3, names
     ray.kill(holder)
     print(f"killed actor: its {len(procs)} server processes gone in {gone_within(procs, 60):.1f} s")
     assert not Path(folder).exists()
@@ -137,5 +138,5 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
         assert len(c.versions) == len(c.tokens) > 0 and all(0 <= v < s for v in c.versions)
         assert c.versions == sorted(c.versions)
     assert max(v for _, c in completions for v in c.versions) >= 1   # published weights reached the server
-    assert "VLLM::EngineCore" in seen.values(), seen
+    assert any(n.startswith(ENGINE_CORE) for n in seen.values()), seen
     print(f"run end: the actor's {len(seen)} server processes gone {gone_within(list(seen), 60):.1f} s after")
