@@ -240,6 +240,8 @@ class VllmClient:
         out = self.server.call("POST", "/inference/v1/generate", {"token_ids": s.prompt_tokens + s.tokens,
                                                                    "sampling_params": params})
         choice = out["choices"][0]
+        if choice.get("finish_reason") == "abort":   # `close` aborts what is in flight: not a completion
+            raise ScaleRLError(f"vLLM request aborted: the server is stopping ({self.server.where()})")
         tokens = choice["token_ids"]
         logprobs = [c["logprob"] for c in choice["logprobs"]["content"]]
         s.add(tokens, logprobs, _versions(choice.get("weight_versions"), len(tokens), version))

