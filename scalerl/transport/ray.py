@@ -6,7 +6,10 @@
 
 Each generator actor wraps the same pieces as the in-process transports (the engine or any
 `Generator` from the same `GeneratorBuild` as `ProcessRollouts`, the reward, `GroupAssembler`,
-`CurriculumSampler`) and streams continuously; the hub is the one place that decides:
+`CurriculumSampler`) and streams continuously; with `rollout.engine: vllm` the engine is a client
+that starts a vLLM server of its own beside the actor (the weights go through the actor's own
+folder; the server never outlives the actor: scalerl.rollout.vllm_guard), closed at the run's end
+(`GeneratorWorker.shutdown`). The hub is the one place that decides:
 
 - Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
   r (`ShardSampler`), so no prompt is drawn by two actors. Before starting one it asks the hub
