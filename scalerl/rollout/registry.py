@@ -8,8 +8,8 @@ decodes a copy of the trainer's model (`scalerl.assembly.generator.generator_cop
 
     hosts     where its generator stage may run: `thread` (a thread of the trainer's process, or the
               process of `scalerl generate`), `process` (a generator process of ours:
-              `pipeline.transport`), `ray` (Ray actors: `pipeline.backend`). An engine that is the
-              client of a server of its own (vLLM) runs in a thread of the trainer's process
+              `pipeline.transport`), `ray` (Ray actors: `pipeline.backend`). The client of a server
+              of its own (vLLM) runs anywhere: the server runs beside it, started by it
     copy      it decodes a copy of the trainer's model in the stage's process (the local engine);
               without it the model it is given is only read at start-up (the vLLM client saves it for
               its server), and the evaluation decodes the trainer's model on the local engine

@@ -77,9 +77,7 @@ class _Sample:
         del self.tokens[n:], self.logprobs[n:], self.versions[n:], self.forced[n:]
 
 
-@register(VllmEngineConfig, EngineNeeds(hosts=frozenset({"thread", "process"}), copy=False,
-                                     devices=frozenset({"cpu", "cuda"}),
-                                     lora=False))
+@register(VllmEngineConfig, EngineNeeds(copy=False, devices=frozenset({"cpu", "cuda"}), lora=False))
 class VllmClient:
     """A vLLM server's client; implements `scalerl.rollout.Generator` (see the module docstring).
     `model` is read once, to start the server on its weights (unless `rollout.engine.url` or
@@ -118,7 +116,7 @@ class VllmClient:
                 model.save_pretrained(model_dir, safe_serialization=True)
                 tokenizer.save_pretrained(model_dir)
             length = min(getattr(model.config, "max_position_embeddings", MAX_MODEL_LEN) or MAX_MODEL_LEN, MAX_MODEL_LEN)
-            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads())
+            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads(), remove=self._dir)
         self.server.call("POST", "/update_weight_version", {"new_version": str(self._version)})
 
     # ------------------------------------------------------------------ the Generator protocol
@@ -184,10 +182,11 @@ class VllmClient:
         shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop the requests and a server this client started; remove its folder."""
+        """Stop the requests, remove the client's folder (first: a process ended while the server stops
+        leaves nothing behind) and stop a server this client started."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self.server.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+        self.server.close()
 
     # ------------------------------------------------------------------ one sample
     def _submit(self, prompt: Prompt, k: int) -> Future:
@@ -241,6 +240,8 @@ class VllmClient:
         out = self.server.call("POST", "/inference/v1/generate", {"token_ids": s.prompt_tokens + s.tokens,
                                                                    "sampling_params": params})
         choice = out["choices"][0]
+        if choice.get("finish_reason") == "abort":   # `close` aborts what is in flight: not a completion
+            raise ScaleRLError(f"vLLM request aborted: the server is stopping ({self.server.where()})")
         tokens = choice["token_ids"]
         logprobs = [c["logprob"] for c in choice["logprobs"]["content"]]
         s.add(tokens, logprobs, _versions(choice.get("weight_versions"), len(tokens), version))

