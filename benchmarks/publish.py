@@ -29,7 +29,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scalerl.models import load_model  # noqa: E402
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, free_port, plan_buckets  # noqa: E402
+from scalerl.run.ports import free_port  # noqa: E402
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, plan_buckets  # noqa: E402
 
 MODELS = ["ladder-1m", "smollm2-shape-random"]
 TIMEOUT_S = 300

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, free_port, plan_buckets
+from scalerl.run.ports import free_port
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, plan_buckets
 
 
 def _weights() -> dict[str, torch.Tensor]:

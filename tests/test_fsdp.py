@@ -105,7 +105,8 @@ def _kill_9_mid_run(run_dir: str) -> None:
 
     import torch.multiprocessing as mp
 
-    from scalerl.trainer.sharded import _rank_main, free_port
+    from scalerl.run.ports import free_port
+    from scalerl.trainer.sharded import _rank_main
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

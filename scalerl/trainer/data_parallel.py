@@ -23,7 +23,6 @@ Departures from the single-worker step:
 
 from __future__ import annotations
 
-import socket
 from typing import Callable
 
 import torch
@@ -31,6 +30,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
+from scalerl.run.ports import free_port
 from scalerl.trainer.step import Optimizer, plan_shards, shard_step
 from scalerl.types import Group
 
@@ -47,10 +47,7 @@ def free_address() -> str:
     import ray
 
     host = ray.util.get_node_ip_address()
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port = s.getsockname()[1]
-    return f"tcp://{host}:{port}"
+    return f"tcp://{host}:{free_port(host)}"
 
 
 class TrainerWorker:

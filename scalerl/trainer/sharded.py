@@ -48,6 +48,7 @@ from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
+from scalerl.run.ports import free_port
 from scalerl.trainer.forward import Batch, completion_logprobs
 from scalerl.trainer.step import Shard
 
@@ -311,14 +312,6 @@ class ShardedStep:
 
         for r in self.ranks:
             ray.kill(r, no_restart=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(target: Callable, rank: int, world: int, init_method: str, args: tuple, out) -> None:

@@ -25,7 +25,6 @@ broadcast, bucket by bucket, over a process group of their own.
 from __future__ import annotations
 
 import datetime
-import socket
 import time
 from dataclasses import dataclass
 from typing import Mapping
@@ -80,12 +79,6 @@ def backend_for(weights: Mapping[str, torch.Tensor], generator_gpus: float) -> s
     """nccl for CUDA tensors with a GPU in every generator, gloo otherwise."""
     on_cuda = any(t.device.type == "cuda" for t in weights.values())
     return "nccl" if on_cuda and generator_gpus > 0 else "gloo"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

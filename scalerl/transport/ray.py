@@ -55,7 +55,8 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, free_port, plan_buckets
+from scalerl.run.ports import free_port
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, plan_buckets
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
