@@ -761,13 +761,15 @@ class EvalConfig(_Section):
         "geometric", description="geometric: `count` evaluations spaced evenly in log-steps from fit_min_frac / 2 "
         "of run.max_steps (the rise before the fits' windows, which start at fit_min_frac of the final compute) to "
         "the end; linear: every `every` steps")
-    count: int = Field(12, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
-                       "run.max_steps is small: one per step at most)")
+    count: int = Field(36, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
+                       "run.max_steps is small: one per step at most); 36 put 15 or more inside the first half's fit "
+                       "window (a tenth to a half of the compute) on the default run (docs/default-run.md)")
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
     prompts: int | None = Field(
-        None, ge=1, description="validation prompts (<= task.val_size; none: the validation set, at most 512); 512 x 4 "
-                                "samples keep the default run's sampling error (val/pass_rate_se) under 0.01")
-    samples: int = Field(4, ge=1, description="samples per prompt: mean@k pass rate")
+        None, ge=1, description="validation prompts (<= task.val_size; none: the validation set, at most 512); 512 x 2 "
+                                "samples keep the default run's sampling error (val/pass_rate_se) at 0.013 or less")
+    samples: int = Field(2, ge=1, description="samples per prompt: mean@k pass rate (2: many cheap evaluations "
+                         "rather than few dear ones, for the fits)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
                                 "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
