@@ -89,3 +89,56 @@ def test_the_command_exits_1_on_a_failure(tmp_path, capsys):
     assert "FAIL" in capsys.readouterr().out
     _run(tmp_path / "fine", [0.2 + 0.06 * i for i in range(8)])
     assert main(["check", str(tmp_path / "fine"), "--against", str(tmp_path / "refs")]) == 0
+
+
+def _plan(folder, **changes):
+    """A resolved config.yaml as `scalerl train` writes it, with `changes` (dotted keys) applied."""
+    from scalerl.config import Config, dump_config
+
+    data = Config().model_dump(mode="json")
+    for key, value in changes.items():
+        section, name = key.split(".")
+        data[section][name] = value
+    (folder / "config.yaml").write_text(dump_config(Config.model_validate(data)))
+    return folder
+
+
+def test_runs_evaluated_on_another_plan_are_refused(tmp_path):
+    """The end is the mean of the last three evaluations: on 12 or 36 of them it is another quantity."""
+    for seed, shift in enumerate([-0.02, 0.0, 0.02]):
+        _plan(_run(tmp_path / "refs" / f"seed{seed}", [0.2 + 0.06 * i + shift for i in range(8)]), **{"eval.count": 36})
+    refs = read_references(tmp_path / "refs")
+    same = read_curve(_plan(_run(tmp_path / "same", [0.2 + 0.06 * i for i in range(8)]), **{"eval.count": 36}))
+    assert check(same, refs, "abc123")["ok"]
+    other = read_curve(_plan(_run(tmp_path / "other", [0.2 + 0.06 * i for i in range(8)]),
+                             **{"eval.count": 12, "eval.samples": 4}))
+    with pytest.raises(ScaleRLError, match=r"count 12 \(references 36\), samples 4 \(references 2\)"):
+        check(other, refs, "abc123")
+    _plan(_run(tmp_path / "mixed" / "seed0", [0.3] * 8), **{"eval.count": 12})
+    _plan(_run(tmp_path / "mixed" / "seed1", [0.3] * 8), **{"eval.count": 36})
+    with pytest.raises(ScaleRLError, match="different plans"):
+        read_references(tmp_path / "mixed")
+
+
+def test_the_committed_default_references_are_the_default_run_as_users_get_it():
+    """CI checks `scalerl train` with no arguments against studies/default/base: those runs must be of
+    the shipped weights and the default evaluation plan, with at least 15 evaluations inside the frozen
+    first-half fit window (a tenth to a half of the final FLOPs, counted here from the rows; issue 47)."""
+    from pathlib import Path
+
+    from scalerl.config import Config
+    from scalerl.models import weights_id
+    from scalerl.run.metrics import read_rows
+    from scalerl.study.band import PLAN_KEYS, eval_plan
+
+    cfg = Config()
+    default = {**{k: getattr(cfg.eval, k) for k in PLAN_KEYS}, "max_steps": cfg.run.max_steps}
+    refs = sorted((Path(__file__).resolve().parent.parent / "studies" / "default" / "base").glob("seed*"))
+    assert len(refs) >= 8
+    shipped = weights_id(cfg.model.name)
+    for ref in refs:
+        assert eval_plan(ref) == default, ref
+        assert json.loads((ref / "done.json").read_text())["model_build"] == shipped, ref
+        x = np.array([r["compute/flops"] for r in read_rows(ref / "metrics.jsonl") if r.get("kind") == "eval"])
+        inside = (x >= 0.1 * x[-1]) & (x <= 0.5 * x[-1])
+        assert inside.sum() >= 15, (ref, int(inside.sum()))

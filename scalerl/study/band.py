@@ -18,6 +18,12 @@ The method, fixed before the reference runs were made:
   references' highest by more than one version;
 - each validation subset's drop from its own peak to its last evaluation is reported beside the
   references' largest drop (not a failure on its own).
+
+A curve is compared only with references evaluated the same way: the checked run and every reference
+must record one evaluation plan (`config.yaml`: `eval.schedule`, `count`, `every`, `prompts`,
+`samples`, `temperature` and `run.max_steps`), else the check refuses in one line. The end is the mean
+of the last three evaluations, so on another schedule it is another quantity (the default's went from
+12 to 36 evaluations, docs/default-run.md).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ END_EVALS = 3           # the end of a curve: the mean of its last three evaluat
 OUTSIDE_SHARE = 1 / 3   # more evaluations than this outside the band fail the check
 LEVEL = 0.99            # the band: a two-sided prediction interval for one more run
 STALENESS_SLACK = 1.0   # versions above the references' highest mean staleness/max
+PLAN_KEYS = ("schedule", "count", "every", "prompts", "samples", "temperature")   # eval.* that shape a curve
 
 
 @dataclass
@@ -52,6 +59,7 @@ class Curve:
     subsets: dict[str, np.ndarray] = field(default_factory=dict)
     staleness: float | None = None
     build: str | None = None
+    plan: dict | None = None    # the evaluation plan (PLAN_KEYS of eval, run.max_steps); None without a config.yaml
 
     @property
     def end(self) -> float:
@@ -85,7 +93,31 @@ def read_curve(run: Path) -> Curve:
         curve.staleness = float(np.mean(train)) if train else None
     if (Path(run) / "done.json").is_file():
         curve.build = json.loads((Path(run) / "done.json").read_text()).get("model_build")
+    curve.plan = eval_plan(Path(run))
     return curve
+
+
+def eval_plan(run: Path) -> dict | None:
+    """How run `run` was evaluated (`config.yaml`'s eval.{PLAN_KEYS} and run.max_steps), None where it
+    has no config.yaml."""
+    import yaml
+
+    from scalerl.run.rundir import CONFIG_FILE
+
+    file = Path(run) / CONFIG_FILE
+    if not file.is_file():
+        return None
+    try:
+        cfg = yaml.safe_load(file.read_text(encoding="utf-8"))
+        return {**{k: cfg["eval"][k] for k in PLAN_KEYS}, "max_steps": cfg["run"]["max_steps"]}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ScaleRLError(f"{file}: not readable YAML ({' '.join(str(exc).split())[:200]})") from None
+    except (KeyError, TypeError) as exc:
+        raise ScaleRLError(f"{file}: no eval/run setting {exc} (expected a scalerl run's resolved config)") from None
+
+
+def _plan_text(plan: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in plan.items())
 
 
 def read_references(folder: Path) -> list[Curve]:
@@ -97,6 +129,10 @@ def read_references(folder: Path) -> list[Curve]:
     if len(builds) != 1 or None in builds:
         raise ScaleRLError(f"{folder}: the reference runs name other model builds ({sorted(map(str, builds))}); "
                            "a band is of one build")
+    plans = {_plan_text(r.plan) for r in refs if r.plan is not None}
+    if len(plans) > 1:
+        raise ScaleRLError(f"{folder}: the reference runs were evaluated on different plans ({'; '.join(sorted(plans))}); "
+                           "a band is of one evaluation plan")
     return refs
 
 
@@ -128,6 +164,12 @@ def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
     if build is not None and refs[0].build != build:
         raise ScaleRLError(f"the checked run started from model build {build}, the references from {refs[0].build}: "
                            "compare runs of one build (rebuild or use the shipped weights)")
+    ref_plan = next((r.plan for r in refs if r.plan is not None), None)
+    if run.plan is not None and ref_plan is not None and run.plan != ref_plan:
+        differ = ", ".join(f"{k} {run.plan.get(k)} (references {ref_plan.get(k)})"
+                           for k in ref_plan if run.plan.get(k) != ref_plan.get(k))
+        raise ScaleRLError(f"{run.name} was evaluated on another plan than the references: {differ}; compare runs "
+                           "evaluated alike (the end is the mean of the last three evaluations)")
     lo_w, hi_w = band(refs, run.x)
     compared = ~np.isnan(lo_w)
     outside = compared & ((run.y < lo_w) | (run.y > hi_w))
