@@ -3,7 +3,13 @@ fitted `A` with its 90% interval and the mean of the rungs' own ceilings, the wh
 first-half forecast's error beside three naive predictors that see the same first-half evaluations
 (the last, the best, and the ruler: a line through the last two against log compute).
 
-    .venv/bin/python studies/default_summary.py studies/default/base [more result folders] [--md]
+    .venv/bin/python studies/default_summary.py studies/default/base [more result folders] [--md] [--thin N]
+
+`--thin N` first keeps, of each run's evaluations, step 0 and the one nearest to each step of the geometric
+plan of N evaluations (`scalerl.config.eval_schedule`, as `eval.count=N` would evaluate): the same runs seen
+through a sparser plan (`--thin 12`: the plan before 2026-11-28), a control for what the number of
+evaluations alone changes. Beside the frozen first-half forecast, the forecast by the rungs' own first-half
+fits (`subset_first_half_prediction`, a departure written 2026-11-26) is shown as `rungs err`.
 
 Reads `<folder>/seed<N>/metrics.jsonl` (evaluation rows: `compute/flops`, `val/pass_rate`,
 `val/pass_rate_se`, `val/pass_rate/<rung>`) and, from `activity.json`, the means over every training step
@@ -18,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scalerl.scaling.fit import first_half_prediction, fit_curve
+from scalerl.config import eval_schedule
+from scalerl.scaling.fit import first_half_prediction, fit_curve, subset_first_half_prediction
 
 TAIL = 3   # the end of a curve: the mean of its last three evaluations
 
@@ -47,8 +54,19 @@ def ruler(x: np.ndarray, y: np.ndarray, at: float) -> float:
     return float(y2 + (y2 - y1) / (x2 - x1) * (np.log(at) - x2))
 
 
-def one(folder: Path) -> dict:
+def thinned(rows: list[dict], count: int, fit_min_frac: float = 0.1) -> list[dict]:
+    """Step 0 and, for each step of the `count`-evaluation geometric plan, the evaluation nearest to it."""
+    last = rows[-1]["step"]
+    plan = eval_schedule(last, count, first=max(1, round(last * fit_min_frac / 2)))
+    later = [r for r in rows if r["step"] > 0]
+    keep = {min(later, key=lambda r: (abs(r["step"] - s), r["step"]))["step"] for s in plan}
+    return [r for r in rows if r["step"] == 0 or r["step"] in keep]
+
+
+def one(folder: Path, thin: int | None = None) -> dict:
     rows = evals(folder / "metrics.jsonl")
+    if thin:
+        rows = thinned(rows, thin)
     x = np.array([r["compute/flops"] for r in rows], float)
     y = np.array([r["val/pass_rate"] for r in rows], float)
     se = np.array([r.get("val/pass_rate_se", np.nan) for r in rows], float)
@@ -61,6 +79,9 @@ def one(folder: Path) -> dict:
     fit = fit_curve(x[pos], y[pos], "sigmoid", n_bootstrap=200)
     resid = y[pos] - fit.predict(x[pos])
     half = first_half_prediction(x[pos], y[pos])
+    in_window = int(((x[pos] >= half["window_from"]) & (x[pos] <= x[pos][-1] / 2)).sum())
+    by_rung = subset_first_half_prediction(
+        x[pos], {g: np.array([r[f"val/pass_rate/{g}"] for r in rows], float)[pos] for g in rungs})
     hx, hy = x[pos][x[pos] <= x[pos][-1] / 2], y[pos][x[pos] <= x[pos][-1] / 2]
     target = float(np.mean(x[pos][-TAIL:]))
     # the ceiling as the mean of the rungs' own ceilings (scalerl.study.report.subset_ceiling; a rung that
@@ -73,6 +94,9 @@ def one(folder: Path) -> dict:
             "peak_minus_end": peak_drop, "A": fit.A, "A_ci": list(fit.ci.get("A", (np.nan, np.nan))),
             "A_rungs": float(np.mean(rung_a)), "A_each_rung": dict(zip(rungs, rung_a)),
             "residual_ratio": float(np.sqrt(np.mean(resid ** 2)) / np.nanmedian(se[pos])),
+            "residual_rms": float(np.sqrt(np.mean(resid ** 2))), "se_median": float(np.nanmedian(se[pos])),
+            "window_points": in_window, "evaluations": int(pos.sum()),
+            "rungs_error": by_rung["predicted"] - half["measured"],
             "first_half_error": half["error"], "last_error": half["baseline_last_error"],
             "best_error": half["baseline_best_error"], "ruler_error": ruler(hx, hy, target) - half["measured"],
             "first_half_points": half["points"], "staleness_max_mean": train_stat(folder, "staleness/max"),
@@ -84,10 +108,11 @@ def summary(results: list[dict]) -> list[str]:
         v = [r[key] for r in results]
         return f"{np.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"
     out = [f"{len(results)} runs; median [range]:",
-           *(f"  {k}: {med(k)}" for k in ("start", "half", "end", "A", "A_rungs", "residual_ratio")),
+           *(f"  {k}: {med(k)}" for k in ("start", "half", "end", "A", "A_rungs", "residual_ratio", "residual_rms",
+                                           "se_median", "window_points", "evaluations")),
            *(f"  |{k}|: mean {np.mean([abs(r[k]) for r in results]):.3f}, within 0.02 on "
              f"{sum(abs(r[k]) <= 0.02 for r in results)} of {len(results)}"
-             for k in ("first_half_error", "last_error", "best_error", "ruler_error"))]
+             for k in ("first_half_error", "rungs_error", "last_error", "best_error", "ruler_error"))]
     worst = max(max(r["peak_minus_end"].values()) for r in results)
     out.append(f"  largest drop of a rung from its peak to its last evaluation: {worst:.3f} (criterion: at most 0.05)")
     return out
@@ -96,21 +121,23 @@ def summary(results: list[dict]) -> list[str]:
 def table(results: list[dict]) -> list[str]:
     rungs = sorted(results[0]["peak_minus_end"])
     head = ("| run | start | half | end | " + " | ".join(f"{g} peak-last" for g in rungs)
-            + " | A [90%] | A (rungs: mean (each)) | resid/se | first-half err | last | best | ruler | staleness/max | trainer wait (median s) |")
+            + " | A [90%] | A (rungs: mean (each)) | resid/se | in window | first-half err | rungs err | last | best | ruler | staleness/max | trainer wait (median s) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         lines.append(f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
                      f"{r['end']:.3f} | " + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
                      + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({', '.join(f'{a:.2f}' for a in r['A_each_rung'].values())}) | {r['residual_ratio']:.2f} | "
-                     f"{r['first_half_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
+                     f"{r['window_points']} | {r['first_half_error']:+.3f} | {r['rungs_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
                      f"{r['ruler_error']:+.3f} | {rounded(r['staleness_max_mean'], 2)} | {rounded(r['gen_wait_median'], 3)} |")
     return lines
 
 
 def main(argv: list[str]) -> None:
-    folders = [Path(a) for a in argv if not a.startswith("--")]
+    skip = {argv.index("--thin") + 1} if "--thin" in argv else set()
+    folders = [Path(a) for i, a in enumerate(argv) if not a.startswith("--") and i not in skip]
     runs = sorted(p for f in folders for p in f.glob("seed*") if (p / "metrics.jsonl").is_file())
-    results = [one(p) for p in runs]
+    thin = int(argv[argv.index("--thin") + 1]) if "--thin" in argv else None
+    results = [one(p, thin) for p in runs]
     print("\n".join(table(results) if "--md" in argv else []))
     print("\n".join(summary(results)))
 
