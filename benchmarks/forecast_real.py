@@ -1,47 +1,94 @@
-"""Forecasts of real RL runs nobody here made, against naive baselines (docs/forecasting.md,
-"Forecasts of real runs").
+"""Forecasts of real RL runs against naive baselines, on a development/test split fixed in this file
+(docs/forecasting.md, "What a forecast can and cannot tell").
 
-    python benchmarks/forecast_real.py [FOLDER] [--cuts 0.3 0.5 0.7] [--train] [--markdown] [--json FILE]
+    python benchmarks/forecast_real.py [--real FOLDER] [--studies FOLDER] [--side test|dev|all]
+                                       [--json FILE] [--calibrate] [--check-calibration] [--workers 2]
 
-FOLDER (default ../shared/real-curves beside the repository) holds curves as CSV files: a first
-`#` line naming the source, then `x,y` (x the training step or compute, y a pass rate in [0, 1]).
-`TRAIN_*` files (training-batch rewards, not held-out evaluations) are skipped unless `--train`.
+The method, written down (2026-11-28) before any candidate below was run on either half:
 
-The method, written down before the first run of this script (2026-11-27):
-- each curve is forecast from the evaluations with x <= cut * x_last, for cut = 0.3, 0.5, 0.7;
-- the end is the mean of the last three evaluations; every error is forecast - end;
-- the forecast is the frozen method of the first-half check (`first_half_prediction`, with the
-  cut in place of 1/2: R0 the measured start, the window from a tenth of the final x, moved
-  earlier only to keep five evaluations, the fast least-squares fit), its 90% interval the
-  residual bootstrap of `scalerl fit` (200 replicas, seed 0) of the fitted curve's mean over the
-  last three x; `covered` when the end lies inside it;
-- baselines from the same evaluations only: the last one, the best one, the ruler (the line
-  through the last two against log x, extrapolated to the last three x, clipped to [0, 1]) and
-  the power law `A - D / x**B` fitted over the same window (with its own bootstrap interval);
-- per cut and overall: the curves with a forecast, mean |error|, the number within 0.02 (the
-  paper's margin) and, for the two fitted models, the 90%-interval coverage. A cut with fewer
-  than five evaluations past x = 0 has no fit (counted; its baselines are left out too, so every
-  column of a row is over the same curves).
-No other method was tried on these curves before this table was written.
+Data. Two domains. `real`: every curve of ../shared/real-curves (not `TRAIN_*`: training-batch
+rewards), made by other groups; x the step, y the held-out pass rate. `committed`: every run of the
+project's studies/ (metrics.jsonl, evaluation rows) with at least 8 evaluations; x compute/flops,
+y val/pass_rate.
+
+The split (whole sources to one side). Real: a source is the file name's first `_` field; `REAL_DEV`
+(cs336shibuki, verldata, amd, dstackcfg: 28 curves) against the rest (deepgrpo, cs336dequeue,
+gpg: 23), chosen from the folder's README alone, before any forecast: the CS336 learning-rate
+sweep is the one source with many curves still rising, and the interval must learn from such
+curves; another group's runs of the same assignment (cs336dequeue) test whether that transfers.
+A source not named here (a curve added later) goes to the test half. Committed: a run's family is
+its study folder's name up to the first `-` (default-12evals -> default); a family is on the test
+side when sha256("scalerl-split-{salt}:{family}") has an odd first 8 hex digits, salt 0 unless a
+side then holds under a third of the runs (then salt 1, 2, ...). Salt 0 gives test = check,
+default, fsdp, nzv, study, vllm (101 runs), dev = axes, controls, ksweep, probes, recipes (148).
+
+Forecasts. Each curve is cut at x <= cut * x_last for cut 0.3, 0.5, 0.7; a cut with fewer than 5
+evaluations past x = 0, or a flat window, has no forecast (counted). The end is the mean of the
+last three evaluations; an error is forecast - end. The horizon h = ln(mean x of the last three /
+the cut's last x). Stratum by what came after the cut: `rising` when end - (the mean of the cut's
+last three) > 0.02, `fell` when < -0.02, else `flat`.
+
+Candidates for the point forecast (all from the evaluations up to the cut, the window of
+`scalerl fit`: from a tenth of the compute so far, moved to keep five evaluations; the fast fit,
+without the grid check, for time: the check only changes the fit where the two disagree):
+`frozen` (the first-half check's method: window from a tenth of the final x), `sigmoid` (R0 the
+measured start), `sigmoid_r0` (R0 fitted), `blend` (the mean of `sigmoid` and the last three),
+`blend_r0`, `powerlaw`. Baselines: `last`, `last3` (the mean of the last three), `best`, `ruler`.
+The default is the candidate with the lowest mean |error| on the development half, the mean of
+the two domains' means (each domain weighs the same).
+
+Identification (scalerl.scaling.identify): the candidates `profile` (A's profile 90% interval
+bounded above and at most 0.04 wide), `profile+midpoint` (and the window passed the fitted
+C_mid), `profile+tail` (and the window's last third gains under 0.02 per doubling, one-sided
+95%), on the chosen candidate's sigmoid. Chosen on the development half: the largest gap between
+the within-0.02 rate of the forecasts marked identified and of those not, among rules that mark
+at least a fifth of them.
+
+Intervals (scalerl.scaling.calibrate): z = (end - forecast) / s per forecast of the development
+half; per group (identified or not x horizon bin), the 5% and 95% conformal quantiles with each
+domain weighing the same. The test half reports coverage and median width beside the parameter
+bootstrap's interval of the curve (100 replicas here, 200 in `scalerl fit`).
+
+Ranking: on the test half at cut 0.5, every pair of runs of one source (real) or one study folder
+(committed) whose ends differ by more than 0.02: the share ordered right by each predictor.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import first_half_prediction
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent.parent / "shared" / "real-curves"
+STUDIES = HERE.parent / "studies"
 MARGIN = 0.02
-BOOTSTRAP = 200
-PREDICTORS = ("fit", "last", "best", "ruler", "powerlaw")
+BOOTSTRAP = 100
+CUTS = (0.3, 0.5, 0.7)
+MIN_EVALS = 8
+REAL_DEV = ("cs336shibuki", "verldata", "amd", "dstackcfg")
+CANDIDATES = ("frozen", "sigmoid", "sigmoid_r0", "blend", "blend_r0", "powerlaw")
+BASELINES = ("last", "last3", "best", "ruler")
+PREDICTORS = CANDIDATES + BASELINES
+
+
+@dataclass
+class Curve:
+    name: str
+    source: str     # the unit of the split: a real source or a committed family
+    group: str      # the unit of ranking pairs: a real source or a study folder
+    domain: str     # "real" or "committed"
+    side: str       # "dev" or "test"
+    x: np.ndarray
+    y: np.ndarray
 
 
 def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -59,94 +106,109 @@ def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return xy[order, 0], xy[order, 1]
 
 
-def forecast(x: np.ndarray, y: np.ndarray, cut: float) -> dict | None:
-    """Every predictor's error at one cut, or None where the fit cannot be made."""
-    try:
-        h = first_half_prediction(x, y, cut=cut, n_bootstrap=BOOTSTRAP)
-    except ScaleRLError:
-        return None
-    row = {"measured": h["measured"], "fit": h["error"], "fit_covered": h["covered"],
-           "last": h["baseline_last_error"], "best": h["baseline_best_error"], "ruler": h["baseline_ruler_error"],
-           "left": h["left"], "A": h["A"]}
-    try:
-        p = first_half_prediction(x, y, cut=cut, n_bootstrap=BOOTSTRAP, model="powerlaw")
-        row["powerlaw"], row["powerlaw_covered"] = p["error"], p["covered"]
-    except ScaleRLError:
-        row["powerlaw"], row["powerlaw_covered"] = float("nan"), False
-    return row
-
-
-def summarise(rows: list[dict]) -> dict:
-    out = {"curves": len(rows)}
-    for k in PREDICTORS:
-        e = np.array([r[k] for r in rows], dtype=float)
-        ok = np.isfinite(e)
-        out[k] = {"mean_abs_error": float(np.abs(e[ok]).mean()) if ok.any() else None,
-                  "within": int((np.abs(e[ok]) <= MARGIN).sum()), "n": int(ok.sum())}
-        if rows and f"{k}_covered" in rows[0]:
-            out[k]["covered"] = int(sum(bool(r[f"{k}_covered"]) for r in rows))
-    return out
-
-
-def _cell(s: dict, k: str) -> str:
-    v = s[k]
-    if v["mean_abs_error"] is None:
-        return "-"
-    cov = f", {v['covered']} in 90%" if "covered" in v else ""
-    return f"{v['mean_abs_error']:.3f} ({v['within']}/{v['n']}{cov})"
-
-
-def tables(per_curve: dict, cuts: list[float]) -> list[str]:
-    lines = ["| cut | curves | fit (frozen) | last | best | ruler | power law |", "|---|---|---|---|---|---|---|"]
-    everything = []
-    for c in cuts:
-        rows = [r[c] for r in per_curve.values() if r.get(c)]
-        everything += rows
-        if rows:
-            s = summarise(rows)
-            lines.append(f"| {c:.0%} | {s['curves']} of {len(per_curve)} | " + " | ".join(_cell(s, k) for k in PREDICTORS) + " |")
-    if everything:
-        s = summarise(everything)
-        lines.append(f"| all | {s['curves']} | " + " | ".join(_cell(s, k) for k in PREDICTORS) + " |")
-    lines += ["", "| curve | cut | end | left | fit | in 90% | last | best | ruler | power law |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, by_cut in per_curve.items():
-        for c in cuts:
-            r = by_cut.get(c)
-            if r is None:
-                lines.append(f"| {name} | {c:.0%} | | | no fit (fewer than 5 evaluations) | | | | | |")
-                continue
-            errs = " | ".join(f"{r[k]:+.3f}" if np.isfinite(r[k]) else "-" for k in ("last", "best", "ruler", "powerlaw"))
-            lines.append(f"| {name} | {c:.0%} | {r['measured']:.3f} | {r['left']:+.3f} | {r['fit']:+.3f} | "
-                         f"{'yes' if r['fit_covered'] else 'no'} | {errs} |")
-    return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder", type=Path, nargs="?", default=DEFAULT)
-    ap.add_argument("--cuts", type=float, nargs="+", default=[0.3, 0.5, 0.7])
-    ap.add_argument("--train", action="store_true", help="include TRAIN_* curves (training-batch rewards)")
-    ap.add_argument("--json", type=Path, default=None, help="also write every figure here")
-    args = ap.parse_args(argv)
-    files = curve_files(args.folder, args.train)
-    per_curve = {}
-    for f in files:
-        x, y = read_curve(f)
-        per_curve[f.stem] = {c: forecast(x, y, c) for c in args.cuts}
-        print(f"{f.stem}: done", file=sys.stderr, flush=True)
-    print("\n".join(tables(per_curve, args.cuts)))
-    if args.json:
-        args.json.write_text(json.dumps({k: {str(c): r for c, r in v.items()} for k, v in per_curve.items()}, indent=1))
-    return 0
-
-
-def curve_files(folder: Path, train: bool) -> list[Path]:
+def curve_files(folder: Path, train: bool = False) -> list[Path]:
     """The curve files of `folder`, TRAIN_* (training-batch rewards) only with `train`."""
     files = sorted(f for f in folder.glob("*.csv") if train or not f.name.startswith("TRAIN_"))
     if not files:
         raise ScaleRLError(f"{folder}: no curve files (*.csv) found")
     return files
+
+
+def family_of(run: Path, studies: Path) -> tuple[str, str]:
+    """(family, study folder) of a committed run: the first folder under studies/ (or under
+    studies/history/), and its name up to the first '-'."""
+    parts = [p for p in run.relative_to(studies).parts if p != "history"]
+    return parts[0].split("-")[0], parts[0]
+
+
+def split_families(families: dict[str, int]) -> set[str]:
+    """The committed families on the test side (the salt rule of the module docstring)."""
+    total = sum(families.values())
+    for salt in range(100):
+        test = {f for f in families
+                if int(hashlib.sha256(f"scalerl-split-{salt}:{f}".encode()).hexdigest()[:8], 16) % 2}
+        n = sum(families[f] for f in test)
+        if min(n, total - n) * 3 >= total:
+            return test
+    raise ScaleRLError(f"no salt splits the families {sorted(families)} into thirds")
+
+
+def real_curves(folder: Path) -> list[Curve]:
+    out = []
+    for f in curve_files(folder):
+        x, y = read_curve(f)
+        src = f.stem.split("_")[0]
+        out.append(Curve(f.stem, src, src, "real", "dev" if src in REAL_DEV else "test", x, y))
+    return out
+
+
+def committed_curves(studies: Path) -> list[Curve]:
+    from scalerl.scaling.sources import read_run
+    runs = []
+    for m in sorted(studies.rglob("metrics.jsonl")):
+        s = read_run(m.parent)
+        if (s.x > 0).sum() >= MIN_EVALS and s.x_name == "compute/flops":
+            runs.append((m.parent, s))
+    counts: dict[str, int] = {}
+    for run, _ in runs:
+        counts[family_of(run, studies)[0]] = counts.get(family_of(run, studies)[0], 0) + 1
+    test = split_families(counts)
+    out = []
+    for run, s in runs:
+        fam, folder = family_of(run, studies)
+        order = np.argsort(s.x, kind="stable")
+        out.append(Curve(str(run.relative_to(studies)), fam, folder, "committed", "test" if fam in test else "dev",
+                         s.x[order], s.y[order]))
+    return out
+
+
+def forecast_task(args: tuple[Curve, float]) -> dict | None:
+    """One curve at one cut: every predictor's forecast, the scales, the identification, the
+    bootstrap interval (a worker's job)."""
+    from forecast_one import forecast_one
+    c, cut = args
+    try:
+        row = forecast_one(c.x, c.y, cut, BOOTSTRAP)
+    except ScaleRLError:
+        return None
+    if row is None:
+        return None
+    return {**row, "name": c.name, "source": c.source, "group": c.group, "domain": c.domain, "side": c.side}
+
+
+def run_all(curves: list[Curve], workers: int) -> list[dict]:
+    tasks = [(c, cut) for c in curves for cut in CUTS]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            rows = list(pool.map(forecast_task, tasks, chunksize=4))
+    else:
+        rows = [forecast_task(t) for t in tasks]
+    missing = [f"{c.name}@{cut}" for (c, cut), r in zip(tasks, rows) if r is None]
+    print(f"{len(tasks) - len(missing)} forecasts of {len(tasks)} ({len(missing)} cuts without a fit)", file=sys.stderr)
+    return [r for r in rows if r is not None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from forecast_tables import analyse, print_report
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--real", type=Path, default=DEFAULT, help="the real curves' folder")
+    ap.add_argument("--studies", type=Path, default=STUDIES, help="the committed runs' folder")
+    ap.add_argument("--side", choices=("test", "dev", "all"), default="test", help="the half the tables show")
+    ap.add_argument("--json", type=Path, default=None, help="also write every forecast here")
+    ap.add_argument("--rows", type=Path, default=None, help="read the forecasts from this --json file instead")
+    ap.add_argument("--calibrate", action="store_true", help="write scalerl/scaling/calibration.json from the dev half")
+    ap.add_argument("--check-calibration", action="store_true",
+                    help="fail unless the shipped calibration.json is what the dev half gives")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.rows:
+        rows = json.loads(args.rows.read_text())
+    else:
+        curves = real_curves(args.real) + committed_curves(args.studies)
+        rows = run_all(curves, args.workers)
+    if args.json:
+        args.json.write_text(json.dumps(rows))
+    return print_report(analyse(rows), rows, args)
 
 
 def run(main_fn, name: str) -> None:
