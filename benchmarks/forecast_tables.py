@@ -175,6 +175,17 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+def same(a, b, tol: float = 1e-6) -> bool:
+    """Equal JSON values, numbers within `tol` (relative): a remade table against the shipped one."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(u, v, tol) for u, v in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+    return a == b
+
+
 def print_report(a: dict, rows: list[dict], args) -> int:
     tab = a["table"]
     if args.calibrate:
@@ -182,7 +193,7 @@ def print_report(a: dict, rows: list[dict], args) -> int:
         print(f"wrote {TABLE}", file=sys.stderr)
     if args.check_calibration:
         shipped = json.loads(TABLE.read_text())
-        if json.dumps(shipped, sort_keys=True) != json.dumps(json.loads(json.dumps(tab)), sort_keys=True):
+        if not same(shipped, json.loads(json.dumps(tab))):
             print(f"{TABLE} differs from what the development half gives now:\n{json.dumps(tab, indent=1)}")
             return 1
         print(f"{TABLE}: reproduced from the development half")

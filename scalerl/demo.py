@@ -23,7 +23,8 @@ FIT_MIN, HALF, FINAL = 1500.0, 8000.0, 16000.0
 
 def main(out_dir: Path = Path("runs/demo")) -> int:
     from scalerl.scaling import fit_curve, plot_fits, read_metrics, summary
-    from scalerl.scaling.report import num, verdict, verdict_lines
+    from scalerl.scaling.outlook import outlook, verdict
+    from scalerl.scaling.report import num, outlook_lines, verdict_lines
 
     x, y, _ = read_metrics(EXAMPLE, X, Y)
     predict = [FINAL, 2 * FINAL]
@@ -35,14 +36,18 @@ def main(out_dir: Path = Path("runs/demo")) -> int:
     (out_dir / "fit.json").write_text(json.dumps({"fit_to_8k": half.to_dict(predict),
                                                   "fit_to_16k": full.to_dict(predict)}, indent=2))
     print(f"example: {EXAMPLE} (synthetic, see examples/README.md)\n")
-    print(summary("fit on 1,500 .. 8,000 GPU-hours", half, predict, "GPU-hours", "pass rate"))
+    xh, yh = x[x <= HALF], y[x <= HALF]
+    look = outlook(xh, yh, half)
+    print(summary("fit on 1,500 .. 8,000 GPU-hours", half, (), "GPU-hours", "pass rate", ceiling=look.ceiling()))
+    print("\n".join(outlook_lines({"ceiling": look.ceiling(), "identification": {"reason": look.ident["reason"]},
+                                   "predictions": look.predictions(predict)}, "GPU-hours", "pass rate")))
     at_half = float(np.mean(y[(x > HALF - 250) & (x <= HALF)]))
-    print("\n".join(verdict_lines(verdict(half, HALF, at_half), "GPU-hours")))
+    print("\n".join(verdict_lines(verdict(look, HALF, at_half), "GPU-hours")))
     observed = float(np.mean(y[x >= FINAL - 250]))  # the last three evaluations
-    lo, hi = half.predict_interval([FINAL])
+    p = look.predictions([FINAL])[0]
     print(f"\n  the run then reached {observed:.3f} at {num(FINAL)} GPU-hours (mean of its last 3 evals); "
-          f"forecast {float(half.predict(FINAL)):.3f} ({float(lo[0]):.3f} .. {float(hi[0]):.3f}), "
-          f"error {float(half.predict(FINAL)) - observed:+.3f}\n")
+          f"forecast {p['y']:.3f} (calibrated 90% interval {p['lo']:.3f} .. {p['hi']:.3f}), "
+          f"error {p['y'] - observed:+.3f}\n")
     print(summary("fit on 1,500 .. 16,000 GPU-hours", full, predict, "GPU-hours", "pass rate"))
     print(f"\nwrote {out_dir}/forecast.png, {out_dir}/forecast_linearised.png, {out_dir}/fit.json")
     return 0

@@ -123,13 +123,18 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: lis
     whether the curve fell after its peak (`scalerl.scaling.find_fall`, with each evaluation's
     standard error `se` where given): `forecast/fell` (1 or 0) and `forecast/peak`; once the first
     half of the compute holds five evaluations, the first-half check (the frozen method):
-    `forecast/first_half_predicted`, `forecast/first_half_error` and its baselines' errors.
+    `forecast/first_half_predicted`, `forecast/first_half_error`, its calibrated interval
+    (`forecast/first_half_lo`, `_hi`), `forecast/first_half_identified` and its baselines' errors.
+    With the fit: whether the ceiling is identified (`forecast/identified`, 1 or 0; where not,
+    `forecast/A_lower_bound`) and the forecast at twice the compute so far with its calibrated
+    interval (`forecast/at_2x`, `_lo`, `_hi`).
 
     A fit that cannot be made (e.g. a flat curve) is reported in the row as `forecast/error`
     rather than stopping the training run; the final fit (launch.final_fit) does raise.
     """
     from scalerl.errors import ScaleRLError
-    from scalerl.scaling import find_fall, first_half_check
+    from scalerl.scaling import find_fall
+    from scalerl.scaling.outlook import first_half_check, outlook
     from scalerl.scaling.spec import spec_fit
 
     if not evals:
@@ -141,7 +146,10 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: lis
     half = first_half_check(x, y)
     if half is not None and "error" in half:
         out.update({f"forecast/first_half_{k}": half[k] for k in
-                    ("predicted", "error", "baseline_last_error", "baseline_best_error", "baseline_ruler_error")})
+                    ("predicted", "error", "baseline_last_error", "baseline_best_error", "baseline_ruler_error",
+                     "baseline_last3_error")})
+        out.update({"forecast/first_half_lo": half["interval"][0], "forecast/first_half_hi": half["interval"][1],
+                    "forecast/first_half_identified": int(half["identified"])})
     if sum(c > 0 for c in x) < MIN_POINTS:
         return out
     try:
@@ -149,8 +157,15 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: lis
     except ScaleRLError as exc:
         return {**out, "forecast/error": str(exc)}
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
-    return {**out, "forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
-            "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse}
+    look = outlook(x, y, fit)
+    now = max(x)
+    g2 = look.gain(now, 2 * now)
+    out.update({"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
+                "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse, "forecast/identified": int(look.identified),
+                "forecast/at_2x": g2["value"], "forecast/at_2x_lo": g2["value_lo"], "forecast/at_2x_hi": g2["value_hi"]})
+    if not look.identified and look.ident["lower_bound"] is not None:
+        out["forecast/A_lower_bound"] = look.ident["lower_bound"]
+    return out
 
 
 def eval_rows(run_dir) -> list[dict]:

@@ -27,7 +27,9 @@ MIN_FIT_EVALS = 6  # the step-0 evaluation only sets R0; the fit needs 5 more
 def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     """Fit the sigmoid to the run's validation curve; write fit.json and fit.png."""
     from scalerl.run.compute import FIT_X, FIT_X_LABEL
-    from scalerl.scaling import fall_warning, find_fall, first_half_check, plot_fits, read_metrics
+    from scalerl.scaling import fall_warning, find_fall, plot_fits, read_metrics
+    from scalerl.scaling.forecast import finite_json
+    from scalerl.scaling.outlook import first_half_check, outlook
     from scalerl.scaling.readers import read_column_at
     from scalerl.scaling.spec import spec_fit
 
@@ -37,16 +39,21 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
         raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
                            f"{MIN_FIT_EVALS} (raise eval.count or run.max_steps)")
     fit = spec_fit(x, y, fit_min_frac, warns)   # the one forecast specification (scalerl.scaling.spec)
+    look = outlook(x, y, fit)
     out = fit.to_dict()
+    out.update(look.to_dict())
+    c = float(x[-1])
+    out["predictions"] = look.predictions([2 * c, 10 * c])
     out["fall"] = find_fall(y, read_column_at(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate_se", x))
     fell = fall_warning(out["fall"], x)
     out["warnings"] = list(out.get("warnings", [])) + list(warns) + ([fell] if fell else [])
     out["x"] = FIT_X
-    out["final"] = {"compute": float(x[-1]), "pass_rate": float(y[-1]), "start_pass_rate": float(y[0]),
+    out["final"] = {"compute": c, "pass_rate": float(y[-1]), "start_pass_rate": float(y[0]),
                     "end_pass_rate": float(y[-3:].mean())}
-    half_fit = first_half_check(x, y)   # the frozen method, whatever fit_min_frac
+    half_fit = first_half_check(x, y)   # the default forecast from the first half, its interval and baselines
     if half_fit is not None:
         out["first_half_fit"] = half_fit
+    out = finite_json(out)
     (Path(run_dir) / "fit.json").write_text(json.dumps(out, indent=1))
     plot_fits([("validation pass rate", x, y, fit)], Path(run_dir) / "fit.png", xlabel=FIT_X_LABEL,
               ylabel="validation pass rate (mean@k)")
@@ -59,10 +66,15 @@ def print_fit(out: dict) -> None:
 
     fit = out["_fit"]
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
-    print(f"sigmoid fit: A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90%), B = {fit.B:.2f}, C_mid = {fit.C_mid:.4g} FLOPs")
+    print(f"sigmoid fit: A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90% bootstrap), B = {fit.B:.2f}, "
+          f"C_mid = {fit.C_mid:.4g} FLOPs")
+    print(f"  {out['ceiling']['text']}")
+    print(f"  ({out['identification']['reason']})")
     c = out["final"]["compute"]
-    for mult in (2, 10):
-        print(f"  forecast at {mult}x this compute ({mult * c:.3g} FLOPs): pass rate {float(fit.predict([mult * c])[0]):.3f}")
+    for p in out["predictions"]:
+        print(f"  forecast at {p['x'] / c:.0f}x this compute ({p['x']:.3g} FLOPs): pass rate {p['y']:.3f} "
+              f"(calibrated 90% interval {p['lo']:.3f} .. {p['hi']:.3f}"
+              + ("; beyond the calibrated horizons)" if p["beyond_calibration"] else ")"))
     f = out["final"]
     print(f"  measured: {f['start_pass_rate']:.3f} -> {f['end_pass_rate']:.3f} (mean of the last three evaluations)")
     h = out.get("first_half_fit", {})

@@ -97,6 +97,9 @@ def eval_postfix(erow: dict) -> dict[str, str]:
     out = {"val": f"{erow['val/pass_rate']:.3f}"}
     if "forecast/A" in erow:
         out["A"] = f"{erow['forecast/A']:.3f}[{erow['forecast/A_lo']:.2f},{erow['forecast/A_hi']:.2f}]"
+        if erow.get("forecast/identified") == 0:   # the data do not bound the ceiling: a lower bound only
+            lb = erow.get("forecast/A_lower_bound")
+            out["A"] = f">={lb:.2f} (not identified)" if lb is not None else "not identified"
     if erow.get("forecast/fell"):
         out["A"] = "fell"
     return out

@@ -175,7 +175,7 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
     assert data["predictability"]["mean_abs_error"] == pytest.approx(np.mean(np.abs(errs)))
     assert data["predictability"]["within"] == sum(abs(e) <= 0.02 for e in errs)
     md = (tmp_path / "report.md").read_text()
-    assert "6 runs (the frozen method): mean |error|" in md and f"{np.mean(mine):.3f} +- " in md
+    assert "6 runs (the default forecast): mean |error|" in md and f"{np.mean(mine):.3f} +- " in md
     assert md.index("| prompt-norm |") < md.index("| scalerl |") < md.index("| token-agg |")
     assert (tmp_path / "fits.png").stat().st_size > 0 and (tmp_path / "fits_linearised.png").stat().st_size > 0
 

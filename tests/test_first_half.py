@@ -94,7 +94,7 @@ def test_fit_json_carries_the_baselines(tmp_path, capsys):
     assert h["baseline_best_error"] == pytest.approx(first.max() - y[-3:].mean())
     assert "error" in h and h["R0"] == pytest.approx(y[0])
     assert main(["fit", str(path), "--x", "compute/flops", "--bootstrap", "5"]) == 0
-    assert "first half of the compute (frozen method)" in capsys.readouterr().out
+    assert "first half of the compute predicted the end" in capsys.readouterr().out
 
 
 def test_per_subset_forecast_recovers_a_curve_made_of_two_rungs_learnt_at_different_compute():

@@ -69,15 +69,17 @@ def _csv(path, steps, y):
 def test_fit_cli_answers_target_and_budget(tmp_path, capsys):
     log = _csv(tmp_path / "run.csv", X, noisy(X))
     args = ["fit", str(log), "--x", "step", "--y", "acc", "--bootstrap", "40", "--no-grid-check",
-            "--target", "0.5", "0.9", "--budget", "480"]
+            "--target", "0.5", "0.9", "--budget", "260"]
     assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [t["target"] for t in d["targets"]] == [0.5, 0.9] and d["targets"][1]["compute"] is None
-    assert d["budget"]["budget"] == 480 and d["budget"]["stop"] is True and d["budget"]["threshold"] == 0.02
+    # a plateau whose ceiling is identified, 1.08x the compute left: the calibrated gain's upper end is small
+    assert d["identified"] is True
+    assert d["budget"]["budget"] == 260 and d["budget"]["stop"] is True and d["budget"]["threshold"] == 0.02
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "target: 0.500 at compute" in out and "target: 0.900 is not reached before the ceiling" in out
-    assert "budget: from 240 to the budget 480" in out
+    assert "target: 0.500 at compute" in out and "target: 0.900 is not reached by the forecast" in out
+    assert "budget: from 240 to the budget 260" in out
     assert main([*args[:-2], "--budget", "-1"]) == 2
     assert "--budget -1: expected a positive" in capsys.readouterr().err
 
@@ -95,14 +97,14 @@ with open(path, "w") as f:
 
 
 def test_watch_runs_the_on_stop_command_when_the_rule_fires(tmp_path):
-    """A log (written by another process) of a curve at its plateau; with a budget of 2x its last
+    """A log (written by another process) of a curve at its plateau; with a budget of 1.08x its last
     compute the rule fires, the watch runs --on-stop (touching a file) and ends by itself, exit 0."""
     log, flag = tmp_path / "run.csv", tmp_path / "STOP"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     writer = subprocess.run([sys.executable, "-c", WRITER, str(log), "49"], timeout=60)
     assert writer.returncode == 0
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--x", "step", "--y", "acc",
-                              "--every", "0.1", "--bootstrap", "40", "--no-grid-check", "--budget", "480",
+                              "--every", "0.1", "--bootstrap", "40", "--no-grid-check", "--budget", "260",
                               "--on-stop", f"touch {flag}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
     try:

@@ -48,7 +48,7 @@ def test_forecast_reaches_tensorboard_and_the_stop_rule_ends_training(tmp_path):
     assert trainer.state.global_step == 10 and cb.stopped_at == 10.0
     assert cb.x == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
     tb = trl_forecast.tensorboard_forecasts(tmp_path / "tb")
-    for key in ("A", "A_lo", "A_hi", "B", "C_mid", "gain_2x", "gain_10x_hi", "gain_to_budget", "stop"):
+    for key in ("A", "A_lo", "A_hi", "B", "C_mid", "identified", "gain_2x", "gain_10x_hi", "gain_to_budget", "stop"):
         (step, value), = tb[f"train/forecast/{key}"]       # one refit, logged once, at step 10
         assert step == 10 and value == pytest.approx(cb.last[f"forecast/{key}"], rel=1e-6), key
     assert cb.last["forecast/stop"] == 1.0 and cb.last["forecast/A_lo"] <= cb.last["forecast/A"] <= cb.last["forecast/A_hi"]

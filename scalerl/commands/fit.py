@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.scaling import comparison_table, summary
     from scalerl.scaling.forecast import forecast_dict, read
     from scalerl.scaling.power import power_text
-    from scalerl.scaling.report import first_half_line, verdict_lines
+    from scalerl.scaling.report import first_half_line, outlook_lines, verdict_lines
 
     o = options(args)
     check_plot_path(args.plot)
@@ -216,11 +216,14 @@ def run(args: argparse.Namespace) -> int:
     names = labels(data)
     for p, f in fits.items():
         s = data.get(p) or next(iter(data.values()))
-        print(summary(names.get(p, p), f, o.predict, x_name=s.x_name, y_name=s.y_name))
+        d = forecast_dict(s, f, o) if p in data else None
+        print(summary(names.get(p, p), f, () if d else o.predict, x_name=s.x_name, y_name=s.y_name,
+                      ceiling=d.get("ceiling") if d else None))
+        if d:
+            print("\n".join(outlook_lines(d, s.x_name, s.y_name)))
         if args.seeds_of_one and power_text(f.seed_spread()):
             print(f"  {power_text(f.seed_spread())}")
-        if p in data:
-            d = forecast_dict(s, f, o)
+        if d:
             if d["compute"].get("kind") != "column":
                 print(f"  compute: {_how(d['compute'])}")
             if "verdict" in d:

@@ -87,7 +87,8 @@ def _show(args: argparse.Namespace, out: dict, n: int) -> None:
             f"B {out['B']:.2f}{band('B', lambda v: f'{v:.2f}')}")
     if out.get("C_mid") is not None:
         line += f", C_mid {num(out['C_mid'])}{band('C_mid', num)}"
-    lines = [line] + (verdict_lines(out["verdict"], out["x"]) if "verdict" in out else [])
+    lines = [line] + ([f"  {out['ceiling']['text']}"] if out.get("ceiling") else [])
+    lines += verdict_lines(out["verdict"], out["x"]) if "verdict" in out else []
     lines += decision_lines(out)
     lines += [f"  warning: {w}" for w in out["warnings"]]
     print("\n".join(lines), flush=True)

@@ -12,15 +12,19 @@ forecast specification (`scalerl.scaling.spec`: the same fit as `scalerl fit`, `
 `scalerl watch`) once five evaluations past compute 0 exist, and logs through the trainer's own
 `log` (so TensorBoard, W&B and every other logger the trainer reports to show them):
 
-    forecast/A, forecast/A_lo, forecast/A_hi        the ceiling and its 90% interval
+    forecast/A, forecast/A_lo, forecast/A_hi        the fitted ceiling and its bootstrap 90% interval
+    forecast/identified (1 or 0)                    whether the data bound the ceiling (scaling.identify)
+    forecast/A_lower_bound                          where not: the ceiling is at least this
     forecast/B, forecast/C_mid                      the efficiency exponent and the midpoint
-    forecast/gain_2x, forecast/gain_2x_lo, _hi      the gain expected at 2x the current compute
+    forecast/gain_2x, forecast/gain_2x_lo, _hi      the gain expected at 2x the current compute, with its
+                                                    calibrated 90% interval (scaling.calibrate)
     forecast/gain_10x, forecast/gain_10x_lo, _hi    ... at 10x
     forecast/gain_to_budget, _lo, _hi, forecast/stop (1 or 0)   with a budget (default: max_steps)
 
 `stop=True` ends training (`control.should_training_stop`) when the stop rule fires
-(`scalerl.scaling.stop.stop_decision`: the upper end of the 90% interval of the gain from now to the
-budget is below `stop_below`, 0.02). Compute is the global step by default (a step's cost is about
+(`scalerl.scaling.outlook.stop_decision`: the ceiling is identified and the upper end of the
+calibrated 90% interval of the gain from now to the budget is below `stop_below`, 0.02; an
+unidentified ceiling never stops a run). A change of identification is said once in the log. Compute is the global step by default (a step's cost is about
 constant within a run, so a fit against steps is a fit against compute up to a factor); pass
 `compute=lambda state: ...` for another measure (e.g. tokens x parameters).
 
@@ -36,9 +40,10 @@ from transformers import TrainerCallback
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import MIN_POINTS
-from scalerl.scaling.report import SEED_MARGIN, gain_between
+from scalerl.scaling.report import SEED_MARGIN
 from scalerl.scaling.spec import SPEC, spec_fit
-from scalerl.scaling.stop import stop_decision
+from scalerl.scaling.outlook import outlook
+from scalerl.scaling.outlook import stop_decision as outlook_stop
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,7 @@ class ForecastCallback(TrainerCallback):
         self.last: dict = {}          # the values logged at the last refit
         self.fit = None               # the last FitResult
         self.stopped_at: float | None = None
+        self._said_identified: bool | None = None
 
     @classmethod
     def attach(cls, trainer, **kwargs) -> "ForecastCallback":
@@ -91,18 +97,24 @@ class ForecastCallback(TrainerCallback):
             log.warning("ForecastCallback: no forecast at step %s: %s", state.global_step, exc)
             return {}
         now = max(self.x)
+        look = outlook(self.x, self.y, fit)
         lo, hi = fit.ci["A"]
         out = {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
-               "forecast/C_mid": fit.C_mid}
+               "forecast/C_mid": fit.C_mid, "forecast/identified": float(look.identified)}
+        if not look.identified and look.ident["lower_bound"] is not None:
+            out["forecast/A_lower_bound"] = look.ident["lower_bound"]
         for m in (2, 10):
-            g = gain_between(fit, now, m * now)
+            g = look.gain(now, m * now)
             out.update({f"forecast/gain_{m}x": g["gain"], f"forecast/gain_{m}x_lo": g["lo"],
                         f"forecast/gain_{m}x_hi": g["hi"]})
         budget = self.budget if self.budget is not None else (float(args.max_steps) if args.max_steps > 0 else None)
         if budget is not None:
-            d = stop_decision(fit, now, budget, self.stop_below)
+            d = outlook_stop(look, now, budget, self.stop_below)
             out.update({"forecast/gain_to_budget": d["gain"], "forecast/gain_to_budget_lo": d["lo"],
                         "forecast/gain_to_budget_hi": d["hi"], "forecast/stop": float(d["stop"])})
+        if look.identified != self._said_identified:
+            log.info("ForecastCallback at step %s: %s", state.global_step, look.ident["reason"])
+            self._said_identified = look.identified
         self.last = {k: float(v) for k, v in out.items() if v is not None}
         return self.last
 

@@ -20,7 +20,12 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import FitResult, fall_warning, find_fall, first_half_check, fit_curve, fit_seeds, window_start
+from scalerl.scaling.fit import FitResult, fall_warning, find_fall, fit_curve, fit_seeds, window_start
+from scalerl.scaling.outlook import compute_for as outlook_compute_for
+from scalerl.scaling.outlook import first_half_check as half_check
+from scalerl.scaling.outlook import outlook
+from scalerl.scaling.outlook import stop_decision as outlook_stop
+from scalerl.scaling.outlook import verdict as outlook_verdict
 from scalerl.scaling.report import SEED_MARGIN, verdict
 from scalerl.scaling.sources import Compute, Series, read_run
 from scalerl.scaling.spec import SPEC
@@ -123,25 +128,41 @@ def fit_pooled(runs: Sequence[Series], o: Options) -> FitResult:
 
 def forecast_dict(s: Series, fit: FitResult, o: Options) -> dict:
     """The `--json` object of one run: the fit, how compute was derived, the window, whether the
-    curve fell after its peak (`find_fall`, None with too few evaluations), the verdict, and the
-    first-half check with its two baselines (`first_half_check`: the frozen method, whatever the
-    options of the whole-run fit; None where the first half holds too few evaluations)."""
-    out = fit.to_dict(o.predict)
+    ceiling is identified (`identified`, `ceiling`, `identification`: scalerl.scaling.identify),
+    the point forecasts with their calibrated 90% intervals (`predictions`), whether the curve fell
+    after its peak (`find_fall`, None with too few evaluations), the verdict, and the first-half
+    check with its naive baselines (`scalerl.scaling.outlook.first_half_check`; None where the
+    first half holds too few evaluations)."""
+    out = fit.to_dict()
     out["x"], out["y"] = s.x_name, s.y_name
     out["compute"] = dict(s.how)
     out["window"] = list(fit.window)
     fall = find_fall(s.y)
     out["fall"] = fall
     order = np.argsort(s.x, kind="stable")
-    out["first_half_fit"] = first_half_check(s.x[order], s.y[order])
+    look = outlook(s.x, s.y, fit) if fit.model == "sigmoid" else None
+    if look is None:
+        out["identified"] = False
+        out["ceiling"] = {"identified": False, "A": None, "text": "the power law's ceiling is not identified by "
+                          "scalerl (the identification and the calibrated interval are the sigmoid's)"}
+        out["predictions"] = fit.to_dict(o.predict)["predictions"]
+    else:
+        out.update(look.to_dict())
+        out["predictions"] = look.predictions(o.predict)
+    out["first_half_fit"] = half_check(s.x[order], s.y[order])
     positive = s.x > 0
-    if positive.any():
+    if positive.any() and look is not None:
+        last = int(np.flatnonzero(positive)[-1])
+        out["verdict"] = outlook_verdict(look, float(s.x[last]), float(s.y[last]), SEED_MARGIN, fall=fall)
+        if o.budget is not None:
+            out["budget"] = outlook_stop(look, float(s.x[last]), o.budget, o.stop_below)
+    elif positive.any():
         last = int(np.flatnonzero(positive)[-1])
         out["verdict"] = verdict(fit, float(s.x[last]), float(s.y[last]), fall=fall)
         if o.budget is not None:
             out["budget"] = stop_decision(fit, float(s.x[last]), o.budget, o.stop_below)
     if o.targets:
-        out["targets"] = [compute_for(fit, t) for t in o.targets]
+        out["targets"] = [outlook_compute_for(look, t) if look is not None else compute_for(fit, t) for t in o.targets]
     return finite_json(out)
 
 

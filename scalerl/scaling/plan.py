@@ -34,7 +34,9 @@ from scipy.optimize import brentq
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import CI_LEVEL, FitResult, _curve_of, find_fall
+from scalerl.scaling.calibrate import table
 from scalerl.scaling.forecast import Options, finite_json, fit_pooled, fit_series, read
+from scalerl.scaling.identify import identify
 from scalerl.scaling.report import MULTIPLES, SEED_MARGIN, gain_between, num
 from scalerl.scaling.sources import Series
 
@@ -210,8 +212,20 @@ def flags(c: Config, C: float) -> dict:
     """Why the fit of `c` may not be trusted at C: A on the edge of its range, runs that fell after
     their peak (`find_fall`), a budget beyond EXTRAPOLATION x the largest compute measured."""
     fell = [str(p) for p, s in c.runs.items() if (find_fall(s.y) or {}).get("fell")]
+    ident = _identified(c)
     return {"a_on_edge": c.fit.a_on_edge, "fell": fell, "extrapolation": C > EXTRAPOLATION * c.x_max,
-            "budget_over_measured": C / c.x_max}
+            "budget_over_measured": C / c.x_max,
+            "not_identified": not ident["identified"], "A_lower_bound": None if ident["identified"] else ident["lower_bound"],
+            "unidentified_beyond_measured": C > c.x_max and not ident["identified"]}
+
+
+def _identified(c: Config) -> dict:
+    """Whether the runs of `c` bound its ceiling (`scalerl.scaling.identify`, on all their points)."""
+    if c.fit.model != "sigmoid":
+        return {"identified": False, "lower_bound": None}
+    x = np.concatenate([s.x for s in c.runs.values()])
+    y = np.concatenate([s.y for s in c.runs.values()])
+    return identify(c.fit, x, y, rule=table()["rule"])
 
 
 # ---------------------------------------------------------------- the plan
@@ -286,11 +300,15 @@ def recommendation(p: dict) -> str:
     warned = [c["name"] for c in p["configs"] if _untrusted(c["flags"])]
     if best in warned:
         text += f" (but the fit of {best} is flagged: read its warnings)"
+    unbound = [c["name"] for c in p["configs"][:2] if c["flags"]["unidentified_beyond_measured"]]
+    if unbound:
+        text += (f"; beyond the compute measured, this ranking rests on a ceiling the data do not bound "
+                 f"({', '.join(unbound)}: not identified), so it is not a forecast: run them further and plan again")
     return text
 
 
 def _untrusted(f: dict) -> bool:
-    return bool(f["a_on_edge"] or f["fell"] or f["extrapolation"])
+    return bool(f["a_on_edge"] or f["fell"] or f["extrapolation"] or f["unidentified_beyond_measured"])
 
 
 # ---------------------------------------------------------------- in words
@@ -303,6 +321,10 @@ def _flag_words(f: dict) -> list[str]:
     out = []
     if f["a_on_edge"]:
         out.append("A on the edge of its range (the ceiling is not pinned down)")
+    if f["not_identified"]:
+        lb = f["A_lower_bound"]
+        out.append("ceiling not identified" + (f" (A >= {lb:.3f})" if lb is not None else "")
+                   + ": the data do not bound it; a value beyond the compute measured is not a forecast")
     if f["fell"]:
         out.append(f"fell after its peak: {', '.join(f['fell'])}")
     if f["extrapolation"]:

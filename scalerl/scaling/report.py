@@ -33,11 +33,17 @@ def _ci(f: FitResult, name: str, fmt: str) -> str:
 
 
 def summary(label: str, f: FitResult, predict: Sequence[float] = (), x_name: str = "compute",
-            y_name: str = "metric") -> str:
-    """What a user needs to read off one fit, in plain words."""
+            y_name: str = "metric", ceiling: dict | None = None) -> str:
+    """What a user needs to read off one fit, in plain words. `ceiling`: the outlook's
+    (`scalerl.scaling.outlook.Outlook.ceiling`); an unidentified ceiling is shown as a lower bound."""
     lines = [f"{label}: {f.model} fit of {y_name} against {x_name}, {f.n_points} points in the fit "
              f"window {num(f.window[0])} .. {num(f.window[1])} ({f.method} method)"]
-    lines.append(f"  ceiling A        {f.A:.3f}{_ci(f, 'A', '.3f')}   the value the curve tends to")
+    if ceiling is not None and not ceiling["identified"]:
+        lb = ceiling.get("lower_bound")
+        bound = f"at least {lb:.3f}" if lb is not None else "unknown"
+        lines.append(f"  ceiling A        not identified: {bound} (the fitted {f.A:.3f} is not bound by the data)")
+    else:
+        lines.append(f"  ceiling A        {f.A:.3f}{_ci(f, 'A', '.3f')}   the value the curve tends to")
     lines.append(f"  efficiency B     {f.B:.2f}{_ci(f, 'B', '.2f')}   larger = reaches the ceiling faster")
     if f.model == "sigmoid":
         lines.append(f"  midpoint C_mid   {num(f.C_mid)}{_ci(f, 'C_mid', 'num')}   {x_name} at half of the gain")
@@ -130,20 +136,47 @@ def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGI
 
 def verdict_lines(v: dict, x_name: str = "compute") -> list[str]:
     """The verdict in plain words (the human output of `scalerl fit` and `scalerl watch`)."""
-    ci = v["ceiling_interval"]
+    ci = v.get("ceiling_interval")
+    if v.get("identified", True) and v.get("ceiling") is not None:
+        ceiling = f"ceiling {v['ceiling']:.3f}" + (f" ({ci[0]:.3f} .. {ci[1]:.3f})" if ci else "")
+    else:
+        lb = v.get("ceiling_lower_bound")
+        ceiling = "ceiling not identified" + (f" (A >= {lb:.3f})" if lb is not None else "")
     lines = [f"  verdict at {x_name} = {num(v['compute'])}: measured {v['measured']:.3f}, fitted {v['fitted']:.3f}; "
-             f"ceiling {v['ceiling']:.3f}" + (f" ({ci[0]:.3f} .. {ci[1]:.3f})" if ci else "")]
+             + ceiling]
     for name, g in v["gains"].items():
         lines.append(f"    {name} the compute ({num(g['compute'])}): {g['value']:.3f}, gain {_signed(g)}")
     lines.append(f"    => {v['recommendation']}")
     return lines
 
 
+def outlook_lines(d: dict, x_name: str = "compute", y_name: str = "metric") -> list[str]:
+    """Whether the ceiling is identified and the forecasts with their calibrated 90% intervals,
+    from a `forecast_dict` (the human output of `scalerl fit`)."""
+    lines = [f"  {d['ceiling']['text']}"]
+    if d.get("identification"):
+        lines.append(f"  ({d['identification']['reason']})")
+    for p in d.get("predictions", []):
+        band = "" if p.get("lo") is None else f"  (calibrated 90% interval {p['lo']:.3f} .. {p['hi']:.3f})"
+        beyond = "; beyond the calibrated horizons" if p.get("beyond_calibration") else ""
+        lines.append(f"  forecast at {x_name} = {num(p['x'])}: {y_name} = {p['y']:.3f}{band}{beyond}")
+    return lines
+
+
 def first_half_line(h: dict) -> str:
-    """One line on the first-half check (`first_half_prediction`) with its three baselines."""
-    beat = "the fit beat the last and the best" if h["beat_baselines"] else "the fit did not beat both the last and the best"
+    """The first-half check (`scalerl.scaling.outlook.first_half_check`) with its naive baselines."""
     ruler = f", the ruler {h['baseline_ruler_error']:+.3f}" if h.get("baseline_ruler_error") is not None else ""
-    return (f"  first half of the compute (frozen method) predicted the end (mean of the last three evaluations, "
-            f"{h['measured']:.3f}) as {h['predicted']:.3f}: error {h['error']:+.3f}; the last first-half evaluation "
-            f"{h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f}{ruler} ({beat}); the second half "
-            f"still gained {h['left']:+.3f} from the value at half the compute")
+    last3 = (f", the mean of its last three {h['baseline_last3_error']:+.3f}"
+             if h.get("baseline_last3_error") is not None else "")
+    band = ""
+    if h.get("interval"):
+        lo, hi = h["interval"]
+        band = f" (calibrated 90% interval {lo:.3f} .. {hi:.3f}, {'covers' if h['covered'] else 'misses'} the end)"
+    ident = ""
+    if "identified" in h:
+        ident = ("; the first half identified the ceiling" if h["identified"]
+                 else "; the first half did not identify the ceiling")
+    return (f"  first half of the compute predicted the end (mean of the last three evaluations, "
+            f"{h['measured']:.3f}) as {h['predicted']:.3f}{band}: error {h['error']:+.3f}; naive predictors from the "
+            f"same evaluations: the last {h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f}"
+            f"{last3}{ruler}{ident}; the second half still gained {h['left']:+.3f} from the value at half the compute")

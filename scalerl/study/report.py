@@ -35,7 +35,8 @@ from scalerl.errors import ScaleRLError
 from scalerl.run.compute import FIT_X
 from scalerl.run.metrics import read_rows
 from scalerl.scaling.readers import read_column_at
-from scalerl.scaling import (FitResult, find_fall, first_half_check, fit_curve, fit_seeds, plot_fits, read_metrics,
+from scalerl.scaling.outlook import first_half_check as outlook_half_check
+from scalerl.scaling import (FitResult, find_fall, fit_curve, fit_seeds, plot_fits, read_metrics,
                              subset_first_half_prediction,
                              window_start)
 from scalerl.scaling.power import ALPHA, POWER, detectable_difference
@@ -150,7 +151,7 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         run.fit = spec_fit(x, y, frac, spec=replace(SPEC, n_bootstrap=n_bootstrap))
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
-    half = first_half_check(x, y)   # the frozen method (docs/forecasting.md), whatever `frac`
+    half = outlook_half_check(x, y)   # the default forecast, its calibrated interval and identification
     if half is not None and "error_reason" in half:
         run.error = run.error or half["error_reason"]
     else:
@@ -523,8 +524,9 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
              "predicted end from the first half | first-half fit's A | first half (points, compute) | error | within 0.02 | "
              "baseline: last first-half eval, error | baseline: best first-half eval, error | "
              "baseline: ruler (line of the last two against log compute), error | fit beat both | "
-             "fell after its peak | per-subset forecast (exploratory), error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "fell after its peak | per-subset forecast (exploratory), error | first half identified A | "
+             "calibrated 90% interval of the end (covers) | baseline: mean of the last three first-half evals, error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for r in c.runs:
             start = f"{r.y[0]:.3f}" if len(r.y) else "-"
@@ -537,7 +539,7 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
             fell = "-" if r.fall is None else f"yes: {r.fall['peak']:.3f} -> {r.fall['end']:.3f}" if r.fell else "no"
             if r.half is None:
                 lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | | {end} | {a} | {r.error} "
-                             f"| | | | | | | | | {fell} | |")
+                             f"| | | | | | | | | {fell} | | | | |")
                 continue
             h = r.half
             lines.append(f"| {c.name} | {r.seed} | {state} | {len(r.y)} | {start} | {h['at_half']:.3f} | {end} | {a} "
@@ -547,10 +549,11 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                          f"| {h['baseline_best']:.3f}, {h['baseline_best_error']:+.3f} "
                          f"| {h['baseline_ruler']:.3f}, {h['baseline_ruler_error']:+.3f} "
                          f"| {'yes' if h['beat_baselines'] else 'no'} | {fell} "
-                         f"| {subset_cell(r.half_subsets)} |")
+                         f"| {subset_cell(r.half_subsets)} | {_ident_cell(h)} | {_interval_cell(h)} "
+                         f"| {_last3_cell(h)} |")
     s = predictability_summary(configs)
     if s is not None:
-        lines += ["", f"{s['runs']} runs (the frozen method): mean |error| {s['mean_abs_error']:.3f}, largest "
+        lines += ["", f"{s['runs']} runs (the default forecast): mean |error| {s['mean_abs_error']:.3f}, largest "
                       f"{s['max_abs_error']:.3f}, mean signed error {s['mean_error']:+.3f}; {s['within']} of {s['runs']} "
                       f"within {PAPER_MARGIN}. Baselines on the same runs: the last first-half evaluation, mean |error| "
                       f"{s['baseline_last_mean_abs_error']:.3f} ({s['baseline_last_within']} within {PAPER_MARGIN}); the "
@@ -559,7 +562,8 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                       f"first-half evaluations against log compute), mean |error| {s['baseline_ruler_mean_abs_error']:.3f} "
                       f"({s['baseline_ruler_within']} within {PAPER_MARGIN}); the fit beat the last and the best on {s['beat_baselines']} "
                       f"of {s['runs']}. The second half gained {s['mean_left']:+.3f} on average from the value at half "
-                      "the compute."]
+                      f"the compute. The calibrated 90% interval covered the end on {s['covered']} of {s['runs']}; the "
+                      f"first half identified the ceiling on {s['identified']} of {s['runs']}."]
         if s["under"]:
             lines[-1] += (f" {s['under']} of {s['runs']} were under-predicted; on {s['under_bent_early']} of those the "
                           "first-half fit's A is below the whole run's: the curve was still rising where the first half's "
@@ -576,6 +580,21 @@ def predictability_markdown(configs: Sequence[ConfigFit]) -> str:
                           f"`find_fall`), which no sigmoid forecasts; of the {s['runs_standing']} others, "
                           f"{s['within_standing']} within {PAPER_MARGIN}.")
     return "\n".join(lines)
+
+
+def _ident_cell(h: dict) -> str:
+    return "-" if "identified" not in h else "yes" if h["identified"] else "no"
+
+
+def _interval_cell(h: dict) -> str:
+    if not h.get("interval"):
+        return "-"
+    lo, hi = h["interval"]
+    return f"{lo:.3f} .. {hi:.3f} ({'yes' if h['covered'] else 'no'})"
+
+
+def _last3_cell(h: dict) -> str:
+    return "-" if "baseline_last3" not in h else f"{h['baseline_last3']:.3f}, {h['baseline_last3_error']:+.3f}"
 
 
 def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
@@ -605,6 +624,8 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
             "baseline_ruler_within": int((np.abs(ruler) <= PAPER_MARGIN).sum()),
             "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
             "mean_left": float(np.mean([r.half["left"] for r in runs])),
+            "covered": int(sum(bool(r.half.get("covered")) for r in runs)),
+            "identified": int(sum(bool(r.half.get("identified")) for r in runs)),
             **subset_summary([r for r in runs if r.half_subsets is not None])}
 
 
