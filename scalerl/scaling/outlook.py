@@ -49,10 +49,11 @@ class Outlook:
         return band(self.point(C), self.fit, self.c_last, C, self.identified, self.tab)
 
     def gain(self, c_now: float, c_then: float) -> dict:
-        """The gain from the level now (the mean of the last three evaluations at `c_now` =
-        the data's end, else the point forecast at `c_now`) to `c_then`, with its calibrated
+        """The gain from the level at `c_now` (the mean of the last three evaluations where
+        `c_now` is the data's end, else the point forecast there) to `c_then`, with its calibrated
         interval: {compute, value, value_lo, value_hi, gain, lo, hi, beyond}."""
-        now = self.last3 if c_now >= self.c_last else float(self.point([c_now])[0])
+        at_end = abs(c_now - self.c_last) <= 1e-9 * max(1.0, abs(self.c_last))
+        now = self.last3 if at_end else float(self.point([c_now])[0])
         then = float(self.point([c_then])[0])
         b = self.interval([c_then])
         lo, hi = float(b["lo"][0]), float(b["hi"][0])
@@ -91,6 +92,8 @@ def outlook(x, y, fit: FitResult, tab: dict | None = None) -> Outlook:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
+    seen = x <= fit.window[1]          # a held-out end (--fit-max) is not part of what the forecast knows
+    x, y = x[seen], y[seen]
     tab = table() if tab is None else tab
     ident = identify(fit, x, y, fit_r0=bool(tab.get("fit_r0")), rule=tab["rule"])
     return Outlook(fit, ident, float(x[-1]), float(y[-TAIL_EVALS:].mean()), tab)
