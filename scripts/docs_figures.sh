@@ -53,8 +53,8 @@ for step in $STEPS; do
         cp "$src/${pair#*/}.png" "$IMG/studies/${pair%%/*}-${pair#*/}.png"
       done ;;
     subsets)
-      $PYTHON docs/img/plot_subsets.py "$IMG/ladder-subsets.png" studies/controls-358/base/seed0 \
-        studies/controls-358/think-short/seed0 studies/controls-358-lr1e-4/base/seed0 ;;
+      $PYTHON docs/img/plot_subsets.py "$IMG/ladder-subsets.png" studies/history/controls-358/base/seed0 \
+        studies/history/controls-358/think-short/seed0 studies/history/controls-358-lr1e-4/base/seed0 ;;
     *) echo "scripts/docs_figures.sh: unknown step '$step' (expected forecast, reports, study-plots or subsets)" >&2
        exit 2 ;;
   esac

@@ -73,11 +73,12 @@ def compare_a(rep: dict, base: str, config: str) -> str:
 
 def provenance() -> None:
     print("## Code and weights of every committed run (done.json)")
-    for study in sorted(p for p in ROOT.iterdir() if p.is_dir() and not p.name.endswith(("-report", "-hours"))):
+    folders = [p for p in ROOT.iterdir() if p.name != "history"] + list((ROOT / "history").iterdir())   # history: superseded
+    for study in sorted(p for p in folders if p.is_dir() and not p.name.endswith(("-report", "-hours"))):
         done = [json.loads(p.read_text()) for p in study.glob("*/seed*/done.json")]
         if done:
             code = Counter(str(d.get("code", "not recorded"))[:7] for d in done)
-            print(f"  {study.name}: {len(done)} runs; code {dict(code)}")
+            print(f"  {study.relative_to(ROOT)}: {len(done)} runs; code {dict(code)}")
 
 
 def leave_one_out() -> None:

@@ -3,7 +3,7 @@ fitted `A` with its 90% interval and the mean of the rungs' own ceilings, the wh
 first-half forecast's error beside three naive predictors that see the same first-half evaluations
 (the last, the best, and the ruler: a line through the last two against log compute).
 
-    .venv/bin/python studies/default_summary.py studies/default/base [more result folders] [--md] [--thin N]
+    .venv/bin/python studies/default/default_summary.py studies/default/base [more result folders] [--md] [--thin N]
 
 `--thin N` first keeps, of each run's evaluations, step 0 and the one nearest to each step of the geometric
 plan of N evaluations (`scalerl.config.eval_schedule`, as `eval.count=N` would evaluate): the same runs seen

@@ -6,7 +6,7 @@ prints one row per configuration (median over its seeds of each run's per-step m
 since PPO-off-policy generates once every k steps and a median step would hide that), so the
 table in docs/study.md can be regenerated where the runs are:
 
-    .venv/bin/python studies/ksweep_timing.py runs/ksweep/runs > studies/ksweep-report/timing.md
+    .venv/bin/python studies/ksweep-report/ksweep_timing.py runs/ksweep/runs > studies/ksweep-report/timing.md
 
 Columns: wall s/step (`time/step`), device-s/step (`compute/step_device_seconds`: wall x the
 devices the run holds), the training phase (`time/train`), the share of the step the trainer was
