@@ -50,6 +50,19 @@ def test_control_the_contract_sees_a_torch_import():
     assert "torch" in imported_train_modules("import scalerl.run.checkpoint")
 
 
+def test_forecast_callback_needs_only_the_forecaster_of_scalerl():
+    """`pip install scalerl trl` is enough for ForecastCallback: of scalerl it imports the forecaster alone."""
+    pytest.importorskip("transformers")
+    code = ("import sys, json, scalerl.integrations.trl; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalerl.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "scalerl.integrations.trl" in ours
+    assert [m for m in ours if not m.startswith(("scalerl.scaling", "scalerl.errors", "scalerl.integrations"))] == []
+
+
 def test_train_modules_are_the_train_extra():
     tomllib = pytest.importorskip("tomllib")   # Python 3.11+
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
