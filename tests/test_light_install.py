@@ -82,6 +82,15 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
 
 
+def offline_build() -> list[str]:
+    """Build with this interpreter's setuptools where it meets pyproject's build requirement (no download)."""
+    try:
+        import setuptools
+    except ImportError:
+        return []
+    return ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 68 else []
+
+
 def build_wheel(tmp_path: Path) -> Path:
     """A wheel of the checkout's sources (a copy: no stale build/ of the checkout leaks into it)."""
     import shutil
@@ -90,7 +99,7 @@ def build_wheel(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "scalerl", src / "scalerl", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", str(src),
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *offline_build(), str(src),
                     "-w", str(tmp_path / "wheel")], check=True, capture_output=True, env=user_env(), timeout=300)
     (wheel,) = (tmp_path / "wheel").glob("scalerl-*.whl")
     return wheel
