@@ -63,6 +63,22 @@ def test_forecast_callback_needs_only_the_forecaster_of_scalerl():
     assert [m for m in ours if not m.startswith(("scalerl.scaling", "scalerl.errors", "scalerl.integrations"))] == []
 
 
+@pytest.mark.parametrize("argv", [["train"], ["generate"], ["export", "run", "out"], ["ablate", "--recipes", "grpo"]])
+def test_a_trainer_command_without_the_extra_says_what_to_install(argv, monkeypatch, capsys):
+    import importlib.util
+
+    from scalerl.cli import main
+
+    real = importlib.util.find_spec
+    gone = ("torch", "peft")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in gone else real(name, *a))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.endswith(f"`scalerl {argv[0]}` needs the train extra (torch, peft not installed): "
+                        "pip install 'scalerl[train]'")
+
+
 def test_train_modules_are_the_train_extra():
     tomllib = pytest.importorskip("tomllib")   # Python 3.11+
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
