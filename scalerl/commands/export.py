@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from scalerl.commands import require_train
+
 HELP = "write a run's trained policy as a Hugging Face model folder that transformers loads as it is"
 
 
@@ -14,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_train("export")
     from scalerl.export import export_run
 
     ckpt = export_run(args.run_dir, args.out_dir, args.step)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from scalerl.commands import require_train
 from scalerl.configure import add_config_arguments
 
 HELP = "sample completions for a task's prompts with the rollout engine and print them with rewards"
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_train("generate")
     from scalerl.configure import load_config
     from scalerl.errors import ScaleRLError
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from scalerl.commands import require_train
+
 HELP = "train with a recipe (default: ScaleRL on the ladder-1m model and the arith ladder, CPU) and forecast its curve"
 
 
@@ -38,6 +40,7 @@ def scale_out_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_train("train")
     from scalerl.launch import run_training
 
     return run_training(recipe=args.recipe, config_file=args.config, overrides=args.overrides + scale_out_overrides(args),

@@ -1,7 +1,7 @@
 """Compute-performance scaling curves (paper Eq. 1): fit, forecast with intervals, plot; other
 frameworks' logs (presets, derived compute) and the verdict on a run in progress.
 
-Torch-free: numpy, scipy and matplotlib only (tensorboard to read event files). See docs/forecasting.md.
+Torch-free: numpy, scipy and matplotlib only (event files read by `scalerl.scaling.events`). See docs/forecasting.md.
 """
 
 from scalerl.scaling.curves import PowerLaw, Sigmoid, linearise, power_law, sigmoid

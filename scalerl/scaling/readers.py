@@ -14,7 +14,8 @@
   is a metric the row lacks (sparse columns are normal in W&B and TRL exports): the row is
   ignored silently for that metric; a cell that holds something other than a finite number is
   skipped and counted in a warning.
-- TensorBoard: scalars via `event_accumulator`; x is `step` or another scalar tag joined on step.
+- TensorBoard: scalars via `scalerl.scaling.events` (no tensorboard package needed); x is `step` or
+  another scalar tag joined on step.
 
     read_table(path) -> Table(path, rows, columns, warnings)
 
@@ -226,15 +227,13 @@ def _pairs(path: Path, rows: list[dict], columns: list[str], x: str, y: str) -> 
 def _tensorboard_series(path: Path) -> dict[str, list[tuple[int, float, float]]]:
     """tag -> [(step, wall time, value)] over the event files of `path`; a step logged twice
     (a resumed run) keeps its last value."""
-    from tensorboard.backend.event_processing import event_accumulator
+    from scalerl.scaling.events import read_scalars
 
     files = [path] if path.is_file() else sorted(path.rglob("events.out.tfevents*"))
     series: dict[str, dict[int, tuple[float, float]]] = {}
     for f in files:
-        acc = event_accumulator.EventAccumulator(str(f), size_guidance={event_accumulator.SCALARS: 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            series.setdefault(tag, {}).update({e.step: (e.wall_time, e.value) for e in acc.Scalars(tag)})
+        for tag, events in read_scalars(f).items():
+            series.setdefault(tag, {}).update({step: (wall, value) for step, wall, value in events})
     if not series:
         raise ScaleRLError(f"{path}: no TensorBoard scalars found (the event files are empty)")
     return {tag: sorted((s, w, v) for s, (w, v) in d.items()) for tag, d in series.items()}
