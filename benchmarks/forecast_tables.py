@@ -16,7 +16,7 @@ from scalerl.scaling.identify import RULES
 MARGIN = 0.02
 CANDIDATES = ("frozen", "sigmoid", "sigmoid_r0", "blend", "blend_r0", "powerlaw")
 BASELINES = ("last", "last3", "best", "ruler")
-MIN_GROUP = 20     # a calibration group with fewer dev forecasts takes its identification's pooled quantiles
+MIN_GROUP = 39     # a group with fewer dev forecasts takes its identification's pooled quantiles (below 39 the 95% conformal quantile is the largest score)
 MIN_SHARE = 0.2    # an identification rule must mark at least this share of the dev forecasts
 
 
