@@ -49,6 +49,10 @@ half; per group (identified or not x horizon bin), the 5% and 95% conformal quan
 domain weighing the same. The test half reports coverage and median width beside the parameter
 bootstrap's interval of the curve (100 replicas here, 200 in `scalerl fit`).
 
+Departures after the first run (docs/history/forecasting.md): a calibration group needs 39 development
+forecasts, not 20, to keep its own quantiles (below 39 the 95% conformal quantile is its largest score);
+the profile's lower end walks down to the bottom of A's search range.
+
 Ranking: on the test half at cut 0.5, every pair of runs of one source (real) or one study folder
 (committed) whose ends differ by more than 0.02: the share ordered right by each predictor.
 """

@@ -16,7 +16,9 @@ from scalerl.scaling.identify import RULES
 MARGIN = 0.02
 CANDIDATES = ("frozen", "sigmoid", "sigmoid_r0", "blend", "blend_r0", "powerlaw")
 BASELINES = ("last", "last3", "best", "ruler")
-MIN_GROUP = 39     # a group with fewer dev forecasts takes its identification's pooled quantiles (below 39 the 95% conformal quantile is the largest score)
+# a calibration group with fewer dev forecasts takes its identification's pooled quantiles: below 39 the 95%
+# conformal quantile is the group's largest score (a departure: 20 before the first run; forecast_real.py)
+MIN_GROUP = 39
 MIN_SHARE = 0.2    # an identification rule must mark at least this share of the dev forecasts
 
 
