@@ -134,3 +134,26 @@ def test_fit_json_says_identified_at_the_top_level(tmp_path, capsys):
     assert main(["fit", str(f), "--x", "step", "--y", "reward"]) == 0
     text = capsys.readouterr().out
     assert "not identified" in text and "calibrated 90% interval" in text
+
+
+def test_the_live_row_says_whether_the_ceiling_is_identified():
+    from scalerl.evaluate import live_forecast
+
+    x, y = _curve(c_mid=400.0)
+    row = live_forecast(list(zip(x, y)), 0.1)
+    assert row["forecast/identified"] == 0 and row["forecast/A_lower_bound"] <= 0.3
+    assert row["forecast/at_2x_lo"] <= row["forecast/at_2x"] <= row["forecast/at_2x_hi"]
+    x, y = _curve(c_mid=2.0, n=60)
+    row = live_forecast(list(zip(x, y)), 0.1)
+    assert row["forecast/identified"] == 1 and "forecast/A_lower_bound" not in row
+    assert row["forecast/first_half_lo"] <= row["forecast/first_half_predicted"] <= row["forecast/first_half_hi"]
+
+
+def test_the_progress_bar_shows_a_lower_bound_when_not_identified():
+    from scalerl.monitor import eval_postfix
+
+    row = {"val/pass_rate": 0.1, "forecast/A": 1.0, "forecast/A_lo": 0.5, "forecast/A_hi": 1.0,
+           "forecast/identified": 0, "forecast/A_lower_bound": 0.18}
+    assert eval_postfix(row)["A"] == ">=0.18 (not identified)"
+    row.update({"forecast/identified": 1})
+    assert eval_postfix(row)["A"] == "1.000[0.50,1.00]"
