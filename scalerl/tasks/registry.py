@@ -3,7 +3,7 @@ and engines are.
 
 Each task module registers a builder, `build(cfg, ctx: TaskContext) -> Task`, for its config class;
 `build_task` imports the class's module (`module`) on first use and calls it. Adding a task kind
-touches three files: its config class in scalerl/config.py (a member of `TaskConfig`, with only its
+touches three files: its config class in scalerl/config/tasks.py (in `TASK_KINDS`, with only its
 own fields), its module with `@register(ItsConfig)`, its test (docs/design.md, "Adding a task").
 """
 
