@@ -12,7 +12,7 @@ whole groups per rank, advantages on the whole batch, each rank's loss scaled by
 reduce-scatters with a *sum* (`set_gradient_divide_factor(1.0)`), so the ranks' gradients add
 up to the whole-batch gradient as under the all-reduce. Every rank runs the same number of
 forward/backward passes (the collectives must pair up): a rank with fewer micro-batches, or no
-group at all, repeats one with weight 0 (`ShardSync.pad`).
+group at all, repeats one with weight 0 (`FSDPSync.pad`).
 
 Mixed precision (`model.compute_dtype` bf16, the default on a bf16 GPU): the decoder layers
 compute on bf16 casts of the fp32 shards (FSDP's `MixedPrecisionPolicy(param_dtype=bf16)`, which
@@ -48,9 +48,10 @@ from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
 from scalerl.trainer.forward import Batch, completion_logprobs
-from scalerl.trainer.step import Shard
+from scalerl.run.ports import free_port
+from scalerl.trainer.rank_actors import all_reduce, free_address, placed
+from scalerl.trainer.step import Optimizer, Shard, plan_shards, shard_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -108,9 +109,9 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
 
 
 @dataclass(frozen=True)
-class ShardSync:
-    """What an FSDP step's ranks agree on (`shard_step`'s `sync`): the forward to run (the root
-    unit) and how many micro-batches every rank runs."""
+class FSDPSync:
+    """What an FSDP step's ranks agree on (`shard_step`'s `sync`, a `scalerl.trainer.step.ShardSync`):
+    the forward to run (the root unit) and how many micro-batches every rank runs."""
 
     policy: Policy
 
@@ -137,12 +138,6 @@ def check_config(cfg: Config) -> None:
                            "trainer.strategy=ddp)")
 
 
-
-def all_reduce(flat: torch.Tensor) -> None:
-    """`shard_step`'s reducer: sum over every rank, in place (the counters; FSDP reduced the gradients)."""
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-
-
 class FSDPRank:
     """One FSDP trainer rank: its shards of the model and of AdamW's state, its part of each step,
     and the collectives every rank joins at once: the full weights gathered on rank 0, the
@@ -150,7 +145,6 @@ class FSDPRank:
 
     def __init__(self, cfg: Config | str, rank: int, world: int, init_method: str, threads: int = 1):
         from scalerl.models import load_model, resolve_device
-        from scalerl.trainer.step import Optimizer
 
         cfg = Config.model_validate_json(cfg) if isinstance(cfg, str) else cfg
         check_config(cfg)
@@ -177,10 +171,9 @@ class FSDPRank:
         return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
     def step(self, shard_: Shard, step: int) -> dict[str, float]:
-        from scalerl.trainer.step import shard_step
 
         return shard_step(self.policy.model, self.optim, shard_, self.cfg, self.pad_id, step, reduce=all_reduce,
-                          sync=ShardSync(self.policy))
+                          sync=FSDPSync(self.policy))
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The model's full state dict on rank 0 (CPU), gathered unit by unit; {} on the others."""
@@ -256,7 +249,6 @@ class ShardedStep:
     def __init__(self, model, cfg: Config, options: Callable[[int], dict] | None = None, restore=None):
         import ray
 
-        from scalerl.trainer.data_parallel import free_address, placed
 
         check_config(cfg)
         self.world = cfg.ray.trainers
@@ -279,7 +271,6 @@ class ShardedStep:
                  advantages: torch.Tensor | None = None) -> dict[str, float] | None:
         import ray
 
-        from scalerl.trainer.step import plan_shards
 
         shards = plan_shards(groups, cfg, self.world, advantages)
         if shards is None:
@@ -364,4 +355,5 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
     return [results[r] for r in range(world)]
 
 
-__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "ShardSync", "shard", "decoder_layers", "check_config"]
+__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "FSDPSync", "shard", "decoder_layers",
+           "check_config"]
