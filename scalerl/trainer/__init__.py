@@ -1,4 +1,4 @@
 """The trainer: one optimizer step over the step's groups (`step`), for one worker, for N
 data-parallel workers with an all-reduce (`data_parallel`) or for N FSDP2 ranks holding shards
-(`sharded`), the two placing their ranks as Ray actors alike (`rank_actors`), through the
-trainer's forward (`forward`: shared-prompt attention, chunked FP32 LM head). Modules import torch."""
+(`sharded`), through the trainer's forward (`forward`: shared-prompt attention, chunked FP32 LM
+head). Modules import torch."""

@@ -30,9 +30,25 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.trainer.rank_actors import all_reduce, free_address, placed
-from scalerl.trainer.step import Optimizer, Shard, plan_shards, shard_step
+from scalerl.run.ports import free_port
+from scalerl.trainer.step import Optimizer, plan_shards, shard_step
 from scalerl.types import Group
+
+PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)
+
+
+def all_reduce(flat: torch.Tensor) -> None:
+    """The data-parallel `Reducer` of `shard_step`: sum over every rank, in place."""
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+
+
+def free_address() -> str:
+    """tcp://<this node's IP>:<a free port> for `init_process_group`."""
+    import ray
+
+    host = ray.util.get_node_ip_address()
+    return f"tcp://{host}:{free_port(host)}"
+
 
 class TrainerWorker:
     """A trainer rank as a Ray actor: its own model + optimizer, kept equal to rank 0's."""
@@ -83,6 +99,22 @@ def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1
                .remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
     placed(cfg, workers)
     return workers, [w.join.remote() for w in workers]
+
+
+def placed(cfg: Config, actors: list) -> None:
+    """Wait until the trainer rank actors are built (`ready()`), at most PLACE_TIMEOUT_S; else kill
+    them and raise a ScaleRLError naming the resources they asked for."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        ray.get([a.ready.remote() for a in actors], timeout=PLACE_TIMEOUT_S)
+    except GetTimeoutError:
+        for a in actors:
+            ray.kill(a)
+        raise ScaleRLError(f"{len(actors)} trainer rank actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
+                           f"ray.trainer_gpus {cfg.ray.trainer_gpus:g} each) were not placed within {PLACE_TIMEOUT_S} s: "
+                           "compare with the free resources in `ray status`") from None
 
 
 class DataParallelStep:

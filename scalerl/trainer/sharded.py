@@ -48,10 +48,9 @@ from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.trainer.forward import Batch, completion_logprobs
 from scalerl.run.ports import free_port
-from scalerl.trainer.rank_actors import all_reduce, free_address, placed
-from scalerl.trainer.step import Optimizer, Shard, plan_shards, shard_step
+from scalerl.trainer.forward import Batch, completion_logprobs
+from scalerl.trainer.step import Shard
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -138,6 +137,12 @@ def check_config(cfg: Config) -> None:
                            "trainer.strategy=ddp)")
 
 
+
+def all_reduce(flat: torch.Tensor) -> None:
+    """`shard_step`'s reducer: sum over every rank, in place (the counters; FSDP reduced the gradients)."""
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+
+
 class FSDPRank:
     """One FSDP trainer rank: its shards of the model and of AdamW's state, its part of each step,
     and the collectives every rank joins at once: the full weights gathered on rank 0, the
@@ -145,6 +150,7 @@ class FSDPRank:
 
     def __init__(self, cfg: Config | str, rank: int, world: int, init_method: str, threads: int = 1):
         from scalerl.models import load_model, resolve_device
+        from scalerl.trainer.step import Optimizer
 
         cfg = Config.model_validate_json(cfg) if isinstance(cfg, str) else cfg
         check_config(cfg)
@@ -171,6 +177,7 @@ class FSDPRank:
         return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
     def step(self, shard_: Shard, step: int) -> dict[str, float]:
+        from scalerl.trainer.step import shard_step
 
         return shard_step(self.policy.model, self.optim, shard_, self.cfg, self.pad_id, step, reduce=all_reduce,
                           sync=FSDPSync(self.policy))
@@ -249,6 +256,7 @@ class ShardedStep:
     def __init__(self, model, cfg: Config, options: Callable[[int], dict] | None = None, restore=None):
         import ray
 
+        from scalerl.trainer.data_parallel import free_address, placed
 
         check_config(cfg)
         self.world = cfg.ray.trainers
@@ -271,6 +279,7 @@ class ShardedStep:
                  advantages: torch.Tensor | None = None) -> dict[str, float] | None:
         import ray
 
+        from scalerl.trainer.step import plan_shards
 
         shards = plan_shards(groups, cfg, self.world, advantages)
         if shards is None:
