@@ -1,7 +1,7 @@
 """Resolving a run's configuration: the layers of `load_config`, the model-dependent profile, the CLI flags.
 
 The schema (`Config` and its sections) is in `scalerl.config`, merging one layer and validating the
-result in `scalerl.merge`; this module puts the layers together.
+result in `scalerl.config.merge`; this module puts the layers together.
 
 Resolution order (`load_config`): defaults -> recipe preset -> config file -> `--set` overrides
 -> the model-dependent profile for every key that neither the file nor a `--set` gave: derived from
@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from scalerl.config import Config, recipe_path, task_name
-from scalerl.merge import blamer, leaf_keys, merge, parse_override, read_yaml, validate
+from scalerl.config.merge import blamer, leaf_keys, merge, parse_override, read_yaml, validate
 
 
 # ================================================================ the layers

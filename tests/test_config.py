@@ -5,7 +5,7 @@ import yaml
 
 from scalerl.cli import main
 from scalerl.config import Config, CispoLoss, PPOClipLoss, dump_config, list_recipes
-from scalerl.merge import parse_override
+from scalerl.config.merge import parse_override
 from scalerl.configure import load_config, profile_line
 from scalerl.errors import ScaleRLError
 
@@ -261,7 +261,7 @@ def test_verl_nested_yaml_keys_get_the_scalerl_key(tmp_path):
 def test_the_docs_table_is_the_code_table():
     from pathlib import Path
 
-    from scalerl.merge import FOREIGN_KEYS, all_paths
+    from scalerl.config.merge import FOREIGN_KEYS, all_paths
 
     text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
     section = text.split("## Coming from TRL or verl", 1)[1].split("\n## ", 1)[0]

@@ -13,7 +13,7 @@ import yaml
 from scalerl.config import Config, expand_task, list_recipes, recipe_path, task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.merge import merge, validate
+from scalerl.config.merge import merge, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "tasks_before.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import scalerl.sandbox as sandbox
-from scalerl.config import RewardConfig, SandboxConfig, task_config
+from scalerl.config import CodeExprTaskConfig, RewardConfig, SandboxConfig, task_config
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import RewardFn
 from scalerl.sandbox import Limits
@@ -263,7 +263,7 @@ def test_code_expr_problems_are_consistent(monkeypatch):
 
     built_anywhere(monkeypatch)
 
-    task = ExprCodeTask(seed=3, train_size=64, val_size=16)
+    task = ExprCodeTask(CodeExprTaskConfig(seed=3, train_size=64, val_size=16))
     train = [task.train_prompt(i) for i in range(40)]
     val = task.val_prompts(16)
     assert {p.meta["expression"] for p in train}.isdisjoint({p.meta["expression"] for p in val})
@@ -296,7 +296,7 @@ def test_the_two_domain_warm_start_alternates_sums_and_programs_that_pass(monkey
     warm = tiny.Interleaved([ArithTask("arith", seed=0), tiny.CodeProblems("code-expr", 0)])
     examples = [warm.train_prompt(i) for i in range(8)]
     assert [("tests" in p.meta) for p in examples] == [False, True] * 4
-    task = ExprCodeTask(seed=0)
+    task = ExprCodeTask(CodeExprTaskConfig(seed=0))
     for i, p in enumerate(examples[1::2]):
         assert p == task.train_prompt(i)                                               # problem i of the task
         target = p.meta["target"]

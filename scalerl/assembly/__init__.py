@@ -6,6 +6,8 @@
                 `build_generator`, which a generator process or a Ray actor unpickles and runs
     state       `Trainer`: model, optimizer, curriculum, typed `Counters`; checkpoint and restore
     modes       the configured off-policy mode over its transport (thread, process, Ray): a `Mode`
-    ray         the Ray session and `ray_mode` (imports Ray: only for `pipeline.backend: ray`)
+    ranks       the trainer's ranks (`trainer.strategy`): the step `Trainer.train_on` runs
+    ray_session connects to a Ray cluster or starts a local one (imports Ray)
+    ray         `ray_mode`, PipelineRL-k over generator actors (imports Ray: only for `pipeline.backend: ray`)
     run         `build_run`: all of the above, in order, as one `Run`
 """

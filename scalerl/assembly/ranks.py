@@ -43,7 +43,7 @@ def local_ranks(tr: Trainer) -> list[Callable[[], None]]:
     cfg = tr.cfg
     if cfg.trainer.actors(cfg.ray.trainers) == 0:
         return []
-    from scalerl.assembly.ray import RaySession
+    from scalerl.assembly.ray_session import RaySession   # imports Ray: only when there are rank actors
 
     session = RaySession(cfg)
     try:

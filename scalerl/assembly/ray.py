@@ -39,9 +39,8 @@ from scalerl.transport import require_ray
 
 require_ray()
 
-import ray  # noqa: E402
-
-from scalerl.config import Config  # noqa: E402
+from scalerl.assembly.ranks import trainer_ranks  # noqa: E402
+from scalerl.assembly.ray_session import RaySession  # noqa: E402
 from scalerl.transport.ray_placement import Placement  # noqa: E402
 from scalerl.transport.protocol import GeneratorBuild  # noqa: E402
 from scalerl.transport.ray import RayRollouts, RolloutSpec  # noqa: E402
@@ -49,45 +48,6 @@ from scalerl.errors import ScaleRLError  # noqa: E402
 from scalerl.lora import merged_state_dict  # noqa: E402
 from scalerl.batching import PipelineRL  # noqa: E402
 from scalerl.transport.window import Window  # noqa: E402
-
-
-def cpus_needed(cfg: Config) -> float:
-    """CPUs the actors reserve: generators (the ray backend), and the trainer rank actors (ranks
-    1..W-1 under ddp, rank 0 being this process; all W under fsdp)."""
-    generators = cfg.ray.generators if cfg.pipeline.backend == "ray" else 0
-    return generators * cfg.ray.generator_cpus + cfg.trainer.actors(cfg.ray.trainers) * cfg.ray.trainer_cpus
-
-
-class RaySession:
-    """Connects to a cluster or starts a local Ray; shuts down only what it started.
-
-    A local Ray gets `ray.num_cpus` CPUs, by default the machine's cores or, if the actors
-    reserve more, that many (logical CPUs: the actors then share the cores). An explicit
-    `ray.num_cpus` too small for the actors is an error rather than a run that never starts.
-    """
-
-    def __init__(self, cfg: Config):
-        import os
-
-        self.started = False
-        if ray.is_initialized():
-            return
-        if cfg.ray.address:
-            ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
-            return
-        needed = cpus_needed(cfg)
-        if cfg.ray.num_cpus is not None and cfg.ray.num_cpus < needed:
-            raise ScaleRLError(
-                f"ray.num_cpus = {cfg.ray.num_cpus}: the actors reserve {needed:g} CPUs ({cfg.ray.generators} "
-                f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + {cfg.trainer.actors(cfg.ray.trainers)} trainer ranks "
-                f"x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); raise ray.num_cpus or lower those")
-        num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
-        self.started = True
-
-    def close(self) -> None:
-        if self.started:
-            ray.shutdown()
 
 
 class RayPipelineRL(PipelineRL):
@@ -129,8 +89,6 @@ def ray_mode(tr, build: GeneratorBuild, gen_seed: int, sampler_state: dict) -> R
         source = RayRollouts(spec, merged_state_dict(tr.model), tr.state.step, sampler_state)
         undo.callback(source.close)
         closers = [session.close, placement.close]
-        from scalerl.assembly.ranks import trainer_ranks
-
         closers += trainer_ranks(tr, options=placement.trainer)
         undo.pop_all()
     return RayPipelineRL(source, cfg.pipeline.k, closers)

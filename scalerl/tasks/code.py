@@ -55,7 +55,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE, answer_section, instruction_for
 from scalerl.sandbox import Limits, require_isolation, run_program
 from scalerl.tasks.files import _apply_template, read_records, val_share
-from scalerl.tasks.pool import PromptLimit, PromptPool, dedupe, split_rows
+from scalerl.tasks.pool import PromptPool, dedupe, split_rows
 from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
 
@@ -268,31 +268,37 @@ def code_check(completion_text: str, prompt: Prompt, marker: str = THINK_CLOSE, 
     return RESULTS.get(key, run)
 
 
+def sandboxed_checker(marker: str, ctx: TaskContext) -> Callable[[str, Prompt], float]:
+    """A code task's picklable checker: the answer's program run on the prompt's tests in the
+    context's sandbox (`ctx.stop_early`: the first failing test decides); refused here where the
+    sandbox cannot isolate a program and `sandbox.allow_unisolated` is off."""
+    sb = ctx.sandboxed()
+    require_isolation(sb.allow_unisolated)
+    return functools.partial(code_check, marker=marker, limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated,
+                             stop_early=ctx.stop_early, reuse=sb.reuse_results)
+
+
+@register(CodeTaskConfig)
 class CodeTask(PromptPool):
     """A file of programming problems with tests (see the module docstring)."""
 
     isolate_checker = False     # the sandbox isolates each run; a worker process would add nothing
     score_workers = SCORE_WORKERS   # programs mostly wait on their process: score beside generation
 
-    def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
-                 answer_marker: str = THINK_CLOSE, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-                 instruction: str | None = "auto", limits: Limits = Limits(), allow_unisolated: bool = False,
-                 stop_early: bool = False, reuse: bool = True):
-        require_isolation(allow_unisolated)
+    def __init__(self, cfg: CodeTaskConfig, ctx: TaskContext = TaskContext()):
+        path, limit, self.answer_marker = cfg.path, ctx.limit(cfg), cfg.answer_marker or THINK_CLOSE
+        self.checker = sandboxed_checker(self.answer_marker, ctx)
         records = read_records(path)
         if not records:
             raise ScaleRLError(f"{path}: no rows")
         name = Path(path.rstrip("/")).name
-        self.instruction = instruction_for(instruction, answer_marker)
-        made = [self._make(name, i, r, path, tokenizer, self.instruction) for i, r in enumerate(records)]
+        self.instruction = instruction_for(cfg.answer_instruction, self.answer_marker)
+        made = [self._make(name, i, r, path, ctx.tokenizer, self.instruction) for i, r in enumerate(records)]
         prompts, duplicates = dedupe(made)
-        self._train, self._val, _ = split_rows(prompts, duplicates, path, limit, val_size, val_share,
-                                               min_train, train_size, seed)
+        self._train, self._val, _ = split_rows(prompts, duplicates, path, limit, cfg.val_size, val_share,
+                                               ctx.min_train, cfg.train_size, cfg.seed)
         self.name = f"code:{name}"
-        self.seed = seed
-        self.answer_marker = answer_marker
-        self.checker = functools.partial(code_check, marker=answer_marker, limits=limits,
-                                         allow_unisolated=allow_unisolated, stop_early=stop_early, reuse=reuse)
+        self.seed = cfg.seed
 
     @staticmethod
     def _make(name: str, index: int, row: dict, path: str, tokenizer, instruction: str | None) -> Prompt:
@@ -319,15 +325,6 @@ class CodeTask(PromptPool):
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
-
-
-@register(CodeTaskConfig)
-def build(cfg: CodeTaskConfig, ctx: TaskContext) -> CodeTask:
-    sb = ctx.sandbox if ctx.sandbox is not None else SandboxConfig()
-    return CodeTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size,
-                    answer_marker=cfg.answer_marker or THINK_CLOSE, limit=ctx.limit(cfg), min_train=ctx.min_train,
-                    instruction=cfg.answer_instruction, limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated,
-                    stop_early=ctx.stop_early, reuse=sb.reuse_results)
 
 
 def sandbox_limits(sb: SandboxConfig) -> Limits:

@@ -21,15 +21,13 @@ Departures from the paper:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import random
 
-from scalerl.config import DEFAULT_VAL_SIZE, CodeExprTaskConfig, SandboxConfig
+from scalerl.config import DEFAULT_VAL_SIZE, CodeExprTaskConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rewards import THINK_CLOSE
-from scalerl.sandbox import Limits, require_isolation
-from scalerl.tasks.code import SCORE_WORKERS, STDIO_INSTRUCTION, CodeTest, code_check, sandbox_limits
+from scalerl.tasks.code import SCORE_WORKERS, STDIO_INSTRUCTION, CodeTest, sandboxed_checker
 from scalerl.tasks.registry import TaskContext, at_least, register
 from scalerl.types import Prompt
 
@@ -137,22 +135,20 @@ def parse_name(name: str) -> tuple[int, ...]:
     return (int(depth),)
 
 
+@register(CodeExprTaskConfig)
 class ExprCodeTask:
     """See the module docstring."""
 
     isolate_checker = False
     score_workers = SCORE_WORKERS
 
-    def __init__(self, name: str = "code-expr", seed: int = 0, train_size: int = DEFAULT_TRAIN_SIZE,
-                 val_size: int = 512, answer_marker: str = THINK_CLOSE, limits: Limits = Limits(timeout_s=4.0),
-                 allow_unisolated: bool = False, stop_early: bool = False, tokenizer=None, reuse: bool = True):
-        require_isolation(allow_unisolated)
-        self.name, self.seed, self.levels = name, seed, parse_name(name)
-        self.train_size, self.val_size = train_size, val_size
-        self.answer_marker = answer_marker
-        self.tokenizer = tokenizer
-        self.checker = functools.partial(code_check, marker=answer_marker, limits=limits,
-                                         allow_unisolated=allow_unisolated, stop_early=stop_early, reuse=reuse)
+    def __init__(self, cfg: CodeExprTaskConfig = CodeExprTaskConfig(), ctx: TaskContext = TaskContext()):
+        self.answer_marker = cfg.answer_marker or THINK_CLOSE
+        self.checker = sandboxed_checker(self.answer_marker, ctx)
+        self.name, self.seed, self.levels = cfg.name, cfg.seed, parse_name(cfg.name)
+        self.train_size, self.val_size = cfg.train_size or DEFAULT_TRAIN_SIZE, cfg.val_size or DEFAULT_VAL_SIZE
+        self.tokenizer = ctx.tokenizer
+        at_least(self, ctx.min_train)
 
     def __len__(self) -> int:
         return self.train_size
@@ -167,13 +163,3 @@ class ExprCodeTask:
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
-
-
-@register(CodeExprTaskConfig)
-def build(cfg: CodeExprTaskConfig, ctx: TaskContext) -> ExprCodeTask:
-    sb = ctx.sandbox if ctx.sandbox is not None else SandboxConfig()
-    task = ExprCodeTask(cfg.name, seed=cfg.seed, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
-                        val_size=cfg.val_size or DEFAULT_VAL_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
-                        limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated, stop_early=ctx.stop_early,
-                        tokenizer=ctx.tokenizer, reuse=sb.reuse_results)
-    return at_least(task, ctx.min_train)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE, FileTaskConfig
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.pool import PromptPool, PromptLimit, dedupe, split_rows
+from scalerl.tasks.pool import PromptPool, dedupe, split_rows
 from scalerl.tasks.registry import TaskContext, register
 from scalerl.rewards import ANSWER_TAG, BOXED, instruction_for, math_verify_check
 from scalerl.types import Prompt
@@ -233,27 +233,27 @@ def val_share(distinct: int) -> int:
     return max(1, min(DEFAULT_VAL_SIZE, distinct // VAL_FRACTION))
 
 
+@register(FileTaskConfig)
 class FileTask(PromptPool):
     """A finite dataset: a training pool (traversed in epochs by the sampler) and a disjoint validation set."""
 
     isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
     score_workers = 0
 
-    def __init__(self, path: str, val_size: int | None, seed: int = 0, tokenizer=None, train_size: int | None = None,
-                 answer_marker: str = ANSWER_TAG, limit: PromptLimit = PromptLimit(), min_train: int = 1,
-                 columns: dict[str, str] | None = None, instruction: str | None = "auto", shots: int = 0):
-        rows = list(enumerate(read_rows(path, columns)))
+    def __init__(self, cfg: FileTaskConfig, ctx: TaskContext = TaskContext()):
+        path, answer_marker, tokenizer, limit = cfg.path, cfg.answer_marker or ANSWER_TAG, ctx.tokenizer, ctx.limit(cfg)
+        rows = list(enumerate(read_rows(path, cfg.columns)))
         name = Path(path.rstrip("/")).name
-        self.instruction = instruction_for(instruction, answer_marker)
-        rows, self.examples = take_shots(rows, shots, path, tokenizer)
+        self.instruction = instruction_for(cfg.answer_instruction, answer_marker)
+        rows, self.examples = take_shots(rows, cfg.shots, path, tokenizer)
         turns = example_turns(self.examples, answer_marker)
         prompts, duplicates = dedupe([self._make(name, i, row, tokenizer, self.instruction, turns) for i, row in rows])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
-        self._train, self._val, overlong = split_rows(prompts, duplicates, path, limit, val_size, val_share,
-                                                      min_train, train_size, seed)
+        self._train, self._val, overlong = split_rows(prompts, duplicates, path, limit, cfg.val_size,
+                                                      val_share, ctx.min_train, cfg.train_size, cfg.seed)
         self.name = f"file:{name}"
-        self.seed = seed
+        self.seed = cfg.seed
         self.duplicates, self.overlong = duplicates, overlong
         self.answer_marker = answer_marker
         self.checker = functools.partial(prompt_math_check, marker=answer_marker)
@@ -345,10 +345,3 @@ def _apply_template(question: str | list[dict], tokenizer, instruction: str | No
         first = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
         told = [dict(m, content=f"{instruction}\n\n{m['content']}") if i == first else m for i, m in enumerate(messages)]
         return tokenizer.apply_chat_template(told, tokenize=False, add_generation_prompt=True)
-
-
-@register(FileTaskConfig)
-def build(cfg: FileTaskConfig, ctx: TaskContext) -> FileTask:
-    return FileTask(cfg.path, val_size=cfg.val_size, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size,
-                    answer_marker=cfg.answer_marker or ANSWER_TAG, limit=ctx.limit(cfg), min_train=ctx.min_train,
-                    columns=cfg.columns, instruction=cfg.answer_instruction, shots=cfg.shots)

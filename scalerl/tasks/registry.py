@@ -1,10 +1,12 @@
 """The task kinds, registered against their config class (`task.type`, scalerl.config), as losses
 and engines are.
 
-Each task module registers a builder, `build(cfg, ctx: TaskContext) -> Task`, for its config class;
-`build_task` imports the class's module (`module`) on first use and calls it. Adding a task kind
-touches three files: its config class in scalerl/config.py (a member of `TaskConfig`, with only its
-own fields), its module with `@register(ItsConfig)`, its test (docs/design.md, "Adding a task").
+Each task module registers a builder for its config class, `(cfg, ctx: TaskContext) -> Task`: the
+task class itself, built from its config and the context (arith and mix, whose classes take their own
+few values, register a `build` function); `build_task` imports the class's module (`module`) on first
+use and calls it. Adding a task kind touches three files: its config class in scalerl/config/tasks.py
+(in `TASK_KINDS`, with only its own fields), its module with `@register(ItsConfig)`, its test
+(docs/design.md, "Adding a task").
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from scalerl.config import SandboxConfig
 from scalerl.errors import ScaleRLError
 from scalerl.tasks.pool import PromptLimit
 
@@ -41,13 +44,18 @@ class TaskContext:
                                f"({self.room} tokens)")
         return PromptLimit(cfg.max_prompt_tokens or self.room, cfg.overlong, self.tokenizer)
 
+    def sandboxed(self) -> SandboxConfig:
+        """The sandbox's limits (`sandbox` of the run's config; its defaults when the context has none)."""
+        return self.sandbox if self.sandbox is not None else SandboxConfig()
+
     def part(self) -> TaskContext:
         """The context of a mix's part: any number of training prompts (the mix checks its own)."""
         return dataclasses.replace(self, min_train=1)
 
 
 def register(config_cls: type) -> Callable:
-    """Decorator: `build` makes the task of `config_cls` (see the module docstring)."""
+    """Decorator: `build` (a task class, or a function) makes the task of `config_cls` as `build(cfg, ctx)`
+    (see the module docstring)."""
     def add(build: Callable) -> Callable:
         TASKS[config_cls] = build
         return build

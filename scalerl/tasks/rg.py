@@ -39,7 +39,7 @@ from dataclasses import fields
 
 from scalerl.config import DEFAULT_VAL_SIZE, RgTaskConfig
 from scalerl.errors import ScaleRLError
-from scalerl.tasks.pool import PromptPool, PromptLimit, apply_limit, check_sizes, report_dropped
+from scalerl.tasks.pool import PromptPool, apply_limit, check_sizes, report_dropped
 from scalerl.tasks.registry import TaskContext, register
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.types import Prompt
@@ -124,26 +124,27 @@ class RgScorer:
         return float(self.dataset.score_answer(section, prompt.meta["entry"]))
 
 
+@register(RgTaskConfig)
 class RgTask(PromptPool):
     """reasoning-gym dataset(s) as a finite training pool and a disjoint validation set."""
 
     isolate_checker = False     # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
     score_workers = 0
 
-    def __init__(self, name: str, options: dict | None = None, weights: list[float] | None = None,
-                 train_size: int = DEFAULT_TRAIN_SIZE, val_size: int = 256, seed: int = 0, tokenizer=None,
-                 system_prompt: str | None = None, answer_marker: str = ANSWER_TAG, think: bool = False,
-                 limit: PromptLimit = PromptLimit(), min_train: int = 1, shots: int = 0,
-                 instruction: str | None = "auto"):
-        self.names = parse_names(name)
+    def __init__(self, cfg: RgTaskConfig, ctx: TaskContext = TaskContext()):
+        train_size, val_size = cfg.train_size or DEFAULT_TRAIN_SIZE, cfg.val_size or DEFAULT_VAL_SIZE
+        seed, weights, limit, min_train = cfg.seed, cfg.weights, ctx.limit(cfg), ctx.min_train
+        self.names = parse_names(cfg.name)
         self.name = "rg:" + ",".join(self.names)
         self.seed = seed
-        per = dataset_options(self.names, options or {})
+        per = dataset_options(self.names, cfg.options or {})
         examples = []
-        if shots:
-            shot_ds = build_dataset(self.names, per, weights, seed + _SHOT_SEED_OFFSET, _OVERDRAW * shots)
-            examples = [(e["question"], str(e["answer"])) for e in (shot_ds[i] for i in range(len(shot_ds)))][:shots]
-        self._format = _formatter(tokenizer, system_prompt, think, examples, instruction_for(instruction, ANSWER_TAG))
+        if cfg.shots:
+            shot_ds = build_dataset(self.names, per, weights, seed + _SHOT_SEED_OFFSET, _OVERDRAW * cfg.shots)
+            examples = [(e["question"], str(e["answer"])) for e in (shot_ds[i] for i in range(len(shot_ds)))]
+            examples = examples[:cfg.shots]
+        self._format = _formatter(ctx.tokenizer, cfg.system_prompt, ctx.think, examples,
+                                  instruction_for(cfg.answer_instruction, ANSWER_TAG))
         held = {q for q, _ in examples}
         train_ds = build_dataset(self.names, per, weights, seed, _OVERDRAW * train_size)
         train = self._draw(train_ds, "train", train_size, exclude=held)
@@ -157,8 +158,8 @@ class RgTask(PromptPool):
                                f"pool{dropped}, task.val_size is {val_size}; lower it or widen the dataset's options")
         check_sizes(f"task {self.name}", len(train) + len(val), len(val), min_train, dropped)
         self._train, self._val = train, val
-        self.answer_marker = answer_marker
-        self.checker = RgScorer(train_ds, answer_marker)   # scores any entry (a mix dispatches by its source)
+        self.answer_marker = cfg.answer_marker or ANSWER_TAG
+        self.checker = RgScorer(train_ds, self.answer_marker)   # scores any entry (a mix dispatches by its source)
 
     def _draw(self, ds, split: str, n: int, exclude: set[str]) -> list[Prompt]:
         """Up to `n` entries of `ds` with distinct questions not in `exclude`, in index order."""
@@ -207,11 +208,3 @@ def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + opener
 
     return wrap
-
-
-@register(RgTaskConfig)
-def build(cfg: RgTaskConfig, ctx: TaskContext) -> RgTask:
-    return RgTask(cfg.name, cfg.options, cfg.weights, train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
-                  val_size=cfg.val_size or DEFAULT_VAL_SIZE, seed=cfg.seed, tokenizer=ctx.tokenizer,
-                  system_prompt=cfg.system_prompt, answer_marker=cfg.answer_marker or ANSWER_TAG, think=ctx.think,
-                  limit=ctx.limit(cfg), min_train=ctx.min_train, shots=cfg.shots, instruction=cfg.answer_instruction)

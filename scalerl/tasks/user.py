@@ -36,7 +36,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE
 from scalerl.tasks.files import FileTask, Row, val_share
-from scalerl.tasks.pool import PromptLimit, PromptPool, dedupe, split_rows
+from scalerl.tasks.pool import PromptPool, dedupe, split_rows
 from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
 
@@ -119,15 +119,16 @@ def user_check(completion_text: str, prompt: Prompt, check, marker: str, spec: s
     return float(value)
 
 
+@register(PythonTaskConfig)
 class UserTask(PromptPool):
     """The prompts of a user's class, a training pool and a disjoint validation set (see the module docstring)."""
 
     isolate_checker = False     # the user's check runs in the scoring thread (a process would load the file again)
     score_workers = 0
 
-    def __init__(self, spec: str, options: dict | None = None, seed: int = 0, tokenizer=None,
-                 train_size: int | None = None, val_size: int | None = None, answer_marker: str = ANSWER_TAG,
-                 limit: PromptLimit = PromptLimit(), min_train: int = 1, instruction: str | None = "auto"):
+    def __init__(self, cfg: PythonTaskConfig, ctx: TaskContext = TaskContext()):
+        spec, options, seed, train_size, val_size = cfg.path, cfg.options, cfg.seed, cfg.train_size, cfg.val_size
+        answer_marker, limit = cfg.answer_marker or ANSWER_TAG, ctx.limit(cfg)
         cls = load_task_class(spec)
         try:
             source = cls(**(options or {}))
@@ -137,22 +138,15 @@ class UserTask(PromptPool):
         want = (train_size or DEFAULT_TRAIN_SIZE) + (val_size or DEFAULT_VAL_SIZE)
         rows, ended = draw_rows(source, seed, want, spec)
         self.name = f"python:{cls.__name__}"
-        self.instruction = instruction_for(instruction, answer_marker)
-        prompts, duplicates = dedupe([FileTask._make(self.name, i, row, tokenizer, self.instruction)
+        self.instruction = instruction_for(cfg.answer_instruction, answer_marker)
+        prompts, duplicates = dedupe([FileTask._make(self.name, i, row, ctx.tokenizer, self.instruction)
                                       for i, row in enumerate(rows)])
         default_val = val_share if ended else (lambda n: DEFAULT_VAL_SIZE)
         self._train, self._val, self.overlong = split_rows(prompts, duplicates, spec, limit, val_size, default_val,
-                                                           min_train, train_size, seed)
+                                                           ctx.min_train, train_size, seed)
         self.seed = seed
         self.answer_marker = answer_marker
         self.checker = functools.partial(user_check, check=source.check, marker=answer_marker, spec=spec)
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
-
-
-@register(PythonTaskConfig)
-def build(cfg: PythonTaskConfig, ctx: TaskContext) -> UserTask:
-    return UserTask(cfg.path, cfg.options, seed=cfg.seed, tokenizer=ctx.tokenizer, train_size=cfg.train_size,
-                    val_size=cfg.val_size, answer_marker=cfg.answer_marker or ANSWER_TAG, limit=ctx.limit(cfg),
-                    min_train=ctx.min_train, instruction=cfg.answer_instruction)

@@ -12,7 +12,7 @@ whole groups per rank, advantages on the whole batch, each rank's loss scaled by
 reduce-scatters with a *sum* (`set_gradient_divide_factor(1.0)`), so the ranks' gradients add
 up to the whole-batch gradient as under the all-reduce. Every rank runs the same number of
 forward/backward passes (the collectives must pair up): a rank with fewer micro-batches, or no
-group at all, repeats one with weight 0 (`ShardSync.pad`).
+group at all, repeats one with weight 0 (`FSDPSync.pad`).
 
 Mixed precision (`model.compute_dtype` bf16, the default on a bf16 GPU): the decoder layers
 compute on bf16 casts of the fp32 shards (FSDP's `MixedPrecisionPolicy(param_dtype=bf16)`, which
@@ -108,9 +108,9 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
 
 
 @dataclass(frozen=True)
-class ShardSync:
-    """What an FSDP step's ranks agree on (`shard_step`'s `sync`): the forward to run (the root
-    unit) and how many micro-batches every rank runs."""
+class FSDPSync:
+    """What an FSDP step's ranks agree on (`shard_step`'s `sync`, a `scalerl.trainer.step.ShardSync`):
+    the forward to run (the root unit) and how many micro-batches every rank runs."""
 
     policy: Policy
 
@@ -180,7 +180,7 @@ class FSDPRank:
         from scalerl.trainer.step import shard_step
 
         return shard_step(self.policy.model, self.optim, shard_, self.cfg, self.pad_id, step, reduce=all_reduce,
-                          sync=ShardSync(self.policy))
+                          sync=FSDPSync(self.policy))
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The model's full state dict on rank 0 (CPU), gathered unit by unit; {} on the others."""
@@ -364,4 +364,5 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
     return [results[r] for r in range(world)]
 
 
-__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "ShardSync", "shard", "decoder_layers", "check_config"]
+__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "FSDPSync", "shard", "decoder_layers",
+           "check_config"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ContextManager
+from typing import Callable, ContextManager, Protocol
 
 import psutil
 import torch
@@ -36,9 +36,6 @@ from scalerl.rl.staleness import kappa
 from scalerl.run.memory import MB
 from scalerl.trainer.forward import Batch, can_recompute, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
-
-if TYPE_CHECKING:
-    from scalerl.trainer.sharded import ShardSync
 
 __all__ = ["ActivationCost", "plan_micro_batches", "micro_batch_sizes", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
            "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
@@ -296,6 +293,18 @@ def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
 
 
 Reducer = Callable[[torch.Tensor], None]
+
+
+class ShardSync(Protocol):
+    """What the ranks of a sharded step agree on, `shard_step`'s `sync` (FSDP ranks: the
+    implementation is scalerl.trainer.sharded.FSDPSync)."""
+
+    def forward(self, batch: Batch, recompute: bool) -> torch.Tensor:
+        """The forward every rank runs (the root FSDP unit): the completion tokens' log-probs, (N, T)."""
+
+    def pad(self, plan: list[tuple[list[int], bool]]) -> list[tuple[list[int], bool, float]]:
+        """`plan` (micro-batches, recompute) with a weight each, padded to as many micro-batches as
+        every other rank runs."""
 
 
 def no_reduce(flat: torch.Tensor) -> None:

@@ -2,7 +2,7 @@
 merged (an unknown key named with where it came from, the closest valid keys, or the TRL/verl key it
 is), a union switched to another `type` (`--set loss.type=ppo_clip` resets the section to the new
 variant's defaults, keeping the fields every variant shares: for losses `aggregation`), a task's
-short name expanded (`task.name=rg:chain_sum`, `scalerl.config.expand_task`), the merged result
+short name expanded (`task.name=rg:chain_sum`, `scalerl.config.tasks.expand_task`), the merged result
 validated with each problem blamed on the layer that set its key; reading YAML files and `--set`
 overrides. `scalerl.configure.load_config` puts the layers together.
 """
@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scalerl.config import Config, lookup, section_of, variants_of
+from scalerl.config.base import lookup, section_of, variants_of
+from scalerl.config.run import Config
 from scalerl.errors import ScaleRLError
 
 

@@ -1,0 +1,55 @@
+"""The Ray session of a run: connect to a cluster (`ray.address`) or start a local Ray sized for the
+actors, and stop only what was started. `pipeline.backend: ray` (scalerl.assembly.ray) opens one for
+its generator actors and trainer ranks; the local backend (scalerl.assembly.ranks) for its trainer
+rank actors alone."""
+
+from __future__ import annotations
+
+from scalerl.transport import require_ray
+
+require_ray()
+
+import ray  # noqa: E402
+
+from scalerl.config import Config  # noqa: E402
+from scalerl.errors import ScaleRLError  # noqa: E402
+
+
+def cpus_needed(cfg: Config) -> float:
+    """CPUs the actors reserve: generators (the ray backend), and the trainer rank actors (ranks
+    1..W-1 under ddp, rank 0 being this process; all W under fsdp)."""
+    generators = cfg.ray.generators if cfg.pipeline.backend == "ray" else 0
+    return generators * cfg.ray.generator_cpus + cfg.trainer.actors(cfg.ray.trainers) * cfg.ray.trainer_cpus
+
+
+class RaySession:
+    """Connects to a cluster or starts a local Ray; shuts down only what it started.
+
+    A local Ray gets `ray.num_cpus` CPUs, by default the machine's cores or, if the actors
+    reserve more, that many (logical CPUs: the actors then share the cores). An explicit
+    `ray.num_cpus` too small for the actors is an error rather than a run that never starts.
+    """
+
+    def __init__(self, cfg: Config):
+        import os
+
+        self.started = False
+        if ray.is_initialized():
+            return
+        if cfg.ray.address:
+            ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
+            return
+        needed = cpus_needed(cfg)
+        if cfg.ray.num_cpus is not None and cfg.ray.num_cpus < needed:
+            raise ScaleRLError(
+                f"ray.num_cpus = {cfg.ray.num_cpus}: the actors reserve {needed:g} CPUs ({cfg.ray.generators} "
+                f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + "
+                f"{cfg.trainer.actors(cfg.ray.trainers)} trainer ranks x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); "
+                "raise ray.num_cpus or lower those")
+        num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        self.started = True
+
+    def close(self) -> None:
+        if self.started:
+            ray.shutdown()
