@@ -126,12 +126,13 @@ def test_fit_json_says_identified_at_the_top_level(tmp_path, capsys):
     x, y = _curve(c_mid=400.0)
     f = tmp_path / "run.csv"
     f.write_text("step,reward\n" + "\n".join(f"{a},{b}" for a, b in zip(x, y)))
-    assert main(["fit", str(f), "--x", "step", "--y", "reward", "--json", "--predict", "200"]) == 0
+    fast = ["--bootstrap", "20", "--no-grid-check"]
+    assert main(["fit", str(f), "--x", "step", "--y", "reward", "--json", "--predict", "200", *fast]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["identified"] is False and out["ceiling"]["A"] is None
     p = out["predictions"][0]
     assert p["lo"] <= p["y"] <= p["hi"]
-    assert main(["fit", str(f), "--x", "step", "--y", "reward"]) == 0
+    assert main(["fit", str(f), "--x", "step", "--y", "reward", *fast]) == 0
     text = capsys.readouterr().out
     assert "not identified" in text and "calibrated 90% interval" in text
 
