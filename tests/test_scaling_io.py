@@ -93,7 +93,8 @@ def test_json_one_path(tmp_path, capsys):
     assert code == 0, err
     d = json.loads(out)
     assert set(d) == {"model", "A", "B", "C_mid", "R0", "rmse", "n_points", "ci", "predictions", "warnings",
-                      "x", "y", "compute", "window", "grid_check", "fall", "verdict", "first_half_fit"}
+                      "x", "y", "compute", "window", "grid_check", "fall", "verdict", "first_half_fit",
+                      "identified", "ceiling", "identification", "forecast_method"}
     assert d["compute"] == {"kind": "column", "column": X} and d["grid_check"]["agrees"] is True
     assert d["fall"]["fell"] is False   # a sigmoid that only rises (plus noise) did not fall
     assert d["model"] == "sigmoid" and d["n_points"] == 36 and d["R0"] == pytest.approx(0.403)
