@@ -215,7 +215,7 @@ def test_aggregation_units_and_shard_weights_by_hand():
 
 
 def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
-    from scalerl.trainer.data_parallel import free_address
+    from scalerl.trainer.data_parallel import rank_store
     from scalerl.models import load_model
 
     cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
@@ -230,7 +230,8 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     groups = _groups()
 
     optim = Optimizer(model, cfg)
-    workers, joined = start_workers(cfg, 2, free_address(), first_rank=0)
+    store, rendezvous = rank_store("2 trainer workers")   # hosted here, the workers its clients
+    workers, joined = start_workers(cfg, 2, rendezvous, first_rank=0)
     ray.get(joined)
     ray.get([w.load.remote(start, optim.state_dict()) for w in workers])
     one = train_step(model, optim, groups, cfg, tokenizer.pad_token_id, 1)

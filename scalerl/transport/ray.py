@@ -55,8 +55,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, plan_buckets
+from scalerl.transport.broadcast import Receiver, Sender, backend_for, open_link, plan_buckets
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
@@ -457,14 +456,13 @@ class Broadcasting:
         """A new group of every actor's current start; returns once all joined (or raises)."""
         spec = self.spec
         host = ray.util.get_node_ip_address()
-        link = GroupLink(host, free_port(host), spec.generators + 1, backend_for(weights, spec.gpus),
-                         spec.publish_timeout_s)
+        link, store = open_link(host, spec.generators + 1, backend_for(weights, spec.gpus), spec.publish_timeout_s)
         layout = plan_buckets(weights, self.bucket_bytes)
         self.sender, self.epoch = None, self.epoch + 1
         gc.collect()   # the old group's sockets closed now, so its members stop waiting on it (a failed
         # broadcast's traceback holds it in a reference cycle: measured, it kept a member waiting for the timeout)
         ray.get(self.hub.set_group.remote(self.epoch, (link, layout)))
-        self.sender = Sender(link, layout)
+        self.sender = Sender(link, layout, store)
         self.members = ray.get(self.hub.incarnations.remote())
 
     def _restarted(self) -> bool:
