@@ -99,13 +99,30 @@ def test_published_weights_reach_the_server(served):
         client.update_weights(model.state_dict(), 0)
 
 
-def generated_tokens(url: str) -> float:
+def metric(url: str, name: str) -> float:
+    """The sum of a metric's series on the server's /metrics."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         lines = r.read().decode().splitlines()
-    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith("vllm:generation_tokens_total"))
+    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith(name) and not ln.startswith("#"))
+
+
+def step_while_paused(server, n: int, want: int, limit_s: float = 120) -> float:
+    """With the server paused (`mode=keep`) and `n` requests sent to it: resume and pause it again until
+    they hold `want` tokens in all; each count is read while it is paused, so it cannot change under the
+    test. The tokens counted; fails naming what it waited for after `limit_s` (an upper bound only)."""
+    before = metric(server.url, "vllm:generation_tokens_total")
+    deadline = time.monotonic() + limit_s
+    while (tokens := metric(server.url, "vllm:generation_tokens_total") - before) < want:
+        assert time.monotonic() < deadline, f"{n} requests: {tokens:g} of {want} tokens within {limit_s:g} s"
+        server.call("POST", "/resume")
+        server.call("POST", "/pause?mode=keep")
+    return tokens
 
 
 def test_versions_switch_mid_sequence_with_the_token_record(served):
+    """The publish lands mid-sequence by construction: the requests are sent to a paused server, which the
+    test lets run a little at a time (resume, pause) until each holds tokens, then publishes while it is
+    paused: nothing decodes between the count and the new weights."""
     client, model, _ = served
     client.update_weights(model.state_dict(), 0)
     long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
@@ -113,14 +130,18 @@ def test_versions_switch_mid_sequence_with_the_token_record(served):
     new = perturbed(model, 0.05, seed=2)
     out: list = []
     worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
-    before = generated_tokens(client.server.url)
-    worker.start()
-    deadline = time.monotonic() + 120
-    while generated_tokens(client.server.url) < before + 40 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.update_weights(new.state_dict(), 1)          # mid-sequence: every sequence is in flight
+    client.server.call("POST", "/pause?mode=keep")
+    try:
+        worker.start()
+        tokens = step_while_paused(client.server, 4, want=4 * 8)
+        assert metric(client.server.url, "vllm:num_requests_running") == 4, "the 4 requests in flight"
+        assert tokens < 4 * N_LONG
+        client.update_weights(new.state_dict(), 1)       # resumes the server under the new weights
+    finally:
+        client.server.call("POST", "/resume")
     worker.join(timeout=300)
     try:
+        assert not worker.is_alive(), f"the 4 completions of {N_LONG} tokens within 300 s"
         assert len(out) == 4 and [len(c.tokens) for c in out] == [N_LONG] * 4
         for c in out:
             switch = c.versions.index(1)
@@ -131,6 +152,7 @@ def test_versions_switch_mid_sequence_with_the_token_record(served):
             # after it, the new weights decode (over the old K/V): no longer the old model's log-probs
             after = trainer_logprobs(model, [c])[0][switch:]
             assert (after - torch.tensor(c.logprobs[switch:])).abs().mean() > 1e-2
+        assert sum(c.versions.count(0) for c in out) >= tokens   # what was counted while paused: all old weights
     finally:
         long.close()
         client.update_weights(model.state_dict(), 0)

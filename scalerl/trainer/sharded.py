@@ -47,7 +47,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
-from scalerl.errors import ScaleRLError
+from scalerl.errors import ScaleRLError, located
 from scalerl.run.ports import host_store, join_group
 from scalerl.trainer.forward import Batch, completion_logprobs
 from scalerl.trainer.step import Shard
@@ -315,13 +315,12 @@ class ShardedStep:
 
 def _rank_main(target: Callable, rank: int, world: int, rendezvous: str, args: tuple, out) -> None:
     import io
-    import traceback
 
     buf = io.BytesIO()
     try:
         torch.save(("ok", target(rank, world, rendezvous, *args)), buf)
     except BaseException as exc:   # noqa: BLE001 - handed to the parent, which raises it as one line
-        torch.save(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"), buf)
+        torch.save(("error", str(exc) if isinstance(exc, ScaleRLError) else located(exc)), buf)
     out.put((rank, buf.getvalue()))
 
 
