@@ -62,9 +62,10 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def located(exc: BaseException) -> str:
-    """`Type: message (file:line in function)`, at the innermost of the user's frames, else the innermost."""
-    frames = user_frames(exc.__traceback__) or traceback.extract_tb(exc.__traceback__)[-1:]
+def located(exc: BaseException, anywhere: bool = False) -> str:
+    """`Type: message (file:line in function)`, at the innermost of the user's frames (`anywhere`: else at
+    the innermost frame)."""
+    frames = user_frames(exc.__traceback__) or (traceback.extract_tb(exc.__traceback__)[-1:] if anywhere else [])
     return f"{first_line(exc)} ({frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames \
         else first_line(exc)
 

@@ -135,7 +135,7 @@ def test_a_check_that_raises_is_that_answers_error_naming_the_file_and_line(tmp_
     prompt = task.val_prompts(1)[0]
     answer = Completion("c", prompt.id, [], [], [], [], text="<answer>2</answer>", finish_reason="eos")
     score = RewardFn(task, RewardConfig())(prompt, answer)
-    assert score.error == (f"task.path {path}: T.check raised ZeroDivisionError: division by zero "
+    assert score.error == (f"RuntimeError: task.path {path}: T.check raised ZeroDivisionError: division by zero "
                            f"({path}:{_line(path, '1 / 0')} in check)")
 
 
@@ -148,7 +148,7 @@ def test_a_reward_function_that_raises_on_every_answer_stops_the_step_naming_it_
     run = tmp_path / "run"
     assert err.startswith("scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
                           f"reward.function {reward}:score raised on ")
-    assert f"raised TypeError: string indices must be integers, not 'str' ({reward}:2 in score)" in err
+    assert f": TypeError: string indices must be integers, not 'str' ({reward}:2 in score));" in err, err
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["eval"]     # the step-0 evaluation, written before: still there
     assert err.strip().endswith(f"; what the run wrote is kept in {run} (continue it: --resume --run-dir {run})")
@@ -183,7 +183,7 @@ def test_a_ray_cluster_that_cannot_be_reached_is_one_line(fail, expected, monkey
     import ray
 
     from scalerl.assembly.ray import RaySession
-    from scalerl.config import load_config
+    from scalerl.configure import load_config
     from scalerl.errors import ScaleRLError
 
     def init(**kwargs):

@@ -320,7 +320,7 @@ def _rank_main(target: Callable, rank: int, world: int, rendezvous: str, args: t
     try:
         torch.save(("ok", target(rank, world, rendezvous, *args)), buf)
     except BaseException as exc:   # noqa: BLE001 - handed to the parent, which raises it as one line
-        torch.save(("error", str(exc) if isinstance(exc, ScaleRLError) else located(exc)), buf)
+        torch.save(("error", str(exc) if isinstance(exc, ScaleRLError) else located(exc, anywhere=True)), buf)
     out.put((rank, buf.getvalue()))
 
 
