@@ -110,7 +110,8 @@ def _score(prompt, c):
     return parity_reward(prompt, c)
 
 
-def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps: int = 15):
+def _run_pipeline(k: int, P: int, G: int, token_s: float, slow_trainer: bool, steps: int = 15):
+    """`steps` trainer steps over a fake generator; a slow trainer steps once the generator waits at the window."""
     gen = FakeGenerator(vocab=range(3, 20), length=(3, 9), slots=8, step_seconds=token_s)
     src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), G, _score, Window(P, k), 0)
     mode = PipelineRL(src, k)
@@ -123,7 +124,8 @@ def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps:
             draws += [g.draw for g in mb.groups]
             mixed += sum(len(set(c.versions)) > 1 for g in mb.groups for c in g.completions)
             assert all(len(g.completions) == G for g in mb.groups)
-            time.sleep(train_s)
+            if slow_trainer:
+                gen.wait_idle()
             version += 1
             mode.send(TrainerUpdate(version, {}))
     finally:
@@ -135,14 +137,14 @@ def _run_pipeline(k: int, P: int, G: int, token_s: float, train_s: float, steps:
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_pipeline_rl_staleness_reaches_k_and_never_exceeds_it_with_a_slow_trainer(k):
-    # the trainer 0.2 s a step: the generator fills the window (P x (k + 1) groups of 3-9 tokens at
-    # 0.5 ms a token) many times over in that, also on a loaded machine (0.03 s failed at load 8)
-    ages, _ = _run_pipeline(k, P=2, G=4, token_s=0.0005, train_s=0.2, steps=k + 6)
+    # the trainer steps once the generator has filled the window (P x (k + 1) groups) and waits at it:
+    # a sleep of 0.03 s for that failed at load 8, 0.2 s is a guess about the machine
+    ages, _ = _run_pipeline(k, P=2, G=4, token_s=0.0005, slow_trainer=True, steps=k + 6)
     assert max(ages) == k
 
 
 def test_pipeline_rl_applies_weights_in_flight_with_a_slow_generator():
-    ages, mixed = _run_pipeline(2, P=2, G=4, token_s=0.004, train_s=0.0)
+    ages, mixed = _run_pipeline(2, P=2, G=4, token_s=0.004, slow_trainer=False)
     assert max(ages) <= 2
     assert mixed > 0           # some completions span several policy versions (in-flight update)
 
@@ -207,14 +209,12 @@ def test_a_paused_transport_holds_its_sequences_in_flight_and_resumes_them():
     gen = FakeGenerator(vocab=range(3, 20), length=(40, 60), slots=8, step_seconds=0.002)
     src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), 4, parity_reward, Window(2, 8), 0)
     try:
-        deadline = time.monotonic() + 30
-        while gen.decode_steps < 5 and time.monotonic() < deadline:   # sequences in flight
-            time.sleep(0.01)
+        gen.wait_for(lambda: gen.decode_steps >= 5, "5 decode steps")   # sequences in flight
         src.pause()
-        time.sleep(0.2)                       # a decode step under way may finish
-        held_at = gen.decode_steps
-        time.sleep(0.4)
-        assert gen.decode_steps == held_at and gen.held_steps > 0
+        gen.wait_for(lambda: gen.held_steps > 0, "held")       # a decode step under way finished first
+        held_at, turns = gen.decode_steps, gen.held_steps
+        gen.wait_for(lambda: gen.held_steps >= turns + 50, "50 turns held")
+        assert gen.decode_steps == held_at
         src.resume()
         assert src.get(timeout=60).completions  # the held sequences finish: a group arrives
         assert gen.decode_steps > held_at
