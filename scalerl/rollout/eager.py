@@ -47,7 +47,7 @@ class EagerLoop:
         exhausted = False
         while not (stop is not None and stop.is_set()):
             if hold is not None and hold.is_set():
-                time.sleep(IDLE_SLEEP_S)  # held (the trainer evaluates): no step, the rows keep their caches
+                e._held()  # held (the trainer evaluates): no step, the rows keep their K/V
                 continue
             e._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()

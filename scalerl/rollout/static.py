@@ -164,7 +164,7 @@ class StaticLoop:
         try:
             while not (stop is not None and stop.is_set()):
                 if hold is not None and hold.is_set():
-                    time.sleep(IDLE_SLEEP_S)  # held (the trainer evaluates): no step, the rows keep their K/V
+                    e._held()  # held (the trainer evaluates): no step, the rows keep their K/V
                     continue
                 e._apply_pending()  # step boundary: new weights serve this step's prefill and decode
                 if due:             # the host synchronises: collect, admit, pick the next shape
