@@ -308,12 +308,36 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
 
 def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path, monkeypatch):
     """One PipelineRL-k rule: with a slow trainer both transports sit at the window (staleness k). The
-    trainer must be slower than the generator even on a loaded machine (0.3 s was not, under two
-    other jobs on 2 cores: the generator then lagged and the staleness fell below k)."""
+    trainer steps once the generator waits at the window since the last publish (the engine's idle turns
+    in this process; the hub's `at_window` for the actor): slower by construction, on any machine (a
+    sleep of 0.3 s was not, under two other jobs on 2 cores; 1 s was a guess)."""
+    from scalerl.rollout.engine import Engine
+
+    sources, turns, real_idle = [], [0], Engine._idle
+    turned = threading.Condition()
+
+    def idle_turn(self):
+        with turned:
+            turns[0] += 1
+            turned.notify_all()
+        real_idle(self)
+
+    class Recorded(backend.RayRollouts):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sources.append(self)
+
+    monkeypatch.setattr(Engine, "_idle", idle_turn)
+    monkeypatch.setattr(backend, "RayRollouts", Recorded)
     real_step = train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(1.0)
+        if sources:   # the actor's engine runs in its process: the hub says when it waits at the window
+            _wait_for(lambda: ray.get(sources[-1].hub.at_window.remote()) or None, "actor at the window")
+        else:         # the second idle turn from now asked the window after the last publish
+            with turned:
+                start = turns[0]
+                assert turned.wait_for(lambda: turns[0] >= start + 2, 120), "the generator at the window in 120 s"
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)

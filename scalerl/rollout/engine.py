@@ -213,6 +213,11 @@ class Engine:
         caches. Tests wrap it to count the turns held."""
         time.sleep(IDLE_SLEEP_S)
 
+    def _idle(self) -> None:
+        """One turn with nothing in flight and no prompt that may start (the PipelineRL window: the trainer
+        is the slower). Tests wrap it to step a trainer once the generator waits at the window."""
+        time.sleep(IDLE_SLEEP_S)
+
     def _forget_prefills(self) -> None:
         """Drop every prefilled K/V the loop keeps (the weights changed)."""
         self._loop.forget()
