@@ -218,36 +218,39 @@ RUN = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "roll
        "rollout.engine.request_timeout_s=120", "rollout.engine.kv_cache_mb=64"]
 
 
-def kill_after_checkpoint(run_dir, step: int, pid: int) -> threading.Thread:
-    """A thread that kills the process group `pid` once the run's checkpoint `step` is complete."""
-    def watch():
-        done = run_dir / "checkpoints" / f"step_{step:06d}" / "state.json"
-        deadline = time.monotonic() + 600
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.killpg(pid, signal.SIGKILL)
+def kill_at_checkpoint(monkeypatch, step: int, pid: int):
+    """The process group `pid` killed (SIGKILL) by the loop itself, right after checkpoint `step` is written:
+    the steps after it cannot race the kill. Returns the unpatched checkpoint stage."""
+    from scalerl.loop import Stages
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    real = Stages.checkpoint
+
+    def checkpoint(self) -> None:
+        real(self)
+        if self.tr.state.step == step:
+            os.killpg(pid, signal.SIGKILL)
+
+    monkeypatch.setattr(Stages, "checkpoint", checkpoint)
+    return real
 
 
-def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served, tmp_path, capsys):
+def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served, tmp_path, capsys, monkeypatch):
     """Last: it kills the module's server. `scalerl train` with rollout.engine=vllm on that server (by URL),
     PipelineRL-1 on the thread transport; the server is killed once checkpoint 2 is written: the run stops
     in one line, what it wrote stays, the server's owner reports the exit code and log in one line, and
     `scalerl train --resume` carries on to step 4 with a fresh server, started by its generator process
     (`pipeline.transport=process`: the client in that process, the weights through the shared buffer)."""
     from scalerl.cli import main
+    from scalerl.loop import Stages
     from scalerl.run.metrics import read_rows
 
     client, model, _ = served
     client.update_weights(model.state_dict(), 0)
     run = tmp_path / "run"
     sets = [a for s in RUN + [f"rollout.engine.url={client.server.url}"] for a in ("--set", s)]
-    killer = kill_after_checkpoint(run, 2, client.server.proc.pid)
+    real_checkpoint = kill_at_checkpoint(monkeypatch, 2, client.server.proc.pid)
     code = main(["train", "--no-progress", "--run-dir", str(run), "--max-steps", "8", *sets])
-    killer.join(timeout=30)
+    monkeypatch.setattr(Stages, "checkpoint", real_checkpoint)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert code == 2 and len(err) == 1 and err[0].startswith("scalerl: error: vLLM ") and client.server.url in err[0]
     written = [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
