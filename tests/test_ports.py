@@ -94,3 +94,84 @@ def test_a_port_another_process_listens_on_is_one_line_naming_it():
             with reserve_port("127.0.0.1", port):
                 pass
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ a server that binds its own port
+FAKE_SERVER = r"""
+import http.server, os, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+with open(os.environ["FAKE_STARTS"], "a") as f:
+    f.write(f"{port}\n")
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer.allow_reuse_address = os.environ["FAKE_REUSE"] == "1"   # uvicorn's: SO_REUSEADDR
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def _fake_server(tmp_path, monkeypatch, reuse: bool, port: int = 0):
+    """A `VllmServer` whose command is a small HTTP server (the guard, the port reservation and the start's
+    checks are the real ones): it binds its port as uvicorn does (`reuse`) or without SO_REUSEADDR."""
+    import sys
+
+    import scalerl.rollout.vllm_server as vs
+    from scalerl.config import VllmEngineConfig
+
+    script, starts = tmp_path / "fake_server.py", tmp_path / "starts.txt"
+    script.write_text(FAKE_SERVER)
+    monkeypatch.setattr(vs, "require_vllm", lambda: None)
+    monkeypatch.setattr(vs.VllmServer, "_args", lambda self, model_dir, dtype, length, p:
+                        [sys.executable, str(script), "--port", str(p)])
+    monkeypatch.setenv("FAKE_STARTS", str(starts))
+    monkeypatch.setenv("FAKE_REUSE", "1" if reuse else "0")
+    server = vs.VllmServer(VllmEngineConfig(port=port, start_timeout_s=120), log=tmp_path / "server.log")
+    return server, starts
+
+
+def test_a_server_that_binds_as_uvicorn_does_starts_on_the_port_held_for_it(tmp_path, monkeypatch):
+    server, starts = _fake_server(tmp_path, monkeypatch, reuse=True)
+    try:
+        server.start(tmp_path / "model", "fp32", 64)
+        port = int(starts.read_text().split()[0])
+        assert server.url == f"http://127.0.0.1:{port}" and server.call("GET", "/health") == {}
+        assert _bind(port) != "bound"                   # the server listens on it now
+    finally:
+        server.close()
+
+
+def test_a_server_that_finds_its_port_taken_is_started_again_then_told_in_one_line(tmp_path, monkeypatch):
+    """A server that cannot bind beside the reservation (no SO_REUSEADDR) exits "Address already in use"
+    each time: started again on another port, PORT_ATTEMPTS times, then one line names the last port."""
+    from scalerl.errors import ScaleRLError
+    from scalerl.run.ports import PORT_ATTEMPTS
+
+    server, starts = _fake_server(tmp_path, monkeypatch, reuse=False)
+    with pytest.raises(ScaleRLError) as err:
+        server.start(tmp_path / "model", "fp32", 64)
+    ports = [int(p) for p in starts.read_text().split()]
+    assert len(ports) == PORT_ATTEMPTS == 3
+    assert str(err.value).startswith(f"the vLLM server could not listen on 127.0.0.1:{ports[-1]}: address already "
+                                     f"in use (another process holds it; free it or choose another) (the last of 3 "
+                                     f"ports tried); see its log {tmp_path / 'server.log'}")
+    assert "\n" not in str(err.value)
+
+
+def test_a_busy_rollout_engine_port_is_one_line_and_nothing_starts(tmp_path, monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server, starts = _fake_server(tmp_path, monkeypatch, reuse=True, port=port)
+        with pytest.raises(ScaleRLError, match=rf"^the vLLM server \(rollout.engine.port\) could not listen on "
+                                               rf"127.0.0.1:{port}: .*Address already in use") as err:
+            server.start(tmp_path / "model", "fp32", 64)
+    assert not starts.exists() and "\n" not in str(err.value)

@@ -129,7 +129,7 @@ class VllmServer:
         times at most, then one line names the port."""
         require_vllm()
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            with reserve_port("127.0.0.1", self.cfg.port or 0) as port:
+            with reserve_port("127.0.0.1", self.cfg.port or 0, "the vLLM server (rollout.engine.port)") as port:
                 written = self.log.stat().st_size if self.log is not None and self.log.exists() else 0
                 self.url = f"http://127.0.0.1:{port}"
                 self.proc = start_guarded(self._args(model_dir, dtype, max_model_len, port), self.log,

@@ -32,15 +32,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def reserve_port(host: str = "127.0.0.1", port: int = 0) -> Iterator[int]:
+def reserve_port(host: str = "127.0.0.1", port: int = 0, component: str = "this process") -> Iterator[int]:
     """A port (the OS's choice for 0) held bound until the `with` block ends: a server started inside
-    it binds the port with SO_REUSEADDR (vLLM's and uvicorn's sockets do), nobody else can take it."""
+    it binds the port with SO_REUSEADDR (vLLM's and uvicorn's sockets do), nobody else can take it. A
+    port another process listens on is one line naming it and `component`."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise ScaleRLError(port_in_use(host, port, "this process", str(exc))) from None
+            raise ScaleRLError(port_in_use(host, port, component, str(exc))) from None
         yield s.getsockname()[1]
 
 
