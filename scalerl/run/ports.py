@@ -64,8 +64,8 @@ def host_store(host: str, component: str, timeout_s: float = 300.0):
     try:
         return dist.TCPStore(host, 0, None, True, datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
     except (RuntimeError, dist.DistError) as exc:
-        raise ScaleRLError(f"{component}: could not host its rendezvous on {host} (any port): "
-                           f"{_first_line(exc)}") from None
+        raise ScaleRLError(f"{component}: could not host its rendezvous on {host} (any port): {_first_line(exc)}; "
+                           f"check that {host} is an address of this machine (`ip addr`)") from None
 
 
 def join_store(address: str, component: str, timeout_s: float = 300.0):
@@ -77,7 +77,8 @@ def join_store(address: str, component: str, timeout_s: float = 300.0):
         return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout_s))
     except (RuntimeError, dist.DistError) as exc:
         raise ScaleRLError(f"{component}: could not reach its rendezvous at {address} within {timeout_s:g} s: "
-                           f"{_first_line(exc)}") from None
+                           f"{_first_line(exc)}; is the process that hosts it still running, and is the address "
+                           "reachable from here (a firewall between nodes)?") from None
 
 
 def join_group(backend: str, address: str, rank: int, world: int, component: str, timeout_s: float = 300.0,
@@ -91,5 +92,6 @@ def join_group(backend: str, address: str, rank: int, world: int, component: str
     try:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world)   # collectives: torch's timeout
     except (RuntimeError, dist.DistError) as exc:
-        raise ScaleRLError(f"{component}: rank {rank} of {world} could not join the {backend} group at {address} "
-                           f"within {timeout_s:g} s: {_first_line(exc)}") from None
+        raise ScaleRLError(f"{component}: rank {rank} of {world} could not join the {backend} group at {address}: "
+                           f"{_first_line(exc)}; did every rank start (`ray status`: placed actors; a rank's own "
+                           "error comes first)?") from None
