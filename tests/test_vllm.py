@@ -134,8 +134,7 @@ def test_versions_switch_mid_sequence_with_the_token_record(served):
     try:
         worker.start()
         tokens = step_while_paused(client.server, 4, want=4 * 8)
-        assert metric(client.server.url, "vllm:num_requests_running") == 4, "the 4 requests in flight"
-        assert tokens < 4 * N_LONG
+        assert tokens < 4 * N_LONG       # none ended: each switches mid-sequence (checked per completion below)
         client.update_weights(new.state_dict(), 1)       # resumes the server under the new weights
     finally:
         client.server.call("POST", "/resume")
