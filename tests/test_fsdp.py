@@ -112,7 +112,8 @@ def _kill_9_mid_run(run_dir: str) -> None:
     out = ctx.Queue()
     store = host_store("127.0.0.1", "2 FSDP ranks")   # hosted here until they are killed
     rendezvous = f"127.0.0.1:{store.port}"
-    procs = [ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, rendezvous, (run_dir, 1000), out)) for r in range(2)]
+    procs = [ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, rendezvous, (run_dir, 1000), out))
+             for r in range(2)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + 180

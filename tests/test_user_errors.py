@@ -54,8 +54,9 @@ def test_a_task_whose_prompts_raise_is_one_line_then_its_own_frames_in_a_real_pr
     """The issue's case, as a user runs it: `python -m scalerl train` on a task file whose prompts() raises."""
     path = _task(tmp_path, prompts="        return helper(seed)",
                  extra="\n\ndef helper(seed):\n    raise ValueError(f'no prompts for seed {seed}')\n")
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(tmp_path / "run"),
-                           "--set", "model.name=tiny-random", "--set", "task.type=python", "--set", f"task.path={path}"],
+    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir",
+                           str(tmp_path / "run"), "--set", "model.name=tiny-random", "--set", "task.type=python",
+                           "--set", f"task.path={path}"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     line, frames = _told(proc.stderr, path)

@@ -47,7 +47,8 @@ def reserve_port(host: str = "127.0.0.1", port: int = 0, component: str = "this 
 
 def port_in_use(host: str, port: int, component: str, detail: str = "address already in use") -> str:
     """The one line for a port a component could not listen on."""
-    return f"{component} could not listen on {host}:{port}: {detail} (another process holds it; free it or choose another)"
+    return (f"{component} could not listen on {host}:{port}: {detail} (another process holds it; free it or "
+            "choose another)")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -162,7 +162,8 @@ class FSDPRank:
         model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
         self.cfg, self.rank, self.world, self.pad_id = cfg, rank, world, tokenizer.pad_token_id
         if not dist.is_initialized():   # through the store its starter hosts (`host_store`: no port to collide)
-            join_group("nccl" if device.startswith("cuda") else "gloo", rendezvous, rank, world, "the FSDP trainer ranks")
+            backend = "nccl" if device.startswith("cuda") else "gloo"
+            join_group(backend, rendezvous, rank, world, "the FSDP trainer ranks")
         self.policy = shard(model.train(), cfg)
         self.optim = Optimizer(self.policy, cfg)
 
@@ -264,7 +265,8 @@ class ShardedStep:
         threads = max(1, int(cfg.ray.trainer_cpus))
         self.ranks = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus,
                                   **(options(rank) if options else {}))
-                      .remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads) for rank in range(self.world)]
+                      .remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads)
+                      for rank in range(self.world)]
         placed(cfg, self.ranks)
         print(f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
               f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}")
@@ -326,8 +328,9 @@ def _rank_main(target: Callable, rank: int, world: int, rendezvous: str, args: t
 
 def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> list:
     """`target(rank, world, rendezvous, *args)` in `world` spawned processes (one gloo/NCCL group through
-    the store this process hosts at `rendezvous`, host:port); their return values in rank order. A rank that raises, dies or is still
-    running after `timeout_s` seconds stops them all with a ScaleRLError naming it."""
+    the store this process hosts at `rendezvous`, host:port); their return values in rank order. A rank that
+    raises, dies or is still running after `timeout_s` seconds stops them all with a ScaleRLError naming it.
+    """
     import io
     import queue as queue_mod
 
