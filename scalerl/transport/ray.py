@@ -114,7 +114,7 @@ class _Rank:
     completions: int = 0             # completions delivered (in accepted groups)
     idle_s: float = 0.0              # seconds the actor was held back (window or pause) before a start
     waiting_since: float | None = None
-    refused_on: int = -1             # the hub's version when this actor was last held back
+    refused_on: int = -1             # the weights it decoded with when it was last held back
     regenerated: int = 0             # leases a restarted incarnation took over from a dead one
     retired_in_a_row: int = 0
 
@@ -162,7 +162,7 @@ class RolloutHub:
                 return "stop", -1
             if (self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken)
                     or self._behind_another(r)):
-                r.waiting_since, r.refused_on = r.waiting_since or now, self.version
+                r.waiting_since, r.refused_on = r.waiting_since or now, applied
                 return "wait", -1
             if r.waiting_since is not None:
                 r.idle_s += now - r.waiting_since
@@ -275,8 +275,8 @@ class RolloutHub:
             return sorted(p.id for p in self.ranks[rank].leases.values())
 
     def at_window(self) -> bool:
-        """Every actor, with none in flight, was held back by the window (or a pause) since the newest
-        version: the trainer is the slower side (what a test with a slow trainer waits for)."""
+        """Every actor, with none in flight, was held back by the window (or a pause) while decoding with the
+        newest version: the trainer is the slower side (what a test with a slow trainer waits for)."""
         with self.cond:
             return all(r.refused_on == self.version and not r.leases for r in self.ranks)
 
