@@ -246,7 +246,8 @@ def test_a_slow_score_does_not_hold_the_generator_and_groups_still_arrive_in_dra
         src.close()
     assert [g.draw for g in groups] == list(range(6)) and len(calls) == 4
     assert groups[0].score_wait == 0.0
-    assert groups[0].score_latency >= max(calls)[1]     # the last completion's score: all of it after its add
+    # the score of the completion added last lies wholly between that add and the delivery
+    assert groups[0].score_latency >= min(span for _, span in calls)
     assert groups[0].score_seconds >= sum(span for _, span in calls)
 
 
