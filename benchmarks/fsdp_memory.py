@@ -45,9 +45,9 @@ def batch() -> list[Group]:
     return groups
 
 
-def _rank(rank: int, world: int, init_method: str) -> dict:
+def _rank(rank: int, world: int, rendezvous: str) -> dict:
     cfg = load_config("scalerl", overrides=OVERRIDES)
-    r = FSDPRank(cfg, rank, world, init_method, threads=1)
+    r = FSDPRank(cfg, rank, world, rendezvous, threads=1)
     r.step(plan_shards(batch(), cfg, world)[rank], 1)
     return {**r.memory(), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 

@@ -29,8 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scalerl.models import load_model  # noqa: E402
-from scalerl.run.ports import free_port  # noqa: E402
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, plan_buckets  # noqa: E402
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, open_link, plan_buckets  # noqa: E402
 
 MODELS = ["ladder-1m", "smollm2-shape-random"]
 TIMEOUT_S = 300
@@ -80,9 +79,9 @@ def measure(name: str, repeats: int, bucket_mb: float) -> list[str]:
     holders = [ray.remote(Holder).options(num_cpus=0.5).remote() for _ in range(2)]
     bucket_bytes = int(bucket_mb * 2**20)
     layout = plan_buckets(weights, bucket_bytes)
-    link = GroupLink("127.0.0.1", free_port("127.0.0.1"), 3, "gloo", TIMEOUT_S)
+    link, store = open_link("127.0.0.1", 3, "gloo", TIMEOUT_S)
     joins = [h.join.remote(link, r + 1, layout) for r, h in enumerate(holders)]
-    sender = Sender(link, layout)
+    sender = Sender(link, layout, store)
     ray.get(joins, timeout=TIMEOUT_S)
     times: dict[str, list[tuple[float, float]]] = {"object store": [], "broadcast": []}
     object_store(holders, weights), broadcast(holders, sender, weights, bucket_bytes)   # warm-up, not counted

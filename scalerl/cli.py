@@ -9,7 +9,7 @@ import os
 import sys
 
 from scalerl import __version__
-from scalerl.errors import ScaleRLError
+from scalerl.errors import ScaleRLError, UserCodeError, one_line, raised_in_user_code, user_report
 
 # Failures of the machine rather than of scalerl: one line, like a ScaleRLError (a full disk
 # anywhere, e.g. in a TensorBoard write; a directory that cannot be written).
@@ -63,22 +63,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except ScaleRLError as exc:
-        print(f"scalerl: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # the reader went away (`scalerl fit ... --json | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 141
-    except OSError as exc:
-        if exc.errno not in USER_OS_ERRORS:
+    except KeyboardInterrupt:
+        print("scalerl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:   # told in one line when a user can act on it; scalerl's own failures re-raised
+        if (code := report(exc)) is None:
             raise
+        return code
+
+
+def report(exc: Exception) -> int | None:
+    """Print what a user can act on as `scalerl: error: <one line>` (a failure of the user's own code: then
+    the user's frames alone) and return the exit code; None for a failure of scalerl's own (its traceback)."""
+    if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:   # the machine's, wherever it was raised
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"scalerl: error: {exc.strerror}{where}: free space or fix the permissions, then rerun "
               "(a training run continues with --resume)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("scalerl: interrupted", file=sys.stderr)
-        return 130
+    if isinstance(exc, UserCodeError) or (not isinstance(exc, ScaleRLError) and raised_in_user_code(exc)):
+        print(f"scalerl: error: {user_report(exc)}".rstrip("\n"), file=sys.stderr)
+        return 2
+    if isinstance(exc, ScaleRLError):
+        print(f"scalerl: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    return None
 
 
 if __name__ == "__main__":

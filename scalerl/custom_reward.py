@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from scalerl.errors import ScaleRLError
+from scalerl.errors import ScaleRLError, UserCodeError, located
 from scalerl.types import Prompt
 
 
@@ -43,7 +43,7 @@ def load_module(target: str, key: str, spec: str):
     try:
         return _load_file(target) if target.endswith(".py") else importlib.import_module(target)
     except Exception as e:  # the user's module failed to import: report it, naming the spec
-        raise ScaleRLError(f"{key} {spec!r}: importing {target} raised {type(e).__name__}: {e}") from None
+        raise UserCodeError(f"{key} {spec!r}: importing {target}", e) from None
 
 
 def load_function(spec: str) -> Callable:
@@ -80,7 +80,7 @@ class CustomReward:
         try:
             values = self._fn(prompts=[question], completions=[text], **{k: [v] for k, v in columns.items()})
         except Exception as e:  # the user's code: reported as this completion's error, counted per step
-            raise RuntimeError(f"reward.function {self.name} raised on {where}: {type(e).__name__}: {e}") from None
+            raise RuntimeError(f"reward.function {self.name} raised on {where}: {located(e)}") from None
         return _one_value(values, self.name, where)
 
     def __getstate__(self):

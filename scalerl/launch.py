@@ -89,6 +89,7 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
                  progress: bool = True, restart: bool = False) -> int:
     from scalerl.configure import profile_line
     from scalerl.loop import train
+    from scalerl.run.rundir import has_rows
     from scalerl.session import open_run
 
     with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run, \
@@ -96,7 +97,12 @@ def run_training(recipe: str | None = None, config_file: str | None = None, over
         print(f"run directory: {run.path}")
         if (line := profile_line(run.cfg)) is not None:
             print(line)
-        train(run.cfg, run.path, resume=run.resume, progress=progress)
+        try:
+            train(run.cfg, run.path, resume=run.resume, progress=progress)
+        except Exception as exc:   # said on the error's line: a run that recorded rows keeps them
+            if has_rows(run.path):
+                exc.add_note(f"what the run wrote is kept in {run.path} (continue it: --resume --run-dir {run.path})")
+            raise
         fit_run(run.path, run.cfg.eval.fit_min_frac)
     return 0
 

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Callable
 
+from scalerl.errors import located
 from scalerl.sandbox import cpu_seconds_used, credit_cpu
 from scalerl.types import Completion, Prompt, Score
 
@@ -278,7 +279,7 @@ class RewardFn:
         except CheckerTimeout as e:
             error = f"timeout: {e}"
         except Exception as e:  # a checker failure scores a fail and never stops the run
-            error = f"{type(e).__name__}: {e}"
+            error = located(e)
         slow = seconds > self.cfg.slow_s or (error or "").startswith("timeout")
         passed = error is None and score >= self.cfg.threshold
         return Score(self._reward(passed, score if error is None else 0.0), passed, error, slow)

@@ -1,6 +1,10 @@
 """Test doubles (imported as `doubles`: tests/ is on sys.path under pytest, and a spawned generator
 process inherits it). A fake `Generator` for tests of the loops: no model, controllable speed, real versions.
 
+Tests wait on its own loop, never on the clock: `wait_for(predicate, what)` returns once the
+predicate holds after one of its loop turns (a decode step, a turn held, a turn idle at the window);
+`idle_turns` counts the turns it had nothing it might decode (every prompt it may start is done).
+
 It decodes `slots` sequences in lock-step, one token per `step_seconds`; every token records
 the version current when it was "sampled", so in-flight weight updates show up in
 `Completion.versions` exactly as with the real engine. Tokens are drawn from `vocab` with a
@@ -33,7 +37,25 @@ class FakeGenerator:
         self._lock = threading.Lock()
         self.updates: list[int] = []
         self.held_steps = 0          # loop turns spent held (`stream`'s `hold`)
+        self.idle_turns = 0          # loop turns with nothing to decode and no prompt it may start
         self.decode_steps = 0
+        self._turn = threading.Condition()
+
+    def _turned(self) -> None:
+        with self._turn:
+            self._turn.notify_all()
+
+    def wait_for(self, predicate, what: str, timeout_s: float = 120.0) -> None:
+        """Block until `predicate()` holds, checked after each of the generator's loop turns; fail naming
+        `what` after `timeout_s` (an upper bound, not a pace)."""
+        with self._turn:
+            if not self._turn.wait_for(predicate, timeout=timeout_s):
+                raise AssertionError(f"the fake generator: not {what} within {timeout_s:g} s")
+
+    def wait_idle(self, what: str = "idle at the window", timeout_s: float = 120.0) -> None:
+        """Block until the generator has spent a loop turn, from now on, with nothing it may decode."""
+        start = self.idle_turns
+        self.wait_for(lambda: self.idle_turns > start, what, timeout_s)
 
     @property
     def version(self) -> int:
@@ -82,6 +104,7 @@ class FakeGenerator:
         while not (stop and stop.is_set()):
             if hold is not None and hold.is_set():
                 self.held_steps += 1
+                self._turned()
                 time.sleep(0.002)
                 continue
             while len(active) < self.slots and not exhausted:
@@ -98,11 +121,14 @@ class FakeGenerator:
             if not active:
                 if exhausted:
                     return
+                self.idle_turns += 1
+                self._turned()
                 time.sleep(0.002)
                 continue
             for s in self._decode(active):
                 active.remove(s)
                 yield self._finish(s)
+            self._turned()
 
     def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]:
         out = {p.id: [] for p in prompts}

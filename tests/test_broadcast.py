@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, plan_buckets
+from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, open_link, plan_buckets
 
 
 def _weights() -> dict[str, torch.Tensor]:
@@ -33,8 +32,9 @@ def test_buckets_hold_each_storage_once_in_order_split_by_dtype_and_size():
     assert backend_for(w, generator_gpus=1) == "gloo"          # CPU tensors: gloo whatever the generators have
 
 
-def _group(world: int, timeout_s: float) -> GroupLink:
-    return GroupLink("127.0.0.1", free_port("127.0.0.1"), world, "gloo", timeout_s)
+def _group(world: int, timeout_s: float):
+    """(the link, the store rank 0 hosts for it at a port the OS picked: `Sender` takes both)."""
+    return open_link("127.0.0.1", world, "gloo", timeout_s)
 
 
 def _start_receivers(link: GroupLink, layout, out: dict, publishes: int) -> list[threading.Thread]:
@@ -57,9 +57,9 @@ def _start_receivers(link: GroupLink, layout, out: dict, publishes: int) -> list
 def test_two_receivers_get_every_publish_bit_for_bit_over_gloo():
     w = _weights()
     layout = plan_buckets(w, bucket_bytes=4 * 50)
-    link, got = _group(3, 30), {}
+    (link, store), got = _group(3, 30), {}
     threads = _start_receivers(link, layout, got, publishes=2)
-    sender = Sender(link, layout)
+    sender = Sender(link, layout, store)
     second = {k: (v * 2 if v.dtype == torch.float32 else v + 1) for k, v in w.items()}
     second["head.weight"] = second["embed.weight"]                # still tied
     sent = [sender.send(w, 1, 4 * 50), sender.send(second, 2, 4 * 50)]
@@ -78,9 +78,9 @@ def test_two_receivers_get_every_publish_bit_for_bit_over_gloo():
 def test_a_receiver_waiting_for_a_publish_that_never_comes_fails_after_the_timeout():
     w = _weights()
     layout = plan_buckets(w, bucket_bytes=10**6)                # fp32 and int64: 2 buckets
-    link, got = _group(2, 2), {}
+    (link, store), got = _group(2, 2), {}
     threads = _start_receivers(link, layout, got, publishes=1)
-    sender = Sender(link, layout)                                # joins, then never sends
+    sender = Sender(link, layout, store)                         # joins, then never sends
     start = time.monotonic()
     threads[0].join(30)
     del sender
@@ -95,10 +95,11 @@ def test_a_receiver_waiting_for_a_publish_that_never_comes_fails_after_the_timeo
 
 def test_a_member_that_never_joins_fails_the_sender_after_the_timeout():
     layout = plan_buckets(_weights(), bucket_bytes=10**6)
+    link, store = _group(3, 2)
     start = time.monotonic()
     with pytest.raises(ScaleRLError, match=r"3 members at .*rank 0\): not every member joined within "
                                            r"ray.publish_timeout_s = 2 s"):
-        Sender(_group(3, 2), layout)                             # nobody else joins
+        Sender(link, layout, store)                              # nobody else joins
     assert time.monotonic() - start < 20
 
 
@@ -114,10 +115,10 @@ def test_a_receiver_process_gone_fails_the_next_publish_at_once():
 
     w = {"w": torch.ones(1_000_000)}                             # 4 MB: more than a socket buffer holds
     layout = plan_buckets(w, bucket_bytes=10**8)
-    link = _group(2, 60)
+    link, store = _group(2, 60)
     proc = multiprocessing.get_context("fork").Process(target=_join_and_die, args=(link, layout), daemon=True)
     proc.start()
-    sender = Sender(link, layout)
+    sender = Sender(link, layout, store)
     proc.join(30)
     start = time.monotonic()
     with pytest.raises(ScaleRLError, match=r"the broadcast of bucket 1/1 of version 1 failed after \d+\.\d s "

@@ -93,7 +93,12 @@ def test_an_error_names_the_row_and_fails_that_completion(rewards_file, data):
     s = fn(p, _completion("x"))
     assert (s.reward, s.passed) == (-1.0, False)
     assert s.error == (f"reward.function {rewards_file}:broken raised on row {p.meta['row']} ({p.id}): "
-                       f"ZeroDivisionError: float division by zero")
+                       f"ZeroDivisionError: float division by zero "
+                       f"({rewards_file}:{_line_of(rewards_file, '/ 0')} in broken)")
+
+
+def _line_of(path, text: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
 
 
 def test_a_module_name_and_pickling(rewards_file, monkeypatch):

@@ -62,12 +62,12 @@ def _step_groups(step: int) -> list[Group]:
     return _groups(3 * step)
 
 
-def _train_ranks(rank: int, world: int, init_method: str, run_dir: str, steps: int) -> None:
+def _train_ranks(rank: int, world: int, rendezvous: str, run_dir: str, steps: int) -> None:
     """Steps 1..`steps` on 2 ranks, a checkpoint after each, as a run writes them (rank 0 the rest)."""
     from scalerl.run.checkpoint import TrainState, save_checkpoint
 
     cfg = _cfg([])
-    r = FSDPRank(cfg, rank, world, init_method)
+    r = FSDPRank(cfg, rank, world, rendezvous)
     model = load_model("tiny-random")[0] if rank == 0 else None
     for step in range(1, steps + 1):
         r.step(plan_shards(_step_groups(step), cfg, world)[rank], step)
@@ -79,19 +79,19 @@ def _train_ranks(rank: int, world: int, init_method: str, run_dir: str, steps: i
             r.save(os.path.join(run_dir, "checkpoints", f".tmp-step_{step:06d}", "dcp"))
 
 
-def _ranks_main(rank: int, world: int, init_method: str, run_dir: str, steps: int) -> dict | None:
+def _ranks_main(rank: int, world: int, rendezvous: str, run_dir: str, steps: int) -> dict | None:
     """Every equality case, then the resume of `run_dir`'s newest checkpoint to step `steps`; rank 0's results."""
     from scalerl.run.checkpoint import latest_checkpoint, read_state, verify_checksums
 
     cases = []
     for overrides, n in CASES:
         cfg = _cfg(overrides)
-        r = FSDPRank(cfg, rank, world, init_method)
+        r = FSDPRank(cfg, rank, world, rendezvous)
         row = r.step(plan_shards(_groups()[:n], cfg, world)[rank], 1)
         cases.append((row, r.full_weights()))
     ckpt = latest_checkpoint(run_dir)
     verify_checksums(ckpt)
-    r = FSDPRank(_cfg([]), rank, world, init_method)
+    r = FSDPRank(_cfg([]), rank, world, rendezvous)
     r.load(str(ckpt / "dcp"))
     for step in range(read_state(ckpt).step + 1, steps + 1):
         r.step(plan_shards(_step_groups(step), r.cfg, world)[rank], step)
@@ -105,13 +105,15 @@ def _kill_9_mid_run(run_dir: str) -> None:
 
     import torch.multiprocessing as mp
 
-    from scalerl.run.ports import free_port
+    from scalerl.run.ports import host_store
     from scalerl.trainer.sharded import _rank_main
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    init = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, init, (run_dir, 1000), out)) for r in range(2)]
+    store = host_store("127.0.0.1", "2 FSDP ranks")   # hosted here until they are killed
+    rendezvous = f"127.0.0.1:{store.port}"
+    procs = [ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, rendezvous, (run_dir, 1000), out))
+             for r in range(2)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + 180
@@ -238,11 +240,11 @@ def test_strategy_resolution_and_what_fsdp_refuses():
         check_config(_cfg(["trainer.strategy=fsdp", "loss.type=ppo_clip", "loss.kl_beta=0.01"]))
 
 
-def _cuda_ranks(rank: int, world: int, init_method: str) -> list | None:
+def _cuda_ranks(rank: int, world: int, rendezvous: str) -> list | None:
     out = []
     for overrides, n in CASES[:6]:
         cfg = _cfg([*overrides, "model.device=cuda", "model.compute_dtype=fp32"])
-        r = FSDPRank(cfg, rank, world, init_method)
+        r = FSDPRank(cfg, rank, world, rendezvous)
         out.append((r.step(plan_shards(_groups()[:n], cfg, world)[rank], 1), r.full_weights()))
     return out if rank == 0 else None
 

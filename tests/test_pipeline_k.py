@@ -30,7 +30,7 @@ def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, 
     real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(0.06)  # a trainer slower than the generator: the generator waits at the window
+        gens[1].wait_idle()   # a trainer slower than the generator: it steps once the generator waits at the window
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)
@@ -48,11 +48,11 @@ def test_the_staleness_bound_follows_the_measured_kl(max_kl, lo, hi, tmp_path, m
     k = 4
     cfg = small_cfg(extra=[f"run.max_steps={3 * k}", f"pipeline.k={k}", f"pipeline.max_kl={max_kl}",
                            "filter.zero_variance=false", "eval.every=100", "run.checkpoint_every=100"])
-    comps, _ = fake_components(cfg, step_seconds=0.0005)
+    comps, gens = fake_components(cfg, step_seconds=0.0005)
     real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(0.06)
+        gens[1].wait_idle()   # slower than the generator: once it waits at the window
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)

@@ -215,7 +215,7 @@ def test_aggregation_units_and_shard_weights_by_hand():
 
 
 def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
-    from scalerl.trainer.data_parallel import free_address
+    from scalerl.trainer.data_parallel import rank_store
     from scalerl.models import load_model
 
     cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
@@ -230,7 +230,8 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     groups = _groups()
 
     optim = Optimizer(model, cfg)
-    workers, joined = start_workers(cfg, 2, free_address(), first_rank=0)
+    store, rendezvous = rank_store("2 trainer workers")   # hosted here, the workers its clients
+    workers, joined = start_workers(cfg, 2, rendezvous, first_rank=0)
     ray.get(joined)
     ray.get([w.load.remote(start, optim.state_dict()) for w in workers])
     one = train_step(model, optim, groups, cfg, tokenizer.pad_token_id, 1)
@@ -307,12 +308,36 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
 
 def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path, monkeypatch):
     """One PipelineRL-k rule: with a slow trainer both transports sit at the window (staleness k). The
-    trainer must be slower than the generator even on a loaded machine (0.3 s was not, under two
-    other jobs on 2 cores: the generator then lagged and the staleness fell below k)."""
+    trainer steps once the generator waits at the window since the last publish (the engine's idle turns
+    in this process; the hub's `at_window` for the actor): slower by construction, on any machine (a
+    sleep of 0.3 s was not, under two other jobs on 2 cores; 1 s was a guess)."""
+    from scalerl.rollout.engine import Engine
+
+    sources, turns, real_idle = [], [0], Engine._idle
+    turned = threading.Condition()
+
+    def idle_turn(self):
+        with turned:
+            turns[0] += 1
+            turned.notify_all()
+        real_idle(self)
+
+    class Recorded(backend.RayRollouts):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sources.append(self)
+
+    monkeypatch.setattr(Engine, "_idle", idle_turn)
+    monkeypatch.setattr(backend, "RayRollouts", Recorded)
     real_step = train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(1.0)
+        if sources:   # the actor's engine runs in its process: the hub says when it waits at the window
+            _wait_for(lambda: ray.get(sources[-1].hub.at_window.remote()) or None, "actor at the window")
+        else:         # the second idle turn from now asked the window after the last publish
+            with turned:
+                start = turns[0]
+                assert turned.wait_for(lambda: turns[0] >= start + 2, 120), "the generator at the window in 120 s"
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 
 import pytest
 import torch
@@ -451,29 +450,23 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, dec
     steps = []
     real = Engine._step
     monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (steps.append(1), real(self, state, cache))[1])
-    hold, seen = threading.Event(), {}
+    real_held, hold, turns = Engine._held, threading.Event(), []
+
+    def held(self):                    # each turn held: the steps taken so far; released after 50 turns
+        turns.append(len(steps))
+        if len(turns) == 50:
+            hold.clear()
+        real_held(self)
+
+    monkeypatch.setattr(Engine, "_held", held)
 
     def feed():
         yield from prompts(TEXTS[:2])
         hold.set()                     # asked for a third prompt with both admitted: hold them in flight
 
-    def watch():
-        hold.wait()
-        last = -1
-        while len(steps) != last:      # a step already under way when the hold came may finish (a slow,
-            last = len(steps)          # loaded machine): wait until the count settles
-            time.sleep(0.3)
-        seen["a"] = len(steps)
-        time.sleep(0.5)
-        seen["b"] = len(steps)
-        hold.clear()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    held = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(feed(), n=2, hold=hold))
-    watcher.join()
-    assert seen["a"] == seen["b"] and seen["a"] < 16             # held: not one step in 0.5 s
-    assert [(c.id, c.tokens, c.logprobs) for c in held] == [(c.id, c.tokens, c.logprobs) for c in unheld]
+    held_out = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(feed(), n=2, hold=hold))
+    assert len(turns) == 50 and len(set(turns)) == 1 and turns[0] < 16   # held: not one step in 50 turns
+    assert [(c.id, c.tokens, c.logprobs) for c in held_out] == [(c.id, c.tokens, c.logprobs) for c in unheld]
 
 
 def test_stall_slows_the_training_stream_once_per_completion_and_not_the_evaluation(tok, monkeypatch):

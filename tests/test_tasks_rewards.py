@@ -61,7 +61,10 @@ def test_raising_checker_scores_fail_and_is_counted():
     comps = [_completion("x"), _completion("ok"), _completion("x")]
     scores = [fn(Prompt(id="p", text="", answer=ans), c) for c, ans in zip(comps, ["raise", "ok", "raise"])]
     assert [s.reward for s in scores] == [-1.0, 1.0, -1.0]
-    assert scores[0].error == "ValueError: checker bug"
+    # a checker outside scalerl (this file: a user's) is named where it raised
+    source = open(__file__).read().splitlines()
+    line = next(i for i, ln in enumerate(source, 1) if 'raise ValueError("checker bug")' in ln)
+    assert scores[0].error == f"ValueError: checker bug ({__file__}:{line} in hanging_or_exact)"
     assert [s.error is not None for s in scores] == [True, False, True]
 
 

@@ -78,7 +78,7 @@ def test_pipeline_rl_staleness_bounded_with_slow_trainer(tmp_path, monkeypatch):
     real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
-        time.sleep(0.15)  # a slow trainer: the generator runs ahead until back-pressure stops it
+        gens[1].wait_idle()  # a slow trainer: the generator runs ahead until back-pressure stops it
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)

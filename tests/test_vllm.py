@@ -26,7 +26,7 @@ from scalerl.types import Group, Prompt, Score
 pytestmark = pytest.mark.vllm   # against a real server: `make test` runs them in .venv-vllm (the extra pins transformers)
 
 T = 0.7
-N_LONG = 300
+N_LONG = 450            # a long sequence (prompt + N_LONG within the model's 512 positions)
 PROMPTS = [Prompt(f"p{i}", f"<s>{i}+{2 * i}=", "x") for i in range(4)]
 
 
@@ -99,28 +99,61 @@ def test_published_weights_reach_the_server(served):
         client.update_weights(model.state_dict(), 0)
 
 
-def generated_tokens(url: str) -> float:
+def metric(url: str, name: str) -> float:
+    """The sum of a metric's series on the server's /metrics."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         lines = r.read().decode().splitlines()
-    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith("vllm:generation_tokens_total"))
+    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith(name) and not ln.startswith("#"))
+
+
+def step_while_paused(server, n: int, want: int, limit_s: float = 120) -> float:
+    """With the server paused (`mode=keep`) and `n` requests sent to it: resume and pause it again until
+    they hold `want` tokens in all; each count is read while it is paused, so it cannot change under the
+    test. The tokens counted; fails naming what it waited for after `limit_s` (an upper bound only)."""
+    before = metric(server.url, "vllm:generation_tokens_total")
+    deadline = time.monotonic() + limit_s
+    while (tokens := metric(server.url, "vllm:generation_tokens_total") - before) < want:
+        assert time.monotonic() < deadline, f"{n} requests: {tokens:g} of {want} tokens within {limit_s:g} s"
+        server.call("POST", "/resume")
+        server.call("POST", "/pause?mode=keep")
+    return tokens
+
+
+def switched_mid_sequence(served, new, attempts: int = 3) -> tuple[list, float]:
+    """4 completions of N_LONG tokens whose publish of `new` (version 1) landed mid-sequence, and the tokens
+    counted while paused: the requests are sent to a paused server, which runs a little at a time (resume,
+    pause) until they hold tokens, then the weights are published while it is paused. A server starved of
+    the CPU between a resume and the pause after it may end the sequences there (on a loaded machine,
+    once in 6 runs): that attempt says so, and another is made."""
+    client, model, _ = served
+    for _ in range(attempts):
+        client.update_weights(model.state_dict(), 0)
+        long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
+        long.ignore_eos = True
+        out: list = []
+        worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
+        client.server.call("POST", "/pause?mode=keep")
+        try:
+            worker.start()
+            tokens = step_while_paused(client.server, 4, want=4)
+            client.update_weights(new.state_dict(), 1)       # resumes the server under the new weights
+        finally:
+            client.server.call("POST", "/resume")
+            worker.join(timeout=300)
+            long.close()
+        assert not worker.is_alive(), f"the 4 completions of {N_LONG} tokens within 300 s"
+        if all(1 in c.versions and c.versions[0] == 0 for c in out):
+            return out, tokens
+    raise AssertionError(f"{attempts} attempts: the server ended a sequence within one resume and pause each time")
 
 
 def test_versions_switch_mid_sequence_with_the_token_record(served):
+    """The publish lands mid-sequence: the server is paused while the test counts and publishes
+    (`switched_mid_sequence`), so nothing decodes between the count and the new weights."""
     client, model, _ = served
-    client.update_weights(model.state_dict(), 0)
-    long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
-    long.ignore_eos = True
     new = perturbed(model, 0.05, seed=2)
-    out: list = []
-    worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
-    before = generated_tokens(client.server.url)
-    worker.start()
-    deadline = time.monotonic() + 120
-    while generated_tokens(client.server.url) < before + 40 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.update_weights(new.state_dict(), 1)          # mid-sequence: every sequence is in flight
-    worker.join(timeout=300)
     try:
+        out, tokens = switched_mid_sequence(served, new)
         assert len(out) == 4 and [len(c.tokens) for c in out] == [N_LONG] * 4
         for c in out:
             switch = c.versions.index(1)
@@ -131,8 +164,8 @@ def test_versions_switch_mid_sequence_with_the_token_record(served):
             # after it, the new weights decode (over the old K/V): no longer the old model's log-probs
             after = trainer_logprobs(model, [c])[0][switch:]
             assert (after - torch.tensor(c.logprobs[switch:])).abs().mean() > 1e-2
+        assert sum(c.versions.count(0) for c in out) >= tokens   # what was counted while paused: all old weights
     finally:
-        long.close()
         client.update_weights(model.state_dict(), 0)
 
 
@@ -196,36 +229,39 @@ RUN = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "roll
        "rollout.engine.request_timeout_s=120", "rollout.engine.kv_cache_mb=64"]
 
 
-def kill_after_checkpoint(run_dir, step: int, pid: int) -> threading.Thread:
-    """A thread that kills the process group `pid` once the run's checkpoint `step` is complete."""
-    def watch():
-        done = run_dir / "checkpoints" / f"step_{step:06d}" / "state.json"
-        deadline = time.monotonic() + 600
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.killpg(pid, signal.SIGKILL)
+def kill_at_checkpoint(monkeypatch, step: int, pid: int):
+    """The process group `pid` killed (SIGKILL) by the loop itself, right after checkpoint `step` is written:
+    the steps after it cannot race the kill. Returns the unpatched checkpoint stage."""
+    from scalerl.loop import Stages
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    real = Stages.checkpoint
+
+    def checkpoint(self) -> None:
+        real(self)
+        if self.tr.state.step == step:
+            os.killpg(pid, signal.SIGKILL)
+
+    monkeypatch.setattr(Stages, "checkpoint", checkpoint)
+    return real
 
 
-def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served, tmp_path, capsys):
+def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served, tmp_path, capsys, monkeypatch):
     """Last: it kills the module's server. `scalerl train` with rollout.engine=vllm on that server (by URL),
     PipelineRL-1 on the thread transport; the server is killed once checkpoint 2 is written: the run stops
     in one line, what it wrote stays, the server's owner reports the exit code and log in one line, and
     `scalerl train --resume` carries on to step 4 with a fresh server, started by its generator process
     (`pipeline.transport=process`: the client in that process, the weights through the shared buffer)."""
     from scalerl.cli import main
+    from scalerl.loop import Stages
     from scalerl.run.metrics import read_rows
 
     client, model, _ = served
     client.update_weights(model.state_dict(), 0)
     run = tmp_path / "run"
     sets = [a for s in RUN + [f"rollout.engine.url={client.server.url}"] for a in ("--set", s)]
-    killer = kill_after_checkpoint(run, 2, client.server.proc.pid)
+    real_checkpoint = kill_at_checkpoint(monkeypatch, 2, client.server.proc.pid)
     code = main(["train", "--no-progress", "--run-dir", str(run), "--max-steps", "8", *sets])
-    killer.join(timeout=30)
+    monkeypatch.setattr(Stages, "checkpoint", real_checkpoint)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert code == 2 and len(err) == 1 and err[0].startswith("scalerl: error: vLLM ") and client.server.url in err[0]
     written = [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]

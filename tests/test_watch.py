@@ -37,34 +37,66 @@ def _kill_if_running(proc) -> None:
         proc.kill()
         proc.wait(timeout=30)
 
+class _Output:
+    """A process's output lines as they come (a reader thread), and a wait for a line that says something."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream) -> None:
+        for line in iter(stream.readline, ""):
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+
+    def wait_for(self, said, what: str, timeout_s: float = 240) -> None:
+        """Until a line satisfies `said`; fails naming `what` after `timeout_s` (an upper bound only)."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: any(said(ln) for ln in self.lines), timeout_s), \
+                f"the watch said no {what} within {timeout_s:g} s: {self.lines[-3:]}"
+
+
+def _row(i: int) -> str:
+    c = 250.0 * i
+    y = 0.4 + 0.2 / (1 + (2500 / c) ** 2) if c else 0.4
+    return json.dumps({"step": i, "compute/device_hours": c, "val/pass_rate": round(y + 0.004 * (-1) ** i, 5)}) + "\n"
+
+
+def _evaluations(n: int):
+    return lambda line: json.loads(line)["n_evaluations"] == n
+
+
 def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys):
+    """The test writes the log in the watch's lockstep: each part once the watch has said it read the last
+    (too few points, with a torn last line; then a fit on 15; then on all 30): refits as points arrive."""
     log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's scalerl
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json",
                               "--plot", str(plot), *OPTS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
-    lines: list[str] = []
-    errs: list[str] = []
-    readers = [threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True),
-               threading.Thread(target=lambda: errs.extend(iter(watch.stderr.readline, "")), daemon=True)]
-    for r in readers:
-        r.start()
-    try:   # whatever fails below, no watch is left running (a loaded machine can make it slow)
-        deadline = time.monotonic() + 120  # a fresh checkout compiles and imports for a while on a loaded machine
-        while time.monotonic() < deadline and not any("to appear" in e for e in errs):
-            time.sleep(0.05)  # the watch is up and looking before the first point is written
-        writer = subprocess.run([sys.executable, "-c", WRITER, str(log), str(n)], timeout=60)
-        assert writer.returncode == 0
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (lines and json.loads(lines[-1])["n_evaluations"] == n):
-            time.sleep(0.1)
-        assert lines and json.loads(lines[-1])["n_evaluations"] == n, f"the watch did not reach {n} evaluations"
+    out, err_out = _Output(watch.stdout), _Output(watch.stderr)
+    try:   # whatever fails below, no watch is left running
+        err_out.wait_for(lambda line: "to appear" in line, "waiting for the log to appear")
+        with open(log, "w") as f:
+            f.write("".join(_row(i) for i in range(3)) + _row(3)[:12])   # 3 points and a torn last line
+            f.flush()
+            err_out.wait_for(lambda line: "waiting for more evaluations (3 so far)" in line, "wait on 3 points")
+            f.write(_row(3)[12:] + "".join(_row(i) for i in range(4, 15)))
+            f.flush()
+            out.wait_for(_evaluations(15), "fit on 15 evaluations")
+            f.write("".join(_row(i) for i in range(15, n)))
+            f.flush()
+        out.wait_for(_evaluations(n), f"fit on {n} evaluations")
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=120)
     finally:
         _kill_if_running(watch)
-    for r in readers:
-        r.join(timeout=5)
+    for r in (out, err_out):
+        r.thread.join(timeout=30)
+    lines, errs = out.lines, err_out.lines
     err = "".join(errs)
     assert watch.returncode == 0 and "Traceback" not in err and "watch: stopped" in err, err
     updates = [json.loads(line) for line in lines]

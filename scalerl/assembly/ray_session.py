@@ -5,6 +5,8 @@ rank actors alone."""
 
 from __future__ import annotations
 
+import contextlib
+
 from scalerl.transport import require_ray
 
 require_ray()
@@ -12,7 +14,7 @@ require_ray()
 import ray  # noqa: E402
 
 from scalerl.config import Config  # noqa: E402
-from scalerl.errors import ScaleRLError  # noqa: E402
+from scalerl.errors import ScaleRLError, first_line  # noqa: E402
 
 
 def cpus_needed(cfg: Config) -> float:
@@ -20,6 +22,29 @@ def cpus_needed(cfg: Config) -> float:
     1..W-1 under ddp, rank 0 being this process; all W under fsdp)."""
     generators = cfg.ray.generators if cfg.pipeline.backend == "ray" else 0
     return generators * cfg.ray.generator_cpus + cfg.trainer.actors(cfg.ray.trainers) * cfg.ray.trainer_cpus
+
+
+def why_ray(cfg: Config) -> str:
+    """What Ray is started for, as the config asks for it."""
+    ranks = cfg.trainer.actors(cfg.ray.trainers)
+    what = [f"{cfg.ray.generators} generator actors (--backend ray)"] if cfg.pipeline.backend == "ray" else []
+    if ranks:
+        what.append(f"{ranks} trainer rank actors (trainer.strategy {cfg.trainer.resolved(cfg.ray.trainers)} with "
+                    f"ray.trainers = {cfg.ray.trainers} runs its ranks as Ray actors, with or without --backend ray)")
+    return " and ".join(what) or "the run"
+
+
+@contextlib.contextmanager
+def ray_start(which: str, advice: str):
+    """Ray failing to start or connect is one line: which Ray, why (Ray's first line), what to try."""
+    try:
+        yield
+    except ScaleRLError:
+        raise
+    except Exception as exc:  # Ray raises bare Exceptions ("The current node timed out during startup")
+        with contextlib.suppress(Exception):   # a half-started Ray: its processes stopped before the error
+            ray.shutdown()
+        raise ScaleRLError(f"{which} could not start: {first_line(exc)}; {advice}") from None
 
 
 class RaySession:
@@ -37,7 +62,9 @@ class RaySession:
         if ray.is_initialized():
             return
         if cfg.ray.address:
-            ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
+            with ray_start(f"Ray at ray.address = {cfg.ray.address}", "check that `ray status` there shows the "
+                           "cluster, or leave ray.address unset for a local Ray"):
+                ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
             return
         needed = cpus_needed(cfg)
         if cfg.ray.num_cpus is not None and cfg.ray.num_cpus < needed:
@@ -47,7 +74,10 @@ class RaySession:
                 f"{cfg.trainer.actors(cfg.ray.trainers)} trainer ranks x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); "
                 "raise ray.num_cpus or lower those")
         num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        with ray_start(f"a local Ray ({num_cpus} CPUs) for {why_ray(cfg)}",
+                       "rerun when the machine is less loaded, or start Ray first (`ray start --head`, which waits "
+                       "as long as it takes) and add --set ray.address=auto"):
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
         self.started = True
 
     def close(self) -> None:

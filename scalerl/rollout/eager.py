@@ -12,7 +12,6 @@ attention decodes here; `static.py` is the fixed-shape path that replaces it whe
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -20,7 +19,7 @@ import torch
 
 from scalerl.rollout.cache import SlotCache
 from scalerl.rollout.sampling import sample
-from scalerl.rollout.state import _END, IDLE_SLEEP_S, RECENT_PREFILLS, Request, Rows, shared_prefix
+from scalerl.rollout.state import _END, RECENT_PREFILLS, Request, Rows, shared_prefix
 
 
 class EagerLoop:
@@ -47,7 +46,7 @@ class EagerLoop:
         exhausted = False
         while not (stop is not None and stop.is_set()):
             if hold is not None and hold.is_set():
-                time.sleep(IDLE_SLEEP_S)  # held (the trainer evaluates): no step, the rows keep their caches
+                e._held()  # held (the trainer evaluates): no step, the rows keep their K/V
                 continue
             e._apply_pending()  # step boundary: new weights serve this step's prefill and decode
             free = [] if exhausted else (~state.active).nonzero().flatten().tolist()
@@ -76,7 +75,7 @@ class EagerLoop:
             if n_active == 0:
                 if not idle:
                     return
-                time.sleep(IDLE_SLEEP_S)  # nothing in flight and no prompt may start: wait for the trainer
+                e._idle()  # nothing in flight and no prompt may start: wait for the trainer
                 continue
             # decode only about as many rows as are in flight: at the end of the prompts, and while
             # the PipelineRL window lets none start (a long completion would otherwise keep every

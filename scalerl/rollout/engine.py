@@ -53,7 +53,7 @@ from scalerl.rollout.forward import unsupported
 from scalerl.rollout.length import check_budget, phrase_ids
 from scalerl.rollout.registry import EngineNeeds, register
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
-from scalerl.rollout.state import _NEVER, Request, Rows
+from scalerl.rollout.state import _NEVER, IDLE_SLEEP_S, Request, Rows
 from scalerl.rollout.static import StaticLoop
 from scalerl.types import Completion, FinishReason, Prompt
 
@@ -207,6 +207,16 @@ class Engine:
         """One decode step of the loop in use (the eager one returns (done, reasons); the static
         one marks them in `state`). Tests wrap it to count steps or stage weights mid-sequence."""
         return self._loop.step(state, cache)
+
+    def _held(self) -> None:
+        """One turn of a held stream (`hold` set: the trainer evaluates): no step, the rows keep their
+        caches. Tests wrap it to count the turns held."""
+        time.sleep(IDLE_SLEEP_S)
+
+    def _idle(self) -> None:
+        """One turn with nothing in flight and no prompt that may start (the PipelineRL window: the trainer
+        is the slower). Tests wrap it to step a trainer once the generator waits at the window."""
+        time.sleep(IDLE_SLEEP_S)
 
     def _forget_prefills(self) -> None:
         """Drop every prefilled K/V the loop keeps (the weights changed)."""

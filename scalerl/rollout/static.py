@@ -31,7 +31,6 @@ is not worth compiling there (docs/rollout.md, "Captured steps").
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 
@@ -41,7 +40,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.rollout.forward import Decoder, StaticKV
 from scalerl.rollout.sampling import sample
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
-from scalerl.rollout.state import _END, IDLE_SLEEP_S, RECENT_PREFILLS, Request, Rows, shared_prefix
+from scalerl.rollout.state import _END, RECENT_PREFILLS, Request, Rows, shared_prefix
 
 SYNC_EVERY = 4          # decode steps between two host synchronisations
 GRAPH_COLS = 64         # under capture the attention columns are GRAPH_COLS x 2^k (or the capacity)
@@ -164,7 +163,7 @@ class StaticLoop:
         try:
             while not (stop is not None and stop.is_set()):
                 if hold is not None and hold.is_set():
-                    time.sleep(IDLE_SLEEP_S)  # held (the trainer evaluates): no step, the rows keep their K/V
+                    e._held()  # held (the trainer evaluates): no step, the rows keep their K/V
                     continue
                 e._apply_pending()  # step boundary: new weights serve this step's prefill and decode
                 if due:             # the host synchronises: collect, admit, pick the next shape
@@ -181,7 +180,7 @@ class StaticLoop:
                         if not first:
                             if source.done:
                                 return
-                            time.sleep(IDLE_SLEEP_S)
+                            e._idle()   # no prompt may start yet: wait for the trainer
                             continue
                         source.give_back(first)
                         capacity = capacity_for(max(context, len(first[0].tokens) - 1), e.cfg.max_new_tokens)
@@ -193,7 +192,7 @@ class StaticLoop:
                     if not occupied:
                         if source.done:
                             return
-                        time.sleep(IDLE_SLEEP_S)  # nothing in flight and no prompt may start: wait for the trainer
+                        e._idle()  # nothing in flight and no prompt may start: wait for the trainer
                         continue
                     width = self._arrange(held, hpos, occupied)
                     due = False

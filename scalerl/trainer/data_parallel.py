@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
+from scalerl.run.ports import host_store, join_group
 from scalerl.trainer.step import Optimizer, plan_shards, shard_step
 from scalerl.types import Group
 
@@ -42,18 +42,20 @@ def all_reduce(flat: torch.Tensor) -> None:
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
 
 
-def free_address() -> str:
-    """tcp://<this node's IP>:<a free port> for `init_process_group`."""
+def rank_store(component: str):
+    """(the store the ranks meet at, hosted by this process on this node's IP at a port the OS picked,
+    "host:port" to pass to them): no port is chosen, released and bound again (scalerl.run.ports)."""
     import ray
 
     host = ray.util.get_node_ip_address()
-    return f"tcp://{host}:{free_port(host)}"
+    store = host_store(host, component)
+    return store, f"{host}:{store.port}"
 
 
 class TrainerWorker:
     """A trainer rank as a Ray actor: its own model + optimizer, kept equal to rank 0's."""
 
-    def __init__(self, cfg_json: str, rank: int, world: int, init_method: str, threads: int):
+    def __init__(self, cfg_json: str, rank: int, world: int, rendezvous: str, threads: int):
         from scalerl.models import load_model, resolve_device
 
         torch.set_num_threads(threads)
@@ -67,14 +69,14 @@ class TrainerWorker:
         self.pad_id = tokenizer.pad_token_id
         self.optim = Optimizer(self.model, self.cfg)
         self.backend = "nccl" if device.startswith("cuda") else "gloo"
-        self.rank, self.world, self.init_method = rank, world, init_method
+        self.rank, self.world, self.rendezvous = rank, world, rendezvous
 
     def ready(self) -> int:
         return self.rank
 
     def join(self) -> None:
         """Join the process group (returns once every rank has joined)."""
-        dist.init_process_group(self.backend, init_method=self.init_method, rank=self.rank, world_size=self.world)
+        join_group(self.backend, self.rendezvous, self.rank, self.world, "the data-parallel trainer ranks")
 
     def load(self, weights: dict, optim_state: dict) -> None:
         self.model.load_state_dict(weights)
@@ -87,7 +89,7 @@ class TrainerWorker:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
 
-def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1,
+def start_workers(cfg: Config, world: int, rendezvous: str, first_rank: int = 1,
                   options: Callable[[int], dict] | None = None) -> tuple[list, list]:
     """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
     (submitted once all are placed; a rank 0 outside them must join too before those return)."""
@@ -96,7 +98,7 @@ def start_workers(cfg: Config, world: int, init_method: str, first_rank: int = 1
     cls = ray.remote(TrainerWorker)
     threads = max(1, int(cfg.ray.trainer_cpus))
     workers = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus, **(options(rank) if options else {}))
-               .remote(cfg.model_dump_json(), rank, world, init_method, threads) for rank in range(first_rank, world)]
+               .remote(cfg.model_dump_json(), rank, world, rendezvous, threads) for rank in range(first_rank, world)]
     placed(cfg, workers)
     return workers, [w.join.remote() for w in workers]
 
@@ -128,11 +130,11 @@ class DataParallelStep:
         if uses_reference(cfg.loss):
             raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
         self.world = cfg.ray.trainers
-        init_method = free_address()
-        self.workers, joined = start_workers(cfg, self.world, init_method, options=options)
+        what = "the data-parallel trainer ranks"
+        self._store, rendezvous = rank_store(what)   # this process hosts it (rank 0) for the group's life
+        self.workers, joined = start_workers(cfg, self.world, rendezvous, options=options)
         device = next(model.parameters()).device
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=0,
-                                world_size=self.world)
+        join_group("nccl" if device.type == "cuda" else "gloo", rendezvous, 0, self.world, what, store=self._store)
         ray.get(joined)
         weights = ray.put({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
         ray.get([w.load.remote(weights, optim.state_dict()) for w in self.workers])

@@ -47,8 +47,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from scalerl.config import Config
-from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
+from scalerl.errors import ScaleRLError, located
+from scalerl.run.ports import host_store, join_group
 from scalerl.trainer.forward import Batch, completion_logprobs
 from scalerl.trainer.step import Shard
 
@@ -148,7 +148,7 @@ class FSDPRank:
     and the collectives every rank joins at once: the full weights gathered on rank 0, the
     checkpoint each rank writes its part of, and the load of one (written by any number of ranks)."""
 
-    def __init__(self, cfg: Config | str, rank: int, world: int, init_method: str, threads: int = 1):
+    def __init__(self, cfg: Config | str, rank: int, world: int, rendezvous: str, threads: int = 1):
         from scalerl.models import load_model, resolve_device
         from scalerl.trainer.step import Optimizer
 
@@ -161,9 +161,9 @@ class FSDPRank:
         torch.manual_seed(cfg.run.seed)
         model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
         self.cfg, self.rank, self.world, self.pad_id = cfg, rank, world, tokenizer.pad_token_id
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", init_method=init_method,
-                                    rank=rank, world_size=world)
+        if not dist.is_initialized():   # through the store its starter hosts (`host_store`: no port to collide)
+            backend = "nccl" if device.startswith("cuda") else "gloo"
+            join_group(backend, rendezvous, rank, world, "the FSDP trainer ranks")
         self.policy = shard(model.train(), cfg)
         self.optim = Optimizer(self.policy, cfg)
 
@@ -256,16 +256,17 @@ class ShardedStep:
     def __init__(self, model, cfg: Config, options: Callable[[int], dict] | None = None, restore=None):
         import ray
 
-        from scalerl.trainer.data_parallel import free_address, placed
+        from scalerl.trainer.data_parallel import placed, rank_store
 
         check_config(cfg)
         self.world = cfg.ray.trainers
-        init_method = free_address()
+        self._store, rendezvous = rank_store("the FSDP trainer ranks")   # kept for the group's life
         cls = ray.remote(FSDPRank)
         threads = max(1, int(cfg.ray.trainer_cpus))
         self.ranks = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus,
                                   **(options(rank) if options else {}))
-                      .remote(cfg.model_dump_json(), rank, self.world, init_method, threads) for rank in range(self.world)]
+                      .remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads)
+                      for rank in range(self.world)]
         placed(cfg, self.ranks)
         print(f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
               f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}")
@@ -314,22 +315,22 @@ class ShardedStep:
             ray.kill(r, no_restart=True)
 
 
-def _rank_main(target: Callable, rank: int, world: int, init_method: str, args: tuple, out) -> None:
+def _rank_main(target: Callable, rank: int, world: int, rendezvous: str, args: tuple, out) -> None:
     import io
-    import traceback
 
     buf = io.BytesIO()
     try:
-        torch.save(("ok", target(rank, world, init_method, *args)), buf)
+        torch.save(("ok", target(rank, world, rendezvous, *args)), buf)
     except BaseException as exc:   # noqa: BLE001 - handed to the parent, which raises it as one line
-        torch.save(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"), buf)
+        torch.save(("error", str(exc) if isinstance(exc, ScaleRLError) else located(exc, anywhere=True)), buf)
     out.put((rank, buf.getvalue()))
 
 
 def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> list:
-    """`target(rank, world, init_method, *args)` in `world` spawned processes (one gloo/NCCL group at
-    `init_method`); their return values in rank order. A rank that raises, dies or is still
-    running after `timeout_s` seconds stops them all with a ScaleRLError naming it."""
+    """`target(rank, world, rendezvous, *args)` in `world` spawned processes (one gloo/NCCL group through
+    the store this process hosts at `rendezvous`, host:port); their return values in rank order. A rank that
+    raises, dies or is still running after `timeout_s` seconds stops them all with a ScaleRLError naming it.
+    """
     import io
     import queue as queue_mod
 
@@ -337,8 +338,9 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    init_method = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=_rank_main, args=(target, r, world, init_method, args, out), daemon=True)
+    store = host_store("127.0.0.1", f"{world} trainer ranks")   # bound here and kept until they end
+    rendezvous = f"127.0.0.1:{store.port}"
+    procs = [ctx.Process(target=_rank_main, args=(target, r, world, rendezvous, args, out), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

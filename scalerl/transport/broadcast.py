@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from scalerl.errors import ScaleRLError
+from scalerl.run.ports import host_store
 from scalerl.transport.weights import _storage_key
 
 
@@ -96,6 +97,13 @@ class GroupLink:
                 f"this process rank {rank})")
 
 
+def open_link(host: str, world: int, backend: str, timeout_s: float) -> tuple[GroupLink, dist.TCPStore]:
+    """The group's link and its store, hosted here (rank 0's process) at a port the OS picked and this
+    process keeps: no port chosen, released and bound again (scalerl.run.ports). Give both to `Sender`."""
+    store = host_store(host, "the weight-publishing group", timeout_s)
+    return GroupLink(host, store.port, world, backend, timeout_s), store
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
@@ -104,12 +112,12 @@ def _first_line(exc: BaseException) -> str:
 class _Member:
     """One member of the group: the store, the process group, and bounded broadcasts from rank 0."""
 
-    def __init__(self, link: GroupLink, rank: int):
+    def __init__(self, link: GroupLink, rank: int, store: dist.TCPStore | None = None):
         self.link, self.rank, self.what = link, rank, link.describe(rank)
         timeout = datetime.timedelta(seconds=link.timeout_s)
-        try:
-            self.store = dist.TCPStore(link.host, link.port, link.world, is_master=rank == 0, timeout=timeout,
-                                       wait_for_workers=False)
+        try:   # rank 0 brings the store it hosts (`open_link`); the others join it
+            self.store = store if store is not None else dist.TCPStore(link.host, link.port, link.world,
+                                                                       is_master=False, timeout=timeout)
             if link.backend == "nccl":
                 options = dist.ProcessGroupNCCL.Options()
                 options._timeout = timeout
@@ -136,10 +144,11 @@ class _Member:
 
 
 class Sender(_Member):
-    """Rank 0: broadcasts the trainer's weights, one bucket at a time. Blocks until every member joined."""
+    """Rank 0: broadcasts the trainer's weights, one bucket at a time. Blocks until every member joined.
+    `store`: the one `open_link` hosts for `link`."""
 
-    def __init__(self, link: GroupLink, layout: list[Bucket]):
-        super().__init__(link, 0)
+    def __init__(self, link: GroupLink, layout: list[Bucket], store: dist.TCPStore):
+        super().__init__(link, 0, store)
         self.layout = layout
 
     def send(self, weights: Mapping[str, torch.Tensor], version: int, bucket_bytes: int) -> int:

@@ -55,8 +55,7 @@ import ray
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.run.ports import free_port
-from scalerl.transport.broadcast import GroupLink, Receiver, Sender, backend_for, plan_buckets
+from scalerl.transport.broadcast import Receiver, Sender, backend_for, open_link, plan_buckets
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
@@ -115,6 +114,7 @@ class _Rank:
     completions: int = 0             # completions delivered (in accepted groups)
     idle_s: float = 0.0              # seconds the actor was held back (window or pause) before a start
     waiting_since: float | None = None
+    refused_on: int = -1             # the weights it decoded with when it was last held back
     regenerated: int = 0             # leases a restarted incarnation took over from a dead one
     retired_in_a_row: int = 0
 
@@ -162,7 +162,7 @@ class RolloutHub:
                 return "stop", -1
             if (self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken)
                     or self._behind_another(r)):
-                r.waiting_since = r.waiting_since or now
+                r.waiting_since, r.refused_on = r.waiting_since or now, applied
                 return "wait", -1
             if r.waiting_since is not None:
                 r.idle_s += now - r.waiting_since
@@ -273,6 +273,12 @@ class RolloutHub:
     def open_leases(self, rank: int) -> list[str]:
         with self.cond:
             return sorted(p.id for p in self.ranks[rank].leases.values())
+
+    def at_window(self) -> bool:
+        """Every actor, with none in flight, was held back by the window (or a pause) while decoding with the
+        newest version: the trainer is the slower side (what a test with a slow trainer waits for)."""
+        with self.cond:
+            return all(r.refused_on == self.version and not r.leases for r in self.ranks)
 
     def counters(self) -> dict:
         with self.cond:
@@ -457,14 +463,13 @@ class Broadcasting:
         """A new group of every actor's current start; returns once all joined (or raises)."""
         spec = self.spec
         host = ray.util.get_node_ip_address()
-        link = GroupLink(host, free_port(host), spec.generators + 1, backend_for(weights, spec.gpus),
-                         spec.publish_timeout_s)
+        link, store = open_link(host, spec.generators + 1, backend_for(weights, spec.gpus), spec.publish_timeout_s)
         layout = plan_buckets(weights, self.bucket_bytes)
         self.sender, self.epoch = None, self.epoch + 1
         gc.collect()   # the old group's sockets closed now, so its members stop waiting on it (a failed
         # broadcast's traceback holds it in a reference cycle: measured, it kept a member waiting for the timeout)
         ray.get(self.hub.set_group.remote(self.epoch, (link, layout)))
-        self.sender = Sender(link, layout)
+        self.sender = Sender(link, layout, store)
         self.members = ray.get(self.hub.incarnations.remote())
 
     def _restarted(self) -> bool:
