@@ -28,7 +28,7 @@ unidentified ceiling never stops a run). A change of identification is said once
 constant within a run, so a fit against steps is a fit against compute up to a factor); pass
 `compute=lambda state: ...` for another measure (e.g. tokens x parameters).
 
-Only transformers is imported here (a scalerl dependency); TRL itself is not needed to import it.
+Only transformers is imported here (TRL's dependency, and the train extra's); TRL itself is not needed to import it.
 """
 
 from __future__ import annotations
