@@ -9,9 +9,9 @@ from scalerl.errors import ScaleRLError
 from scalerl.scaling.calibrate import scale
 from scalerl.scaling.fit import (MIN_POINTS, _fitted_mean_interval, first_half_prediction, fit_curve, ruler,
                                  window_start)
-from scalerl.scaling.identify import RULES, identify
+from scalerl.scaling.identify import RULES, identify, rule_checks
+from scalerl.scaling.report import SEED_MARGIN as MARGIN
 
-MARGIN = 0.02
 
 
 def stratum(end: float, last3: float) -> str:
@@ -25,11 +25,10 @@ def _fit(xc, yc, model="sigmoid", fit_r0=False, n_bootstrap=0):
 
 
 def _idents(fit, xc, yc, fit_r0: bool) -> dict:
+    """Every identification rule on one fit (one profile, one tail), and what they rest on."""
     base = identify(fit, xc, yc, fit_r0, rule=RULES[0])
-    prof, tail, passed = base["profile"], base["tail"], base["passed_midpoint"]
-    bounded = prof["width"] is not None and prof["width"] <= 0.04 + 1e-9
-    return {"profile": bool(bounded), "profile+midpoint": bool(bounded and passed),
-            "profile+tail": bool(bounded and tail["upper"] is not None and tail["upper"] < 0.02),
+    prof, tail = base["profile"], base["tail"]
+    return {**rule_checks(prof, tail, base["passed_midpoint"]),
             "profile_lo": prof["lo"], "profile_hi": prof["hi"], "tail_upper": tail["upper"]}
 
 

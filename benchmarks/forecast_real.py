@@ -70,18 +70,18 @@ from pathlib import Path
 import numpy as np
 
 from scalerl.errors import ScaleRLError
+from scalerl.scaling.report import SEED_MARGIN
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent.parent / "shared" / "real-curves"
 STUDIES = HERE.parent / "studies"
-MARGIN = 0.02
+MARGIN = SEED_MARGIN     # the paper's margin: within 0.02
 BOOTSTRAP = 100
 CUTS = (0.3, 0.5, 0.7)
 MIN_EVALS = 8
 REAL_DEV = ("cs336shibuki", "verldata", "amd", "dstackcfg")
 CANDIDATES = ("frozen", "sigmoid", "sigmoid_r0", "blend", "blend_r0", "powerlaw")
 BASELINES = ("last", "last3", "best", "ruler")
-PREDICTORS = CANDIDATES + BASELINES
 
 
 @dataclass
@@ -153,13 +153,14 @@ def committed_curves(studies: Path) -> list[Curve]:
         s = read_run(m.parent)
         if (s.x > 0).sum() >= MIN_EVALS and s.x_name == "compute/flops":
             runs.append((m.parent, s))
+    where = {run: family_of(run, studies) for run, _ in runs}
     counts: dict[str, int] = {}
-    for run, _ in runs:
-        counts[family_of(run, studies)[0]] = counts.get(family_of(run, studies)[0], 0) + 1
+    for fam, _ in where.values():
+        counts[fam] = counts.get(fam, 0) + 1
     test = split_families(counts)
     out = []
     for run, s in runs:
-        fam, folder = family_of(run, studies)
+        fam, folder = where[run]
         order = np.argsort(s.x, kind="stable")
         out.append(Curve(str(run.relative_to(studies)), fam, folder, "committed", "test" if fam in test else "dev",
                          s.x[order], s.y[order]))

@@ -26,19 +26,18 @@ The method, written down (2026-11-28) before this script first ran:
 from __future__ import annotations
 
 import argparse
-import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
-from forecast_real import DEFAULT, STUDIES, Curve, committed_curves, curve_files, read_curve, real_curves, run
+from forecast_real import DEFAULT, STUDIES, Curve, committed_curves, real_curves, run
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import MIN_POINTS, fit_curve, window_start
 from scalerl.scaling.outlook import outlook, stop_decision
 from scalerl.scaling.stop import patience_stop
 
 TAIL = 3
-__all__ = ["curve_files", "read_curve"]
 
 
 def checks(x: np.ndarray) -> list[int]:
@@ -105,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patience", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    from pathlib import Path
     curves = [c for c in real_curves(Path(args.real)) + committed_curves(Path(args.studies))
               if args.side == "all" or c.side == args.side]
     tasks = [(c, args.threshold, args.patience) for c in curves]
@@ -125,4 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main, "stop_real"))
+    run(main, "stop_real")

@@ -66,8 +66,9 @@ def print_fit(out: dict) -> None:
 
     fit = out["_fit"]
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
-    print(f"sigmoid fit: A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90% bootstrap), B = {fit.B:.2f}, "
-          f"C_mid = {fit.C_mid:.4g} FLOPs")
+    a = (f"A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90% bootstrap)" if out["identified"] else
+         f"A not identified (the fitted {fit.A:.3f} is not bound by the data)")
+    print(f"sigmoid fit: {a}, B = {fit.B:.2f}, C_mid = {fit.C_mid:.4g} FLOPs")
     print(f"  {out['ceiling']['text']}")
     print(f"  ({out['identification']['reason']})")
     c = out["final"]["compute"]

@@ -83,7 +83,10 @@ def _show(args: argparse.Namespace, out: dict, n: int) -> None:
     def band(name: str, fmt=lambda v: f"{v:.3f}") -> str:
         return f" ({fmt(ci[name][0])} .. {fmt(ci[name][1])})" if ci.get(name) else ""
 
-    line = (f"[{time.strftime('%H:%M:%S')}] {n} evaluations: A {out['A']:.3f}{band('A')}, "
+    ceiling = out.get("ceiling") or {}
+    a = (f"A >= {ceiling['lower_bound']:.3f} (not identified)" if ceiling.get("lower_bound") is not None
+         and not ceiling.get("identified") else f"A {out['A']:.3f}{band('A')}")
+    line = (f"[{time.strftime('%H:%M:%S')}] {n} evaluations: {a}, "
             f"B {out['B']:.2f}{band('B', lambda v: f'{v:.2f}')}")
     if out.get("C_mid") is not None:
         line += f", C_mid {num(out['C_mid'])}{band('C_mid', num)}"

@@ -115,12 +115,16 @@ def identify(fit: FitResult, x, y, fit_r0: bool = False, rule: str = RULE) -> di
     prof = profile_a(fit, x, y, fit_r0)
     tail = tail_rise(fit, x, y)
     passed = bool(fit.C_mid is not None and fit.window[1] >= fit.C_mid)
-    bounded = prof["width"] is not None and prof["width"] <= ID_WIDTH + 1e-9
-    checks = {"profile": bounded, "profile+midpoint": bounded and passed,
-              "profile+tail": bounded and tail["upper"] is not None and tail["upper"] < ID_RISE}
-    ok = bool(checks[rule])
+    ok = rule_checks(prof, tail, passed)[rule]
     return {"identified": ok, "rule": rule, "profile": prof, "tail": tail, "passed_midpoint": passed,
             "lower_bound": prof["lo"], "reason": _reason(ok, prof, tail, passed, fit.A)}
+
+
+def rule_checks(prof: dict, tail: dict, passed: bool) -> dict[str, bool]:
+    """Each rule of `RULES` on one profile interval, tail and midpoint: {rule: identified}."""
+    bounded = prof["width"] is not None and prof["width"] <= ID_WIDTH + 1e-9
+    return {"profile": bounded, "profile+midpoint": bounded and passed,
+            "profile+tail": bounded and tail["upper"] is not None and tail["upper"] < ID_RISE}
 
 
 def _reason(ok: bool, prof: dict, tail: dict, passed: bool, a_fit: float) -> str:

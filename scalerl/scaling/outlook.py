@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scalerl.scaling.calibrate import band, quantiles, scale, table
+from scalerl.scaling.calibrate import band, table
 from scalerl.scaling.fit import TAIL_EVALS, FitResult
 from scalerl.scaling.identify import identify, settle_text
 
@@ -134,9 +134,8 @@ def first_half_check(x, y, tab: dict | None = None) -> dict | None:
         return {"error_reason": str(exc)}
     at = x[-TAIL_EVALS:]
     pred = float(np.mean(look.point(at)))
-    s = float(scale(look.fit, look.c_last, float(at.mean()))[0])
-    q_lo, q_hi = quantiles(look.identified, float(np.log(at.mean() / look.c_last)), look.tab)
-    lo, hi = max(0.0, pred + q_lo * s), min(1.0, pred + q_hi * s)
+    b = band(pred, look.fit, look.c_last, [float(at.mean())], look.identified, look.tab)
+    lo, hi = float(b["lo"][0]), float(b["hi"][0])
     last3 = float(yc[-TAIL_EVALS:].mean())
     measured, error = h["measured"], pred - h["measured"]
     naive = (h["baseline_last_error"], h["baseline_best_error"])
