@@ -35,6 +35,16 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The 2-core machine a test's `run.threads=2` describes, whatever this one's affinity (a CI runner pinned to
+    one core included): the check of `run.threads` against the machine's cores reads 2. Its decisions (the
+    generator's host, the thread split) follow `run.threads`; a process the run starts does not check again."""
+    import scalerl.config.run
+
+    monkeypatch.setattr(scalerl.config.run, "available_cores", lambda: 2)
+
+
 # A failing test leaves no process behind: the processes it started (a `scalerl watch`, a training
 # run, a generator process) that are still alive once it has failed are killed, and named.
 _FAILED = pytest.StashKey[bool]()

@@ -278,3 +278,18 @@ def test_an_auto_off_switch_takes_yamls_unquoted_off(key, section):
     assert getattr(getattr(load_config("scalerl", overrides=[f"{key}=off"]), section), field) == "off"
     assert getattr(getattr(load_config("scalerl", overrides=[f"{key}='off'"]), section), field) == "off"
     assert getattr(getattr(load_config("scalerl"), section), field) == "auto"
+
+
+def test_run_threads_is_checked_against_the_machine_where_a_config_is_read_not_where_it_is_rebuilt():
+    """`run.threads` above this process's cores is refused in one line when a user's config is read; a process of
+    the run rebuilding the config it was handed (a generator process, a trainer rank on another node) does not
+    check it against its own machine again."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    with pytest.raises(ScaleRLError, match=rf"run.threads = {cores + 1}: this machine gives the process {cores} core"):
+        load_config("scalerl", overrides=[f"run.threads={cores + 1}"])
+    fits = load_config("scalerl", overrides=[f"run.threads={cores}"])          # the control: within the cores
+    handed = fits.model_dump(mode="json")
+    handed["run"]["threads"] = cores + 1
+    assert Config.model_validate(handed).run.threads == cores + 1

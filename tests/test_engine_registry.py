@@ -48,7 +48,7 @@ def _one_line(match: str, call, *args) -> str:
     return str(err.value)
 
 
-def test_the_build_asks_the_declaration_where_the_generator_runs_and_what_it_refuses():
+def test_the_build_asks_the_declaration_where_the_generator_runs_and_what_it_refuses(two_cores):
     def cfg(*extra):
         return load_config("scalerl", overrides=["run.threads=2", *extra])
 
@@ -103,7 +103,7 @@ BUILT: list[OracleEngine] = []
 
 
 @pytest.fixture
-def oracle(monkeypatch):
+def oracle(monkeypatch, two_cores):
     """The oracle registered (in a copy of the registry) with its declaration."""
     monkeypatch.setattr(registry, "ENGINES", dict(registry.ENGINES))
     BUILT.clear()

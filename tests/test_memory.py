@@ -148,7 +148,7 @@ def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
 
     steps = 120
     code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
-                                                      "run.threads=2", "eval.every=100"], None, None)
+                                                      "eval.every=100"], None, None)
     assert code == 0
     rows = memory_soak.train_rows(tmp_path / "run")
     assert [r["step"] for r in rows] == list(range(1, steps + 1))

@@ -19,7 +19,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
     cmd = [sys.executable, "-m", "scalerl", "train", "--run-dir", str(tmp_path / "run"), "--no-progress",
-           "--set", "model.name=tiny-random", "--set", "pipeline.transport=process", "--set", "run.threads=2",
+           "--set", "model.name=tiny-random", "--set", "pipeline.transport=process",
            "--set", "batch.prompts=2", "--set", "batch.generations=4", "--set", "eval.prompts=4",
            "--max-steps", "50"]
     trainer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -49,7 +49,7 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
 def test_a_killed_generator_stops_the_run_in_one_line_and_keeps_the_checkpoint(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "scalerl", "train", "--run-dir", str(run), "--no-progress",
-           "--set", "model.name=tiny-random", "--set", "pipeline.transport=process", "--set", "run.threads=2",
+           "--set", "model.name=tiny-random", "--set", "pipeline.transport=process",
            "--set", "batch.prompts=2", "--set", "batch.generations=4", "--set", "eval.prompts=4",
            "--set", "run.checkpoint_every=1", "--set", "rollout.length.type=none", "--set", "rollout.max_new_tokens=16",
            "--set", "eval.samples=1", "--set", "eval.every=10000", "--max-steps", "10000"]

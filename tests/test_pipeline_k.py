@@ -117,7 +117,7 @@ def test_a_batch_whose_every_check_failed_stops_the_run_naming_the_error(tmp_pat
         train(cfg, tmp_path, comps=comps, progress=False)
 
 
-def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_path):
+def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_path, two_cores):
     cfg = small_cfg(extra=["run.max_steps=4", "eval.every=100"])   # run.threads=1: one core for both stages
     comps, _ = fake_components(cfg)
     train(cfg, tmp_path, comps=comps, progress=False)
@@ -169,7 +169,7 @@ def slow_start(*args, **given):
 
 
 @pytest.mark.slow  # spawns the generator process: 10-20 s of imports on a busy 2-core machine
-def test_the_generators_start_up_is_not_compute(tmp_path):
+def test_the_generators_start_up_is_not_compute(tmp_path, two_cores):
     cfg = small_cfg(extra=["run.max_steps=2", "eval.every=100", "pipeline.transport=process", "run.threads=2"])
     comps, _ = fake_components(cfg)
     comps.build = GeneratorBuild(slow_start, (list(range(5, 40)), (3, 8), 8, 0.0))
@@ -181,7 +181,7 @@ def test_the_generators_start_up_is_not_compute(tmp_path):
     assert first["compute/device_hours"] == pytest.approx(first["time/step"] * 2 / 3600)
 
 
-def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds():
+def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds(two_cores):
     from scalerl.assembly.resources import eval_threads
 
     cfg = small_cfg(extra=["run.threads=2", "pipeline.transport=process"])

@@ -42,7 +42,7 @@ def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokeniz
                  training_reward(reward or RewardFn(task, cfg.reward), cfg), cfg.run.seed)
 
 
-def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
+def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path, two_cores):
     from scalerl.models import load_model
     from scalerl.tasks import task_for_run
     from scalerl.rewards import RewardFn

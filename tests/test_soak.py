@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 16
 SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
         "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-        "optim.warmup_steps=1", "pipeline.transport=process", "run.threads=2", "run.seed=3",
+        "optim.warmup_steps=1", "pipeline.transport=process", "run.seed=3",
         "rollout.length.think_min=4", "rollout.length.think_max=6", "rollout.length.answer_budget=4",
         "rollout.length.phrase=</think>"]
 # `scalerl train` on tiny-random with the parity reward (a model that never passes would stall the loop)

@@ -102,7 +102,7 @@ def test_ppo_off_policy_takes_k_steps_per_generated_batch(tmp_path):
 
 
 @pytest.mark.slow  # spawning the generator process costs ~10-20 s of imports on a busy 2-core machine
-def test_process_transport_trains(tmp_path):
+def test_process_transport_trains(tmp_path, two_cores):
     from doubles import build_fake
 
     cfg = small_cfg(extra=["run.max_steps=3", "pipeline.transport=process", "run.threads=2", "eval.every=100"])

@@ -154,7 +154,7 @@ def test_adopt_decodes_from_the_given_tensors_and_refuses_what_does_not_fit():
         adopt(model, bad)
 
 
-def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process_gave(tmp_path):
+def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process_gave(tmp_path, two_cores):
     """Under the process transport the generator process evaluates (the trainer's process holds no
     evaluation engine); same seed, weights and prompts: the same completions as in the trainer's process."""
     from doubles import tiny_random_components
@@ -180,7 +180,7 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
 
 
-def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own_engine_on_the_rest(tmp_path):
+def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own_engine_on_the_rest(tmp_path, two_cores):
     """eval.split=auto (the default) under the process transport on 2 cores with the tiny model: the
     generator process decodes every other prompt as it would alone, and the trainer's process the
     others with an engine of its own seed over the trainer's model."""

@@ -231,9 +231,10 @@ def _loc(loc: tuple) -> str:
 
 def validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Config:
     """`data` as a Config; a `ScaleRLError` naming, per problem, the key and the layer that set it
-    (`source`: a layer name, or a function `(path, message) -> layer name`)."""
+    (`source`: a layer name, or a function `(path, message) -> layer name`). The checks against this machine
+    (`run.threads` within its cores) run here, where a user's config enters."""
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"machine": True})
     except ValidationError as exc:
         blame = source if callable(source) else (lambda path, msg: source)
         msgs = []
