@@ -36,12 +36,12 @@ def load_module(target: str, key: str, spec: str):
 
 def load_function(spec: str, key: str = "reward.function") -> Callable:
     """The callable that `spec` names (a file path relative to the working directory); any
-    problem is one `ScaleRLError` naming `key` and `spec`."""
+    problem is one `ScaleRLError` naming `key` and `spec` as written."""
     target, _, name = resolve_spec(spec, key).rpartition(":")
     module = load_module(target, key, spec)
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ScaleRLError(f"{key} {spec!r}: {target} has no function {name!r}")
+        raise ScaleRLError(f"{key} {spec!r}: {spec.rpartition(':')[0]} has no function {name!r}")
     return fn
 
 

@@ -214,7 +214,7 @@ def test_a_loss_of_the_users_that_raises_is_one_line_then_its_frames_and_the_ste
 @pytest.mark.parametrize("spec, expected", [
     ("{path}:nope", "loss.function '{path}:nope': {path} has no function 'nope'"),
     ("{tmp}/missing.py:f", "loss.function '{tmp}/missing.py:f': no such file '{tmp}/missing.py'"),
-    ("{path}:two", "loss.function '{path}:two': two(a, b) cannot be called as (logprobs, gen_logprobs, advantages, "
+    ("myloss.py:two", "loss.function '{path}:two': two(a, b) cannot be called as (logprobs, gen_logprobs, advantages, "
                    "mask): missing a required argument: 'a'"),
 ])
 def test_a_loss_function_that_cannot_be_called_is_one_line_before_anything_is_built(tmp_path, spec, expected):

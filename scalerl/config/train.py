@@ -101,14 +101,16 @@ class CustomLoss(_Section):
     function: str = Field(
         ..., description="fn(logprobs, gen_logprobs, advantages, mask, **options) -> the (N, T) per-token objective "
                          "J_t to maximise (logprobs (N, T) with grad, gen_logprobs (N, T), advantages (N,), mask "
-                         "(N, T); 0 where masked), as '<module>:<name>' or '<path/to/file.py>:<name>' (docs/losses.md)")
+                         "(N, T); 0 where masked), as '<module>:<name>' or '<path/to/file.py>:<name>' (docs/recipes.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments the function is called with")
     aggregation: Aggregation = Field("prompt", description=_AGG_HELP)
 
     @field_validator("function")
     @classmethod
     def _absolute(cls, spec: str) -> str:
-        """The file's path made absolute (another process, a resume from elsewhere finds it)."""
+        """Loaded (a wrong path or name is one line naming it as written), then the file's path made absolute
+        (another process, a resume from elsewhere finds it)."""
+        load_function(spec, "loss.function")
         return resolve_spec(spec, "loss.function")
 
     @model_validator(mode="after")
