@@ -74,8 +74,8 @@ Frame = tuple[str, int, str, str]     # (file, line, function, source line): wha
 
 
 def _portable(frames) -> tuple[Frame, ...]:
-    return tuple((f[0], f[1], f[2], f[3] or "") if isinstance(f, tuple) else (f.filename, f.lineno, f.name, f.line or "")
-                 for f in frames)
+    return tuple((f[0], f[1], f[2], f[3] or "") if isinstance(f, tuple)
+                 else (f.filename, f.lineno, f.name, f.line or "") for f in frames)
 
 
 class UserCodeError(ScaleRLError):

@@ -266,3 +266,16 @@ def test_a_ray_cluster_that_cannot_be_reached_is_one_line(fail, expected, monkey
     with pytest.raises(ScaleRLError) as err:
         RaySession(load_config("scalerl", overrides=["ray.address=10.0.0.9:6379"]))
     assert str(err.value) == expected
+
+
+def test_a_user_code_error_crosses_a_process_whole(tmp_path):
+    """What a generator process or a Ray actor sends the trainer (pickled): the line, the user's frames, the notes."""
+    from scalerl.errors import UserCodeError, user_report
+
+    path = tmp_path / "mine.py"
+    err = UserCodeError("task.path 'mine.py': T.prompts(0)", _raise_from(path, "def f():\n    return 1 / 0\n\nf()\n"))
+    err.add_note("what the run wrote is kept")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, UserCodeError) and user_report(back) == user_report(err) == (
+        f"task.path 'mine.py': T.prompts(0) raised ZeroDivisionError: division by zero ({path}:2 in f); what the run "
+        f"wrote is kept\n  File \"{path}\", line 4, in <module>\n  File \"{path}\", line 2, in f\n")

@@ -55,7 +55,8 @@ __all__ = [
     "RolloutConfig", "LengthControl", "InterruptConfig", "LengthPenaltyConfig", "NoLengthControl", "EngineConfig",
     "LocalEngineConfig", "VllmEngineConfig", "DEFAULT_PHRASE", "PAPER_PHRASE",
     "BatchConfig", "AdvantageConfig", "FilterConfig", "CurriculumConfig", "LossConfig", "Aggregation", "CispoLoss",
-    "PPOClipLoss", "GSPOLoss", "ReinforceLoss", "CustomLoss", "OptimConfig", "MAX_PROMPTS", "MAX_GENERATIONS", "MAX_COMPLETIONS",
+    "PPOClipLoss", "GSPOLoss", "ReinforceLoss", "CustomLoss", "OptimConfig", "MAX_PROMPTS", "MAX_GENERATIONS",
+    "MAX_COMPLETIONS",
     "eval_schedule", "available_cores", "variants_of", "section_of", "lookup",
     "RECIPES_DIR", "list_recipes", "recipe_path", "dump_config",
 ]

@@ -101,7 +101,8 @@ class CustomLoss(_Section):
     function: str = Field(
         ..., description="fn(logprobs, gen_logprobs, advantages, mask, **options) -> the (N, T) per-token objective "
                          "J_t to maximise (logprobs (N, T) with grad, gen_logprobs (N, T), advantages (N,), mask "
-                         "(N, T); 0 where masked), as '<module>:<name>' or '<path/to/file.py>:<name>' (docs/recipes.md)")
+                         "(N, T); 0 where masked), as '<module>:<name>' or '<path/to/file.py>:<name>' "
+                         "(docs/recipes.md)")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments the function is called with")
     aggregation: Aggregation = Field("prompt", description=_AGG_HELP)
 
