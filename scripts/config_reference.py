@@ -62,7 +62,7 @@ def default_text(info: FieldInfo) -> str:
     if info.default_factory is not None:
         value = info.default_factory()
         return "(section)" if isinstance(value, BaseModel) else f"`{value!r}`"
-    return f"`{info.default!r}`"
+    return "required" if info.is_required() else f"`{info.default!r}`"
 
 
 def bounds_text(info: FieldInfo) -> str:

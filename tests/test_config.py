@@ -70,7 +70,8 @@ def test_switching_union_type_keeps_shared_fields_only():
     ("eps_max=8", r"unknown config key 'eps_max' \(did you mean 'loss.eps_max'\?\)"),
     ("model.fp32_hed=true", r"did you mean 'model.fp32_head'"),
     ("loss.eps_high=0.3", r"'loss.eps_high' is not a field of loss type 'cispo'.*ppo_clip, gspo.*--set loss.type=ppo_clip"),
-    ("loss.type=ppo_clp", r"loss.type = 'ppo_clp' is not one of cispo, ppo_clip, gspo, reinforce; did you mean 'ppo_clip'"),
+    ("loss.type=ppo_clp", r"loss.type = 'ppo_clp' is not one of cispo, ppo_clip, gspo, reinforce, custom; did you "
+                          r"mean 'ppo_clip'"),
     ("loss.eps_max=0", r"--set loss.eps_max=0: loss.eps_max = 0: Input should be greater than 0"),
     ("curriculum.threshold=1.5", r"curriculum.threshold = 1.5: Input should be less than or equal to 1"),
     ("curriculum.threshold=0", r"curriculum.threshold = 0: Input should be greater than 0"),

@@ -3,6 +3,7 @@ weighted beside the checker, its errors named by row, and its values in a real r
 
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -152,5 +153,8 @@ def test_a_real_run_trains_on_the_function(capsys, tmp_path, rewards_file):
 def test_a_run_whose_function_always_raises_stops(capsys, tmp_path, rewards_file):
     sets = SMALL + ["run.max_steps=2", f"reward.function={rewards_file}:broken"]
     code, _, err = train_cli(capsys, *[a for s in sets for a in ("--set", s)], "--run-dir", str(tmp_path / "r"))
+    lines = err.strip().splitlines()     # the line, then the function's own frame (tests/test_user_errors.py)
     assert code == 2 and "step 1: the reward failed on all 8 answers of the batch (first error: reward.function " \
-                         f"{rewards_file}:broken raised on " in one_line(err)
+                         f"{rewards_file}:broken raised on " in one_line(lines[0])
+    at = next(i for i, ln in enumerate(Path(rewards_file).read_text().splitlines(), 1) if "1.0 / 0" in ln)
+    assert lines[1:] == [f'  File "{rewards_file}", line {at}, in broken', "    return [1.0 / 0]"]

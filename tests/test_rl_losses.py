@@ -9,7 +9,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from scalerl.config import CispoLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
+from scalerl.config import CispoLoss, CustomLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
 from scalerl.errors import ScaleRLError
 from scalerl.rl.losses import LOSSES, policy_loss
 
@@ -240,4 +240,4 @@ def test_kl_without_reference_logprobs_is_refused():
 
 
 def test_every_loss_config_has_its_loss_registered():
-    assert set(LOSSES) == set(get_args(get_args(LossConfig)[0])) == set(CONFIGS.values())
+    assert set(LOSSES) == set(get_args(get_args(LossConfig)[0])) == set(CONFIGS.values()) | {CustomLoss}

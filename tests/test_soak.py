@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from doubles import wait_for_file
 from scalerl.run.metrics import read_rows
 
 
@@ -32,6 +33,10 @@ CLI = ("import sys\n"
        "from doubles import tiny_random_components\n"
        "import scalerl.assembly.run as b\n"
        "b.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
+       "import os\n"
+       "if os.environ.get('SCALERL_TEST_HOLD'):\n"
+       "    from doubles import hold_after_first_checkpoint\n"
+       "    hold_after_first_checkpoint(os.environ['SCALERL_TEST_HOLD'])\n"
        "from scalerl.cli import main\n"
        "sys.exit(main(sys.argv[1:]))\n")
 
@@ -45,8 +50,11 @@ def _command(run: Path) -> list[str]:
     return [sys.executable, "-c", CLI, *args]
 
 
-def _launch(run: Path, log) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+def _launch(run: Path, log, hold: Path | None = None) -> subprocess.Popen:
+    """`hold`: the run stops after its first checkpoint until `hold.release` exists (`hold.held` says it is
+    there: tests/doubles.py, hold_after_first_checkpoint)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore",
+           **({"SCALERL_TEST_HOLD": str(hold)} if hold else {})}
     return subprocess.Popen(_command(run), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
@@ -109,16 +117,15 @@ def test_kill_9_at_ten_random_moments_then_resume_matches_an_uninterrupted_run(t
 def test_second_train_resume_on_a_running_run_is_refused_and_the_first_finishes_alone(tmp_path):
     """The issue's case: `train --resume` on a run that is still going (two real training processes)."""
     run = tmp_path / "run"
+    hold = tmp_path / "hold"
     with open(tmp_path / "first.log", "w") as log:
-        first = _launch(run, log)
-        deadline = time.monotonic() + 300
-        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:
-            assert time.monotonic() < deadline and first.poll() is None, (tmp_path / "first.log").read_text()
-            time.sleep(0.2)
+        first = _launch(run, log, hold=hold)    # held after its first checkpoint until the test releases it
+        wait_for_file(hold.with_suffix(".held"), first, tmp_path / "first.log")
         config = (run / "config.yaml").read_bytes()
         second = subprocess.run(_command(run), env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                                 capture_output=True, text=True, timeout=300)
-        assert first.poll() is None, "the first run ended before the second tried: the test proves nothing"
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
+        hold.with_suffix(".release").touch()
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-2000:]
     assert second.returncode == 2
     assert second.stderr.strip().splitlines() == [f"scalerl: error: run directory {run} is in use by PID "

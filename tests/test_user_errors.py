@@ -5,6 +5,7 @@ command, as a user types it (the first one in a process of its own)."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -135,24 +136,95 @@ def test_a_check_that_raises_is_that_answers_error_naming_the_file_and_line(tmp_
     task = get_task(task_config(type="python", path=str(path), train_size=32, val_size=4))
     prompt = task.val_prompts(1)[0]
     answer = Completion("c", prompt.id, [], [], [], [], text="<answer>2</answer>", finish_reason="eos")
-    score = RewardFn(task, RewardConfig())(prompt, answer)
+    score = pickle.loads(pickle.dumps(RewardFn(task, RewardConfig())(prompt, answer)))   # as a process passes it
+    at = _line(path, '1 / 0')
     assert score.error == (f"RuntimeError: task.path {path}: T.check raised ZeroDivisionError: division by zero "
-                           f"({path}:{_line(path, '1 / 0')} in check)")
+                           f"({path}:{at} in check)")
+    assert score.error.frames == ((str(path), at, "check", "return 1 / 0 > answer.count(reference)"),)
 
 
-def test_a_reward_function_that_raises_on_every_answer_stops_the_step_naming_it_and_keeps_the_rows(tmp_path,
-                                                                                                   capsys):
+def _cli_train(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess:
+    """`python -m scalerl train` on tiny-random, as a user types it, in a process of its own."""
+    args = ["train", "--no-progress", "--run-dir", str(tmp_path / "run"), "--max-steps", "2", *SETS,
+            "--set", "task.train_size=32", "--set", "task.val_size=4", "--set", "filter.zero_variance=false"]
+    return subprocess.run([sys.executable, "-m", "scalerl", *args, *(a for s in sets for a in ("--set", s))],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore::UserWarning"})
+
+
+def _kept(run: Path) -> list[dict]:
+    """The metrics rows a failed run kept."""
+    return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_reward_function_that_raises_on_every_answer_stops_the_step_naming_it_and_keeps_the_rows(tmp_path):
+    """The function runs in the generator's scoring threads: its error reaches the trainer with the user's frames."""
     reward = tmp_path / "myreward.py"
     reward.write_text("def score(prompts, completions, answer, **kw):\n    return [float(completions[0]['text'])]\n")
-    code, _, err = _train(capsys, tmp_path, f"reward.function={reward}:score")
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    proc = _cli_train(tmp_path, f"reward.function={reward}:score")
+    line, frames = _told(proc.stderr, reward)
     run = tmp_path / "run"
-    assert err.startswith("scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
-                          f"reward.function {reward}:score raised on ")
-    assert f": TypeError: string indices must be integers, not 'str' ({reward}:2 in score));" in err, err
-    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in rows] == ["eval"]     # the step-0 evaluation, written before: still there
-    assert err.strip().endswith(f"; what the run wrote is kept in {run} (continue it: --resume --run-dir {run})")
+    assert proc.returncode == 2 and line.startswith(
+        "scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
+        f"reward.function {reward}:score raised on "), proc.stderr
+    assert f": TypeError: string indices must be integers, not 'str' ({reward}:2 in score));" in line
+    assert frames == [f'  File "{reward}", line 2, in score']
+    assert [r["kind"] for r in _kept(run)] == ["eval"]     # the step-0 evaluation, written before: still there
+    assert line.endswith(f"; what the run wrote is kept in {run} (continue it: --resume --run-dir {run})")
+
+
+def test_a_reward_function_that_raises_in_a_generator_process_crosses_to_the_trainer_with_its_frames(tmp_path):
+    """The function raises in the scoring thread of a generator process (`pipeline.transport=process`): the
+    step's line (in the trainer's process) names the file, the function and the exception, then its frames."""
+    reward = tmp_path / "myreward.py"
+    reward.write_text("def score(prompts, completions, answer, **kw):\n    return [parse(completions[0])]\n\n\n"
+                      "def parse(text):\n    return {}[text[:0]]\n")
+    proc = _cli_train(tmp_path, f"reward.function={reward}:score", "pipeline.transport=process")
+    line, frames = _told(proc.stderr, reward)
+    assert proc.returncode == 2 and line.startswith(
+        "scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
+        f"reward.function {reward}:score raised on "), proc.stderr
+    assert f": KeyError: '' ({reward}:6 in parse));" in line
+    assert frames == [f'  File "{reward}", line 2, in score', f'  File "{reward}", line 6, in parse']
+    assert [r["kind"] for r in _kept(tmp_path / "run")] == ["eval"]
+
+
+def test_a_loss_of_the_users_that_raises_is_one_line_then_its_frames_and_the_steps_before_stay(tmp_path):
+    """loss.function (docs/losses.md) raising at the second step, in the trainer: step 1's row and checkpoint
+    stay, and the line says so."""
+    path = tmp_path / "myloss.py"
+    run = tmp_path / "run"
+    path.write_text("import os\n\n\ndef reinforce(logprobs, gen_logprobs, advantages, mask):\n"
+                    "    return advantages[:, None] * logprobs / check()\n\n\n"
+                    f"def check(first={str(run / 'checkpoints' / 'step_000001')!r}):\n"
+                    "    if os.path.isdir(first):\n"
+                    "        raise ValueError('a checkpoint is written')\n    return 1.0\n")
+    proc = _cli_train(tmp_path, "loss.type=custom", f"loss.function={path}:reinforce", "run.checkpoint_every=1")
+    line, frames = _told(proc.stderr, path)
+    at = _line(path, "raise ValueError")
+    assert proc.returncode == 2 and line == (
+        f"scalerl: error: loss.function '{path}:reinforce': reinforce raised ValueError: a checkpoint is written "
+        f"({path}:{at} in check); "
+        f"what the run wrote is kept in {run} (continue it: --resume --run-dir {run})"), proc.stderr
+    assert frames == [f'  File "{path}", line 5, in reinforce', f'  File "{path}", line {at}, in check']
+    assert [(r["kind"], r["step"]) for r in _kept(run) if r["kind"] == "train"] == [("train", 1)]
+    assert (run / "checkpoints" / "step_000001").is_dir()
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("{path}:nope", "loss.function '{path}:nope': {path} has no function 'nope'"),
+    ("{tmp}/missing.py:f", "loss.function '{tmp}/missing.py:f': no such file '{tmp}/missing.py'"),
+    ("myloss.py:two", "loss.function '{path}:two': two(a, b) cannot be called as (logprobs, gen_logprobs, advantages, "
+                   "mask): missing a required argument: 'a'"),
+])
+def test_a_loss_function_that_cannot_be_called_is_one_line_before_anything_is_built(tmp_path, spec, expected):
+    path = tmp_path / "myloss.py"
+    path.write_text("def two(a, b):\n    return a\n")
+    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--run-dir", str(tmp_path / "run"), "--set",
+                           "loss.type=custom", "--set", "loss.function=" + spec.format(path=path, tmp=tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stderr.strip() == "scalerl: error: " + expected.format(path=path, tmp=tmp_path)
 
 
 def _raise_from(path: Path, source: str) -> Exception:
@@ -194,3 +266,16 @@ def test_a_ray_cluster_that_cannot_be_reached_is_one_line(fail, expected, monkey
     with pytest.raises(ScaleRLError) as err:
         RaySession(load_config("scalerl", overrides=["ray.address=10.0.0.9:6379"]))
     assert str(err.value) == expected
+
+
+def test_a_user_code_error_crosses_a_process_whole(tmp_path):
+    """What a generator process or a Ray actor sends the trainer (pickled): the line, the user's frames, the notes."""
+    from scalerl.errors import UserCodeError, user_report
+
+    path = tmp_path / "mine.py"
+    err = UserCodeError("task.path 'mine.py': T.prompts(0)", _raise_from(path, "def f():\n    return 1 / 0\n\nf()\n"))
+    err.add_note("what the run wrote is kept")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, UserCodeError) and user_report(back) == user_report(err) == (
+        f"task.path 'mine.py': T.prompts(0) raised ZeroDivisionError: division by zero ({path}:2 in f); what the run "
+        f"wrote is kept\n  File \"{path}\", line 4, in <module>\n  File \"{path}\", line 2, in f\n")

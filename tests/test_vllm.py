@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import time
-import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +22,7 @@ from scalerl.rollout.vllm import VllmClient
 from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
+from vllm_gate import GATE_ENV, Gate, Held
 
 pytestmark = pytest.mark.vllm   # against a real server: `make test` runs them in .venv-vllm (the extra pins transformers)
 
@@ -31,12 +32,23 @@ PROMPTS = [Prompt(f"p{i}", f"<s>{i}+{2 * i}=", "x") for i in range(4)]
 
 
 @pytest.fixture(scope="module")
-def served():
-    """The module's server: a client that started it on the tiny random model (fp32)."""
+def gate_socket(tmp_path_factory) -> Path:
+    """Where the module's server looks for a test's hold on its steps (tests/vllm_gate.py)."""
+    return tmp_path_factory.mktemp("gate") / "s"
+
+
+@pytest.fixture(scope="module")
+def served(gate_socket):
+    """The module's server: a client that started it on the tiny random model (fp32), with the test gate
+    (inert while no test holds it: tests/vllm_gate.py)."""
     model, tok = load_model("tiny-random")
-    cfg = RolloutConfig(temperature=T, length=NoLengthControl(), max_new_tokens=48,
-                        engine=VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=16))
-    client = make_engine(model, tok, cfg, seed=0)
+    engine = VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=16,
+                              server_args=("--logits-processors", "vllm_gate:StepGate"))
+    cfg = RolloutConfig(temperature=T, length=NoLengthControl(), max_new_tokens=48, engine=engine)
+    with pytest.MonkeyPatch.context() as env:     # what the server's processes inherit
+        env.setenv(GATE_ENV, str(gate_socket))
+        env.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        client = make_engine(model, tok, cfg, seed=0)
     yield client, model, tok
     client.close()
 
@@ -99,72 +111,75 @@ def test_published_weights_reach_the_server(served):
         client.update_weights(model.state_dict(), 0)
 
 
-def metric(url: str, name: str) -> float:
-    """The sum of a metric's series on the server's /metrics."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    return sum(float(ln.split()[-1]) for ln in lines if ln.startswith(name) and not ln.startswith("#"))
+HOLD_AT = 8             # tokens every long sequence holds before the publish is asked for
+PACE_S = 0.1            # between two granted steps while requests are still arriving (module docstring of
+                        # vllm_gate: a request reaches the batch only between two steps)
 
 
-def step_while_paused(server, n: int, want: int, limit_s: float = 120) -> float:
-    """With the server paused (`mode=keep`) and `n` requests sent to it: resume and pause it again until
-    they hold `want` tokens in all; each count is read while it is paused, so it cannot change under the
-    test. The tokens counted; fails naming what it waited for after `limit_s` (an upper bound only)."""
-    before = metric(server.url, "vllm:generation_tokens_total")
-    deadline = time.monotonic() + limit_s
-    while (tokens := metric(server.url, "vllm:generation_tokens_total") - before) < want:
-        assert time.monotonic() < deadline, f"{n} requests: {tokens:g} of {want} tokens within {limit_s:g} s"
-        server.call("POST", "/resume")
-        server.call("POST", "/pause?mode=keep")
-    return tokens
+def held_mid_sequence(gate: Gate, requests: int) -> Held:
+    """The step held once all `requests` are in the batch with HOLD_AT tokens each; every step granted
+    one at a time until then (paced while some request has not arrived: it arrives between steps)."""
+    held = gate.held()
+    while held.requests < requests or min(held.tokens) < HOLD_AT:
+        assert max(held.tokens) < N_LONG // 2, f"{held.requests} of {requests} requests in the batch by then"
+        if held.requests < requests:
+            time.sleep(PACE_S)     # a bound on how far the first ones get ahead of the last (N_LONG / 2)
+        gate.grant()
+        held = gate.held()
+    return held
 
 
-def switched_mid_sequence(served, new, attempts: int = 3) -> tuple[list, float]:
-    """4 completions of N_LONG tokens whose publish of `new` (version 1) landed mid-sequence, and the tokens
-    counted while paused: the requests are sent to a paused server, which runs a little at a time (resume,
-    pause) until they hold tokens, then the weights are published while it is paused. A server starved of
-    the CPU between a resume and the pause after it may end the sequences there (on a loaded machine,
-    once in 6 runs): that attempt says so, and another is made."""
+def switched_mid_sequence(served, gate_socket: Path, new) -> tuple[list, Held]:
+    """4 completions of N_LONG tokens (ignore_eos) whose publish of `new` (version 1) landed mid-sequence,
+    by construction: the server decodes a step only when the test's gate grants it (tests/vllm_gate.py);
+    once every sequence holds HOLD_AT tokens the test asks for a pause (`mode=keep`), which lands between
+    two steps, grants steps until it has, and publishes while paused. Returns the completions and the last
+    step decoded before the pause (each sequence's tokens then, one more decoded by it)."""
     client, model, _ = served
-    for _ in range(attempts):
-        client.update_weights(model.state_dict(), 0)
-        long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
-        long.ignore_eos = True
-        out: list = []
-        worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
-        client.server.call("POST", "/pause?mode=keep")
-        try:
+    client.update_weights(model.state_dict(), 0)
+    long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
+    long.ignore_eos = True
+    out: list = []
+    worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
+    paused = threading.Event()
+    pauser = threading.Thread(target=lambda: (client.server.call("POST", "/pause?mode=keep"), paused.set()))
+    try:
+        with Gate(gate_socket) as gate:
             worker.start()
-            tokens = step_while_paused(client.server, 4, want=4)
+            held = held_mid_sequence(gate, 4)
+            pauser.start()
+            while held is not None:        # the pause lands after the step granted here, or a later one
+                last = held
+                gate.grant()
+                held = gate.holding(paused)
             client.update_weights(new.state_dict(), 1)       # resumes the server under the new weights
-        finally:
-            client.server.call("POST", "/resume")
-            worker.join(timeout=300)
-            long.close()
-        assert not worker.is_alive(), f"the 4 completions of {N_LONG} tokens within 300 s"
-        if all(1 in c.versions and c.versions[0] == 0 for c in out):
-            return out, tokens
-    raise AssertionError(f"{attempts} attempts: the server ended a sequence within one resume and pause each time")
+    finally:
+        pauser.join(timeout=300)
+        client.server.call("POST", "/resume")
+        worker.join(timeout=300)
+        long.close()
+    assert not worker.is_alive(), f"the 4 completions of {N_LONG} tokens within 300 s"
+    return out, last
 
 
-def test_versions_switch_mid_sequence_with_the_token_record(served):
-    """The publish lands mid-sequence: the server is paused while the test counts and publishes
-    (`switched_mid_sequence`), so nothing decodes between the count and the new weights."""
+def test_versions_switch_mid_sequence_with_the_token_record(served, gate_socket):
+    """The publish lands mid-sequence, at the token the test's gate let the server reach (`switched_mid_sequence`)."""
     client, model, _ = served
     new = perturbed(model, 0.05, seed=2)
     try:
-        out, tokens = switched_mid_sequence(served, new)
+        out, last = switched_mid_sequence(served, gate_socket, new)
         assert len(out) == 4 and [len(c.tokens) for c in out] == [N_LONG] * 4
+        # each sequence holds the tokens it had at the last step before the pause, and that step's: old weights
+        assert sorted(c.versions.count(0) for c in out) == sorted(t + 1 for t in last.tokens)
         for c in out:
             switch = c.versions.index(1)
-            assert 0 < switch < N_LONG and c.versions == [0] * switch + [1] * (N_LONG - switch)
+            assert HOLD_AT < switch < N_LONG and c.versions == [0] * switch + [1] * (N_LONG - switch)
             # the tokens before the switch came from the old weights alone: exact against them
             old = trainer_logprobs(model, [c])[0][:switch]
             assert (old - torch.tensor(c.logprobs[:switch])).abs().mean() < 1e-3
             # after it, the new weights decode (over the old K/V): no longer the old model's log-probs
             after = trainer_logprobs(model, [c])[0][switch:]
             assert (after - torch.tensor(c.logprobs[switch:])).abs().mean() > 1e-2
-        assert sum(c.versions.count(0) for c in out) >= tokens   # what was counted while paused: all old weights
     finally:
         client.update_weights(model.state_dict(), 0)
 

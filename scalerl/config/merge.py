@@ -70,7 +70,7 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
     "reward_funcs": ("reward.function", "<module>:<name> or <path/to/file.py>:<name>"),
     "reward_weights": ("reward.weights", "[checker, function]"),
-    "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
+    "loss_type": ("loss.type", "cispo, ppo_clip, gspo, reinforce, or custom (your own: loss.function)"),
     "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
     # verl
     "actor_rollout_ref.actor.optim.lr": ("optim.lr", ""),

@@ -64,7 +64,8 @@ class Config(_Section):
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="baseline and normalisation")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="zero-variance filtering / dynamic sampling")
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="No-Positive-Resampling")
-    loss: LossConfig = Field(default_factory=CispoLoss, description="policy loss: cispo | ppo_clip | gspo | reinforce")
+    loss: LossConfig = Field(default_factory=CispoLoss,
+                             description="policy loss: cispo | ppo_clip | gspo | reinforce | custom")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="AdamW and schedule")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="off-policy mode")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster, actors, resources")
