@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +10,43 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+# The tiers, a folder each: a test is marked by the folder it lives in (tests/slow: slow, tests/gpu: gpu,
+# tests/vllm: vllm; every other folder is the fast tier, `make test`), and a test marked for a tier outside
+# that tier's folder stops the collection, named. A test of two tiers (a slow vLLM test) lives in the folder
+# of the first of TIERS it is marked for.
+TIERS = ("gpu", "vllm", "slow")
+HERE = Path(__file__).resolve().parent
+
+
+def folder_tier(path) -> str | None:
+    """The tier whose folder holds `path` (None: the fast tier, or a file outside tests/)."""
+    try:
+        parts = Path(path).resolve().relative_to(HERE).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def mark_by_folder(items) -> None:
+    """Mark each test with its folder's tier; a UsageError naming every test marked for another tier."""
+    wrong = []
+    for item in items:
+        folder = folder_tier(item.path)
+        marks = {m.name for m in item.iter_markers()} & set(TIERS)
+        tier = next((t for t in TIERS if t in marks | {folder}), None)
+        if tier != folder:
+            wrong.append(f"{item.nodeid}: marked {tier}, so it lives in tests/{tier}/")
+        elif folder is not None:
+            item.add_marker(folder)
+    if wrong:
+        raise pytest.UsageError("a test outside its tier's folder:\n" + "\n".join(wrong))
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by the marks
 def pytest_collection_modifyitems(config, items):
+    mark_by_folder(items)
+    if not any("gpu" in item.keywords for item in items):
+        return
     try:
         import torch
 

@@ -14,7 +14,7 @@ import pytest
 from cli_helpers import SETS
 from scalerl.cli import main, report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = str(ROOT / "scalerl") + os.sep
 TASK = "class T:\n    def prompts(self, seed):\n{prompts}\n\n    def check(self, answer, reference):\n{check}\n"
 GOOD_PROMPTS = "        return [(f'{i} + 1 =', str(i + 1)) for i in range(40)]"

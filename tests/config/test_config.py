@@ -263,7 +263,7 @@ def test_the_docs_table_is_the_code_table():
 
     from scalerl.config.merge import FOREIGN_KEYS, all_paths
 
-    text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
     section = text.split("## Coming from TRL or verl", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| `")]

@@ -15,7 +15,7 @@ from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.config.merge import merge, validate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "tasks_before.json").read_text())
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from scalerl.configure import load_config
-from scalerl.errors import ScaleRLError
 from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.types import Completion, Group, Prompt, Score
 

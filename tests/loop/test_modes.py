@@ -28,7 +28,7 @@ def test_make_mode_is_typed_with_the_protocol_and_every_mode_implements_it():
 
 
 def test_the_protocol_declares_what_the_loop_asks_of_a_mode():
-    loop = (Path(__file__).resolve().parent.parent / "scalerl" / "loop.py").read_text()
+    loop = (Path(__file__).resolve().parents[2] / "scalerl" / "loop.py").read_text()
     asked = set(re.findall(r"self\.mode\.(\w+)", loop)) | {"close", "processes"}   # build/run.py: close, memory
     assert asked == _members(Mode)
     assert not isinstance(object(), Mode)

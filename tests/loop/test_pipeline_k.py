@@ -1,6 +1,5 @@
 """PipelineRL-k, draws and compute through the real loop (`train`), with fake generators."""
 
-import time
 
 import pytest
 
@@ -9,17 +8,12 @@ from scalerl.assembly import state as state_mod
 from doubles import parity_reward
 from scalerl.assembly.resources import ray_devices, split_threads
 from scalerl.loop import train
-from scalerl.run.metrics import read_rows
-from scalerl.transport.protocol import GeneratorBuild
 from scalerl.types import Prompt, Score
 
-from test_train_loop import fake_components, small_cfg
+from train_helpers import fake_components, small_cfg
+from train_helpers import train_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _train_rows(run):
-    return [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -35,7 +29,7 @@ def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, 
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)
     train(cfg, tmp_path, comps=comps, progress=False)
-    rows = _train_rows(tmp_path)
+    rows = train_rows(tmp_path)
     assert len(rows) == k + 5
     assert max(r["staleness/max"] for r in rows) == k
     assert rows[-1]["staleness/dropped"] == 0 and rows[-1]["staleness/dropped_share"] == 0.0
@@ -57,7 +51,7 @@ def test_the_staleness_bound_follows_the_measured_kl(max_kl, lo, hi, tmp_path, m
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)
     train(cfg, tmp_path, comps=comps, progress=False)
-    rows = _train_rows(tmp_path)
+    rows = train_rows(tmp_path)
     bounds = [r["pipeline/bound"] for r in rows]
     # slow start: nothing stale at step 1, so the bound grows to 2; then one version a step at most
     assert bounds[:k] == ([2, 1, 1, 1] if hi == 1 else [2, 3, 4, 4])
@@ -100,7 +94,7 @@ def test_the_same_prompt_in_flight_twice_trains_as_two_groups(mode, tmp_path, mo
 
     monkeypatch.setattr(state_mod, "train_step", record)
     train(cfg, tmp_path, comps=comps, progress=False)
-    assert len(_train_rows(tmp_path)) == 3
+    assert len(train_rows(tmp_path)) == 3
     for step in seen:  # 4 groups of G = 4 each, two of each prompt: never merged into one group of 8
         assert sorted(step) == [("two/0", 4), ("two/0", 4), ("two/1", 4), ("two/1", 4)]
 
@@ -121,7 +115,7 @@ def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_pa
     cfg = small_cfg(extra=["run.max_steps=4", "eval.every=100"])   # run.threads=1: one core for both stages
     comps, _ = fake_components(cfg)
     train(cfg, tmp_path, comps=comps, progress=False)
-    rows = _train_rows(tmp_path)
+    rows = train_rows(tmp_path)
     total = 0.0
     for r in rows:
         assert r["compute/devices"] == 1.0
@@ -151,34 +145,13 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
 
     comps.reward_fn = every_other_batch_all_fail
     train(cfg, tmp_path, comps=comps, progress=False)
-    rows = _train_rows(tmp_path)
+    rows = train_rows(tmp_path)
     assert rows[-1]["train/skipped_batches"] >= 1
     per_step = sum(r["tokens/generated"] for r in rows)
     assert rows[-1]["compute/tokens_generated"] > per_step   # the skipped batches' tokens are in the total
     n = sum(p.numel() for p in comps.model.parameters())
     assert rows[-1]["compute/flops"] == pytest.approx(2 * n * rows[-1]["compute/tokens_generated"]
                                                       + 6 * n * rows[-1]["compute/tokens_trained"])
-
-
-def slow_start(*args, **given):
-    """The fake generator process's setup, with a slow start-up (imports, a model build)."""
-    from doubles import build_fake
-
-    time.sleep(4.0)
-    return build_fake(*args, **given)
-
-
-@pytest.mark.slow  # spawns the generator process: 10-20 s of imports on a busy 2-core machine
-def test_the_generators_start_up_is_not_compute(tmp_path):
-    cfg = small_cfg(extra=["run.max_steps=2", "eval.every=100", "pipeline.transport=process", "run.threads=2"])
-    comps, _ = fake_components(cfg)
-    comps.build = GeneratorBuild(slow_start, (list(range(5, 40)), (3, 8), 8, 0.0))
-    t0 = time.monotonic()
-    train(cfg, tmp_path, comps=comps, progress=False)
-    assert time.monotonic() - t0 > 4.0                      # the start-up did happen ...
-    first = _train_rows(tmp_path)[0]
-    assert first["time/step"] < 3.0                         # ... but not inside the first step's clock
-    assert first["compute/device_hours"] == pytest.approx(first["time/step"] * 2 / 3600)
 
 
 def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds():

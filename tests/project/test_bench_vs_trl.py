@@ -8,7 +8,7 @@ import pytest
 
 
 def _bench():
-    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "vs_trl.py"
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / "vs_trl.py"
     spec = importlib.util.spec_from_file_location("vs_trl", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -19,7 +19,7 @@ def test_starts_a_process_and_fails(tmp_path):
 
 
 def test_a_failing_test_leaves_no_process_behind(tmp_path):
-    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    shutil.copy(Path(__file__).parents[1] / "conftest.py", tmp_path / "conftest.py")
     pid_file = tmp_path / "pid"
     (tmp_path / "test_fails.py").write_text(FAILING.replace("PID_FILE", repr(str(pid_file))))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHELL = {"bash", "sh", "shell"}
 HISTORY_NOTE = "not run by the docs test"
 BLOCK_TIMEOUT_S = 300

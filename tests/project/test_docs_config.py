@@ -10,7 +10,7 @@ import yaml
 
 from scalerl.config import Config, dump_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config-reference.md"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from scalerl.commands import TRAIN_MODULES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRL = ROOT / "tests" / "fixtures" / "trl_grpo"
 FIT_TRL = ["fit", str(TRL), "--from", "trl", "--compute", "wall", "--devices", "1", "--bootstrap", "20"]
 

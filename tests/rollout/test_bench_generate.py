@@ -10,7 +10,7 @@ from scalerl.rollout import state
 
 
 def _bench():
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "generate.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "generate.py"
     spec = importlib.util.spec_from_file_location("bench_generate", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

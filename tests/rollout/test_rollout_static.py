@@ -4,14 +4,14 @@ prompt decoded alone, and the slot rule's arithmetic done by hand.
 
 The CPU tests run a 2-layer model of the tiny shape and one of SmolLM2-135M's shape (width 576,
 9 query / 3 K/V heads, head dim 64, MLP 1536, a 49,152-token vocabulary) with 2 layers instead of
-30. The `gpu` tier runs the same checks on CUDA, where the static step is captured as CUDA
+30. The `gpu` tier (tests/gpu/test_rollout_gpu.py) runs the same checks on CUDA, where the static step is captured as CUDA
 graphs (`rollout.capture: auto`)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import MistralConfig, MistralForCausalLM
 
 from rollout_helpers import TEXTS, char_tokenizer, prompts, tiny_llama
 from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig
@@ -20,31 +20,14 @@ from scalerl.rollout import Engine
 from scalerl.rollout import static as static_mod
 from scalerl.rollout.slots import CONTEXT_ROUND, SLOTS_MAX
 from scalerl.rollout.static import StaticLoop
+from rollout_helpers import LONG_AND_SHORT, smollm2_shape, MODELS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-LONG_AND_SHORT = ["a fairly long prompt about 12+34=46 and more text to fill the row: 1234567890", "1+1=",
-                  "7*8=", "another long one: the quick brown fox jumps over the lazy dog", "9-3=", "x", "12+7=",
-                  "What is 3*4?"]
 
 
 @pytest.fixture(scope="module")
 def tok():
     return char_tokenizer()
-
-
-def smollm2_shape(vocab: int, layers: int = 2, seed: int = 0) -> LlamaForCausalLM:
-    """SmolLM2-135M's shape with `layers` layers and random weights (spread out, so that greedy
-    choices are not near-ties)."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=max(vocab, 49152), hidden_size=576, intermediate_size=1536, num_hidden_layers=layers,
-                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=2048,
-                      rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, initializer_range=0.1,
-                      attn_implementation="sdpa", pad_token_id=0, bos_token_id=None, eos_token_id=1)
-    return LlamaForCausalLM(cfg).eval()
-
-
-MODELS = {"tiny": lambda vocab: tiny_llama(vocab, seed=2), "smollm2-shape": smollm2_shape}
 
 
 def fresh_logprobs(model, prompt_tokens: list[int], tokens: list[int], temperature: float = 1.0) -> torch.Tensor:
@@ -240,55 +223,3 @@ def test_a_lora_wrapped_model_decodes_with_its_adapters(tok):
                  seed=4).generate(prompts(TEXTS[:3]), n=2)
     for c in out:
         assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(model, c.prompt_tokens, c.tokens), atol=1e-4)
-
-
-# ---------------------------------------------------------------- the same on CUDA, with CUDA graphs
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", list(MODELS))
-def test_cuda_graphs_greedy_equal_eager(tok, name):
-    model = MODELS[name](len(tok)).cuda()
-    cfg = RolloutConfig(max_new_tokens=20, batch_slots=3, length=NoLengthControl())
-    static = Engine(model, tok, cfg, greedy=True)
-    assert static.decode == "static" and static._loop.capture
-    a = static.generate(prompts(LONG_AND_SHORT), n=2)
-    eager = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True)
-    b = eager.generate(prompts(LONG_AND_SHORT), n=2)
-    assert [c.tokens for c in a] == [c.tokens for c in b]
-    assert static._loop._graphs                    # the steps ran as captured graphs
-    again = static.generate(prompts(LONG_AND_SHORT), n=2)   # graphs and buffers reused across calls
-    assert [c.tokens for c in again] == [c.tokens for c in a]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4), (torch.bfloat16, 0.05)])
-def test_cuda_graphs_sampled_logprobs_and_reused_slots(tok, dtype, atol):
-    model = smollm2_shape(len(tok)).cuda().to(dtype)
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=2, length=NoLengthControl())
-    engine = Engine(model, tok, cfg, fp32_head=True, seed=3)
-    for c in engine.generate(prompts(LONG_AND_SHORT), n=2):
-        ids = torch.tensor([c.prompt_tokens + c.tokens], device="cuda")
-        with torch.no_grad():
-            hidden = model.model(ids).last_hidden_state[0, len(c.prompt_tokens) - 1: -1]
-        ref = torch.log_softmax(hidden.float() @ model.lm_head.weight.float().T, -1)
-        ref = ref.gather(-1, ids[0, len(c.prompt_tokens):, None])[:, 0].cpu()
-        assert (torch.tensor(c.logprobs) - ref).abs().mean() < atol, c.id
-    greedy = Engine(model, tok, cfg, greedy=True)
-    together = greedy.generate(prompts(LONG_AND_SHORT), n=1)
-    alone = [Engine(model, tok, cfg, greedy=True).generate(prompts([t]), n=1)[0] for t in LONG_AND_SHORT]
-    assert [c.tokens for c in together] == [c.tokens for c in alone]
-
-
-@pytest.mark.gpu
-def test_cuda_graphs_follow_in_flight_weight_updates(tok, monkeypatch):
-    """Weights copied in place between replays: the tokens after the update carry its version and
-    equal what the new weights give over the old K/V (a stale graph would ignore the copy)."""
-    old, new = tiny_llama(len(tok), seed=3).cuda(), tiny_llama(len(tok), seed=4).cuda()
-    cfg = RolloutConfig(max_new_tokens=14, batch_slots=2, length=NoLengthControl())
-    engine = Engine(old, tok, cfg, greedy=True, ignore_eos=True)
-    calls = iter(range(1, 10**6))
-    real_step = engine._step
-    monkeypatch.setattr(engine, "_step", lambda s, c: (engine.update_weights(new.state_dict(), 7)
-                                                       if next(calls) == 5 else None, real_step(s, c))[1])
-    out = engine.generate(prompts(["12+7=", "What is 3*4?"]), n=1)
-    for c in out:
-        assert c.versions == [0] * 5 + [7] * 9

@@ -6,7 +6,6 @@ checkpoint's own safetensors file, and the exported model's logits with those of
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch

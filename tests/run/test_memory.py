@@ -1,9 +1,8 @@
 """Memory in the metrics (scalerl.run.memory): resident sizes in every training row, the warning at
-85%, a failed child named in one line; the soak (slow tier) on the tiny model."""
+85%, a failed child named in one line; the soak on the tiny model is in the slow tier (tests/slow/test_soak.py)."""
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,8 @@ from scalerl.run.memory import MemoryMonitor
 from scalerl.run.metrics import read_rows
 from scalerl.transport.local import exit_reason
 from doubles import tiny_random_components
-from test_train_loop import small_cfg
+from train_helpers import small_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -136,89 +133,3 @@ def test_a_run_past_85_percent_warns_once_naming_the_optimizer_state(tmp_path, m
 ])
 def test_a_failed_child_is_named_in_one_line(code, line):
     assert exit_reason("generator process", code) == line
-
-
-@pytest.mark.slow  # a 120-step run of the tiny model with its generator process: 3-10 minutes on 2 idle cores
-@pytest.mark.timeout(3600)   # 25-40 minutes on the shared machine under load 6-9 (past the suite's 900 s)
-def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
-    """The memory soak on the tiny model (benchmarks/memory_soak.py): every process's resident
-    memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run
-    (SmolLM2's 300-step soak is the benchmark's default; docs/design.md "Memory")."""
-    import memory_soak
-
-    steps = 120
-    code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
-                                                      "run.threads=2", "eval.every=100"], None, None)
-    assert code == 0
-    rows = memory_soak.train_rows(tmp_path / "run")
-    assert [r["step"] for r in rows] == list(range(1, steps + 1))
-    procs = memory_soak.series(rows)
-    assert {"trainer", "generator0", "total"} <= set(procs)
-    for name, points in procs.items():
-        values = [v for _, v in points]
-        a, b = sorted(values[steps // 2: steps // 2 + 10]), sorted(values[-10:])
-        mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2                      # medians of 10 rows, by hand
-        assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step {steps // 2}, {end:.0f} MB at the end"
-        assert memory_soak.second_half_growth(values) == pytest.approx((end - mid) / mid)
-
-
-def orphaned_shm(before: set[str]) -> list[str]:
-    """Entries of /dev/shm made since `before` that no live process maps any more: what a run leaked
-    (named semaphores, shared-memory segments). Entries of other jobs on the machine are mapped."""
-    import os
-
-    new = set(os.listdir("/dev/shm")) - before
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(line.split(None, 5)[-1].strip() for line in maps.read_text().splitlines() if "/dev/shm/" in line)
-        except OSError:
-            continue   # a process that ended meanwhile
-    return sorted(n for n in new if f"/dev/shm/{n}" not in mapped)
-
-
-def _shutdown_run(tmp_path, name: str, sets: list[str], interrupt=None) -> tuple[int, str, list]:
-    """`scalerl train` on tiny-random with its generator process (test_soak's command); `interrupt`:
-    a signal sent once the first training row is written. (exit code, output, processes left)."""
-    import os
-    import signal as _signal  # noqa: F401  (the parametrised signals)
-
-    import psutil
-    from test_soak import CLI, SETS
-
-    run = tmp_path / name
-    args = [sys.executable, "-c", CLI, "train", "--no-progress", "--run-dir", str(run), "--max-steps", "200",
-            *[a for s in [*SETS, *sets] for a in ("--set", s)]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    children = []
-    if interrupt is not None:
-        deadline = time.monotonic() + 300
-        while not any(r["kind"] == "train" for r in (read_rows(run / "metrics.jsonl")
-                                                       if (run / "metrics.jsonl").is_file() else [])):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-2000:]
-            time.sleep(0.2)
-        children = psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(interrupt)
-    out, _ = proc.communicate(timeout=300)
-    _, alive = psutil.wait_procs(children, timeout=10)
-    return proc.returncode, out, alive
-
-
-@pytest.mark.slow  # four runs, each spawning a generator process
-@pytest.mark.parametrize("how", ["max_steps", "max_minutes", "SIGINT", "SIGTERM"])
-def test_shutdown_leaks_no_semaphore_and_no_process(tmp_path, how):
-    import os
-    import signal
-
-    sets = {"max_steps": ["run.max_steps=3"], "max_minutes": ["run.max_minutes=0.05"]}.get(how, [])
-    shm = set(os.listdir("/dev/shm"))
-    code, out, alive = _shutdown_run(tmp_path, how, sets, getattr(signal, how, None))
-    assert "leaked" not in out, out[-2000:]                       # multiprocessing's resource tracker found nothing
-    assert not alive, f"left running: {[p.pid for p in alive]}"
-    assert not orphaned_shm(shm), orphaned_shm(shm)               # /dev/shm holds nothing of the run
-    if how.startswith("max"):
-        assert code == 0, out[-2000:]
-        assert (tmp_path / how / "fit.json").is_file()           # the run ended on its final evaluation and fit
-    else:
-        assert code == 130 and "scalerl: interrupted" in out, out[-2000:]

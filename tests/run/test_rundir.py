@@ -26,7 +26,7 @@ from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(capsys, run, steps=4):

@@ -10,55 +10,7 @@ import pytest
 
 from scalerl.scaling import fit_curve, window_start
 from scalerl.scaling.report import SEED_MARGIN, verdict
-
-AGREE = 0.01
-GRID_WARNING = "the paper's grid procedure gives A = "
-
-
-def eq1(C, A, B, C_mid, R0):
-    C = np.asarray(C, dtype=float)
-    with np.errstate(divide="ignore"):
-        return R0 + (A - R0) / (1 + (C_mid / C) ** B)
-
-
-def curves(n=40, seed=0):
-    """n noisy runs: ((A, B, C_mid, R0), x, y)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        A, B = rng.uniform(0.58, 0.71), rng.uniform(1.1, 2.4)
-        C_mid, R0 = float(np.exp(rng.uniform(np.log(1600), np.log(11300)))), rng.uniform(0.3, 0.5)
-        x = np.linspace(0, C_mid * rng.uniform(2, 6), int(rng.integers(30, 90)))
-        y = eq1(x, A, B, C_mid, R0) + rng.normal(0, rng.uniform(0.005, 0.02), x.size)
-        out.append(((A, B, C_mid, R0), x, y))
-    return out
-
-
-def check_one(x, y):
-    """The default (checked) fit and the paper's grid, on the window `scalerl fit` uses by default."""
-    start = window_start(x, 0.1)
-    fit = fit_curve(x, y, fit_min=start, n_bootstrap=0, check_grid=True)
-    grid = fit_curve(x, y, fit_min=start, n_bootstrap=0, method="grid")
-    warned = [w for w in fit.warnings if w.startswith(GRID_WARNING)]
-    if abs(fit.A - grid.A) > AGREE:
-        assert warned, (fit.A, grid.A, fit.warnings)
-        assert f"A = {grid.A:.3f}, this fit A = {fit.A:.3f}" in warned[0] and "trust this fit" in warned[0]
-        assert fit.rmse <= grid.rmse + 1e-12  # the one it says to trust has the lower error
-    else:
-        assert not warned, warned
-    return fit, grid
-
-
-@pytest.mark.slow
-def test_default_agrees_with_the_grid_or_warns_on_40_curves():
-    errors, disagreements = [], 0
-    for truth, x, y in curves():
-        fit, grid = check_one(x, y)
-        disagreements += abs(fit.A - grid.A) > AGREE
-        errors.append(abs(fit.A - truth[0]))
-    print(f"40 curves: {disagreements} beyond {AGREE} of the grid (all warned); median |A - truth| "
-          f"{np.median(errors):.4f}, 90th percentile {np.percentile(errors, 90):.4f}")
-    assert np.median(errors) <= 0.015  # the generator's ceiling, recovered
+from scaling_helpers import AGREE, eq1, curves, check_one
 
 
 def test_default_agrees_with_the_grid_or_warns_fast_subset():

@@ -7,6 +7,7 @@ import pytest
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling import PowerLaw, Sigmoid, first_half_prediction, fit_curve, fit_seeds, linearise, sigmoid
+from scaling_helpers import synthetic
 
 # (A, B, C_mid, R0, final compute, spacing): paper Table 1 and the corners of its range
 TABLE1 = [
@@ -17,13 +18,6 @@ TABLE1 = [
     (0.580, 1.10, 1600, 0.30, 16000, 100),   # low corner
     (0.680, 2.40, 6000, 0.45, 30000, 150),   # steep
 ]
-
-
-def synthetic(A, B, C_mid, R0, final, dx, seed, noise=0.01):
-    x = np.arange(0, final + 1, dx, dtype=float)
-    with np.errstate(divide="ignore"):
-        truth = R0 + (A - R0) / (1 + (C_mid / x) ** B)  # Eq. 1 written out; C = 0 gives R0
-    return x, truth + np.random.default_rng(seed).normal(0, noise, x.size)
 
 
 def test_sigmoid_hand_values():
@@ -182,18 +176,3 @@ def test_few_points_warn_and_too_few_fail():
 def test_bad_data_raise(x, y, msg):
     with pytest.raises(ScaleRLError, match=msg):
         fit_curve(x, y, n_bootstrap=0)
-
-
-@pytest.mark.slow
-def test_prediction_interval_coverage():
-    A, B, C_mid, R0, final = 0.61, 1.92, 2542, 0.40, 16000
-    truth = R0 + (A - R0) / (1 + (C_mid / final) ** B)
-    hits = []
-    for rep in range(60):
-        x, y = synthetic(A, B, C_mid, R0, final, 100, seed=1000 + rep)
-        fit = fit_curve(x, y, fit_min=1500, fit_max=final / 2, n_bootstrap=200, seed=rep)
-        lo, hi = fit.predict_interval([final], level=0.9)
-        hits.append(bool(lo[0] <= truth <= hi[0]))
-    coverage = float(np.mean(hits))
-    print(f"90% interval coverage at C={final}: {coverage:.3f} over {len(hits)} replicas")
-    assert coverage >= 0.8

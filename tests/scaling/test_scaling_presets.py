@@ -9,7 +9,7 @@ import pytest
 
 from scalerl.cli import main
 from scalerl.scaling.sources import PRESETS, Compute, read_run
-from test_scaling_sources import write_tb
+from scaling_helpers import write_tb
 
 STEPS = np.arange(0, 101, 5)
 

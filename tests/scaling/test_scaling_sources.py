@@ -14,8 +14,9 @@ import pytest
 from scalerl.cli import main
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.sources import Compute, read_run
+from scaling_helpers import write_tb
 
-TRL = Path(__file__).parent / "fixtures" / "trl_grpo"
+TRL = Path(__file__).parents[1] / "fixtures" / "trl_grpo"
 
 
 def fit_cli(capsys, *argv):
@@ -35,19 +36,6 @@ def trl_events():
 
 def curve(step):  # Eq. 1 in steps: A 0.62, B 2, C_mid 60 steps, R0 0.3
     return 0.3 + 0.32 / (1 + (60 / step) ** 2) if step else 0.3
-
-
-def write_tb(folder, scalars):
-    """scalars: [(step, wall_time, tag, value)] -> one event file."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    writer = EventFileWriter(str(folder))
-    for step, wall, tag, value in scalars:
-        summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-        writer.add_event(event_pb2.Event(step=step, wall_time=wall, summary=summ))
-    writer.close()
-    return folder
 
 
 # ---------------------------------------------------------------- TRL: a real run

@@ -100,7 +100,7 @@ def test_watch_runs_the_on_stop_command_when_the_rule_fires(tmp_path):
     """A log (written by another process) of a curve at its plateau; with a budget of 1.08x its last
     compute the rule fires, the watch runs --on-stop (touching a file) and ends by itself, exit 0."""
     log, flag = tmp_path / "run.csv", tmp_path / "STOP"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     writer = subprocess.run([sys.executable, "-c", WRITER, str(log), "49"], timeout=60)
     assert writer.returncode == 0
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--x", "step", "--y", "acc",

@@ -8,7 +8,7 @@ import pytest
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.events import read_scalars
 
-TRL = Path(__file__).parent / "fixtures" / "trl_grpo"
+TRL = Path(__file__).parents[1] / "fixtures" / "trl_grpo"
 ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
 

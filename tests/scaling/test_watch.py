@@ -73,7 +73,7 @@ def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys
     """The test writes the log in the watch's lockstep: each part once the watch has said it read the last
     (too few points, with a torn last line; then a fit on 15; then on all 30): refits as points arrive."""
     log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's scalerl
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's scalerl
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json",
                               "--plot", str(plot), *OPTS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
@@ -174,7 +174,7 @@ def test_watch_stops_on_sigint_even_when_started_with_the_signals_blocked(tmp_pa
     log.write_text("".join(json.dumps({"step": i, "compute/device_hours": 250.0 * i,
                                        "val/pass_rate": 0.4 + 0.2 / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.4})
                            + "\n" for i in range(12)))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONUNBUFFERED": "1"}
     blocked = {signal.SIGINT, signal.SIGTERM}
     watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", *OPTS],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,

@@ -2,7 +2,8 @@
 
 Compared with an uninterrupted run of the same seed and command: the same train steps and
 evaluations, no row twice, compute never going back, and no process of a killed run (the
-generator process, multiprocessing's helpers) still alive afterwards.
+generator process, multiprocessing's helpers) still alive afterwards. The tiny model's memory soak, and
+the shutdown that leaks no semaphore and no process (scalerl.run.memory; tests/run/test_memory.py).
 """
 
 import os
@@ -19,7 +20,8 @@ import pytest
 from scalerl.run.metrics import read_rows
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))   # memory_soak
 STEPS = 16
 SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
         "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
@@ -127,3 +129,88 @@ def test_second_train_resume_on_a_running_run_is_refused_and_the_first_finishes_
     assert (run / "config.yaml").read_bytes() == config
     train, _ = _check(read_rows(run / "metrics.jsonl"))
     assert train == list(range(1, STEPS + 1))
+
+
+@pytest.mark.slow  # a 120-step run of the tiny model with its generator process: 3-10 minutes on 2 idle cores
+@pytest.mark.timeout(3600)   # 25-40 minutes on the shared machine under load 6-9 (past the suite's 900 s)
+def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
+    """The memory soak on the tiny model (benchmarks/memory_soak.py): every process's resident
+    memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run
+    (SmolLM2's 300-step soak is the benchmark's default; docs/design.md "Memory")."""
+    import memory_soak
+
+    steps = 120
+    code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
+                                                      "run.threads=2", "eval.every=100"], None, None)
+    assert code == 0
+    rows = memory_soak.train_rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    procs = memory_soak.series(rows)
+    assert {"trainer", "generator0", "total"} <= set(procs)
+    for name, points in procs.items():
+        values = [v for _, v in points]
+        a, b = sorted(values[steps // 2: steps // 2 + 10]), sorted(values[-10:])
+        mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2                      # medians of 10 rows, by hand
+        assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step {steps // 2}, {end:.0f} MB at the end"
+        assert memory_soak.second_half_growth(values) == pytest.approx((end - mid) / mid)
+
+
+def orphaned_shm(before: set[str]) -> list[str]:
+    """Entries of /dev/shm made since `before` that no live process maps any more: what a run leaked
+    (named semaphores, shared-memory segments). Entries of other jobs on the machine are mapped."""
+    import os
+
+    new = set(os.listdir("/dev/shm")) - before
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(None, 5)[-1].strip() for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:
+            continue   # a process that ended meanwhile
+    return sorted(n for n in new if f"/dev/shm/{n}" not in mapped)
+
+
+def _shutdown_run(tmp_path, name: str, sets: list[str], interrupt=None) -> tuple[int, str, list]:
+    """`scalerl train` on tiny-random with its generator process (test_soak's command); `interrupt`:
+    a signal sent once the first training row is written. (exit code, output, processes left)."""
+    import os
+    import signal as _signal  # noqa: F401  (the parametrised signals)
+
+    import psutil
+
+    run = tmp_path / name
+    args = [sys.executable, "-c", CLI, "train", "--no-progress", "--run-dir", str(run), "--max-steps", "200",
+            *[a for s in [*SETS, *sets] for a in ("--set", s)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    children = []
+    if interrupt is not None:
+        deadline = time.monotonic() + 300
+        while not any(r["kind"] == "train" for r in (read_rows(run / "metrics.jsonl")
+                                                       if (run / "metrics.jsonl").is_file() else [])):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-2000:]
+            time.sleep(0.2)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(interrupt)
+    out, _ = proc.communicate(timeout=300)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    return proc.returncode, out, alive
+
+
+@pytest.mark.slow  # four runs, each spawning a generator process
+@pytest.mark.parametrize("how", ["max_steps", "max_minutes", "SIGINT", "SIGTERM"])
+def test_shutdown_leaks_no_semaphore_and_no_process(tmp_path, how):
+    import os
+    import signal
+
+    sets = {"max_steps": ["run.max_steps=3"], "max_minutes": ["run.max_minutes=0.05"]}.get(how, [])
+    shm = set(os.listdir("/dev/shm"))
+    code, out, alive = _shutdown_run(tmp_path, how, sets, getattr(signal, how, None))
+    assert "leaked" not in out, out[-2000:]                       # multiprocessing's resource tracker found nothing
+    assert not alive, f"left running: {[p.pid for p in alive]}"
+    assert not orphaned_shm(shm), orphaned_shm(shm)               # /dev/shm holds nothing of the run
+    if how.startswith("max"):
+        assert code == 0, out[-2000:]
+        assert (tmp_path / how / "fit.json").is_file()           # the run ended on its final evaluation and fit
+    else:
+        assert code == 130 and "scalerl: interrupted" in out, out[-2000:]

@@ -133,7 +133,7 @@ def test_the_committed_default_references_are_the_default_run_as_users_get_it():
 
     cfg = Config()
     default = {**{k: getattr(cfg.eval, k) for k in PLAN_KEYS}, "max_steps": cfg.run.max_steps}
-    refs = sorted((Path(__file__).resolve().parent.parent / "studies" / "default" / "base").glob("seed*"))
+    refs = sorted((Path(__file__).resolve().parents[2] / "studies" / "default" / "base").glob("seed*"))
     assert len(refs) >= 8
     shipped = weights_id(cfg.model.name)
     for ref in refs:

@@ -11,7 +11,7 @@ from scalerl.study.activity import judge_activity
 from scalerl.study.report import read_activity
 from scalerl.study.variants import plan_variants
 
-STUDIES = Path(__file__).resolve().parent.parent / "studies"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
 REPORTS = sorted(STUDIES.glob("*-report/report.json"))
 
 

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import random
 
-import pytest
 
 from scalerl.config import Config
 from scalerl.configure import load_config

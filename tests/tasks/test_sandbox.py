@@ -395,7 +395,7 @@ def test_refused_in_a_container_that_forbids_unshare(tmp_path):
     profile does), run_program answers `refused` in one line and the program never runs."""
     flag = tmp_path / "ran"
     out = subprocess.run([sys.executable, "-c", DENY_UNSHARE.replace("FLAG", str(flag))], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert out.returncode == 0, out.stderr
     status, reason, rc = json.loads(out.stdout)
     assert status == "refused" and rc is None and "\n" not in reason
@@ -574,7 +574,7 @@ def _caller(source: str, timeout_s: float) -> subprocess.Popen:
     """A process that runs `source` (passed in its environment: its command line must not carry the
     cases' marker) in a thread, then in its main thread, then in a forked child."""
     return subprocess.Popen([sys.executable, "-c", CALLER, str(timeout_s)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "SOURCE": source})
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "SOURCE": source})
 
 
 def test_servers_end_with_the_interpreter_and_a_forked_child_has_its_own():
@@ -660,7 +660,7 @@ def test_opted_out_runs_for_a_caller_that_is_not_root():
     the caller's uid is 65534) runs the program with limits only, through a launcher per run
     whatever `FORK_SERVER` says (no server is started), and refuses without the opt-out."""
     out = subprocess.run([sys.executable, "-c", OPTED_OUT], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     if got == "no user namespace":

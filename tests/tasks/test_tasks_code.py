@@ -17,7 +17,7 @@ from scalerl.tasks import get_task
 from scalerl.tasks.code import CodeTest, code_check, extract_program, parse_tests, same_output
 from scalerl.types import Completion, Prompt
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "code-tasks.jsonl"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "code-tasks.jsonl"
 ISOLATED = sandbox.isolation_unavailable() is None
 needs_sandbox = pytest.mark.skipif(not ISOLATED, reason="scoring runs programs: the sandbox refuses here "
                                                         "(tests/test_sandbox.py asserts the refusal)")

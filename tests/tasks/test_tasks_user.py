@@ -12,7 +12,7 @@ from scalerl.config import task_config
 from scalerl.errors import ScaleRLError
 from scalerl.tasks import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "custom_task.py"
 
 

@@ -21,52 +21,22 @@ import signal
 import pytest
 import torch
 
-from scalerl.configure import load_config
 from scalerl.models import load_model
 from scalerl.trainer.sharded import FSDPRank, load_shards, spawn_ranks
 from scalerl.trainer.step import Optimizer, plan_shards, train_step
-from scalerl.types import Completion, Group, Prompt
-from doubles import scored
-
-BASE = ["model.name=tiny-random", "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0"]
-CASES = [  # (overrides, groups used): each loss x aggregation; unequal micro-batch counts; 1 group for 2 ranks
-    (["loss.type=cispo", "loss.aggregation=prompt"], 3),
-    (["loss.type=cispo", "loss.aggregation=sample"], 3),
-    (["loss.type=cispo", "loss.aggregation=token", "batch.activation_budget_mb=0.001"], 3),
-    (["loss.type=ppo_clip", "loss.aggregation=prompt", "batch.activation_budget_mb=0.001"], 3),
-    (["loss.type=ppo_clip", "loss.aggregation=sample"], 3),
-    (["loss.type=ppo_clip", "loss.aggregation=token"], 3),
-    (["loss.type=cispo", "loss.aggregation=token"], 1),
-]
-TOL = 1e-5
-
-
-def _groups(offset: int = 0) -> list[Group]:
-    """3 prompts x 3 completions of unequal lengths sharing their group's prompt, one forced token."""
-    groups = []
-    for p, lengths in enumerate([(3, 9, 5), (2, 4, 6), (7, 1, 3)]):
-        pid = f"p{p + offset}"
-        prompt = [5 + p, 6, 7 + offset][: 2 + p % 2]
-        cs = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt, tokens=[10 + p + 3 * i + j for j in range(t)],
-                         logprobs=[-3.0 + 0.1 * j for j in range(t)], versions=[0] * t, text="", finish_reason="eos",
-                         forced_mask=[i == 1 and j == t - 1 for j in range(t)]) for i, t in enumerate(lengths)]
-        groups.append(scored(Prompt(pid, "x", ""), cs, [(1.0, -1.0, 0.0), (-1.0, 1.0, 1.0), (0.0, 1.0, -1.0)][p]))
-    return groups
-
-
-def _cfg(overrides: list[str]):
-    return load_config("scalerl", overrides=BASE + overrides)
+from scalerl.types import Group
+from fsdp_helpers import CASES, TOL, fsdp_groups, fsdp_cfg, max_diff
 
 
 def _step_groups(step: int) -> list[Group]:
-    return _groups(3 * step)
+    return fsdp_groups(3 * step)
 
 
 def _train_ranks(rank: int, world: int, rendezvous: str, run_dir: str, steps: int) -> None:
     """Steps 1..`steps` on 2 ranks, a checkpoint after each, as a run writes them (rank 0 the rest)."""
     from scalerl.run.checkpoint import TrainState, save_checkpoint
 
-    cfg = _cfg([])
+    cfg = fsdp_cfg([])
     r = FSDPRank(cfg, rank, world, rendezvous)
     model = load_model("tiny-random")[0] if rank == 0 else None
     for step in range(1, steps + 1):
@@ -85,13 +55,13 @@ def _ranks_main(rank: int, world: int, rendezvous: str, run_dir: str, steps: int
 
     cases = []
     for overrides, n in CASES:
-        cfg = _cfg(overrides)
+        cfg = fsdp_cfg(overrides)
         r = FSDPRank(cfg, rank, world, rendezvous)
-        row = r.step(plan_shards(_groups()[:n], cfg, world)[rank], 1)
+        row = r.step(plan_shards(fsdp_groups()[:n], cfg, world)[rank], 1)
         cases.append((row, r.full_weights()))
     ckpt = latest_checkpoint(run_dir)
     verify_checksums(ckpt)
-    r = FSDPRank(_cfg([]), rank, world, rendezvous)
+    r = FSDPRank(fsdp_cfg([]), rank, world, rendezvous)
     r.load(str(ckpt / "dcp"))
     for step in range(read_state(ckpt).step + 1, steps + 1):
         r.step(plan_shards(_step_groups(step), r.cfg, world)[rank], step)
@@ -141,16 +111,11 @@ def ranks(tmp_path_factory):
 
 
 def _single(overrides: list[str]):
-    cfg = _cfg(overrides)
+    cfg = fsdp_cfg(overrides)
     torch.manual_seed(cfg.run.seed)
     model, tokenizer = load_model("tiny-random")
     model.train()
     return model, Optimizer(model, cfg), cfg, tokenizer.pad_token_id
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert set(a) == set(b)
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -158,20 +123,20 @@ def test_two_fsdp_ranks_take_the_single_process_step(ranks, case):
     overrides, n = CASES[case]
     model, optim, cfg, pad = _single(overrides)
     start = copy.deepcopy(model.state_dict())
-    one = train_step(model, optim, _groups()[:n], cfg, pad, 1)
+    one = train_step(model, optim, fsdp_groups()[:n], cfg, pad, 1)
     row, weights = ranks["cases"][case]
-    assert _max_diff(start, model.state_dict()) > 1e-3   # the step moved the weights well past the tolerance
-    assert _max_diff(weights, model.state_dict()) < TOL
+    assert max_diff(start, model.state_dict()) > 1e-3   # the step moved the weights well past the tolerance
+    assert max_diff(weights, model.state_dict()) < TOL
     assert abs(row["train/loss"] - one["train/loss"]) < TOL
     assert row["tokens/trained_step"] == one["tokens/trained_step"]
     assert abs(row["train/grad_norm"] - one["train/grad_norm"]) < TOL
 
 
 def test_unequal_micro_batches_and_a_rank_without_a_group_are_padded():
-    cfg = _cfg(CASES[2][0])
-    shards = plan_shards(_groups(), cfg, 2)
+    cfg = fsdp_cfg(CASES[2][0])
+    shards = plan_shards(fsdp_groups(), cfg, 2)
     assert [len(s.groups) for s in shards] == [2, 1]   # with a tiny activation budget: 2 micro-batches vs 1
-    lone = plan_shards(_groups()[:1], cfg, 2)
+    lone = plan_shards(fsdp_groups()[:1], cfg, 2)
     assert [s.weight for s in lone] == [1.0, 0.0] and lone[1].groups == lone[0].groups
 
 
@@ -180,7 +145,7 @@ def test_two_ranks_resume_after_kill_9_exactly(ranks):
     for step in range(1, ranks["steps"] + 1):
         train_step(model, optim, _step_groups(step), cfg, pad, step)
     assert ranks["resumed_from"] >= "step_000002"
-    assert _max_diff(ranks["weights"], model.state_dict()) < TOL
+    assert max_diff(ranks["weights"], model.state_dict()) < TOL
 
 
 def test_one_process_resumes_a_two_rank_checkpoint(ranks):
@@ -193,13 +158,13 @@ def test_one_process_resumes_a_two_rank_checkpoint(ranks):
     weights = copy.deepcopy(model.state_dict())
     for step in steps:
         train_step(model, optim, _step_groups(step), cfg, pad, step)
-    assert _max_diff(ranks["weights"], model.state_dict()) < TOL
+    assert max_diff(ranks["weights"], model.state_dict()) < TOL
     # the AdamW moments came from the shards: the same weights with a fresh AdamW end elsewhere
     fresh, fresh_optim, _, _ = _single([])
     fresh.load_state_dict(weights)
     for step in steps:
         train_step(fresh, fresh_optim, _step_groups(step), cfg, pad, step)
-    assert _max_diff(ranks["weights"], fresh.state_dict()) > 100 * TOL
+    assert max_diff(ranks["weights"], fresh.state_dict()) > 100 * TOL
 
 
 def test_each_rank_holds_half_of_the_parameters_gradients_and_moments(ranks):
@@ -218,47 +183,23 @@ def test_export_of_a_sharded_checkpoint_writes_one_hugging_face_folder_of_its_we
 
     run_dir = tmp_path / "run"   # the killed run's checkpoints, with the config.yaml a run writes
     shutil.copytree(os.path.join(ranks["run_dir"], "checkpoints"), run_dir / "checkpoints")
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(_cfg([]).model_dump(mode="json")))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(fsdp_cfg([]).model_dump(mode="json")))
     ckpt = export_run(run_dir, tmp_path / "hf")
     assert (ckpt / "dcp").is_dir()
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     model, optim, cfg, _ = _single([])
     load_shards(ckpt / "dcp", model, optim, cfg)   # the weights as the ranks' shards hold them
-    assert _max_diff(exported.state_dict(), model.state_dict()) == 0
+    assert max_diff(exported.state_dict(), model.state_dict()) == 0
 
 
 def test_strategy_resolution_and_what_fsdp_refuses():
     from scalerl.errors import ScaleRLError
     from scalerl.trainer.sharded import check_config
 
-    assert _cfg([]).trainer.resolved(1) == "single" and _cfg(["ray.trainers=2"]).trainer.resolved(2) == "ddp"
-    fsdp = _cfg(["trainer.strategy=fsdp", "ray.trainers=2"])
-    assert fsdp.trainer.actors(2) == 2 and _cfg(["ray.trainers=3"]).trainer.actors(3) == 2   # ddp: rank 0 is the driver
+    assert fsdp_cfg([]).trainer.resolved(1) == "single" and fsdp_cfg(["ray.trainers=2"]).trainer.resolved(2) == "ddp"
+    fsdp = fsdp_cfg(["trainer.strategy=fsdp", "ray.trainers=2"])
+    assert fsdp.trainer.actors(2) == 2 and fsdp_cfg(["ray.trainers=3"]).trainer.actors(3) == 2   # ddp: rank 0 is the driver
     with pytest.raises(ScaleRLError, match="trainer.strategy = 'single' runs one trainer, but ray.trainers = 2"):
-        _cfg(["trainer.strategy=single", "ray.trainers=2"])
+        fsdp_cfg(["trainer.strategy=single", "ray.trainers=2"])
     with pytest.raises(ScaleRLError, match="loss.kl_beta > 0 is not supported with trainer.strategy=fsdp"):
-        check_config(_cfg(["trainer.strategy=fsdp", "loss.type=ppo_clip", "loss.kl_beta=0.01"]))
-
-
-def _cuda_ranks(rank: int, world: int, rendezvous: str) -> list | None:
-    out = []
-    for overrides, n in CASES[:6]:
-        cfg = _cfg([*overrides, "model.device=cuda", "model.compute_dtype=fp32"])
-        r = FSDPRank(cfg, rank, world, rendezvous)
-        out.append((r.step(plan_shards(_groups()[:n], cfg, world)[rank], 1), r.full_weights()))
-    return out if rank == 0 else None
-
-
-@pytest.mark.gpu
-def test_two_fsdp_ranks_over_nccl_take_the_single_process_step_on_cuda():
-    """The equality above on CUDA with NCCL, fp32 (two ranks share the GPU when there is one)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    results = spawn_ranks(_cuda_ranks, 2, timeout_s=600)[0]
-    for (overrides, n), (row, weights) in zip(CASES[:6], results):
-        cfg = _cfg([*overrides, "model.device=cuda", "model.compute_dtype=fp32"])
-        torch.manual_seed(cfg.run.seed)
-        model, tokenizer = load_model("tiny-random", device="cuda")
-        model.train()
-        one = train_step(model, Optimizer(model, cfg), _groups()[:n], cfg, tokenizer.pad_token_id, 1)
-        assert _max_diff(weights, {k: v.cpu() for k, v in model.state_dict().items()}) < TOL, overrides
-        assert abs(row["train/loss"] - one["train/loss"]) < TOL, overrides
+        check_config(fsdp_cfg(["trainer.strategy=fsdp", "loss.type=ppo_clip", "loss.kl_beta=0.01"]))

@@ -15,12 +15,11 @@ from doubles import tiny_random_components
 from scalerl.cli import main
 from scalerl.config import LoraConfig
 from scalerl.configure import load_config
-from scalerl.errors import ScaleRLError
 from scalerl.lora import apply_lora
 from scalerl.models import load_model
 from scalerl.rollout import Engine
 from scalerl.trainer.step import Optimizer, train_step
-from test_train_forward import _groups
+from train_helpers import random_groups
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -65,7 +64,7 @@ def test_a_step_changes_the_adapters_and_leaves_the_base_weights():
     model = apply_lora(model, cfg.model.lora)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for _ in range(2):      # B starts at 0, so A's gradient is 0 on the first step
-        row = train_step(model, Optimizer(model, cfg), _groups(), cfg, pad_id=0, step=1)
+        row = train_step(model, Optimizer(model, cfg), random_groups(), cfg, pad_id=0, step=1)
     assert row is not None and row["train/grad_norm"] > 0
     after = dict(model.named_parameters())
     base = [n for n in before if ".lora_" not in n]

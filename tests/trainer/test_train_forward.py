@@ -1,7 +1,6 @@
 """The trainer forward: each group's prompt run once (exact), bf16 mixed precision, bf16 generator."""
 
 import dataclasses
-import random
 
 import pytest
 import torch
@@ -12,31 +11,11 @@ from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
 from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
-from scalerl.types import Completion, Group, Prompt
+from scalerl.types import Completion, Prompt
 from doubles import scored
+from train_helpers import random_groups
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-# prompt lengths: 1 (no context to share: all-padding prompt row), 2, 5, 11 (left padding of
-# every length in between); completion lengths per group differ, down to 0 and 1 tokens
-PROMPT_LENS = [1, 2, 5, 11]
-COMPLETION_LENS = [[3, 0, 7, 1], [9, 2, 2, 5], [1, 12, 4, 6], [8, 8, 3, 0]]
-
-
-def _groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLETION_LENS) -> list[Group]:
-    rng = random.Random(seed)
-    groups = []
-    for p, (plen, lens) in enumerate(zip(prompt_lens, completion_lens)):
-        prompt = [rng.randrange(3, 60) for _ in range(plen)]
-        comps = []
-        for g, n in enumerate(lens):
-            forced = [rng.random() < 0.2 for _ in range(n)]
-            comps.append(Completion(
-                id=f"{p}/{g}", prompt_id=str(p), prompt_tokens=list(prompt), tokens=[rng.randrange(3, 60) for _ in range(n)],
-                logprobs=[-rng.uniform(0.5, 4.0) for _ in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                forced_mask=forced))
-        groups.append(scored(Prompt(str(p), "", ""), comps, [1.0 if g % 2 == 0 else -1.0 for g in range(len(lens))]))
-    return groups
 
 
 def _step(groups, overrides, budget=None, monkeypatch=None):
@@ -59,7 +38,7 @@ def test_shared_prompt_gives_the_unshared_loss_and_every_gradient(budget, attent
 
     if attention == "sdpa":
         monkeypatch.setattr(forward, "GROUPED_DEVICES", ())
-    groups = _groups()
+    groups = random_groups()
     shared, g_shared = _step(groups, ["model.share_prompt=true"], budget, monkeypatch)
     full, g_full = _step(groups, ["model.share_prompt=false"], budget, monkeypatch)
     assert shared["tokens/trained_step"] == full["tokens/trained_step"] > 0
@@ -73,7 +52,7 @@ def test_shared_prompt_gives_the_unshared_loss_and_every_gradient(budget, attent
 
 def test_shared_logprobs_match_each_sequence_run_alone():
     """Independent reference: the HF model's own logits over each unpadded prompt + completion."""
-    groups = _groups(seed=1)
+    groups = random_groups(seed=1)
     model, _ = load_model("tiny-random")
     batch = collate(groups, pad_id=0)
     with torch.no_grad():
@@ -89,7 +68,7 @@ def test_shared_logprobs_match_each_sequence_run_alone():
 
 
 def test_groups_with_different_prompts_fall_back_to_full_sequences():
-    groups = _groups(seed=2)
+    groups = random_groups(seed=2)
     c = groups[1].completions[2]
     groups[1].completions[2] = dataclasses.replace(c, prompt_tokens=[7, 7, 7])  # not the group's prompt: nothing to share
     model, _ = load_model("tiny-random")
@@ -102,14 +81,14 @@ def test_groups_with_different_prompts_fall_back_to_full_sequences():
 
 
 def test_shared_micro_batches_count_each_prompt_once():
-    groups = _groups(prompt_lens=[40, 40, 40, 40], completion_lens=[[2] * 4] * 4)
+    groups = random_groups(prompt_lens=[40, 40, 40, 40], completion_lens=[[2] * 4] * 4)
     # full sequences: 4 rows x 42 = 168 tokens a group; shared: 40 + 4 x 2 = 48
     assert len(micro_batches(groups, max_tokens=4 * 48, shared=True)) == 1
     assert len(micro_batches(groups, max_tokens=4 * 48, shared=False)) == 4
 
 
 def test_bf16_compute_keeps_fp32_weights_and_fp32_head():
-    groups = _groups(seed=3)
+    groups = random_groups(seed=3)
     model, _ = load_model("tiny-random")
     batch = collate(groups, pad_id=0)
     with torch.no_grad():
@@ -218,7 +197,7 @@ def test_evaluation_engine_decodes_the_trained_weights(dtype):
     evaluation = Engine(model, tokenizer, cfg.rollout, fp32_head=True, greedy=True)
     prompts = [Prompt("a", "12+7=", ""), Prompt("b", "3+45=", "")]
     before = evaluation.generate(prompts, 1)
-    train_step(model, Optimizer(model, cfg), _groups(), cfg, pad_id=0, step=1)
+    train_step(model, Optimizer(model, cfg), random_groups(), cfg, pad_id=0, step=1)
     model.eval()
     after = evaluation.generate(prompts, 1)
     fresh = Engine(model, tokenizer, cfg.rollout, fp32_head=True, greedy=True).generate(prompts, 1)
@@ -239,7 +218,7 @@ def test_no_deprecated_cache_argument_reaches_transformers():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.no_grad():
-            completion_logprobs(model, collate(_groups(seed=2), pad_id=0), temperature=1.0, fp32_head=True,
+            completion_logprobs(model, collate(random_groups(seed=2), pad_id=0), temperature=1.0, fp32_head=True,
                                 share_prompt=True)
         Engine(model, tok, cfg.rollout, seed=0).generate([Prompt("p", "a1b2+a3b4=", "")], 2)
     assert [str(w.message) for w in caught if "past_key_values" in str(w.message)] == []
@@ -272,7 +251,7 @@ def test_recomputed_layers_give_the_same_logprobs_and_gradients_and_keep_a_tenth
     the replay computes exactly what the forward did (the same kernels and bf16 casts), so the
     log-probs and every gradient agree; the forward keeps under a tenth of the bytes (measured
     3.6-7.4%: each layer's input against all of its intermediates)."""
-    batch = collate(_groups(), pad_id=0)
+    batch = collate(random_groups(), pad_id=0)
     plain_bytes, plain_logp, plain = _saved_bytes_and_grads(batch, share, dtype, recompute=False)
     rc_bytes, rc_logp, rc = _saved_bytes_and_grads(batch, share, dtype, recompute=True)
     assert torch.allclose(rc_logp, plain_logp, atol=1e-6, rtol=0)
@@ -296,7 +275,7 @@ def _most_weight_gradients_alive(monkeypatch, hold: bool) -> int:
     model, _ = load_model("tiny-random")
     model.train()
     shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
-    batch = collate(_groups(), pad_id=0)
+    batch = collate(random_groups(), pad_id=0)
     assert all(s[0] not in (batch.input_ids.numel(), batch.targets.numel()) for s in shapes)  # no activation alike
     logp = completion_logprobs(model, batch, 0.7, fp32_head=True, share_prompt=True)
     loss = (logp * torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))).sum()

@@ -7,14 +7,7 @@ import sys
 import time
 
 import psutil
-import pytest
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+from process_helpers import descendants
 
 
 def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
@@ -27,7 +20,7 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
         deadline = time.monotonic() + 120
         generator = None
         while generator is None and time.monotonic() < deadline and trainer.poll() is None:
-            for child in _descendants(trainer.pid):
+            for child in descendants(trainer.pid):
                 try:  # the spawned generator: kill the trainer while the child is still starting up
                     if "spawn_main" in " ".join(child.cmdline()) and "resource_tracker" not in " ".join(child.cmdline()):
                         generator = child
@@ -35,7 +28,7 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
                     continue
             time.sleep(0.02)
         assert generator is not None, f"the generator process never started: {trainer.poll()} {trainer.stderr.read() if trainer.poll() is not None else ''}"
-        left = _descendants(trainer.pid)
+        left = descendants(trainer.pid)
         os.kill(trainer.pid, signal.SIGKILL)
         trainer.wait(timeout=10)
         gone, alive = psutil.wait_procs(left, timeout=60)
@@ -43,35 +36,6 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
     finally:
         if trainer.poll() is None:
             trainer.kill()
-
-
-@pytest.mark.slow  # a run to its first checkpoint, then a kill: ~20 s idle, minutes on a loaded machine
-def test_a_killed_generator_stops_the_run_in_one_line_and_keeps_the_checkpoint(tmp_path):
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "scalerl", "train", "--run-dir", str(run), "--no-progress",
-           "--set", "model.name=tiny-random", "--set", "pipeline.transport=process", "--set", "run.threads=2",
-           "--set", "batch.prompts=2", "--set", "batch.generations=4", "--set", "eval.prompts=4",
-           "--set", "run.checkpoint_every=1", "--set", "rollout.length.type=none", "--set", "rollout.max_new_tokens=16",
-           "--set", "eval.samples=1", "--set", "eval.every=10000", "--max-steps", "10000"]
-    trainer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not list((run / "checkpoints").glob("step_*")):
-            time.sleep(0.1)
-        generator = [c for c in _descendants(trainer.pid)
-                     if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
-        assert len(generator) == 1
-        generator[0].kill()                                   # the out-of-memory killer, say
-        err = trainer.communicate(timeout=60)[1]
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-    assert trainer.returncode == 2
-    lines = [line for line in err.splitlines() if line.startswith("scalerl: error:")]
-    assert len(lines) == 1 and "generator process died" in lines[0] and "--resume" in lines[0]
-    assert "Traceback" not in err
-    kept = sorted((run / "checkpoints").glob("step_*/model.safetensors"))
-    assert kept, "the last checkpoint before the failure is kept (carry on with --resume)"
 
 
 def test_kill_9_of_a_parallel_study_leaves_no_run_training(tmp_path):
@@ -87,7 +51,7 @@ def test_kill_9_of_a_parallel_study_leaves_no_run_training(tmp_path):
                 p.is_file() and p.stat().st_size for p in runs):
             time.sleep(0.1)
         assert study.poll() is None, study.stderr.read()
-        left = _descendants(study.pid)
+        left = descendants(study.pid)
         assert len([p for p in left if "spawn_main" in " ".join(p.cmdline())]) >= 2   # both runs' workers
         os.kill(study.pid, signal.SIGKILL)
         study.wait(timeout=10)

@@ -5,7 +5,6 @@ One Ray instance for the module (num_cpus=2, no dashboard), shut down at the end
 
 import copy
 import json
-import os
 import threading
 import time
 
@@ -27,43 +26,8 @@ from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
 from scalerl.types import Completion, Group, Prompt
-
-SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=100", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=100",
-         "optim.warmup_steps=1", "pipeline.backend=ray", "ray.generators=2", "ray.generator_cpus=0.5",
-         "ray.trainer_cpus=0.5", "pipeline.k=2"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    tests = os.path.dirname(os.path.abspath(__file__))  # the actors import the test doubles (tests/doubles.py)
-    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
-    yield
-    ray.shutdown()
-
-
-def small_cfg(extra=()):
-    cfg = load_config("scalerl", overrides=SMALL + list(extra))
-    cfg.rollout.length.think_min, cfg.rollout.length.think_max, cfg.rollout.length.answer_budget = 4, 6, 4
-    cfg.rollout.length.phrase = "</think>"  # 1 token: 6 + 1 + 4 <= 12
-    return cfg
-
-
-def record_trained(monkeypatch, on_step=None) -> tuple[list[str], list[str]]:
-    """(completion ids, prompt ids) of every group the trainer stepped on, in order."""
-    completions: list[str] = []
-    prompts: list[str] = []
-
-    def step(model, optim, groups, cfg, pad_id, step, ref_model=None, advantages=None):
-        completions.extend(c.id for g in groups for c in g.completions)
-        prompts.extend(g.prompt.id for g in groups)
-        if on_step is not None:
-            on_step(step)
-        return train_step(model, optim, groups, cfg, pad_id, step, ref_model, advantages=advantages)
-
-    monkeypatch.setattr(state_mod, "train_step", step)
-    return completions, prompts
+from ray_helpers import (  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
+    check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for)
 
 
 def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, monkeypatch):
@@ -92,23 +56,6 @@ def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, 
     # the resumed run carries on its actors' shards: no prompt is trained in both halves
     assert len(prompts) == len(set(prompts))
     assert rows[-1]["ray/restarts"] == 0
-
-
-def _train_with_a_killer(cfg, tmp_path, monkeypatch, source_cls, killer) -> tuple[list[str], list[dict]]:
-    """Train `cfg` with `source_cls` as the Ray source; `killer` runs in a thread started at step 2
-    (the trainer keeps going meanwhile) and joined at step 5. (Trained completion ids, train rows.)"""
-    thread = threading.Thread(target=killer)
-
-    def on_step(step):
-        if step == 2:
-            thread.start()
-        if step == 5:
-            thread.join()
-
-    monkeypatch.setattr(backend, "RayRollouts", source_cls)
-    trained, _ = record_trained(monkeypatch, on_step)
-    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-    return trained, [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
 
 
 def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, monkeypatch):
@@ -148,7 +95,7 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
                 return
             time.sleep(0.2)
 
-    trained, rows = _train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_with_groups_in_flight)
+    trained, rows = train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_with_groups_in_flight)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert killed["back"] == (0, 2)  # rank 0, second incarnation
     assert rows[-1]["ray/restarts"] == 1
@@ -333,7 +280,7 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
 
     def slow_step(*args, **kwargs):
         if sources:   # the actor's engine runs in its process: the hub says when it waits at the window
-            _wait_for(lambda: ray.get(sources[-1].hub.at_window.remote()) or None, "actor at the window")
+            wait_for(lambda: ray.get(sources[-1].hub.at_window.remote()) or None, "actor at the window")
         else:         # the second idle turn from now asked the window after the last publish
             with turned:
                 start = turns[0]
@@ -375,138 +322,8 @@ def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight(
     assert hub.admit(1, 1, p[2], state, 1) == ("go", 2)
 
 
-# ------------------------------------------------------------------ ray.publish broadcast
-def _wait_for(fetch, what: str, timeout_s: float = 120.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fetch()
-        if got is not None:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} within {timeout_s} s")
-
-
-@pytest.mark.parametrize("extra", [[], pytest.param(["trainer.strategy=fsdp", "ray.trainers=2"], marks=pytest.mark.slow)],
-                         ids=["single", "fsdp2"])
-def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, monkeypatch, extra):
-    """ray.publish=broadcast over gloo, real actors: after each publish every generator actor holds
-    the trainer's published weights bit for bit, and the tokens it decodes carry the new versions."""
-    cfg = small_cfg(["run.max_steps=4", "ray.publish=broadcast", "ray.publish_bucket_mb=0.05", *extra])   # tiny-random is ~0.4 MB: several buckets
-    published: dict[int, dict] = {}
-    received: dict[tuple[int, int], dict] = {}
-    nbytes: list[int] = []     # bytes of a publish: each storage once (tied weights are one)
-
-    class Checked(backend.RayRollouts):
-        def send(self, update):
-            super().send(update)
-            nbytes.append(sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in update.weights.values()}.values()))
-            published[update.version] = {k: v.detach().clone() for k, v in update.weights.items()}
-            for rank, worker in enumerate(self.workers):
-                received[update.version, rank] = _wait_for(lambda: ray.get(worker.weights.remote(update.version)),
-                                                           f"version {update.version} in generator {rank}")
-
-    versions: list[int] = []   # the newest token version in each step's batch
-
-    def step(model, optim, groups, cfg_, pad_id, step_, ref_model=None, advantages=None):
-        versions.append(max(v for g in groups for c in g.completions for v in c.versions))
-        return train_step(model, optim, groups, cfg_, pad_id, step_, ref_model, advantages=advantages)
-
-    monkeypatch.setattr(backend, "RayRollouts", Checked)
-    if not extra:
-        monkeypatch.setattr(state_mod, "train_step", step)
-    train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-
-    assert sorted(published) == [1, 2, 3, 4]
-    for (version, rank), got in received.items():
-        want = published[version]
-        assert sorted(got) == sorted(want), (version, rank)
-        assert all(torch.equal(got[k], want[k]) for k in want), (version, rank)   # bit for bit
-    changed = [max((published[v + 1][k] - published[v][k]).abs().max().item() for k in published[v])
-               for v in range(1, 4)]
-    assert min(changed) > 0   # every step moved the weights: each publish carried new values
-    rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    # a step's row is written before its own publish: step s counts the s - 1 publishes before it
-    assert [r["ray/broadcast_bytes"] for r in rows] == [nbytes[0] * (s - 1) for s in range(1, 5)]
-    assert [r["ray/broadcast_groups"] for r in rows] == [1] * 4     # formed once: no actor restarted
-    if not extra:
-        # the window lets a draw of step 4 start only once its generator applied version >= 1
-        assert versions[0] == 0 and versions[3] >= 1, versions
-
-
-@pytest.mark.slow
-def test_broadcast_run_stops_with_one_line_when_a_generator_dies(tmp_path, monkeypatch):
-    """ray.publish=broadcast without restarts (ray.max_restarts=0): an actor killed mid-run ends the
-    run at once with an error naming what failed, not a broadcast waiting for a member that is gone."""
-    from scalerl.errors import ScaleRLError
-
-    cfg = small_cfg(["run.max_steps=30", "ray.publish=broadcast", "ray.max_restarts=0"])
-    sources, killed = [], {}
-
-    class Recorded(backend.RayRollouts):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            sources.append(self)
-
-    def on_step(step):
-        if step == 2:
-            ray.kill(sources[0].workers[0], no_restart=True)
-            killed["at"] = time.monotonic()
-
-    monkeypatch.setattr(backend, "RayRollouts", Recorded)
-    record_trained(monkeypatch, on_step)
-    with pytest.raises((ScaleRLError, RuntimeError)) as err:
-        train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-    assert time.monotonic() - killed["at"] < 120        # ray.publish_timeout_s is 300: nothing waited it out
-    message = str(err.value).splitlines()[0]
-    assert "generator actor 0 died and used up its 0 restarts" in message, message
-
-
-@pytest.mark.slow
-def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, monkeypatch):
-    """ray.publish=broadcast with a restart: actor 0 killed mid-run, Ray restarts it, the trainer
-    forms a new group with its new start, and at the end both actors hold the trainer's last
-    weights bit for bit."""
-    cfg = small_cfg(["run.max_steps=8", "ray.publish=broadcast", "ray.max_restarts=1", "pipeline.max_kl=null",
-                     "ray.publish_timeout_s=600"])
-    sources, published, final = [], {}, {}
-
-    class Recorded(backend.RayRollouts):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            sources.append(self)
-
-        def send(self, update):
-            super().send(update)
-            published[update.version] = {k: v.detach().clone() for k, v in update.weights.items()}
-
-        def close(self):
-            last = max(published)
-            for rank, worker in enumerate(self.workers):
-                final[rank] = _wait_for(lambda: ray.get(worker.weights.remote(last), timeout=60),
-                                        f"version {last} in generator {rank}")
-            super().close()
-
-    killed: dict = {}
-
-    def kill_and_wait_for_the_restart() -> None:
-        source = sources[0]
-        ray.kill(source.workers[0], no_restart=False)
-        deadline = time.monotonic() + 600   # a restart imports torch and builds the model: minutes on a loaded machine
-        while time.monotonic() < deadline and killed.get("back") != (0, 2):
-            try:
-                killed["back"] = ray.get(source.workers[0].ping.remote(), timeout=60)
-            except (ActorUnavailableError, GetTimeoutError):
-                time.sleep(0.2)
-
-    trained, rows = _train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_and_wait_for_the_restart)
-    assert [r["step"] for r in rows] == list(range(1, 9))
-    assert killed["back"] == (0, 2) and rows[-1]["ray/restarts"] == 1
-    assert rows[-1]["ray/broadcast_groups"] >= 2            # formed again with the new start
-    # no member waited out ray.publish_timeout_s (600 s) on the broken group: the publish that met
-    # the dead actor took the restart's time (seconds to a few minutes), not the timeout's
-    assert max(r["time/publish"] for r in rows) < 300
-    assert len(trained) == len(set(trained))
-    want = published[8]
-    for rank in (0, 1):
-        assert sorted(final[rank]) == sorted(want) and all(torch.equal(final[rank][k], want[k]) for k in want), rank
+# ------------------------------------------------------------------ ray.publish broadcast (with FSDP ranks: tests/slow)
+def test_broadcast_publish_gives_every_generator_the_trainers_weights(tmp_path, monkeypatch):
+    """ray.publish=broadcast over gloo, one trainer: every generator actor holds the trainer's published
+    weights bit for bit after each publish, and the tokens it decodes carry the new versions."""
+    check_broadcast_publish(tmp_path, monkeypatch, [])

@@ -31,8 +31,9 @@ MARK = f"scalerl-test-{uuid.uuid4().hex[:12]}"    # in the environment of every 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    tests = os.path.dirname(os.path.abspath(__file__))   # the actors import `ServerHolder` from this module
-    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    here = os.path.dirname(os.path.abspath(__file__))   # the actors import `ServerHolder` from this module,
+    tests = os.path.dirname(here)                        # which imports the helpers in tests/
+    path = os.pathsep.join(p for p in (here, tests, os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "SCALERL_TEST_MARK": MARK}})
     yield
