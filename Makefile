@@ -43,14 +43,15 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-# The fast tier in .venv, then the vLLM engine's in .venv-vllm, against a real server.
+# The fast tier in .venv (every folder of tests/ but the tier folders slow, gpu and vllm), then the vLLM engine's
+# in .venv-vllm, against a real server.
 test: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
+# The vLLM engine's tests alone (tests/vllm/: the thread and process transports, and Ray generator
 # actors; the modules of .venv's other extras are not in .venv-vllm).
-VLLM_TESTS := tests/test_vllm.py tests/test_vllm_ray.py
+VLLM_TESTS := tests/vllm
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
@@ -69,12 +70,13 @@ test-hostile: $(STAMP)
 	for i in $$(seq $(HOG_N)); do timeout $(HOG_S) $(HOSTILE_PY) -c "while True: pass" & hogs="$$hogs $$!"; done; \
 	$(HOSTILE_PY) -m pytest -q -p no:cacheprovider -m "$(HOSTILE_MARK)" $(HOSTILE_TESTS)
 
+# tests/slow/, then tests/vllm/'s slow tests (tests/conftest.py marks a test by its tier folder).
 test-slow: $(STAMP) $(VSTAMP)
-	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
+	$(PY) -m pytest -q tests/slow
 	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
 test-gpu: $(STAMP)
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -q tests/gpu
 
 # Rebuild the default testbed's shipped weights (scalerl/models/weights/ladder-1m) and record their sha256.
 testbed-weights: $(STAMP)

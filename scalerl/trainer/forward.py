@@ -11,7 +11,7 @@ completions attend to its K/V:
 
 The backward of the row repetition sums the G completions' gradients into the prompt's K/V, so
 the loss and every gradient are those of the unshared computation (N full sequences
-prompt + completion, `_unshared`), up to float rounding; tests/test_train_forward.py checks it.
+prompt + completion, `_unshared`), up to float rounding; tests/trainer/test_train_forward.py checks it.
 On SmolLM2's chat template (about 83 prompt and at most 32 completion tokens, G = 8) the
 trainer then runs about 2.7k tokens a step instead of 7.2k. On a CPU the shared path's
 attention is `_grouped_attention` (query heads grouped by K/V head, no K/V repetition), whose
@@ -25,7 +25,7 @@ copy (the same casts, `scalerl.models.cast_model`: RoPE frequencies fp32 on both
 same attention kernel, `match_trainer_attention`). The gradients flow through the casts into
 the fp32 weights, which AdamW updates. The LM head and log-softmax run on the fp32 weight and
 fp32 hidden states when `fp32_head` (paper Section 3.2), else in bf16. Measured on the tiny
-model (tests/test_effects_precision.py, docs/training.md): generator and trainer then agree
+model (tests/trainer/test_effects_precision.py, docs/training.md): generator and trainer then agree
 to about 1e-5 per token with the FP32 head, where torch.autocast (fp32 residual stream and
 norms) against a plain bf16 generator copy differed by 1e-2.
 

@@ -20,7 +20,7 @@ from scalerl.types import Completion, Prompt
 EXAMPLE = Path(__file__).parents[2] / "examples" / "code-tasks.jsonl"
 ISOLATED = sandbox.isolation_unavailable() is None
 needs_sandbox = pytest.mark.skipif(not ISOLATED, reason="scoring runs programs: the sandbox refuses here "
-                                                        "(tests/test_sandbox.py asserts the refusal)")
+                                                        "(tests/tasks/test_sandbox.py asserts the refusal)")
 FAST = Limits(timeout_s=2.0, memory_mb=256)
 
 

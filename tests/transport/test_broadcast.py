@@ -1,6 +1,6 @@
 """scalerl.transport.broadcast: the bucket layout, and real gloo groups (members in threads of
 this process, over TCP): what the receivers get, a timeout and a member gone, each a one-line error.
-The Ray run with ray.publish=broadcast is in tests/test_ray.py."""
+The Ray run with ray.publish=broadcast is in tests/transport/test_ray.py."""
 
 import re
 import threading
