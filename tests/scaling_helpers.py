@@ -2,8 +2,8 @@
 `scaling_helpers`: tests/ is on sys.path under pytest)."""
 
 import numpy as np
-from scalerl.scaling import fit_curve, window_start
 
+from scalerl.scaling import fit_curve, window_start
 
 AGREE = 0.01
 GRID_WARNING = "the paper's grid procedure gives A = "

@@ -1,14 +1,13 @@
 """The small training configuration and the fake generators of the loop's tests, fast and slow tier (imported
 as `train_helpers`: tests/ is on sys.path under pytest, and a spawned child puts it there)."""
 
-from scalerl.configure import load_config
-from doubles import FakeTask, fake_build, parity_reward
-from scalerl.assembly.generator import Components
-from scalerl.run.metrics import read_rows
-from scalerl.types import Completion, Group, Prompt
-from doubles import scored
 import random
 
+from doubles import FakeTask, fake_build, parity_reward, scored
+from scalerl.assembly.generator import Components
+from scalerl.configure import load_config
+from scalerl.run.metrics import read_rows
+from scalerl.types import Completion, Group, Prompt
 
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",

@@ -3,6 +3,7 @@ version (tests/transport/test_weights.py says how), and the generator builds a s
 (imported as `weights_helpers`: tests/ is on sys.path under pytest, the spawned process inherits it)."""
 
 import torch
+
 from doubles import FakeTask, parity_reward
 from scalerl.batching import BatchFiller, PipelineRL
 from scalerl.configure import load_config
@@ -10,7 +11,6 @@ from scalerl.errors import ScaleRLError
 from scalerl.transport.local import ProcessRollouts
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.window import Window
-
 
 GREEDY = ["model.name=tiny-random", "rollout.temperature=0.00001", "rollout.length.type=none",
           "rollout.max_new_tokens=6", "rollout.batch_slots=4"]

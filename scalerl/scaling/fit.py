@@ -7,7 +7,8 @@ squares at every grid point, keep the lowest sum of squared residuals (`method="
 Departures from the paper:
 1. Search ranges (A.7). The paper's A grid is 0.450..0.800 step 0.005; here it runs from
    `max(y in window) - 0.1` (rounded down to the step) to 1.0, step 0.005, so the ceiling of any
-   pass-rate curve lies inside it (a metric outside [0, 1], power law only: up to max + 10 x range). C_mid: 100 values log-spaced from the window start / 10 to
+   pass-rate curve lies inside it (a metric outside [0, 1], power law only: up to max + 10 x range).
+   C_mid: 100 values log-spaced from the window start / 10 to
    100x the window end (the paper: "over the compute range"). Both can be set; a winner on the
    edge of either range is a warning.
 2. B at each grid point: a bounded 1-D least-squares search (golden section over log B in
@@ -478,7 +479,8 @@ def fall_warning(f: dict | None, x=None) -> str | None:
         return None
     at = f" (at {x[f['peak_index']]:.4g})" if x is not None else ""
     return (f"the curve fell after its peak: {f['peak']:.3f}{at} -> {f['end']:.3f} at the end, a drop of "
-            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; a sigmoid does not describe a falling run, so its "
+            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; "
+            "a sigmoid does not describe a falling run, so its "
             "ceiling and forecast do not hold (look for the instability in the training metrics: lengths, "
             "truncation, gradient norm, staleness)")
 

@@ -12,12 +12,12 @@ import torch
 
 import scalerl.assembly.run as build_mod
 import scalerl.run.checkpoint as checkpoint_mod
+from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
+from doubles import tiny_random_components
 from scalerl.cli import main
 from scalerl.config import MAX_PROMPTS, available_cores
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
-from doubles import tiny_random_components
 from scalerl.run.metrics import read_rows
 from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from scalerl.cli import main
-from scalerl.config import Config, CispoLoss, PPOClipLoss, dump_config, list_recipes
+from scalerl.config import CispoLoss, Config, PPOClipLoss, dump_config, list_recipes
 from scalerl.config.merge import parse_override
 from scalerl.configure import load_config, profile_line
 from scalerl.errors import ScaleRLError

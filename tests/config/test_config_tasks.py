@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from scalerl.config import Config, expand_task, list_recipes, recipe_path, task_config
+from scalerl.config.merge import merge, validate
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.config.merge import merge, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "tasks_before.json").read_text())

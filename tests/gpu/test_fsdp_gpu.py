@@ -1,12 +1,15 @@
-"""FSDP2 trainer ranks on CUDA over NCCL against one process (tests/trainer/test_fsdp.py: the same over gloo on the CPU)."""
+"""FSDP2 trainer ranks on CUDA over NCCL against one process (tests/trainer/test_fsdp.py: the same over gloo on the
+CPU)."""
 
 from __future__ import annotations
+
 import pytest
 import torch
+
+from fsdp_helpers import CASES, TOL, fsdp_cfg, fsdp_groups, max_diff
 from scalerl.models import load_model
 from scalerl.trainer.sharded import FSDPRank, spawn_ranks
 from scalerl.trainer.step import Optimizer, plan_shards, train_step
-from fsdp_helpers import CASES, TOL, fsdp_groups, fsdp_cfg, max_diff
 
 
 def _cuda_ranks(rank: int, world: int, rendezvous: str) -> list | None:

@@ -1,11 +1,14 @@
-"""Chunked FP32-head log-probs on CUDA in bf16: bounded memory, the values of the fp64 reference (tests/rl/test_rl_logprobs.py holds the rest)."""
+"""Chunked FP32-head log-probs on CUDA in bf16: bounded memory, the values of the fp64 reference
+(tests/rl/test_rl_logprobs.py holds the rest)."""
 
 import importlib.util
 import pathlib
+
 import pytest
 import torch
+
+from logprob_helpers import inputs, reference
 from scalerl.rl.logprobs import token_logprobs
-from logprob_helpers import reference, inputs
 
 
 @pytest.mark.gpu

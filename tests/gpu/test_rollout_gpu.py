@@ -1,12 +1,14 @@
-"""The rollout engine on CUDA: the fixed-shape loop's CUDA graphs against the eager path, and log-probs against a fresh forward (tests/rollout: the same on the CPU)."""
+"""The rollout engine on CUDA: the fixed-shape loop's CUDA graphs against the eager path, and log-probs against a
+fresh forward (tests/rollout: the same on the CPU)."""
 
 from __future__ import annotations
+
 import pytest
 import torch
-from rollout_helpers import TEXTS, char_tokenizer, prompts, tiny_llama
+
+from rollout_helpers import LONG_AND_SHORT, MODELS, TEXTS, char_tokenizer, prompts, smollm2_shape, tiny_llama
 from scalerl.config import NoLengthControl, RolloutConfig
 from scalerl.rollout import Engine
-from rollout_helpers import LONG_AND_SHORT, smollm2_shape, MODELS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

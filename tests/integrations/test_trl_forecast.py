@@ -68,7 +68,8 @@ def test_a_missing_metric_is_one_clear_error(tmp_path):
 
 
 def test_the_callback_imports_without_trl():
-    code = "import sys; sys.modules['trl'] = None; import scalerl.integrations.trl as t; print(t.ForecastCallback.__name__)"
+    code = ("import sys; sys.modules['trl'] = None; import scalerl.integrations.trl as t; "
+            "print(t.ForecastCallback.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0 and out.stdout.strip() == "ForecastCallback", out.stderr

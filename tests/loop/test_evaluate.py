@@ -2,9 +2,9 @@
 
 import pytest
 
+from doubles import pass_fail
 from scalerl.evaluate import evaluate
 from scalerl.types import Completion, Prompt
-from doubles import pass_fail
 
 
 class ScriptedGenerator:

@@ -122,7 +122,7 @@ def test_kill_9_then_resume_keeps_rows_unique_and_compute_continuous(tmp_path):
     assert [r for r in archived if "torn_line" not in r] == written_before[len(upto):]  # archived, not lost
     for pid in saved["curriculum"]["retired"]:                    # curriculum restored
         assert tr.curriculum.is_retired(pid)
-    for pid, (passed, total) in saved["curriculum"]["history"].items():
+    for pid, (_passed, total) in saved["curriculum"]["history"].items():
         assert tr.curriculum.state_dict()["history"][pid][1] >= total
 
 

@@ -122,8 +122,8 @@ def test_small_order_is_the_default_testbed_at_the_small_shape(monkeypatch, tmp_
 
 
 def test_bf16_model_keeps_fp32_rope_frequencies(tiny_random):
-    from scalerl.configure import load_config
     from scalerl.assembly.generator import generator_copy
+    from scalerl.configure import load_config
 
     model, _ = tiny_random
     half, _ = load_model("tiny-random", dtype="bf16")
@@ -158,12 +158,11 @@ def test_smollm2_shape_random_has_smollm2s_parameter_count():
 def test_a_run_or_its_checkpoint_loads_as_the_trained_model(tmp_path):
     """`model.name` = a scalerl run directory (its newest checkpoint) or one checkpoint: the run's
     base model (config.yaml) with the checkpoint's weights; the tokenizer is the base's."""
+    from scalerl.config import dump_config
+    from scalerl.configure import load_config
     from scalerl.models import base_model
     from scalerl.rollout.length import phrase_tokens
     from scalerl.run.checkpoint import TrainState, save_checkpoint
-
-    from scalerl.config import dump_config
-    from scalerl.configure import load_config
 
     run = tmp_path / "run"
     run.mkdir()

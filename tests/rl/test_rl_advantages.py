@@ -5,13 +5,12 @@ import math
 import pytest
 import torch
 
-from scalerl.config import LengthPenaltyConfig
+from scalerl.batching import BatchFiller, zero_variance_filter
+from scalerl.config import CispoLoss, LengthPenaltyConfig
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.rl.advantages import group_advantages, unequal_rewards_mask
-from scalerl.batching import BatchFiller, zero_variance_filter
 from scalerl.rl.length_penalty import overlong_penalty, shaped_reward
-from scalerl.config import CispoLoss
 from scalerl.rl.losses import policy_loss
 from scalerl.types import Completion, Group, Prompt, Score
 

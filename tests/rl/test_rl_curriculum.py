@@ -4,11 +4,11 @@ import json
 
 import pytest
 
+from doubles import scored
 from scalerl.config import CurriculumConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPositiveResampling
 from scalerl.types import Completion, Group, Prompt
-from doubles import scored
 
 
 def group(pid, n_pass, n=10):
@@ -156,11 +156,11 @@ def test_endless_sampler_skips_retired_and_gives_up_when_saturated():
 def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_path, monkeypatch, one_torch_thread):
     """Through the training loop (tiny-random, parity reward): a pool of 20 arith prompts, several
     epochs, a resume; every prompt drawn is checked against the retirements made before it."""
-    from scalerl.configure import load_config
-    from scalerl.transport import window as transport
     from doubles import tiny_random_components
+    from scalerl.configure import load_config
     from scalerl.loop import train
     from scalerl.run.metrics import read_rows
+    from scalerl.transport import window as transport
 
     events = []                                            # ("draw" | "retire", prompt id), in order
     next_prompt, update = transport.LockedSampler.next, NoPositiveResampling.update

@@ -6,9 +6,9 @@ import pathlib
 import pytest
 import torch
 
+from logprob_helpers import inputs, reference
 from scalerl.errors import ScaleRLError
 from scalerl.rl.logprobs import token_logprobs
-from logprob_helpers import reference, inputs
 
 
 @pytest.mark.parametrize("keep", [True, False])  # log-softmax kept for the backward, or recomputed there

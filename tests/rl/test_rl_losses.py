@@ -1,12 +1,10 @@
 """Losses and aggregations against values worked out by hand (see the comments)."""
 
 import math
+from typing import get_args
 
 import pytest
 import torch
-
-from typing import get_args
-
 from pydantic import ValidationError
 
 from scalerl.config import CispoLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss

@@ -17,11 +17,11 @@ def test_k3_is_the_kl_of_two_categoricals_in_expectation():
 
 
 def test_kl_sums_counts_masked_tokens_and_stale_ones():
-    l = torch.tensor([[0.1, -0.2, 0.3], [0.0, 0.5, 9.0]])
+    lr = torch.tensor([[0.1, -0.2, 0.3], [0.0, 0.5, 9.0]])
     stale = torch.tensor([[0, 1, 2], [3, 0, 1]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])        # the last token not trained
     kl = [math.expm1(x) - x for x in (0.1, -0.2, 0.3, 0.0, 0.5)]
-    total, n, stale_kl, s2 = kl_sums(l, stale, mask)
+    total, n, stale_kl, s2 = kl_sums(lr, stale, mask)
     assert total == pytest.approx(sum(kl), rel=1e-6) and n == 5
     assert stale_kl == pytest.approx(kl[1] + kl[2] + kl[3], rel=1e-6)
     assert s2 == 1 + 4 + 9

@@ -5,7 +5,6 @@ build asks of it. An engine added here, in this file only (`ToyEngineConfig`, `O
 import argparse
 from typing import ClassVar, Literal
 
-
 import pytest
 from pydantic import BaseModel
 
@@ -16,8 +15,7 @@ from scalerl.config import LocalEngineConfig, VllmEngineConfig
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
-from scalerl.rollout import Engine, EngineNeeds, build_engine, engine_spec, make_engine
-from scalerl.rollout import registry
+from scalerl.rollout import Engine, EngineNeeds, build_engine, engine_spec, make_engine, registry
 from scalerl.rollout.vllm import VllmClient, _find, _versions
 from scalerl.types import Completion
 

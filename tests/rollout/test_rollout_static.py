@@ -4,8 +4,8 @@ prompt decoded alone, and the slot rule's arithmetic done by hand.
 
 The CPU tests run a 2-layer model of the tiny shape and one of SmolLM2-135M's shape (width 576,
 9 query / 3 K/V heads, head dim 64, MLP 1536, a 49,152-token vocabulary) with 2 layers instead of
-30. The `gpu` tier (tests/gpu/test_rollout_gpu.py) runs the same checks on CUDA, where the static step is captured as CUDA
-graphs (`rollout.capture: auto`)."""
+30. The `gpu` tier (tests/gpu/test_rollout_gpu.py) runs the same checks on CUDA, where the static step
+is captured as CUDA graphs (`rollout.capture: auto`)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM
 
-from rollout_helpers import TEXTS, char_tokenizer, prompts, tiny_llama
+from rollout_helpers import LONG_AND_SHORT, MODELS, TEXTS, char_tokenizer, prompts, smollm2_shape, tiny_llama
 from scalerl.config import InterruptConfig, NoLengthControl, RolloutConfig
 from scalerl.errors import ScaleRLError
 from scalerl.rollout import Engine
 from scalerl.rollout import static as static_mod
 from scalerl.rollout.slots import CONTEXT_ROUND, SLOTS_MAX
 from scalerl.rollout.static import StaticLoop
-from rollout_helpers import LONG_AND_SHORT, smollm2_shape, MODELS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -60,6 +59,7 @@ def test_attention_output_in_any_memory_layout_decodes_the_same(tok, monkeypatch
     the CPU the same layout is made by hand: the static path's SDPA here returns its values in a
     (B, L, H, d) buffer seen as (B, H, L, d); greedy tokens and log-probs must equal the eager path's."""
     import torch.nn.functional as real_f
+
     from scalerl.rollout import forward as forward_mod
 
     class StridedSdpa:

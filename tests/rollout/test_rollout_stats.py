@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from doubles import scored
 from scalerl.trainer.step import group_stats
 from scalerl.types import Completion, Prompt
-from doubles import scored
 
 
 def completion(reason: str, n: int = 3) -> Completion:
@@ -43,8 +43,8 @@ def test_the_share_the_length_penalty_lowered():
 @pytest.mark.parametrize("answer,passed", [("a0b2c9", True), ("a0b2c8", False)])
 def test_an_interrupted_answer_is_checked_like_any_other(answer, passed):
     from scalerl.config import DEFAULT_PHRASE, RewardConfig
-    from scalerl.tasks.arith import ArithTask
     from scalerl.rewards import RewardFn
+    from scalerl.tasks.arith import ArithTask
 
     task = ArithTask("arith-3")
     prompt = task.train_prompt(0)                     # a3b5c2+a7b6c6= -> a0b2c9 (235 + 667 = 902)

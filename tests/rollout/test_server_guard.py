@@ -13,8 +13,8 @@ import textwrap
 import time
 
 import psutil
-from process_helpers import gone_within, running
 
+from process_helpers import gone_within, running
 from scalerl.rollout import vllm_server
 from scalerl.rollout.vllm_server import start_guarded
 

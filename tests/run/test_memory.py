@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from doubles import tiny_random_components
 from scalerl.loop import train
 from scalerl.run.memory import MemoryMonitor
 from scalerl.run.metrics import read_rows
 from scalerl.transport.local import exit_reason
-from doubles import tiny_random_components
 from train_helpers import small_cfg
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import scalerl.assembly.run as build_mod
-from scalerl.cli import main
 from cli_helpers import SETS, SMALL, fake_model, one_line, train_cli  # noqa: F401 (fake_model: autouse fixture)
 from doubles import tiny_random_components
+from scalerl.cli import main
 from scalerl.run.lock import LOCK_FILE, RunDirInUse, RunLock
 from scalerl.run.metrics import read_rows
 from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints

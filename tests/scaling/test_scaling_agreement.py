@@ -10,7 +10,7 @@ import pytest
 
 from scalerl.scaling import fit_curve, window_start
 from scalerl.scaling.report import SEED_MARGIN, verdict
-from scaling_helpers import AGREE, eq1, curves, check_one
+from scaling_helpers import AGREE, check_one, curves, eq1
 
 
 def test_default_agrees_with_the_grid_or_warns_fast_subset():

@@ -1,6 +1,7 @@
 """Model loading, slow tier: the warm start of `tiny` and SmolLM2 (tests/models/test_models.py holds the rest)."""
 
 import pytest
+
 from scalerl.models import load_model
 
 

@@ -1,9 +1,12 @@
-"""No orphans, slow tier: a generator process killed once the run has its first checkpoint (tests/transport/test_orphans.py holds the rest)."""
+"""No orphans, slow tier: a generator process killed once the run has its first checkpoint
+(tests/transport/test_orphans.py holds the rest)."""
 
 import subprocess
 import sys
 import time
+
 import pytest
+
 from process_helpers import descendants
 
 

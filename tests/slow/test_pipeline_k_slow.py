@@ -1,11 +1,13 @@
-"""PipelineRL-k through the real loop, slow tier: the generator process's start-up is not compute (tests/loop/test_pipeline_k.py holds the rest)."""
+"""PipelineRL-k through the real loop, slow tier: the generator process's start-up is not compute
+(tests/loop/test_pipeline_k.py holds the rest)."""
 
 import time
+
 import pytest
+
 from scalerl.loop import train
 from scalerl.transport.protocol import GeneratorBuild
-from train_helpers import fake_components, small_cfg
-from train_helpers import train_rows
+from train_helpers import fake_components, small_cfg, train_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,15 +1,20 @@
-"""The Ray backend, slow tier: ray.publish=broadcast with FSDP trainer ranks, a generator that dies, a group formed again after a restart (one local CPU Ray for the module; tests/transport/test_ray.py holds the rest)."""
+"""The Ray backend, slow tier: ray.publish=broadcast with FSDP trainer ranks, a generator that dies, a group formed
+again after a restart (one local CPU Ray for the module; tests/transport/test_ray.py holds the rest)."""
 
 import time
+
 import pytest
 import torch
-ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
-from ray.exceptions import ActorUnavailableError, GetTimeoutError  # noqa: E402
-from scalerl.assembly import ray as backend
+
+pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
+
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError
+
 from doubles import tiny_random_components
+from ray_helpers import check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
+from scalerl.assembly import ray as backend
 from scalerl.loop import train
-from ray_helpers import (  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
-    check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for)
 
 
 @pytest.mark.slow
@@ -67,7 +72,7 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
         def close(self):
             last = max(published)
             for rank, worker in enumerate(self.workers):
-                final[rank] = wait_for(lambda: ray.get(worker.weights.remote(last), timeout=60),
+                final[rank] = wait_for(lambda w=worker: ray.get(w.weights.remote(last), timeout=60),
                                         f"version {last} in generator {rank}")
             super().close()
 

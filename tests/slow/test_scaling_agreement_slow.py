@@ -1,8 +1,10 @@
-"""The default fit against the paper's grid, slow tier: on 40 noisy curves (tests/scaling/test_scaling_agreement.py holds the rest)."""
+"""The default fit against the paper's grid, slow tier: on 40 noisy curves (tests/scaling/test_scaling_agreement.py
+holds the rest)."""
 
 import numpy as np
 import pytest
-from scaling_helpers import AGREE, curves, check_one
+
+from scaling_helpers import AGREE, check_one, curves
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
-"""Curve fits, slow tier: the coverage of the prediction interval over 60 replicas (tests/scaling/test_scaling_fit.py holds the rest)."""
+"""Curve fits, slow tier: the coverage of the prediction interval over 60 replicas (tests/scaling/test_scaling_fit.py
+holds the rest)."""
 
 import numpy as np
 import pytest
+
 from scalerl.scaling import fit_curve
 from scaling_helpers import synthetic
 

@@ -19,7 +19,6 @@ import pytest
 
 from scalerl.run.metrics import read_rows
 
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))   # memory_soak
 STEPS = 16

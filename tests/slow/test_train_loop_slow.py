@@ -1,7 +1,9 @@
 """The training loop end to end, slow tier: the process transport, and the reward going up on `tiny`."""
 
 import json
+
 import pytest
+
 from scalerl.cli import main
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows

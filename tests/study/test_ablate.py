@@ -14,7 +14,6 @@ from scalerl.study import ablate, budget_overrides, fit_study, plan_runs, plan_v
 from scalerl.study.runner import DONE_FILE, core_shares
 from scalerl.study.variants import fit_length_control
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -298,9 +297,9 @@ class Interrupted(RuntimeError):
 def _trainer(calls, interrupt_dir=None, after_steps=3):
     """A train_fn on tiny-random with the parity reward (a random model has reward variance),
     recording (run dir, resume); optionally interrupted inside `interrupt_dir`'s run."""
+    from doubles import tiny_random_components
     from scalerl import loop as train_mod
     from scalerl.assembly import state as state_mod
-    from doubles import tiny_random_components
 
     def train_fn(cfg, run_dir, resume=False, progress=False):
         calls.append((run_dir.parent.name, resume))

@@ -62,7 +62,6 @@ def test_a_results_entry_reads_its_staleness_from_activity_json(tmp_path):
 
 
 def test_subset_drops_are_reported(tmp_path):
-    refs = _refs(tmp_path)
     rung = [0.0, 0.1, 0.2, 0.29, 0.2, 0.1, 0.0, 0.0]
     run = read_curve(_run(tmp_path / "r", [0.2 + 0.06 * i for i in range(8)], subsets={"2x7": rung}))
     assert run.drops() == {"2x7": pytest.approx(0.29)}   # its peak minus its last evaluation

@@ -123,8 +123,8 @@ def test_bad_specs_are_one_line(spec, match):
 
 
 def test_weights_need_a_function():
-    with pytest.raises(ScaleRLError, match=r"^--set reward.weights=\[1.0, 2.0\]: reward: weights = \[1.0, 2.0\]: expected \[checker weight, function "
-                                           r"weight\] beside a reward.function"):
+    with pytest.raises(ScaleRLError, match=r"^--set reward.weights=\[1.0, 2.0\]: reward: weights = \[1.0, 2.0\]: "
+                                           r"expected \[checker weight, function weight\] beside a reward.function"):
         load_config("scalerl", overrides=["reward.weights=[1.0, 2.0]"])
 
 

@@ -5,11 +5,10 @@ import dataclasses
 import json
 import random
 
-
-from scalerl.config import Config
-from scalerl.configure import load_config
 from doubles import FakeGenerator
 from scalerl.assembly.generator import Components
+from scalerl.config import Config
+from scalerl.configure import load_config
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
 from scalerl.transport.protocol import GeneratorBuild, Stage
@@ -29,9 +28,8 @@ def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokeniz
     """A `GeneratorBuild` function: the guessing generator, the run's real file task and real reward
     (in a generator process: all built there)."""
     from scalerl.models import load_model
-    from scalerl.rewards import training_reward
+    from scalerl.rewards import RewardFn, training_reward
     from scalerl.tasks import task_for_run
-    from scalerl.rewards import RewardFn
 
     cfg = Config.model_validate_json(cfg_json)
     if model is None:
@@ -43,8 +41,8 @@ def build_guessing(cfg_json: str, device: str, *, seed: int, model=None, tokeniz
 
 def test_a_maths_dataset_is_checked_in_the_generator_process(tmp_path):
     from scalerl.models import load_model
-    from scalerl.tasks import task_for_run
     from scalerl.rewards import RewardFn
+    from scalerl.tasks import task_for_run
 
     rng = random.Random(0)
     rows = []

@@ -179,7 +179,8 @@ def contained(outside: Outside, source: str, **kw) -> sandbox.SandboxResult | No
 # (name, source, statuses allowed, what stdout must contain or None, extra run_program arguments)
 CASES = [
     ("fork_bomb", "import os\nwhile True:\n    os.fork()\n", {"error", "timeout"}, None, {}),
-    ("fork_count", "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+    ("fork_count", "import os, time\nn = 0\ntry:\n    while True:\n"
+     "        if os.fork() == 0:\n"
      "            time.sleep(60)\n        n += 1\nexcept OSError:\n    print('forks', n)\n", {"ok"}, "forks ", {}),
     ("memory_bomb", "x = []\nwhile True:\n    x.append(bytearray(10**7))\n", {"memory"}, None, {"timeout_s": 5.0}),
     ("mmap_bomb", "import mmap\nm = mmap.mmap(-1, 1 << 34)\nm[-1] = 1\nprint('mapped')\n", {"error", "memory"}, None, {}),
@@ -261,7 +262,8 @@ CASES = [
     ("inherited_descriptors", "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n"
      "        open_fds.append(fd)\n    except OSError:\n        pass\nprint('open', open_fds)\n", {"ok"}, "open []", {}),
     ("change_stdin", "import os, sys\nchanged = []\nfor name, f in (('write', lambda: os.write(0, b'x')),\n"
-     "                ('truncate', lambda: os.ftruncate(0, 0))):\n    try:\n        f()\n        changed.append(name)\n"
+     "                ('truncate', lambda: os.ftruncate(0, 0))):\n    try:\n        f()\n"
+     "        changed.append(name)\n"
      "    except OSError:\n        pass\nos.lseek(0, 0, 0)\nprint('changed', changed, sys.stdin.read())\n", {"ok"},
      "changed [] kept", {"stdin": "kept"}),
 ]
@@ -591,7 +593,7 @@ def test_servers_end_with_the_interpreter_and_a_forked_child_has_its_own():
     servers = [int(p) for p in lines[-1].split()[1:]]
     assert len(set(servers + [child])) == 3, out
     for pid in servers + [child]:
-        assert _wait_until(lambda: _state(pid) is None or "--serve" not in Path(f"/proc/{pid}/cmdline").read_text(),
+        assert _wait_until(lambda pid=pid: _state(pid) is None or "--serve" not in Path(f"/proc/{pid}/cmdline").read_text(),
                            5.0), f"server {pid} outlived its caller"
 
 
@@ -647,8 +649,8 @@ for served in (True, False):
     sb.FORK_SERVER = served
     r = sb.run_program("print(int(input()) * 2)", stdin="21\\n", allow_unisolated=True)
     t = sb.run_program("while True:\\n    pass\\n", timeout_s=0.5, allow_unisolated=True)
-    o = sb.run_program("import sys\\nwhile True:\\n    sys.stdout.write('x' * 65536)\\n", timeout_s=2.0, output_limit=1000,
-                       allow_unisolated=True)
+    o = sb.run_program("import sys\\nwhile True:\\n    sys.stdout.write('x' * 65536)\\n",
+                       timeout_s=2.0, output_limit=1000, allow_unisolated=True)
     out.append([r.status, r.stdout, t.status, t.seconds < 0.5 + 2.5, o.status, len(o.stdout),
                 getattr(sb._LOCAL, "server", None) is None])
 print(json.dumps(out))

@@ -118,8 +118,10 @@ def test_the_example_file_end_to_end():
     solutions = {
         "Read two integers": "a, b = map(int, input().split())\nprint(a + b)",
         "Read a line of text": "print(input()[::-1])",
-        "Write a function is_prime": "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))",
-        "Given a list of integers": "def max_product(nums):\n    s = sorted(nums)\n    return max(s[0] * s[1], s[-1] * s[-2])",
+        "Write a function is_prime": "def is_prime(n):\n"
+                                     "    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))",
+        "Given a list of integers": "def max_product(nums):\n    s = sorted(nums)\n"
+                                    "    return max(s[0] * s[1], s[-1] * s[-2])",
         "Read n, then print": "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)",
         "Return the number of vowels": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)",
     }

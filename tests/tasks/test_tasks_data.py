@@ -8,10 +8,10 @@ import pytest
 from scalerl.cli import main
 from scalerl.config import RewardConfig, task_config
 from scalerl.errors import ScaleRLError
+from scalerl.rewards import RewardFn, answer_section
 from scalerl.rl.curriculum import CurriculumExhausted, CurriculumSampler, NoPositiveResampling
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
-from scalerl.rewards import RewardFn, answer_section
 from scalerl.types import Completion, Group, Prompt, Score
 
 

@@ -6,9 +6,9 @@ import time
 import pytest
 
 from scalerl.config import RewardConfig, task_config
+from scalerl.rewards import RewardFn
 from scalerl.tasks import get_task
 from scalerl.tasks.arith import ArithTask
-from scalerl.rewards import RewardFn
 from scalerl.types import Completion, Prompt
 
 

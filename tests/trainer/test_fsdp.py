@@ -21,11 +21,11 @@ import signal
 import pytest
 import torch
 
+from fsdp_helpers import CASES, TOL, fsdp_cfg, fsdp_groups, max_diff
 from scalerl.models import load_model
 from scalerl.trainer.sharded import FSDPRank, load_shards, spawn_ranks
 from scalerl.trainer.step import Optimizer, plan_shards, train_step
 from scalerl.types import Group
-from fsdp_helpers import CASES, TOL, fsdp_groups, fsdp_cfg, max_diff
 
 
 def _step_groups(step: int) -> list[Group]:

@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from doubles import scored
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.models import load_model
 from scalerl.trainer.forward import completion_logprobs
 from scalerl.trainer.step import Optimizer, collate, logprob_mismatch, micro_batches, train_step
 from scalerl.types import Completion, Prompt
-from doubles import scored
 from train_helpers import random_groups
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -268,6 +268,7 @@ def _most_weight_gradients_alive(monkeypatch, hold: bool) -> int:
     and their `.grad`; `hold`: the second uses enter as the parameters themselves (the old graph)."""
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
+
     from scalerl.trainer import forward
 
     if hold:

@@ -6,13 +6,12 @@ import random
 import pytest
 import torch
 
+from doubles import scored
 from scalerl.configure import load_config
 from scalerl.models import load_model
 from scalerl.trainer import step as step_mod
 from scalerl.trainer.step import Optimizer, collate, micro_batches, train_step
 from scalerl.types import Completion, Prompt
-from doubles import scored
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 import psutil
+
 from process_helpers import descendants
 
 
@@ -27,7 +28,8 @@ def test_kill_9_during_start_up_leaves_no_process_behind(tmp_path):
                 except psutil.NoSuchProcess:
                     continue
             time.sleep(0.02)
-        assert generator is not None, f"the generator process never started: {trainer.poll()} {trainer.stderr.read() if trainer.poll() is not None else ''}"
+        assert generator is not None, (f"the generator process never started: {trainer.poll()} "
+                                       f"{trainer.stderr.read() if trainer.poll() is not None else ''}")
         left = descendants(trainer.pid)
         os.kill(trainer.pid, signal.SIGKILL)
         trainer.wait(timeout=10)

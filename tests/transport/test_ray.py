@@ -11,8 +11,10 @@ import time
 import pytest
 import torch
 
-ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
-from ray.exceptions import ActorUnavailableError, GetTimeoutError  # noqa: E402
+pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl[ray]")
+
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError
 
 from scalerl.configure import load_config
 from scalerl.assembly import ray as backend

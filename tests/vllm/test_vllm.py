@@ -131,7 +131,7 @@ def switched_mid_sequence(served, new, attempts: int = 3) -> tuple[list, float]:
         long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
         long.ignore_eos = True
         out: list = []
-        worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
+        worker = threading.Thread(target=lambda out=out, long=long: out.extend(long.generate(PROMPTS[:2], 2)))
         client.server.call("POST", "/pause?mode=keep")
         try:
             worker.start()
