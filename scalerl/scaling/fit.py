@@ -543,28 +543,35 @@ def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAI
     start = window_start(x[half], frac, total=x[-1])
     fit = fit_curve(x[half], y[half], model, fit_min=start, fit_r0=fit_r0, n_bootstrap=n_bootstrap, seed=0)
     end = slice(-min(tail, len(x)), None)
+    frozen = not fit_r0 and frac == FIRST_HALF_WINDOW and model == "sigmoid"
+    method = "frozen" if frozen else f"departure (model={model}, fit_r0={fit_r0}, window from {frac} of the compute)"
+    out = _first_half_row(x, y, half, end, fit, start, cut, method)
+    if n_bootstrap > 0:
+        out["interval"] = _fitted_mean_interval(fit, x[end], level)
+        out["covered"] = bool(out["interval"][0] <= out["measured"] <= out["interval"][1])
+    return out
+
+
+def _first_half_row(x: np.ndarray, y: np.ndarray, half: np.ndarray, end: slice, fit: FitResult, start: float,
+                    cut: float, method: str) -> dict:
+    """`first_half_prediction`'s result but the interval: the fit of the first half (`half`) against the mean
+    of the evaluations `end`, the three naive baselines, and what the second half still had to forecast."""
     predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
     last, best, rule = float(y[half][-1]), float(np.max(y[half])), ruler(x[half], y[half], x[end])
     error = predicted - measured
     r_start = float(np.mean(y[x == x.min()]))
     at_half = float(np.interp(x[-1] * cut, x, y))
     gain = measured - r_start
-    out = {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
-           "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
-           "measured": measured, "error": error,
-           "baseline_last": last, "baseline_last_error": last - measured,
-           "baseline_best": best, "baseline_best_error": best - measured,
-           "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
-           "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
-           "beat_ruler": bool(abs(error) < abs(rule - measured)),
-           "start": r_start, "at_half": at_half, "left": measured - at_half,
-           "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut,
-           "method": "frozen" if (not fit_r0 and frac == FIRST_HALF_WINDOW and model == "sigmoid") else
-                     f"departure (model={model}, fit_r0={fit_r0}, window from {frac} of the compute)"}
-    if n_bootstrap > 0:
-        out["interval"] = _fitted_mean_interval(fit, x[end], level)
-        out["covered"] = bool(out["interval"][0] <= measured <= out["interval"][1])
-    return out
+    return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
+            "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
+            "measured": measured, "error": error,
+            "baseline_last": last, "baseline_last_error": last - measured,
+            "baseline_best": best, "baseline_best_error": best - measured,
+            "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
+            "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
+            "beat_ruler": bool(abs(error) < abs(rule - measured)),
+            "start": r_start, "at_half": at_half, "left": measured - at_half,
+            "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut, "method": method}
 
 
 def subset_first_half_prediction(x, subsets: dict[str, np.ndarray], tail: int = TAIL_EVALS) -> dict:
