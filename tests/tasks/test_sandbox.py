@@ -179,8 +179,7 @@ def contained(outside: Outside, source: str, **kw) -> sandbox.SandboxResult | No
 # (name, source, statuses allowed, what stdout must contain or None, extra run_program arguments)
 CASES = [
     ("fork_bomb", "import os\nwhile True:\n    os.fork()\n", {"error", "timeout"}, None, {}),
-    ("fork_count", "import os, time\nn = 0\ntry:\n    while True:\n"
-     "        if os.fork() == 0:\n"
+    ("fork_count", "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
      "            time.sleep(60)\n        n += 1\nexcept OSError:\n    print('forks', n)\n", {"ok"}, "forks ", {}),
     ("memory_bomb", "x = []\nwhile True:\n    x.append(bytearray(10**7))\n", {"memory"}, None, {"timeout_s": 5.0}),
     ("mmap_bomb", "import mmap\nm = mmap.mmap(-1, 1 << 34)\nm[-1] = 1\nprint('mapped')\n", {"error", "memory"}, None, {}),
@@ -227,7 +226,8 @@ CASES = [
     ("kill_outside_pids", "import os, signal\nfor pid in (VICTIM, HOSTPID):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
      "        print('killed', pid)\n    except ProcessLookupError:\n        print('invisible', pid)\n",
      {"ok"}, "invisible VICTIM", {}),
-    ("kill_everything", "import os, signal, time\nif os.fork() == 0:\n    time.sleep(60)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    ("kill_everything", "import os, signal, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
      "os.kill(-1, signal.SIGTERM)\nos.kill(-1, signal.SIGKILL)\nprint('after')\n", {"ok"}, "after", {}),
     ("raise_limits", "import resource\nraised = []\nfor r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC,\n"
      "          resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE):\n    try:\n"
