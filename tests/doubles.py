@@ -178,9 +178,10 @@ def parity_reward(prompt: Prompt, completion: Completion) -> Score:
 
 
 def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, *, seed: int,
-               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None) -> Stage:
+               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None,
+               local=False) -> Stage:
     """A `GeneratorBuild` function for tests (picklable: a generator process can run it): a
-    FakeGenerator (which decodes no weights: `weights` ignored), and the given task and reward or
+    FakeGenerator (which decodes no weights: `weights` and `local` ignored), and the given task and reward or
     FakeTask and parity_reward."""
     return Stage(FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0)
 
