@@ -55,9 +55,9 @@ test: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/vllm/: the thread and process transports, and Ray generator
+# The vLLM engine's tests alone (tests/vllm_server/: the thread and process transports, and Ray generator
 # actors; the modules of .venv's other extras are not in .venv-vllm).
-VLLM_TESTS := tests/vllm
+VLLM_TESTS := tests/vllm_server
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
@@ -76,7 +76,7 @@ test-hostile: $(STAMP)
 	for i in $$(seq $(HOG_N)); do timeout $(HOG_S) $(HOSTILE_PY) -c "while True: pass" & hogs="$$hogs $$!"; done; \
 	$(HOSTILE_PY) -m pytest -q -p no:cacheprovider -m "$(HOSTILE_MARK)" $(HOSTILE_TESTS)
 
-# tests/slow/, then tests/vllm/'s slow tests (tests/conftest.py marks a test by its tier folder).
+# tests/slow/, then tests/vllm_server/'s slow tests (tests/conftest.py marks a test by its tier folder).
 test-slow: $(STAMP) $(VSTAMP)
 	$(PY) -m pytest -q tests/slow
 	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)

@@ -11,10 +11,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 # The tiers, a folder each: a test is marked by the folder it lives in (tests/slow: slow, tests/gpu: gpu,
-# tests/vllm: vllm; every other folder is the fast tier, `make test`), and a test marked for a tier outside
-# that tier's folder stops the collection, named. A test of two tiers (a slow vLLM test) lives in the folder
-# of the first of TIERS it is marked for.
-TIERS = ("gpu", "vllm", "slow")
+# tests/vllm_server: vllm; every other folder is the fast tier, `make test`), and a test marked for a tier
+# outside that tier's folder stops the collection, named. A test of two tiers (a slow vLLM test) lives in the
+# folder of the first of TIERS it is marked for. No folder is named as a package: tests/ is on sys.path, where
+# a folder `vllm` would be imported as the vllm package where it is not installed.
+TIERS = {"gpu": "gpu", "vllm": "vllm_server", "slow": "slow"}   # marker: its folder
 HERE = Path(__file__).resolve().parent
 
 
@@ -24,7 +25,7 @@ def folder_tier(path) -> str | None:
         parts = Path(path).resolve().relative_to(HERE).parts
     except ValueError:
         return None
-    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+    return next((tier for tier, folder in TIERS.items() if len(parts) > 1 and parts[0] == folder), None)
 
 
 def mark_by_folder(items) -> None:
@@ -35,7 +36,7 @@ def mark_by_folder(items) -> None:
         marks = {m.name for m in item.iter_markers()} & set(TIERS)
         tier = next((t for t in TIERS if t in marks | {folder}), None)
         if tier != folder:
-            wrong.append(f"{item.nodeid}: marked {tier}, so it lives in tests/{tier}/")
+            wrong.append(f"{item.nodeid}: marked {tier}, so it lives in tests/{TIERS[tier]}/")
         elif folder is not None:
             item.add_marker(folder)
     if wrong:

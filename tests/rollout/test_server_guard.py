@@ -1,7 +1,7 @@
 """The guard of a started vLLM server (scalerl/rollout/vllm_guard.py), on a stand-in server: a process
 that starts a worker in a session of its own (as vLLM's EngineCore and workers outlive a killed API
 server). Whatever way the starter ends, no process of the server remains; the real server under a
-Ray actor is tests/vllm/test_vllm_ray.py."""
+Ray actor is tests/vllm_server/test_vllm_ray.py."""
 
 from __future__ import annotations
 
