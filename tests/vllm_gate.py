@@ -1,4 +1,4 @@
-"""A test's hold on a vLLM server's decoding, one step at a time (tests/test_vllm.py).
+"""A test's hold on a vLLM server's decoding, one step at a time (tests/vllm_server/test_vllm.py).
 
 `StepGate` is a vLLM logits processor, loaded by the server (`--logits-processors vllm_gate:StepGate`,
 this folder on the server's PYTHONPATH, `GATE_ENV` naming a socket path). It changes no logit. While
