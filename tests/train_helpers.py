@@ -58,3 +58,28 @@ def random_groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLE
                 forced_mask=forced))
         groups.append(scored(Prompt(str(p), "", ""), comps, [1.0 if g % 2 == 0 else -1.0 for g in range(len(lens))]))
     return groups
+
+
+def completion(pid, i, prompt_tokens, tokens, forced=None):
+    """A completion of `tokens` after `prompt_tokens`, every token of version 0."""
+    n = len(tokens)
+    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt_tokens, tokens=tokens,
+                      logprobs=[-1.0 - 0.1 * t for t in range(n)], versions=[0] * n, text="", finish_reason="eos",
+                      forced_mask=forced or [False] * n)
+
+
+def step_groups(P=6, G=4, seed=0):
+    """P scored groups of G random completions (short or long), each with reward variance."""
+    rng = random.Random(seed)
+    groups = []
+    for p in range(P):
+        plen, base = rng.randint(3, 8), rng.choice([4, 30])
+        comps, rewards = [], []
+        for g in range(G):
+            n = base + rng.randint(0, 5)
+            comps.append(completion(str(p), g, [rng.randrange(5, 60) for _ in range(plen)],
+                                     [rng.randrange(5, 60) for _ in range(n)]))
+            rewards.append(rng.choice([1.0, -1.0]))
+        rewards[:2] = [1.0, -1.0]  # every group has reward variance
+        groups.append(scored(Prompt(str(p), "", ""), comps, rewards))
+    return groups

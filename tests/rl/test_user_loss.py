@@ -63,11 +63,11 @@ def test_one_trainer_step_with_the_users_cispo_moves_the_weights_as_the_builtin_
     from scalerl.configure import load_config
     from scalerl.models import load_model
     from scalerl.trainer.step import Optimizer, train_step
-    from test_train_step import _random_groups
+    from train_helpers import step_groups
 
     path = tmp_path / "mine.py"
     path.write_text(MINE)
-    groups = _random_groups(P=4, G=4, seed=3)
+    groups = step_groups(P=4, G=4, seed=3)
     results = []
     for loss in (["loss.type=cispo", "loss.eps_max=1.5"],
                  ["loss.type=custom", f"loss.function={path}:cispo", "loss.options={eps_max: 1.5}"]):

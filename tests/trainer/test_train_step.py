@@ -1,7 +1,6 @@
 """The optimizer step: tensors built from groups, micro-batching that leaves the loss unchanged."""
 
 import dataclasses
-import random
 
 import pytest
 import torch
@@ -11,21 +10,15 @@ from scalerl.configure import load_config
 from scalerl.models import load_model
 from scalerl.trainer import step as step_mod
 from scalerl.trainer.step import Optimizer, collate, micro_batches, train_step
-from scalerl.types import Completion, Prompt
+from scalerl.types import Prompt
+from train_helpers import completion, step_groups
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _completion(pid, i, prompt_tokens, tokens, forced=None):
-    n = len(tokens)
-    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt_tokens, tokens=tokens,
-                      logprobs=[-1.0 - 0.1 * t for t in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                      forced_mask=forced or [False] * n)
-
-
 def test_collate_places_completion_tokens_after_their_prompt():
-    g = scored(Prompt("a", "", ""), [_completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True]),
-                                     _completion("a", 1, [7, 8, 9], [6])], [1.0, -1.0])
+    g = scored(Prompt("a", "", ""), [completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True]),
+                                     completion("a", 1, [7, 8, 9], [6])], [1.0, -1.0])
     b = collate([g], pad_id=0)
     assert b.input_ids.tolist() == [[7, 8, 9, 4, 5], [7, 8, 9, 6, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
@@ -38,7 +31,7 @@ def test_collate_places_completion_tokens_after_their_prompt():
 
 
 def test_micro_batches_pack_similar_lengths_and_cover_every_group():
-    groups = [scored(Prompt(str(i), "", ""), [_completion(str(i), j, [1], [2] * n) for j in range(2)], [1.0, 1.0])
+    groups = [scored(Prompt(str(i), "", ""), [completion(str(i), j, [1], [2] * n) for j in range(2)], [1.0, 1.0])
               for i, n in enumerate([50, 3, 48, 4])]
     parts = micro_batches(groups, max_tokens=2 * 2 * 51)
     assert sorted(i for p in parts for i in p) == [0, 1, 2, 3]
@@ -56,7 +49,7 @@ GROUP_BYTES = 22 * TINY_TOKEN + 292 * TINY_PAIR + 12 * TINY_TRAINED   # 1,123,61
 
 def _same_groups(P=6):
     """P groups of GROUP_BYTES each, every one with a trainable signal."""
-    return [scored(Prompt(str(p), "", ""), [_completion(str(p), j, [5 + p] * 10, [7 + j] * 6) for j in range(2)],
+    return [scored(Prompt(str(p), "", ""), [completion(str(p), j, [5 + p] * 10, [7 + j] * 6) for j in range(2)],
                    [1.0, -1.0]) for p in range(P)]
 
 
@@ -81,26 +74,10 @@ def test_the_config_activation_budget_bounds_each_micro_batch(budget_mb, per_par
     assert row["train/micro_batches"] == 6 // per_part
 
 
-def _random_groups(P=6, G=4, seed=0):
-    rng = random.Random(seed)
-    groups = []
-    for p in range(P):
-        plen, base = rng.randint(3, 8), rng.choice([4, 30])
-        comps, rewards = [], []
-        for g in range(G):
-            n = base + rng.randint(0, 5)
-            comps.append(_completion(str(p), g, [rng.randrange(5, 60) for _ in range(plen)],
-                                     [rng.randrange(5, 60) for _ in range(n)]))
-            rewards.append(rng.choice([1.0, -1.0]))
-        rewards[:2] = [1.0, -1.0]  # every group has reward variance
-        groups.append(scored(Prompt(str(p), "", ""), comps, rewards))
-    return groups
-
-
 @pytest.mark.parametrize("aggregation", ["prompt", "sample", "token"])
 def test_micro_batching_gives_the_one_batch_loss_and_gradient(aggregation, monkeypatch):
     cfg = load_config("scalerl", overrides=[f"loss.aggregation={aggregation}", "optim.lr=1e-30"])
-    groups = _random_groups()
+    groups = step_groups()
     results = []
     for budget in (10**9, 1):  # one batch; one group per micro-batch
         monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", budget)
@@ -119,10 +96,10 @@ def test_micro_batching_gives_the_one_batch_loss_and_gradient(aggregation, monke
 def _groups_with_untrainable_completions():
     """_random_groups plus a completion that is all injected tokens (no trainable token) and a
     group whose every completion is so (it counts as no unit in any aggregation)."""
-    groups = _random_groups(P=5)
+    groups = step_groups(P=5)
     c = groups[0].completions[2]
     groups[0].completions[2] = dataclasses.replace(c, forced_mask=[True] * len(c.tokens))
-    dead = [_completion("dead", g, [9, 9, 9], [11, 12], forced=[True, True]) for g in range(4)]
+    dead = [completion("dead", g, [9, 9, 9], [11, 12], forced=[True, True]) for g in range(4)]
     return groups + [scored(Prompt("dead", "", ""), dead, [(1.0, -1.0)[g % 2] for g in range(4)])]
 
 
@@ -246,7 +223,7 @@ def test_a_real_models_group_is_recomputed_at_the_default_budget_and_not_at_1024
                          num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
-    group = scored(Prompt("p", "", ""), [_completion("p", j, [5] * 301, [6] * 13) for j in range(8)], [1.0, -1.0] * 4)
+    group = scored(Prompt("p", "", ""), [completion("p", j, [5] * 301, [6] * 13) for j in range(8)], [1.0, -1.0] * 4)
     cost = step_mod.ActivationCost.of(model)
     assert cost.bytes(*step_mod.micro_batch_sizes([group], shared=True)) == SMOL_GROUP_BYTES
     default = load_config("scalerl")
