@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import FitResult, fall_warning, find_fall, fit_curve, fit_seeds, window_start
+from scalerl.scaling.fit import FitResult, fall_warning, find_fall, fit_curve, fit_seeds
 from scalerl.scaling.outlook import compute_for as outlook_compute_for
 from scalerl.scaling.outlook import first_half_check as half_check
 from scalerl.scaling.outlook import outlook
@@ -28,7 +28,7 @@ from scalerl.scaling.outlook import stop_decision as outlook_stop
 from scalerl.scaling.outlook import verdict as outlook_verdict
 from scalerl.scaling.report import SEED_MARGIN, verdict
 from scalerl.scaling.sources import Compute, Series, read_run
-from scalerl.scaling.spec import SPEC
+from scalerl.scaling.spec import SPEC, spec_window
 from scalerl.scaling.stop import compute_for, stop_decision
 
 FIT_MIN_FRAC = SPEC.fit_min_frac
@@ -96,11 +96,8 @@ def _kwargs(o: Options, fit_min: float | None) -> dict:
 
 
 def _fit_min(x: np.ndarray, o: Options, warns: list[str]) -> float | None:
-    if o.fit_min is not None:
-        return o.fit_min
-    if o.fit_min_frac == 0 or x.size == 0:
-        return None
-    return window_start(np.sort(x), o.fit_min_frac, warns)
+    """`--fit-min`, else the specification's window (`spec_window`; seeds pooled: over all their points)."""
+    return o.fit_min if o.fit_min is not None else spec_window(x, o.fit_min_frac, warns)
 
 
 def fit_series(s: Series, o: Options) -> FitResult:

@@ -14,7 +14,7 @@ value and gain at 2x and 10x C are given with intervals.
 Departures from the paper:
 1. The paper compares recipes by their ceilings A (Section 3, margin +-0.02). A plan compares the
    curves at the budget: the difference of the fitted values there, judged against the larger of
-   0.02 and either side's measured seed std of that value (as `scalerl.study.report.compare`
+   0.02 and either side's measured seed std of that value (as `scalerl.study.verdicts.compare`
    judges A).
 2. Crossings are found on the point estimates of the curves (sign changes of their difference on
    a log grid, refined by `brentq`); their uncertainty is not given.

@@ -1,11 +1,12 @@
 """Studies: recipe comparisons and leave-one-out ablations of ScaleRL (paper Figs. 2 and 7).
 
-    plan_variants -> plan_runs -> run_study (resumable) -> fit_study -> write_report
+    plan_variants -> plan_runs -> run_study (resumable) -> fit_study (fits) -> write_report (verdicts, render)
 
 `scalerl ablate` wraps `ablate(...)`; see docs/study.md.
 """
 
-from scalerl.study.report import ConfigFit, RunFit, fit_study, write_report
+from scalerl.study.fits import ConfigFit, RunFit, fit_study
+from scalerl.study.render import write_report
 from scalerl.study.runner import RunSpec, budget_overrides, plan_runs, run_study
 from scalerl.study.study import ablate
 from scalerl.study.variants import LEAVE_ONE_OUT, RECIPES, Variant, plan_variants, variants_table

@@ -3,7 +3,7 @@
 Every recipe and leave-one-out variant of `scalerl.study.variants` has a `Finding`: the
 figure, the paper's words, and the direction it found for the variant's ceiling `A` and
 efficiency `B` against a reference (the base, or for the FP32-head pair the bf16 trunk with
-its head kept). `judge` turns a study's measured differences (`scalerl.study.report.compare`)
+its head kept). `judge` turns a study's measured differences (`scalerl.study.verdicts.compare`)
 into one verdict per claim:
 
 - **agrees**: the measured difference has the paper's direction beyond the seed margin (for a
@@ -184,7 +184,7 @@ DOES_NOT_ACT = "not testable here: the component does not act"   # set by the re
 def judge(d: dict, f: Finding, trunk_dtype: str = "bf16", x_col: str = "compute/flops",
           task_cap: str | None = None) -> dict:
     """Verdicts on the paper's claims about A and B (those it makes) from `d`, the measured
-    differences of the variant from the reference (`scalerl.study.report.compare`).
+    differences of the variant from the reference (`scalerl.study.verdicts.compare`).
     `trunk_dtype`: what the variant's trunk computed in ('fp32' makes a head-precision claim
     not measurable). `x_col`: the fits' x axis; a claim about B per GPU-hour (PipelineRL's k,
     PPO-off-policy: the paper's gain is generator and trainer kept busy) is not measurable on

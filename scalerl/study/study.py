@@ -9,7 +9,8 @@ from typing import Callable, Sequence
 
 from scalerl.run.compute import FIT_X
 from scalerl.scaling.spec import SPEC
-from scalerl.study.report import fit_study, write_report
+from scalerl.study.fits import fit_study
+from scalerl.study.render import write_report
 from scalerl.study.runner import RunSpec, failure, plan_runs, restore_archived, run_study, write_plan
 from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 
