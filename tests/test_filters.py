@@ -77,7 +77,7 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     each optimizer step trained on, and the metrics rows."""
     from scalerl.models import load_model
     from scalerl import loop as train_mod
-    from scalerl.assembly import state as state_mod
+    from scalerl.trainer import state as state_mod
     from scalerl.assembly.generator import Components
     from doubles import FakeTask, fake_build, parity_reward
     from scalerl.run.metrics import read_rows

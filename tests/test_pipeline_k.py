@@ -5,7 +5,7 @@ import time
 import pytest
 
 from scalerl.errors import ScaleRLError
-from scalerl.assembly import state as state_mod
+from scalerl.trainer import state as state_mod
 from doubles import parity_reward
 from scalerl.assembly.resources import ray_devices, split_threads
 from scalerl.loop import train

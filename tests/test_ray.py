@@ -16,10 +16,10 @@ ray = pytest.importorskip("ray", reason="the Ray backend is the optional extra s
 from ray.exceptions import ActorUnavailableError, GetTimeoutError  # noqa: E402
 
 from scalerl.configure import load_config
-from scalerl.assembly import ray as backend
+from scalerl.transport import ray as backend
 from scalerl.trainer.data_parallel import start_workers
 from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
-from scalerl.assembly import state as state_mod
+from scalerl.trainer import state as state_mod
 from doubles import FakeTask, scored, tiny_random_components
 from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
 from scalerl.loop import train

@@ -15,7 +15,7 @@ from scalerl.cli import main
 from scalerl.config import list_recipes
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.assembly import state as state_mod
+from scalerl.trainer import state as state_mod
 from doubles import FakeGenerator, FakeTask, fake_build, parity_reward, tiny_random_components
 from scalerl.assembly.generator import Components
 from scalerl.loop import train

@@ -15,7 +15,7 @@ import pytest
 import ray
 from process_helpers import gone_within
 
-from scalerl.assembly import state as state_mod
+from scalerl.trainer import state as state_mod
 from scalerl.config import NoLengthControl, RolloutConfig, VllmEngineConfig
 from scalerl.models import load_model
 from scalerl.rollout import make_engine

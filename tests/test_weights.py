@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from doubles import FakeTask, parity_reward
-from scalerl.batching import BatchFiller, PipelineRL
+from scalerl.batching import BatchFiller
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.transport.local import ProcessRollouts
@@ -85,20 +85,19 @@ def _check_versions(device: str, alias: bool, bf16: bool = False) -> None:
                           {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1, alias=alias,
                           dtype=torch.bfloat16 if bf16 else torch.float32, head="lm_head.weight")
     assert src.aliased == (alias and not bf16)
-    mode = PipelineRL(src, k)
     tokens = []
     try:
         for version in range(1, 9):
-            (mb,) = mode.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            (mb,) = src.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             tokens += [(t, v) for g in mb.groups for c in g.completions for t, v in zip(c.tokens, c.versions)]
             if src.aliased:   # the buffer is this model's parameters: they change under the transport's lock only
                 with src.step_guard(version):
                     set_version(model, version, boost)
             else:
                 set_version(model, version, boost)
-            mode.send(TrainerUpdate(version, model.state_dict()))
+            src.send(TrainerUpdate(version, model.state_dict()))
     finally:
-        mode.close()
+        src.close()
     wrong = [(t, v) for t, v in tokens if t != token_of(v)]
     assert not wrong, f"{len(wrong)} of {len(tokens)} tokens decoded with other weights than their version's: {wrong[:5]}"
     assert len({v for _, v in tokens}) >= 3      # versions did change under the generator
@@ -171,12 +170,12 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
         comps = tiny_random_components(cfg)
         run = build_run(cfg, tmp_path / transport, comps=comps)
         try:
-            assert isinstance(run.eval_gen, RemoteGenerator) == (transport == "process")
-            run.eval_gen.reseed()
+            assert isinstance(run.evaluator.engine, RemoteGenerator) == (transport == "process")
+            run.evaluator.engine.reseed()
             prompts = comps.task.val_prompts(4)
-            out[transport] = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
+            out[transport] = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
         finally:
-            run.mode.close()
+            run.close()
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
 
 
@@ -197,19 +196,19 @@ def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own
     run = build_run(cfg, tmp_path / "split", comps=comps)
     prompts = comps.task.val_prompts(6)
     try:
-        assert isinstance(run.eval_gen, SplitEvaluator) and run.eval_gen.local_share == 0.5
-        run.eval_gen.reseed()
-        split = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
-        run.eval_gen.reseed()
-        again = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
-        run.eval_gen.remote.reseed()
-        remote = [(c.prompt_id, c.tokens) for c in run.eval_gen.remote.generate(prompts[0::2], 2)]
+        assert isinstance(run.evaluator.engine, SplitEvaluator) and run.evaluator.engine.local_share == 0.5
+        run.evaluator.engine.reseed()
+        split = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
+        run.evaluator.engine.reseed()
+        again = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
+        run.evaluator.engine.remote.reseed()
+        remote = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.remote.generate(prompts[0::2], 2)]
         local = comps.stage(run.trainer.model, cfg.run.seed + EVAL_SEED_OFFSET + SPLIT_SEED_OFFSET,
                             cfg.eval.temperature).generator
         local.reseed()
         mine = [(c.prompt_id, c.tokens) for c in local.generate(prompts[1::2], 2)]
     finally:
-        run.mode.close()
+        run.close()
     assert [pid for pid, _ in split] == [p.id for p in prompts for _ in range(2)]
     assert split == again                                               # common random numbers
     assert sorted(split) == sorted(remote + mine) and len(remote) == len(mine) == 6
