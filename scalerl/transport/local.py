@@ -159,10 +159,6 @@ class ThreadedRollouts(Streamed, _PausedByEvent):
         """None of its own: the generator is a thread of the trainer process."""
         return {}
 
-    def device_memory(self) -> dict[str, tuple[float, float]]:
-        """None of its own: the generator shares the trainer's process."""
-        return {}
-
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)

@@ -81,6 +81,11 @@ class Streamed:
                 observe: Callable[[Group], None]) -> list[MiniBatch]:
         return self.policy.collect(self.get, version, new_filler, observe)
 
+    def device_memory(self) -> dict[str, tuple[float, float]]:
+        """{}: none measured (a thread shares the trainer's process, Ray's actors may run on other machines);
+        `ProcessRollouts` reports its generator process's."""
+        return {}
+
 
 class PPOOffPolicy:
     """PPO-off-policy-k over a generator in this process (see the module docstring)."""

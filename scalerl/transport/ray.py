@@ -602,10 +602,6 @@ class RayRollouts(Streamed):
         """None measured from here: the actors may run on other machines (Ray's dashboard shows them)."""
         return {}
 
-    def device_memory(self) -> dict[str, tuple[float, float]]:
-        """None measured from here (as `processes`)."""
-        return {}
-
     def counters(self) -> dict:
         return ray.get(self.hub.counters.remote())
 
