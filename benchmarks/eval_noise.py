@@ -27,16 +27,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
 
-    from scalerl.evaluate import evaluate
+    from safetensors.torch import load_model as load_weights
+
     from scalerl.assembly.generator import decode_dtype
+    from scalerl.config import Config
+    from scalerl.evaluate import evaluate
     from scalerl.models import load_model
     from scalerl.rewards import RewardFn
     from scalerl.rollout import Engine
     from scalerl.run.checkpoint import latest_checkpoint
-    from scalerl.config import Config
     from scalerl.run.rundir import read_run_config
     from scalerl.tasks import task_for_run
-    from safetensors.torch import load_model as load_weights
 
     cfg = Config.model_validate(read_run_config(a.run_dir))
     if a.threads:

@@ -7,11 +7,9 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.calibrate import scale
-from scalerl.scaling.fit import (MIN_POINTS, _fitted_mean_interval, first_half_prediction, fit_curve, ruler,
-                                 window_start)
+from scalerl.scaling.fit import MIN_POINTS, _fitted_mean_interval, first_half_prediction, fit_curve, ruler, window_start
 from scalerl.scaling.identify import RULES, identify, rule_checks
 from scalerl.scaling.report import SEED_MARGIN as MARGIN
-
 
 
 def stratum(end: float, last3: float) -> str:

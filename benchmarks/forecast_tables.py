@@ -9,11 +9,11 @@ import sys
 from itertools import combinations
 
 import numpy as np
+from forecast_real import BASELINES, CANDIDATES, MARGIN  # forecast_real imports this module lazily: no cycle
 
 from scalerl.scaling.calibrate import BINS, TABLE, conformal_quantiles, group_key
 from scalerl.scaling.identify import RULES
 
-from forecast_real import BASELINES, CANDIDATES, MARGIN   # forecast_real imports this module lazily: no cycle
 # a calibration group with fewer dev forecasts takes its identification's pooled quantiles: below 39 the 95%
 # conformal quantile is the group's largest score (a departure: 20 before the first run; forecast_real.py)
 MIN_GROUP = 39

@@ -18,7 +18,8 @@ CHILD = r"""
 import json, resource, sys, time
 import torch
 from scalerl.rl.logprobs import token_logprobs
-mode, V, M, H, chunk, dtype, device, threads = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], sys.argv[7], int(sys.argv[8])
+mode, (V, M, H, chunk) = sys.argv[1], map(int, sys.argv[2:6])
+dtype, device, threads = sys.argv[6], sys.argv[7], int(sys.argv[8])
 torch.set_num_threads(threads)
 dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
 g = torch.Generator().manual_seed(0)

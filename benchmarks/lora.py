@@ -100,7 +100,8 @@ def main() -> int:
         peak = statistics.median(r["peak_mb"] for r in rs)
         growth = statistics.median(r["peak_mb"] - r["loaded_mb"] for r in rs)
         summary[mode] = (step, pub, peak, growth, rs[0]["optim_bytes"])
-        print(f"{mode:5s} step {step:6.2f} s (median)  publish {pub * 1000:6.0f} ms  trainable {rs[0]['trainable']:>12,}  "
+        print(f"{mode:5s} step {step:6.2f} s (median)  publish {pub * 1000:6.0f} ms  "
+              f"trainable {rs[0]['trainable']:>12,}  "
               f"optimizer state {rs[0]['optim_bytes'] / 2**20:7.1f} MiB  peak RSS {peak:7.0f} MB "
               f"(+{growth:.0f} MB over the loaded model)")
     f, lo = summary["full"], summary["lora"]

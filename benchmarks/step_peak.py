@@ -71,7 +71,8 @@ def one_step(model, opt: S.Optimizer, cfg, n: int) -> str:
     opt.opt.step()
     _, update = memory()
     opt.opt.zero_grad(set_to_none=True)
-    return (f"{n} group(s), {len(parts)} micro-batch(es), {recomputed} recomputed: before {base:.0f} MiB; peak over the backward "
+    return (f"{n} group(s), {len(parts)} micro-batch(es), {recomputed} recomputed: before {base:.0f} MiB; "
+            "peak over the backward "
             f"+{backward - base:.0f}, over clip + AdamW +{update - base:.0f}; {time.time() - start:.0f} s")
 
 

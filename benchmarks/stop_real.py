@@ -30,8 +30,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
 from forecast_real import DEFAULT, STUDIES, Curve, committed_curves, real_curves, run
+
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import MIN_POINTS, fit_curve, window_start
 from scalerl.scaling.outlook import outlook, stop_decision

@@ -16,7 +16,8 @@ model.name=smollm2-135m --set task.name=rg:...`: PipelineRL-8, forced interrupti
 Printed, from the three learning curves (pass rate against training wall-clock):
 - the wall-clock each side takes to first reach a validation pass rate that every side reaches
   (the highest such level, the start + 0.05, and 90% of the rise to the highest level scalerl
-  and each TRL side both reach: the highest itself is touched by plateau noise), interpolated linearly between the evaluations around the crossing (the ratio is
+  and each TRL side both reach: the highest itself is touched by plateau noise), interpolated linearly
+  between the evaluations around the crossing (the ratio is
   taken on these; the first evaluation at or above the level is printed beside them);
 - the pass rate of each side after the same wall-clock (the shortest side's training time);
 - completion tokens per second over all steps, the first included, and the ratios.

@@ -17,51 +17,11 @@ Departures from TRL:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-from pathlib import Path
-from typing import Callable
 
-from scalerl.errors import ScaleRLError, UserCodeError, located
+from scalerl.errors import located, retold
 from scalerl.types import Prompt
-
-
-def resolve_spec(spec: str, key: str = "reward.function") -> str:
-    """`spec` with a file path made absolute (so that another process finds the same file)."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name:
-        raise ScaleRLError(f"{key} {spec!r}: expected <module>:<name> or <path/to/file.py>:<name>")
-    return f"{Path(target).resolve()}:{name}" if target.endswith(".py") else spec
-
-
-def load_module(target: str, key: str, spec: str):
-    """The module `target` names (a `.py` file, or a module imported by name); a missing file or an
-    import that raises is one `ScaleRLError` naming `key` and `spec`."""
-    if target.endswith(".py") and not Path(target).is_file():
-        raise ScaleRLError(f"{key} {spec!r}: no such file {target!r}")
-    try:
-        return _load_file(target) if target.endswith(".py") else importlib.import_module(target)
-    except Exception as e:  # the user's module failed to import: report it, naming the spec
-        raise UserCodeError(f"{key} {spec!r}: importing {target}", e) from None
-
-
-def load_function(spec: str) -> Callable:
-    """The callable that `spec` names (a file path relative to the working directory); any
-    problem is one `ScaleRLError` naming it."""
-    target, _, name = resolve_spec(spec).rpartition(":")
-    module = load_module(target, "reward.function", spec)
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ScaleRLError(f"reward.function {spec!r}: {target} has no function {name!r}")
-    return fn
-
-
-def _load_file(path: str):
-    spec = importlib.util.spec_from_file_location(f"scalerl_user_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scalerl.user_code import load_function, resolve_spec
 
 
 class CustomReward:
@@ -80,7 +40,7 @@ class CustomReward:
         try:
             values = self._fn(prompts=[question], completions=[text], **{k: [v] for k, v in columns.items()})
         except Exception as e:  # the user's code: reported as this completion's error, counted per step
-            raise RuntimeError(f"reward.function {self.name} raised on {where}: {located(e)}") from None
+            raise retold(f"reward.function {self.name} raised on {where}: {located(e)}", e) from None
         return _one_value(values, self.name, where)
 
     def __getstate__(self):

@@ -70,13 +70,70 @@ def located(exc: BaseException, anywhere: bool = False) -> str:
         else first_line(exc)
 
 
+Frame = tuple[str, int, str, str]     # (file, line, function, source line): what `traceback.format_list` takes
+
+
+def _portable(frames) -> tuple[Frame, ...]:
+    return tuple((f[0], f[1], f[2], f[3] or "") if isinstance(f, tuple)
+                 else (f.filename, f.lineno, f.name, f.line or "") for f in frames)
+
+
 class UserCodeError(ScaleRLError):
     """An exception the user's code raised: `what` (e.g. "task.path 'tasks.py': Bad.prompts") raised it.
-    `frames`: the user's own frames of it, outermost first."""
+    `frames`: the user's own frames of it, outermost first. Pickles with its frames (a generator process's,
+    a Ray actor's error reaches the trainer whole)."""
 
-    def __init__(self, what: str, exc: BaseException):
-        self.frames = user_frames(exc.__traceback__)
-        super().__init__(f"{what} raised {located(exc)}")
+    def __init__(self, what: str, exc: BaseException | None = None, frames=()):
+        self.frames = _portable(user_frames(exc.__traceback__) if exc is not None else frames)
+        super().__init__(f"{what} raised {located(exc)}" if exc is not None else what)
+
+    def __reduce__(self):
+        return _user_code_error, (str(self), self.frames, tuple(getattr(self, "__notes__", ())))
+
+
+def _user_code_error(message: str, frames: tuple[Frame, ...], notes: tuple[str, ...] = ()) -> UserCodeError:
+    error = UserCodeError(message, frames=frames)
+    for note in notes:
+        error.add_note(note)
+    return error
+
+
+class UserFailure(str):
+    """The text of an exception of the user's code that travels as text (a completion's `Score.error`, through
+    a thread, a generator process or a Ray actor) with the user's own frames (`frames`, outermost first)."""
+
+    frames: tuple[Frame, ...]
+
+    def __new__(cls, text: str, frames=()):
+        failure = super().__new__(cls, text)
+        failure.frames = _portable(frames)
+        return failure
+
+    def __reduce__(self):
+        return UserFailure, (str(self), self.frames)
+
+
+def retold(message: str, exc: BaseException) -> RuntimeError:
+    """A `RuntimeError(message)` that keeps `exc`'s user frames (`failure` tells it with them): for what a
+    scoring thread records as a completion's error when the user's code raised `exc`."""
+    error = RuntimeError(message)
+    error.user_frames = _portable(user_frames(exc.__traceback__))
+    return error
+
+
+def failure(exc: BaseException, text: str | None = None) -> str:
+    """`text` (default `located(exc)`), as a `UserFailure` carrying the user's frames of `exc` (`retold`'s, or
+    its own) when it has some."""
+    frames = getattr(exc, "user_frames", None) or user_frames(exc.__traceback__)
+    text = located(exc) if text is None else text
+    return UserFailure(text, frames) if frames else text
+
+
+def told(message: str, cause: str | None = None) -> ScaleRLError:
+    """`message` as the error a user sees: a `UserCodeError` with `cause`'s frames when `cause` is a
+    `UserFailure` (the CLI prints them after the line), else a `ScaleRLError`."""
+    frames = getattr(cause, "frames", ())
+    return UserCodeError(message, frames=frames) if frames else ScaleRLError(message)
 
 
 def one_line(exc: BaseException) -> str:

@@ -181,14 +181,27 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: lis
     rather than stopping the training run; the final fit (launch.final_fit) does raise.
     """
     from scalerl.errors import ScaleRLError
-    from scalerl.scaling import find_fall
-    from scalerl.scaling.outlook import first_half_check, outlook
     from scalerl.scaling.spec import spec_fit
 
     if not evals:
         return {}
     x = [c for c, _ in evals]
     y = [r for _, r in evals]
+    out = _fall_and_first_half(x, y, se)
+    if sum(c > 0 for c in x) < MIN_POINTS:
+        return out
+    try:
+        fit = spec_fit(x, y, fit_min_frac)
+    except ScaleRLError as exc:
+        return {**out, "forecast/error": str(exc)}
+    return {**out, **_fit_columns(x, y, fit)}
+
+
+def _fall_and_first_half(x: list[float], y: list[float], se: list[float] | None) -> dict:
+    """`live_forecast`'s columns that need no fit of their own: the fall after a peak, the first-half check."""
+    from scalerl.scaling import find_fall
+    from scalerl.scaling.outlook import first_half_check
+
     fall = find_fall(y, se)
     out = {} if fall is None else {"forecast/fell": int(fall["fell"]), "forecast/peak": fall["peak"]}
     half = first_half_check(x, y)
@@ -198,19 +211,21 @@ def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: lis
                      "baseline_last3_error")})
         out.update({"forecast/first_half_lo": half["interval"][0], "forecast/first_half_hi": half["interval"][1],
                     "forecast/first_half_identified": int(half["identified"])})
-    if sum(c > 0 for c in x) < MIN_POINTS:
-        return out
-    try:
-        fit = spec_fit(x, y, fit_min_frac)
-    except ScaleRLError as exc:
-        return {**out, "forecast/error": str(exc)}
+    return out
+
+
+def _fit_columns(x: list[float], y: list[float], fit) -> dict:
+    """`live_forecast`'s columns of the fit: its parameters, whether the ceiling is identified (or its lower
+    bound), the forecast at twice the compute so far with its calibrated interval."""
+    from scalerl.scaling.outlook import outlook
+
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
     look = outlook(x, y, fit)
     now = max(x)
     g2 = look.gain(now, 2 * now)
-    out.update({"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
-                "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse, "forecast/identified": int(look.identified),
-                "forecast/at_2x": g2["value"], "forecast/at_2x_lo": g2["value_lo"], "forecast/at_2x_hi": g2["value_hi"]})
+    out = {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
+           "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse, "forecast/identified": int(look.identified),
+           "forecast/at_2x": g2["value"], "forecast/at_2x_lo": g2["value_lo"], "forecast/at_2x_hi": g2["value_hi"]}
     if not look.identified and look.ident["lower_bound"] is not None:
         out["forecast/A_lower_bound"] = look.ident["lower_bound"]
     return out

@@ -8,7 +8,7 @@ import time
 import warnings
 from contextlib import contextmanager
 
-from scalerl.errors import ScaleRLError
+from scalerl.errors import told
 from scalerl.rewards import has_answer
 from scalerl.trainer.step import group_stats
 from scalerl.transport.policy import staleness
@@ -43,8 +43,8 @@ def check_rewards(mb: MiniBatch, step: int) -> None:
     nothing could ever pass."""
     errors = [s.error for g in mb.groups for s in g.scores]
     if errors and all(e is not None for e in errors):
-        raise ScaleRLError(f"step {step}: the reward failed on all {len(errors)} answers of the batch (first error: "
-                           f"{errors[0]}); fix the checker, reward.function or the dataset's answers")
+        raise told(f"step {step}: the reward failed on all {len(errors)} answers of the batch (first error: "
+                   f"{errors[0]}); fix the checker, reward.function or the dataset's answers", errors[0])
 
 
 def step_row(mb: MiniBatch, kept: list, version: int, counters, retired: int) -> dict:

@@ -40,7 +40,7 @@ import threading
 import time
 from typing import Callable
 
-from scalerl.errors import located
+from scalerl.errors import failure
 from scalerl.sandbox import cpu_seconds_used, credit_cpu
 from scalerl.types import Completion, Prompt, Score
 
@@ -255,7 +255,7 @@ class RewardFn:
         try:
             value = self.custom(prompt, completion.text)
         except RuntimeError as e:
-            return Score(self.cfg.fail_value, False, str(e))
+            return Score(self.cfg.fail_value, False, failure(e, str(e)))
         if value is None:
             return Score(self.cfg.fail_value, False)
         return Score(value, value >= self.cfg.threshold)
@@ -266,7 +266,7 @@ class RewardFn:
         try:
             value, error = self.custom(prompt, completion.text), None
         except RuntimeError as e:
-            value, error = None, str(e)
+            value, error = None, failure(e, str(e))
         reward = w_checker * checked.reward + (w_function * value if value is not None else 0.0)
         return dataclasses.replace(checked, reward=reward, error=checked.error or error)
 
@@ -279,7 +279,7 @@ class RewardFn:
         except CheckerTimeout as e:
             error = f"timeout: {e}"
         except Exception as e:  # a checker failure scores a fail and never stops the run
-            error = located(e)
+            error = failure(e)
         slow = seconds > self.cfg.slow_s or (error or "").startswith("timeout")
         passed = error is None and score >= self.cfg.threshold
         return Score(self._reward(passed, score if error is None else 0.0), passed, error, slow)

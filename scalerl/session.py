@@ -20,10 +20,19 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.readers import flatten
 from scalerl.run.lock import RunLock
-from scalerl.run.rundir import (CHECKPOINT_DIR, CONFIG_FILE, default_run_dir, discard_failed_start, has_rows,
-                                prepare_dir, read_run_config, set_aside_outputs, write_config)
+from scalerl.run.rundir import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    default_run_dir,
+    discard_failed_start,
+    has_rows,
+    prepare_dir,
+    read_run_config,
+    set_aside_outputs,
+    write_config,
+)
+from scalerl.scaling.readers import flatten
 
 
 @dataclass

@@ -148,7 +148,8 @@ def ceilings() -> None:
                 if name in ("base", "scalerl"):
                     print(f"  {study}/{name}: A {cfg['fit']['A']:.3f}, the rungs' ceiling {cfg['fit']['A'] - gap:.3f}")
     gaps.sort()
-    print(f"  over {len(gaps)} configurations: from {gaps[0][0]:+.3f} ({gaps[0][1]}) to {gaps[-1][0]:+.3f} ({gaps[-1][1]})")
+    print(f"  over {len(gaps)} configurations: from {gaps[0][0]:+.3f} ({gaps[0][1]}) "
+          f"to {gaps[-1][0]:+.3f} ({gaps[-1][1]})")
 
 
 def ruler(run: Path) -> float:
@@ -196,7 +197,8 @@ def power() -> None:
           f"(the paper's effects: 0.035 batch and thinking budget, 0.075 DAPO loss, 0.09 FP32 head, 0.10 model size)")
     base = seed_a(report("axes-report")["base"])
     print(f"  the base's seed std of A {base.std(ddof=1):.3f}: detectable with 3 seeds a side "
-          f"{mdd(base.std(ddof=1), 3, base.std(ddof=1), 3):.3f}, with 5 {mdd(base.std(ddof=1), 5, base.std(ddof=1), 5):.3f}")
+          f"{mdd(base.std(ddof=1), 3, base.std(ddof=1), 3):.3f}, "
+          f"with 5 {mdd(base.std(ddof=1), 5, base.std(ddof=1), 5):.3f}")
     rng = np.random.default_rng(0)
     a, b = rng.normal(0, base.std(ddof=1), (2, 100_000, 3))
     margin = np.maximum(MARGIN, np.maximum(a.std(1, ddof=1), b.std(1, ddof=1)))

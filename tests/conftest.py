@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +10,44 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+# The tiers, a folder each: a test is marked by the folder it lives in (tests/slow: slow, tests/gpu: gpu,
+# tests/vllm_server: vllm; every other folder is the fast tier, `make test`), and a test marked for a tier
+# outside that tier's folder stops the collection, named. A test of two tiers (a slow vLLM test) lives in the
+# folder of the first of TIERS it is marked for. No folder is named as a package: tests/ is on sys.path, where
+# a folder `vllm` would be imported as the vllm package where it is not installed.
+TIERS = {"gpu": "gpu", "vllm": "vllm_server", "slow": "slow"}   # marker: its folder
+HERE = Path(__file__).resolve().parent
+
+
+def folder_tier(path) -> str | None:
+    """The tier whose folder holds `path` (None: the fast tier, or a file outside tests/)."""
+    try:
+        parts = Path(path).resolve().relative_to(HERE).parts
+    except ValueError:
+        return None
+    return next((tier for tier, folder in TIERS.items() if len(parts) > 1 and parts[0] == folder), None)
+
+
+def mark_by_folder(items) -> None:
+    """Mark each test with its folder's tier; a UsageError naming every test marked for another tier."""
+    wrong = []
+    for item in items:
+        folder = folder_tier(item.path)
+        marks = {m.name for m in item.iter_markers()} & set(TIERS)
+        tier = next((t for t in TIERS if t in marks | {folder}), None)
+        if tier != folder:
+            wrong.append(f"{item.nodeid}: marked {tier}, so it lives in tests/{TIERS[tier]}/")
+        elif folder is not None:
+            item.add_marker(folder)
+    if wrong:
+        raise pytest.UsageError("a test outside its tier's folder:\n" + "\n".join(wrong))
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by the marks
 def pytest_collection_modifyitems(config, items):
+    mark_by_folder(items)
+    if not any("gpu" in item.keywords for item in items):
+        return
     try:
         import torch
 
@@ -33,6 +71,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The 2-core machine a test's `run.threads=2` describes, whatever this one's affinity (a CI runner pinned to
+    one core included): the check of `run.threads` against the machine's cores reads 2. Its decisions (the
+    generator's host, the thread split) follow `run.threads`; a process the run starts does not check again."""
+    import scalerl.config.run
+
+    monkeypatch.setattr(scalerl.config.run, "available_cores", lambda: 2)
 
 
 # A failing test leaves no process behind: the processes it started (a `scalerl watch`, a training

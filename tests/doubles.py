@@ -178,10 +178,11 @@ def parity_reward(prompt: Prompt, completion: Completion) -> Score:
 
 
 def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, *, seed: int,
-               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None) -> Stage:
+               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None,
+               local: bool = False) -> Stage:
     """A `GeneratorBuild` function for tests (picklable: a generator process can run it): a
-    FakeGenerator (which decodes no weights: `weights` ignored), and the given task and reward or
-    FakeTask and parity_reward."""
+    FakeGenerator (which decodes no weights: `weights` ignored; it is its own engine: `local` ignored),
+    and the given task and reward or FakeTask and parity_reward."""
     return Stage(FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0)
 
 
@@ -244,3 +245,39 @@ def build_fake_failing_scorer(*, seed: int, model=None, tokenizer=None, task=Non
                               weights=None) -> Stage:
     """A `GeneratorBuild` function whose pooled scorer raises on every completion."""
     return Stage(FakeGenerator(range(3, 9), (3, 6), 4, 0.001, seed), PooledFakeTask(), failing_reward, 0)
+
+
+HOLD_LIMIT_S = 300.0    # the longest a held run waits for its release (an upper bound on a failure only)
+
+
+def hold_after_first_checkpoint(hold: str) -> None:
+    """In a `scalerl train` process a test started: once the loop has written its first checkpoint after
+    step 0, it writes `<hold>.held` and waits until `<hold>.release` exists, so that the test acts while the
+    run is certainly running (not "if it has not finished yet")."""
+    from pathlib import Path
+
+    from scalerl.loop import Stages
+
+    real, held, release = Stages.checkpoint, Path(hold).with_suffix(".held"), Path(hold).with_suffix(".release")
+
+    def checkpoint(self) -> None:
+        real(self)
+        if self.tr.state.step > 0 and not held.exists():
+            held.touch()
+            wait_for_file(release)
+
+    Stages.checkpoint = checkpoint
+
+
+def wait_for_file(path, proc=None, log=None, limit_s: float = HOLD_LIMIT_S) -> None:
+    """Until `path` exists (what a process the test drives writes at a point of its own); fails at once if
+    `proc` ended first, naming its `log`, and after `limit_s` (a bound on a failure only)."""
+    from pathlib import Path
+
+    deadline = time.monotonic() + limit_s
+    while not Path(path).exists():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"ended (exit {proc.returncode}) before {path}: "
+                                 f"{Path(log).read_text()[-2000:] if log else ''}")
+        assert time.monotonic() < deadline, f"no {path} within {limit_s:g} s"
+        time.sleep(0.05)

@@ -28,3 +28,11 @@ def gone_within(procs: list[psutil.Process], timeout: float) -> float:
     left = [(p.pid, p.name()) for p in running(procs)]
     assert not left, f"still running {timeout} s after: {left}"
     return time.monotonic() - t0
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """The processes under `pid` (none once it has ended)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []

@@ -1,7 +1,7 @@
 """What a run trains with (`Components`) and the one builder of its generator stage
 (`build_generator`): in the trainer's process it decodes with the model it is given, in a
 generator process or a Ray actor it loads its own from the run's config. A generator process
-unpickles `build_generator` and imports nothing of the loop's layer or above (tests/test_layers.py)."""
+unpickles `build_generator` and imports nothing of the loop's layer or above (tests/project/test_layers.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-# The import names of the `train` extra's packages (pyproject.toml; tests/test_light_install.py keeps the two
+# The import names of the `train` extra's packages (pyproject.toml; tests/project/test_light_install.py keeps the two
 # alike): what `train`, `generate`, `export` and `ablate` need beyond `pip install scalerl`, the forecaster.
 TRAIN_MODULES = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "math_verify", "reasoning_gym",
                  "tqdm", "gguf", "accelerate", "peft", "psutil", "tensorboard")

@@ -12,6 +12,22 @@ HELP = "run a study (recipes and/or leave-one-out variants of a base, N seeds), 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _variant_arguments(parser)
+    _run_arguments(parser)
+    parser.add_argument("--x", dest="x_col", default=FIT_X,
+                        help="compute column of the fits (default: %(default)s, independent of the machine's load; "
+                             "compute/device_hours is the paper's axis)")
+    parser.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                        help="bootstrap replicas per fit (default: %(default)s, as scalerl fit and scalerl train)")
+    parser.add_argument("--report-only", action="store_true", help="train nothing; fit and report what is there")
+    parser.add_argument("--progress", action="store_true", help="a progress bar per run")
+    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                        help="train N runs at once, each on its own share of the cores (default 1; on a GPU "
+                             "machine the runs share the GPU)")
+
+
+def _variant_arguments(parser: argparse.ArgumentParser) -> None:
+    """The configurations of the study: the base and what is compared with it."""
     parser.add_argument("--base", default="scalerl", help="recipe the leave-one-out variants start from (default: scalerl)")
     parser.add_argument("--leave-one-out", action="store_true",
                         help="add the base's leave-one-out variants (one ScaleRL component swapped each, paper Fig. 7)")
@@ -30,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "under other seeds (`base-again`: an effect that does not); docs/study.md")
     parser.add_argument("--recipes", default="", metavar="A,B,...",
                         help="recipes to compare with the base, e.g. grpo,dapo,gspo,magistral,minimax (paper Fig. 2)")
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """How each configuration runs: seeds, budget, overrides, where the runs go."""
     parser.add_argument("--seeds", type=int, default=5, metavar="N",
                         help="seeds per configuration (default %(default)s; the paper: 3, which on this testbed cannot "
                              "detect differences in A of the paper's size: docs/study.md)")
@@ -43,16 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also keep every finished run in small form here (config, done.json, evaluation "
                              "rows), and take finished runs from here: commit it to carry a study across machines")
     parser.add_argument("--only", default="", metavar="A,B,...", help="train only these configurations this time")
-    parser.add_argument("--x", dest="x_col", default=FIT_X,
-                        help="compute column of the fits (default: %(default)s, independent of the machine's load; "
-                             "compute/device_hours is the paper's axis)")
-    parser.add_argument("--bootstrap", type=int, default=200, metavar="N",
-                        help="bootstrap replicas per fit (default: %(default)s, as scalerl fit and scalerl train)")
-    parser.add_argument("--report-only", action="store_true", help="train nothing; fit and report what is there")
-    parser.add_argument("--progress", action="store_true", help="a progress bar per run")
-    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
-                        help="train N runs at once, each on its own share of the cores (default 1; on a GPU "
-                             "machine the runs share the GPU)")
 
 
 def _positive(text: str) -> int:

@@ -1,6 +1,7 @@
 """`scalerl fit`: fit the compute-performance curve to runs' metrics and forecast it.
 
-Reads scalerl runs and other frameworks' logs (`--from trl|verl|openrlhf|skyrl|prime-rl|nemo-rl|areal|slime|scalerl`), with
+Reads scalerl runs and other frameworks' logs
+(`--from trl|verl|openrlhf|skyrl|prime-rl|nemo-rl|areal|slime|scalerl`), with
 compute from a column (`--x`) or derived (`--compute wall|tokens|steps`); see docs/forecasting.md.
 """
 

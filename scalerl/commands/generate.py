@@ -41,9 +41,9 @@ def show(cfg, args: argparse.Namespace) -> str:
     """The samples of `args` under the loaded config `cfg`, with their rewards and the summary. The engine is
     built as `scalerl train` builds its generators (`scalerl.rollout.build_engine`)."""
     from scalerl.models import load_model
+    from scalerl.rewards import RewardFn, answer_section
     from scalerl.rollout import build_engine
     from scalerl.tasks import get_task
-    from scalerl.rewards import RewardFn, answer_section
 
     if cfg.run.threads is not None:
         import torch
@@ -93,4 +93,5 @@ def format_summary(completions, scores, seconds: float, model: str, task: str, a
     cut = sum(c.truncated for c in completions) / k
     interrupted = sum(c.interrupted for c in completions) / k
     return (f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "
-            f"no answer found in {missing:.1%}; truncated {cut:.1%}, interrupted {interrupted:.1%}; {tokens / seconds:.0f} tokens/s")
+            f"no answer found in {missing:.1%}; truncated {cut:.1%}, interrupted {interrupted:.1%}; "
+            f"{tokens / seconds:.0f} tokens/s")

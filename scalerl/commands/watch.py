@@ -21,8 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-from scalerl.commands.fit import (add_decision_arguments, add_fitting_arguments, add_reading_arguments, check_plot_path,
-                                  decision_lines, options)
+from scalerl.commands.fit import (
+    add_decision_arguments,
+    add_fitting_arguments,
+    add_reading_arguments,
+    check_plot_path,
+    decision_lines,
+    options,
+)
 
 HELP = "follow a run's log while it is written and refit the forecast as evaluations arrive"
 

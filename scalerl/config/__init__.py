@@ -43,8 +43,8 @@ from scalerl.config.tasks import (COLUMN_ROLES, DEFAULT_VAL_SIZE, LEGACY_DEFAULT
                                   CodeExprTaskConfig, CodeTaskConfig, FileTaskConfig, MixTaskConfig,
                                   PythonTaskConfig, RgTaskConfig, TaskConfig, TaskPart, expand_task, task_config)
 from scalerl.config.train import (MAX_COMPLETIONS, MAX_GENERATIONS, MAX_PROMPTS, AdvantageConfig, Aggregation,
-                                  BatchConfig, CispoLoss, CurriculumConfig, FilterConfig, GSPOLoss, LossConfig,
-                                  OptimConfig, PPOClipLoss, ReinforceLoss)
+                                  BatchConfig, CispoLoss, CurriculumConfig, CustomLoss, FilterConfig, GSPOLoss,
+                                  LossConfig, OptimConfig, PPOClipLoss, ReinforceLoss)
 
 __all__ = [
     "Config", "ModelConfig", "LoraConfig", "RewardConfig", "SandboxConfig", "RunConfig", "EvalConfig",
@@ -55,7 +55,8 @@ __all__ = [
     "RolloutConfig", "LengthControl", "InterruptConfig", "LengthPenaltyConfig", "NoLengthControl", "EngineConfig",
     "LocalEngineConfig", "VllmEngineConfig", "DEFAULT_PHRASE", "PAPER_PHRASE",
     "BatchConfig", "AdvantageConfig", "FilterConfig", "CurriculumConfig", "LossConfig", "Aggregation", "CispoLoss",
-    "PPOClipLoss", "GSPOLoss", "ReinforceLoss", "OptimConfig", "MAX_PROMPTS", "MAX_GENERATIONS", "MAX_COMPLETIONS",
+    "PPOClipLoss", "GSPOLoss", "ReinforceLoss", "CustomLoss", "OptimConfig", "MAX_PROMPTS", "MAX_GENERATIONS",
+    "MAX_COMPLETIONS",
     "eval_schedule", "available_cores", "variants_of", "section_of", "lookup",
     "RECIPES_DIR", "list_recipes", "recipe_path", "dump_config",
 ]

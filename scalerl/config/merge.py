@@ -70,7 +70,7 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "epsilon_high": ("loss.eps_high", "a field of loss.type=ppo_clip"),
     "reward_funcs": ("reward.function", "<module>:<name> or <path/to/file.py>:<name>"),
     "reward_weights": ("reward.weights", "[checker, function]"),
-    "loss_type": ("loss.type", "cispo, ppo_clip, gspo or reinforce"),
+    "loss_type": ("loss.type", "cispo, ppo_clip, gspo, reinforce, or custom (your own: loss.function)"),
     "scale_rewards": ("advantage.norm", "batch, prompt (TRL's group) or none"),
     # verl
     "actor_rollout_ref.actor.optim.lr": ("optim.lr", ""),
@@ -231,9 +231,10 @@ def _loc(loc: tuple) -> str:
 
 def validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Config:
     """`data` as a Config; a `ScaleRLError` naming, per problem, the key and the layer that set it
-    (`source`: a layer name, or a function `(path, message) -> layer name`)."""
+    (`source`: a layer name, or a function `(path, message) -> layer name`). The checks against this machine
+    (`run.threads` within its cores) run here, where a user's config enters."""
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"machine": True})
     except ValidationError as exc:
         blame = source if callable(source) else (lambda path, msg: source)
         msgs = []

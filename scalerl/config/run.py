@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from scalerl.config.base import _bool_numbers, _floats, _Section, lookup
 from scalerl.config.eval import EvalConfig
@@ -30,7 +30,12 @@ class RunConfig(_Section):
                                 "and trainer); at most the cores this process may use")
 
     @model_validator(mode="after")
-    def _threads_within_cores(self) -> RunConfig:
+    def _threads_within_cores(self, info: ValidationInfo) -> RunConfig:
+        """Checked where a user's config is read on the machine that runs it (`config.merge.validate` passes
+        the context `machine`), not where a process of the run rebuilds the config it was handed: a generator
+        process, or a trainer rank on a node with other cores."""
+        if not (info.context or {}).get("machine"):
+            return self
         cores = available_cores()
         if self.threads is not None and self.threads > cores:
             raise ValueError(f"run.threads = {self.threads}: this machine gives the process {cores} core(s); "
@@ -59,7 +64,8 @@ class Config(_Section):
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="baseline and normalisation")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="zero-variance filtering / dynamic sampling")
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="No-Positive-Resampling")
-    loss: LossConfig = Field(default_factory=CispoLoss, description="policy loss: cispo | ppo_clip | gspo | reinforce")
+    loss: LossConfig = Field(default_factory=CispoLoss,
+                             description="policy loss: cispo | ppo_clip | gspo | reinforce | custom")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="AdamW and schedule")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="off-policy mode")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster, actors, resources")

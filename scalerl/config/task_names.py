@@ -4,7 +4,6 @@ file, a Python file): `shorthand` reads one as a task's type and fields, `task_n
 
 from __future__ import annotations
 
-
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 SHORTHANDS = ("arith, arith-easy, arith-<D>, arith-<K>x<D>, code-expr, code-expr-<D>, file, code, python, "
               "rg:<dataset>, rg:<a>,<b>,..., a mix <a>,<b>,..., a data file (.jsonl, .json, .csv, .parquet) or a "

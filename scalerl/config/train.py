@@ -1,13 +1,14 @@
 """What the trainer does with a step's groups: `batch`, `advantage`, `filter`, `curriculum`, `loss`
-(cispo | ppo_clip | gspo | reinforce) and `optim`."""
+(cispo | ppo_clip | gspo | reinforce | custom: the user's own) and `optim`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from scalerl.config.base import _Section
+from scalerl.user_code import check_call, load_function, resolve_spec
 
 
 MAX_PROMPTS = 65_536          # per step: 30x the largest batch of the paper (2048); catches typos such as 1e12
@@ -95,7 +96,35 @@ class ReinforceLoss(_Section):
     aggregation: Aggregation = Field("sample", description=_AGG_HELP)
 
 
-LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss], Field(discriminator="type")]
+class CustomLoss(_Section):
+    type: Literal["custom"] = Field("custom", description="the user's own per-token objective (loss.function)")
+    function: str = Field(
+        ..., description="fn(logprobs, gen_logprobs, advantages, mask, **options) -> the (N, T) per-token objective "
+                         "J_t to maximise (logprobs (N, T) with grad, gen_logprobs (N, T), advantages (N,), mask "
+                         "(N, T); 0 where masked), as '<module>:<name>' or '<path/to/file.py>:<name>' "
+                         "(docs/recipes.md)")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments the function is called with")
+    aggregation: Aggregation = Field("prompt", description=_AGG_HELP)
+
+    @field_validator("function")
+    @classmethod
+    def _absolute(cls, spec: str) -> str:
+        """Loaded (a wrong path or name is one line naming it as written), then the file's path made absolute
+        (another process, a resume from elsewhere finds it)."""
+        load_function(spec, "loss.function")
+        return resolve_spec(spec, "loss.function")
+
+    @model_validator(mode="after")
+    def _callable(self) -> CustomLoss:
+        """Loaded and its signature checked now: a wrong path, name or signature is one line before anything
+        is built."""
+        check_call(load_function(self.function, "loss.function"), self.function, "loss.function", LOSS_ARGUMENTS,
+                   self.options)
+        return self
+
+
+LOSS_ARGUMENTS = ("logprobs", "gen_logprobs", "advantages", "mask")
+LossConfig = Annotated[Union[CispoLoss, PPOClipLoss, GSPOLoss, ReinforceLoss, CustomLoss], Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------- optimizer, pipeline, eval, run

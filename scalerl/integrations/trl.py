@@ -24,7 +24,8 @@ forecast specification (`scalerl.scaling.spec`: the same fit as `scalerl fit`, `
 `stop=True` ends training (`control.should_training_stop`) when the stop rule fires
 (`scalerl.scaling.outlook.stop_decision`: the ceiling is identified and the upper end of the
 calibrated 90% interval of the gain from now to the budget is below `stop_below`, 0.02; an
-unidentified ceiling never stops a run). A change of identification is said once in the log. Compute is the global step by default (a step's cost is about
+unidentified ceiling never stops a run). A change of identification is said once in the log.
+Compute is the global step by default (a step's cost is about
 constant within a run, so a fit against steps is a fit against compute up to a factor); pass
 `compute=lambda state: ...` for another measure (e.g. tokens x parameters).
 
@@ -40,10 +41,10 @@ from transformers import TrainerCallback
 
 from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import MIN_POINTS
-from scalerl.scaling.report import SEED_MARGIN
-from scalerl.scaling.spec import SPEC, spec_fit
 from scalerl.scaling.outlook import outlook
 from scalerl.scaling.outlook import stop_decision as outlook_stop
+from scalerl.scaling.report import SEED_MARGIN
+from scalerl.scaling.spec import SPEC, spec_fit
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,6 @@ from scalerl.config import CurriculumConfig
 from scalerl.errors import ScaleRLError
 from scalerl.types import Group, Prompt
 
-
 EPOCH_SPREAD = 32     # an epoch's first prompts avoid the previous epoch's last 2 x this
 
 

@@ -12,6 +12,8 @@ is maximised (the returned loss is -aggregate(J)):
     gspo       s   = exp(mean_t log rho) per completion; J = min(s A, clip(s, ...) A),
                the same value at each of the completion's tokens
     reinforce  J_t = A * log pi                                    (no off-policy correction)
+    custom     J_t = the user's function (`loss.function`, docs/losses.md): called as
+               fn(logprobs=, gen_logprobs=, advantages=, mask=, **loss.options) -> (N, T)
 
 Aggregation (Section 3.2, A.9): `prompt` = sum of a prompt's token terms / its tokens, then the
 mean over prompts (ScaleRL); `sample` = per completion, then over completions; `token` = over
@@ -31,14 +33,16 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 import torch
 
-from scalerl.config import CispoLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
-from scalerl.errors import ScaleRLError
+from scalerl.config import CispoLoss, CustomLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
+from scalerl.errors import ScaleRLError, UserCodeError
+from scalerl.user_code import load_function
 from scalerl.rl._checks import check_finite, check_ndim, check_shape
 
 
@@ -123,6 +127,27 @@ def reinforce(x: LossInputs, cfg: ReinforceLoss, ref_logprobs: torch.Tensor | No
     return TokenTerms(x.adv * x.logprobs, torch.zeros_like(x.mask, dtype=torch.bool))
 
 
+@functools.lru_cache(maxsize=None)
+def _user_loss(spec: str) -> Callable:
+    return load_function(spec, "loss.function")
+
+
+@register(CustomLoss)
+def custom(x: LossInputs, cfg: CustomLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
+    """The user's objective; what it raises is theirs (`UserCodeError`: one line, then their frames)."""
+    fn = _user_loss(cfg.function)
+    try:
+        objective = fn(logprobs=x.logprobs, gen_logprobs=x.gen_logprobs, advantages=x.advantages, mask=x.mask,
+                       **cfg.options)
+    except Exception as e:  # the user's code: told as theirs
+        raise UserCodeError(f"loss.function {cfg.function!r}: {getattr(fn, '__name__', 'it')}", e) from None
+    if not isinstance(objective, torch.Tensor) or objective.shape != x.logprobs.shape:
+        got = tuple(objective.shape) if isinstance(objective, torch.Tensor) else type(objective).__name__
+        raise ScaleRLError(f"loss.function {cfg.function!r} returned {got}; expected the per-token objective, a "
+                           f"tensor of shape {tuple(x.logprobs.shape)} (completions x tokens)")
+    return TokenTerms(objective, torch.zeros_like(x.mask, dtype=torch.bool))
+
+
 # ---------------------------------------------------------------- aggregation
 Aggregator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -187,7 +212,7 @@ def policy_loss(cfg: LossConfig, logprobs: torch.Tensor, gen_logprobs: torch.Ten
                 ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss to minimise (-aggregated objective) and plain-float metrics.
 
-    `cfg` is the loss's config (`CispoLoss`, `PPOClipLoss`, `GSPOLoss`, `ReinforceLoss`): it picks
+    `cfg` is the loss's config (`CispoLoss`, `PPOClipLoss`, `GSPOLoss`, `ReinforceLoss`, `CustomLoss`): it picks
     the loss and carries its parameters and aggregation. Shapes: logprobs, gen_logprobs, mask,
     ref_logprobs (N, T); advantages, prompt_ids (N,). `ref_logprobs` (the reference policy's)
     is needed only for a KL penalty. No unmasked token at all gives a zero loss with

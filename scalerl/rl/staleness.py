@@ -35,8 +35,8 @@ import torch
 def k3(logratio: torch.Tensor) -> torch.Tensor:
     """Per-token estimate of KL(behaviour || trainer) from `log pi_trainer - log pi_behaviour` of tokens
     sampled from the behaviour policy: `exp(l) - 1 - l` (>= 0; clamped so a dead token stays finite)."""
-    l = logratio.clamp(-20.0, 20.0)
-    return torch.expm1(l) - l
+    r = logratio.clamp(-20.0, 20.0)
+    return torch.expm1(r) - r
 
 
 def kl_sums(logratio: torch.Tensor, stale: torch.Tensor, mask: torch.Tensor) -> tuple[float, float, float, float]:

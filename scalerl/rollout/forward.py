@@ -22,7 +22,7 @@ additive mask, softmax in fp32), so a bf16 generator and the bf16 trainer round 
 CUDA run `scaled_dot_product_attention` on the grouped shapes (the CPU's flash kernel, CUDA's
 memory-efficient one; both take the mask), 10-30% faster on a CPU at decode sizes.
 The numerics are those of the `transformers` forward the eager path runs (the same modules,
-the same RoPE values, the same order of operations); tests/test_rollout_static.py checks
+the same RoPE values, the same order of operations); tests/rollout/test_rollout_static.py checks
 greedy tokens and log-probs against it.
 """
 

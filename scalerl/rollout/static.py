@@ -152,10 +152,7 @@ class StaticLoop:
             hold: threading.Event | None = None, context: int = 0):
         """Yields (request, completion) as sequences finish; while `hold` is set, waits. `limit`:
         at most this many rows (None: the slots); `context`: the longest context expected."""
-        if self._running:
-            raise ScaleRLError("rollout: this engine is already decoding (a `stream` still open): one `generate` or "
-                               "`stream` at a time per engine; close the stream first, or use another engine")
-        self._running = True
+        self._claim()
         e, source = self.e, _Source(requests)
         held: list[Request | None] = []
         hpos: list[int] = []     # per row: a bound on the position its next step writes
@@ -183,10 +180,7 @@ class StaticLoop:
                             e._idle()   # no prompt may start yet: wait for the trainer
                             continue
                         source.give_back(first)
-                        capacity = capacity_for(max(context, len(first[0].tokens) - 1), e.cfg.max_new_tokens)
-                        slots = self.slots_for(capacity, limit)
-                        self._allocate(self.slots_for(capacity, None) if self.capture else slots, capacity)
-                        held, hpos = [None] * self.kv.slots, [0] * self.kv.slots
+                        slots, held, hpos = self._size(max(context, len(first[0].tokens) - 1), limit)
                     slots = self._admit_free(source, held, hpos, slots, limit)
                     occupied = [r for r, h in enumerate(held) if h is not None]
                     if not occupied:
@@ -207,6 +201,21 @@ class StaticLoop:
             if not self.capture:
                 self.kv = self.state = None   # a CPU engine keeps no K/V between calls
                 self._views.clear()
+
+    def _claim(self) -> None:
+        """One `generate` / `stream` at a time: the slots are the loop's."""
+        if self._running:
+            raise ScaleRLError("rollout: this engine is already decoding (a `stream` still open): one `generate` or "
+                               "`stream` at a time per engine; close the stream first, or use another engine")
+        self._running = True
+
+    def _size(self, context: int, limit: int | None) -> tuple[int, list, list]:
+        """At the first admission: the K/V sized for `context` tokens of prompt (all the slots a captured graph
+        may use, else `limit`'s); (slots in use, the rows' requests, their position bounds)."""
+        capacity = capacity_for(context, self.e.cfg.max_new_tokens)
+        slots = self.slots_for(capacity, limit)
+        self._allocate(self.slots_for(capacity, None) if self.capture else slots, capacity)
+        return slots, [None] * self.kv.slots, [0] * self.kv.slots
 
     def _collect(self, held: list[Request | None]):
         """Completions of the rows that ended since the last collection (one host sync)."""

@@ -18,8 +18,15 @@ from typing import Callable
 import torch
 
 from scalerl.errors import ScaleRLError
-from scalerl.run.checkpoint import (DamagedCheckpoint, TrainState, load_checkpoint, read_state, remove_partial,
-                                    set_aside, verify_checksums)
+from scalerl.run.checkpoint import (
+    DamagedCheckpoint,
+    TrainState,
+    load_checkpoint,
+    read_state,
+    remove_partial,
+    set_aside,
+    verify_checksums,
+)
 from scalerl.run.metrics import METRICS_FILE, check_metrics
 from scalerl.run.rundir import checkpoints
 

@@ -69,7 +69,9 @@ def fail(what: str) -> OSError:
 
 
 def mount(src, dst, fstype, flags, data=None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+    def enc(s):
+        return s.encode() if s is not None else None
+
     if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         raise fail(f"mount {src or fstype} on {dst}")
 

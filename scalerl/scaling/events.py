@@ -112,7 +112,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
 def _tensor_scalar(buf: bytes) -> float | None:
     """The value of a rank-0 float/double TensorProto, else None."""
     dtype, rank, values = 0, 0, []
-    for number, wire, value in fields(buf):
+    for number, _wire, value in fields(buf):
         if number == 1:
             dtype = value
         elif number == 2:

@@ -7,7 +7,8 @@ squares at every grid point, keep the lowest sum of squared residuals (`method="
 Departures from the paper:
 1. Search ranges (A.7). The paper's A grid is 0.450..0.800 step 0.005; here it runs from
    `max(y in window) - 0.1` (rounded down to the step) to 1.0, step 0.005, so the ceiling of any
-   pass-rate curve lies inside it (a metric outside [0, 1], power law only: up to max + 10 x range). C_mid: 100 values log-spaced from the window start / 10 to
+   pass-rate curve lies inside it (a metric outside [0, 1], power law only: up to max + 10 x range).
+   C_mid: 100 values log-spaced from the window start / 10 to
    100x the window end (the paper: "over the compute range"). Both can be set; a winner on the
    edge of either range is a warning.
 2. B at each grid point: a bounded 1-D least-squares search (golden section over log B in
@@ -478,7 +479,8 @@ def fall_warning(f: dict | None, x=None) -> str | None:
         return None
     at = f" (at {x[f['peak_index']]:.4g})" if x is not None else ""
     return (f"the curve fell after its peak: {f['peak']:.3f}{at} -> {f['end']:.3f} at the end, a drop of "
-            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; a sigmoid does not describe a falling run, so its "
+            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; "
+            "a sigmoid does not describe a falling run, so its "
             "ceiling and forecast do not hold (look for the instability in the training metrics: lengths, "
             "truncation, gradient norm, staleness)")
 
@@ -541,28 +543,35 @@ def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAI
     start = window_start(x[half], frac, total=x[-1])
     fit = fit_curve(x[half], y[half], model, fit_min=start, fit_r0=fit_r0, n_bootstrap=n_bootstrap, seed=0)
     end = slice(-min(tail, len(x)), None)
+    frozen = not fit_r0 and frac == FIRST_HALF_WINDOW and model == "sigmoid"
+    method = "frozen" if frozen else f"departure (model={model}, fit_r0={fit_r0}, window from {frac} of the compute)"
+    out = _first_half_row(x, y, half, end, fit, start, cut, method)
+    if n_bootstrap > 0:
+        out["interval"] = _fitted_mean_interval(fit, x[end], level)
+        out["covered"] = bool(out["interval"][0] <= out["measured"] <= out["interval"][1])
+    return out
+
+
+def _first_half_row(x: np.ndarray, y: np.ndarray, half: np.ndarray, end: slice, fit: FitResult, start: float,
+                    cut: float, method: str) -> dict:
+    """`first_half_prediction`'s result but the interval: the fit of the first half (`half`) against the mean
+    of the evaluations `end`, the three naive baselines, and what the second half still had to forecast."""
     predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
     last, best, rule = float(y[half][-1]), float(np.max(y[half])), ruler(x[half], y[half], x[end])
     error = predicted - measured
     r_start = float(np.mean(y[x == x.min()]))
     at_half = float(np.interp(x[-1] * cut, x, y))
     gain = measured - r_start
-    out = {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
-           "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
-           "measured": measured, "error": error,
-           "baseline_last": last, "baseline_last_error": last - measured,
-           "baseline_best": best, "baseline_best_error": best - measured,
-           "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
-           "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
-           "beat_ruler": bool(abs(error) < abs(rule - measured)),
-           "start": r_start, "at_half": at_half, "left": measured - at_half,
-           "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut,
-           "method": "frozen" if (not fit_r0 and frac == FIRST_HALF_WINDOW and model == "sigmoid") else
-                     f"departure (model={model}, fit_r0={fit_r0}, window from {frac} of the compute)"}
-    if n_bootstrap > 0:
-        out["interval"] = _fitted_mean_interval(fit, x[end], level)
-        out["covered"] = bool(out["interval"][0] <= measured <= out["interval"][1])
-    return out
+    return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
+            "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
+            "measured": measured, "error": error,
+            "baseline_last": last, "baseline_last_error": last - measured,
+            "baseline_best": best, "baseline_best_error": best - measured,
+            "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
+            "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
+            "beat_ruler": bool(abs(error) < abs(rule - measured)),
+            "start": r_start, "at_half": at_half, "left": measured - at_half,
+            "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut, "method": method}
 
 
 def subset_first_half_prediction(x, subsets: dict[str, np.ndarray], tail: int = TAIL_EVALS) -> dict:

@@ -65,7 +65,8 @@ class Outlook:
         prof = self.ident["profile"]
         if self.identified:
             return {"identified": True, "A": self.fit.A, "profile": [prof["lo"], prof["hi"]], "text":
-                    f"ceiling A = {self.fit.A:.3f} (profile 90% interval {prof['lo']:.3f} .. {prof['hi']:.3f}): identified"}
+                    f"ceiling A = {self.fit.A:.3f} (profile 90% interval {prof['lo']:.3f} .. {prof['hi']:.3f}):"
+                    " identified"}
         return {"identified": False, "A": None, "lower_bound": self.ident["lower_bound"],
                 "fitted_A": self.fit.A, "text": "ceiling not identified: " + settle_text(self.ident, self.c_last)}
 

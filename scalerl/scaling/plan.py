@@ -33,8 +33,8 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scalerl.errors import ScaleRLError
-from scalerl.scaling.fit import CI_LEVEL, FitResult, _curve_of, find_fall
 from scalerl.scaling.calibrate import table
+from scalerl.scaling.fit import CI_LEVEL, FitResult, _curve_of, find_fall
 from scalerl.scaling.forecast import Options, finite_json, fit_pooled, fit_series, read
 from scalerl.scaling.identify import identify
 from scalerl.scaling.report import MULTIPLES, SEED_MARGIN, gain_between, num

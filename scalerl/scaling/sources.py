@@ -165,7 +165,7 @@ def default_x(path: str | Path) -> str:
     axis (`compute/flops`, the one `scalerl train` fits, so both give the same numbers), for the
     directory and for the metrics.jsonl inside it (a `config.yaml` beside it), otherwise
     `compute/device_hours` (the paper's GPU-hours)."""
-    from scalerl.run.metrics import METRICS_FILE   # torch-free, as this module must stay
+    from scalerl.run.metrics import METRICS_FILE  # torch-free, as this module must stay
     from scalerl.run.rundir import CONFIG_FILE
 
     p = Path(path)

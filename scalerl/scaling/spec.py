@@ -1,7 +1,7 @@
 """One forecast specification for every place that fits a run's curve: `scalerl fit`, the
 `fit.json` of `scalerl train`, the live forecast in metrics.jsonl (`forecast/*`) and the study
 report. The same run gives the same `A`, interval and first-half figures from all four
-(tests/test_one_forecast.py).
+(tests/scaling/test_one_forecast.py).
 
 The specification (docs/forecasting.md, "One forecast, everywhere"):
 - the window: the first `fit_min_frac` (0.1) of the run's compute so far is left out, moved

@@ -142,7 +142,8 @@ class ExprCodeTask:
     isolate_checker = False
     score_workers = SCORE_WORKERS
 
-    def __init__(self, cfg: CodeExprTaskConfig = CodeExprTaskConfig(), ctx: TaskContext = TaskContext()):
+    def __init__(self, cfg: CodeExprTaskConfig | None = None, ctx: TaskContext = TaskContext()):
+        cfg = CodeExprTaskConfig() if cfg is None else cfg
         self.answer_marker = cfg.answer_marker or THINK_CLOSE
         self.checker = sandboxed_checker(self.answer_marker, ctx)
         self.name, self.seed, self.levels = cfg.name, cfg.seed, parse_name(cfg.name)

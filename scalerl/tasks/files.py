@@ -17,7 +17,8 @@ by default the format of `task.answer_marker`, `<answer>` tags unless set): in a
 an instruct model, before the question otherwise; the checker reads exactly that. With
 `task.shots` = k (instruct models), the file's first k distinct rows in content-hash order are
 taken out of the data and shown before each question as solved chat turns whose reply is only
-the answer, written where the checker reads it (`<answer>87</answer>`). Prompts that repeat a question are kept once and counted; prompts
+the answer, written where the checker reads it (`<answer>87</answer>`). Prompts that repeat a
+question are kept once and counted; prompts
 over the length limit are skipped and counted, or refused (`scalerl.tasks.pool`). Rows are split
 into training and validation by a hash of their content: the last `val_size` rows in hash order
 are held out (unset: a tenth of the distinct rows, at least 1, at most 512), so the split does
@@ -43,9 +44,9 @@ from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE, FileTaskConfig
 from scalerl.errors import ScaleRLError
+from scalerl.rewards import ANSWER_TAG, BOXED, instruction_for, math_verify_check
 from scalerl.tasks.pool import PromptPool, dedupe, split_rows
 from scalerl.tasks.registry import TaskContext, register
-from scalerl.rewards import ANSWER_TAG, BOXED, instruction_for, math_verify_check
 from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

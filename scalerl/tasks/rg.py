@@ -39,9 +39,9 @@ from dataclasses import fields
 
 from scalerl.config import DEFAULT_VAL_SIZE, RgTaskConfig
 from scalerl.errors import ScaleRLError
+from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.tasks.pool import PromptPool, apply_limit, check_sizes, report_dropped
 from scalerl.tasks.registry import TaskContext, register
-from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.types import Prompt
 
 RG_ANSWER_MAX_CHARS = 2048

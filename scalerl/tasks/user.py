@@ -31,8 +31,8 @@ import math
 from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE, PythonTaskConfig
-from scalerl.custom_reward import load_module
-from scalerl.errors import ScaleRLError, UserCodeError, located
+from scalerl.user_code import load_module
+from scalerl.errors import ScaleRLError, UserCodeError, located, retold
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE
 from scalerl.tasks.files import FileTask, Row, val_share
@@ -137,7 +137,7 @@ def user_check(completion_text: str, prompt: Prompt, check, marker: str, spec: s
     try:
         value = check(section, prompt.answer)
     except Exception as e:  # the user's code: this completion's checker error, naming where it raised
-        raise RuntimeError(f"task.path {spec}: {getattr(check, '__qualname__', 'check')} raised {located(e)}") from None
+        raise retold(f"task.path {spec}: {getattr(check, '__qualname__', 'check')} raised {located(e)}", e) from None
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.run.ports import host_store, join_group
-from scalerl.trainer.step import Optimizer, plan_shards, shard_step
+from scalerl.trainer.step import Optimizer, Shard, plan_shards, shard_step
 from scalerl.types import Group
 
 PLACE_TIMEOUT_S = 300  # seconds for the trainer worker actors to be placed and built (model loaded)

@@ -11,7 +11,7 @@ completions attend to its K/V:
 
 The backward of the row repetition sums the G completions' gradients into the prompt's K/V, so
 the loss and every gradient are those of the unshared computation (N full sequences
-prompt + completion, `_unshared`), up to float rounding; tests/test_train_forward.py checks it.
+prompt + completion, `_unshared`), up to float rounding; tests/trainer/test_train_forward.py checks it.
 On SmolLM2's chat template (about 83 prompt and at most 32 completion tokens, G = 8) the
 trainer then runs about 2.7k tokens a step instead of 7.2k. On a CPU the shared path's
 attention is `_grouped_attention` (query heads grouped by K/V head, no K/V repetition), whose
@@ -25,7 +25,7 @@ copy (the same casts, `scalerl.models.cast_model`: RoPE frequencies fp32 on both
 same attention kernel, `match_trainer_attention`). The gradients flow through the casts into
 the fp32 weights, which AdamW updates. The LM head and log-softmax run on the fp32 weight and
 fp32 hidden states when `fp32_head` (paper Section 3.2), else in bf16. Measured on the tiny
-model (tests/test_effects_precision.py, docs/training.md): generator and trainer then agree
+model (tests/trainer/test_effects_precision.py, docs/training.md): generator and trainer then agree
 to about 1e-5 per token with the FP32 head, where torch.autocast (fp32 residual stream and
 norms) against a plain bf16 generator copy differed by 1e-2.
 
@@ -240,8 +240,20 @@ def _recomputed(model, cache: _PromptCache | None):
         raise ValueError(f"{type(model).__name__}: no transformers GradientCheckpointingLayer to recompute "
                          "(batch.recompute needs a transformers decoder model; set batch.recompute=never)")
 
+    context_fn = _replay_contexts(model, cache)
+    for layer in layers:
+        layer.forward = _checkpointed(layer, context_fn)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward   # back to the class's forward
+
+
+def _replay_contexts(model, cache: _PromptCache | None):
+    """`_recomputed`'s `context_fn` for `torch.utils.checkpoint`: (forward, replay) contexts, the replay keeping
+    the forward's attention kernel and storing no prompt K/V."""
     def replay_context():
-        """(forward, replay) contexts: the replay keeps the forward's attention kernel and stores no prompt K/V."""
         attention = model.config._attn_implementation
         prompt_pass = cache is not None and not cache.layers[0].frozen   # the completion pass only reads
 
@@ -255,35 +267,31 @@ def _recomputed(model, cache: _PromptCache | None):
             finally:
                 model.config._attn_implementation = old
         return nullcontext(), replay()
+    return replay_context
 
-    def wrap(layer):
-        own = type(layer).forward.__get__(layer)   # the class's forward (no recursion into this wrapper)
 
-        def forward(*args, **kwargs):
-            if not torch.is_grad_enabled():
-                return own(*args, **kwargs)
-            tensors = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}  # the bf16 casts, if any
+def _checkpointed(layer, context_fn):
+    """`layer`'s forward under `torch.utils.checkpoint` (non-reentrant, contexts from `context_fn`) while
+    gradients are on: it keeps what enters the layer and runs the layer again in the backward."""
+    own = type(layer).forward.__get__(layer)   # the class's forward (no recursion into this wrapper)
 
-            def run(*a, **k):   # the forward, and its replay in the backward (after this context may have ended)
-                before = layer.__dict__.get("forward")
-                layer.forward = own
-                try:
-                    return functional_call(layer, tensors, a, k)
-                finally:
-                    if before is None:
-                        del layer.forward
-                    else:
-                        layer.forward = before
-            return checkpoint(run, *args, use_reentrant=False, context_fn=replay_context, **kwargs)
-        return forward
+    def forward(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return own(*args, **kwargs)
+        tensors = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}  # the bf16 casts, if any
 
-    for layer in layers:
-        layer.forward = wrap(layer)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward   # back to the class's forward
+        def run(*a, **k):   # the forward, and its replay in the backward (after this context may have ended)
+            before = layer.__dict__.get("forward")
+            layer.forward = own
+            try:
+                return functional_call(layer, tensors, a, k)
+            finally:
+                if before is None:
+                    del layer.forward
+                else:
+                    layer.forward = before
+        return checkpoint(run, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+    return forward
 
 
 def _unshared(model, batch: Batch, trunk, use_cache: bool | None = None) -> torch.Tensor:

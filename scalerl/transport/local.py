@@ -48,7 +48,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scalerl.errors import ScaleRLError
+from scalerl.errors import ScaleRLError, UserCodeError
 from scalerl.transport.policy import PipelineRL, Streamed
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.weights import SharedWeights, StepGate, WeightsLink
@@ -271,8 +271,8 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
 def _report_failure(exc: BaseException, out_q, stop) -> None:
     """A generator process's error, from its main thread or a scoring thread, sent to the trainer: a
     user-facing one (e.g. every prompt retired) as its one line, a bug with its traceback."""
-    if isinstance(exc, ScaleRLError):
-        out_q.put(("user_error", str(exc), None))
+    if isinstance(exc, ScaleRLError):   # a user's code's error whole (its frames), another as its line
+        out_q.put(("user_error", exc if isinstance(exc, UserCodeError) else str(exc), None))
     else:
         out_q.put(("error", "".join(traceback.format_exception(exc)), None))
     _ERROR_SENT.set()
@@ -380,7 +380,7 @@ class ProcessRollouts(Streamed, _PausedByEvent):
                     raise TimeoutError(f"no rollout group arrived within {timeout} s") from None
                 continue
             if kind == "user_error":
-                raise ScaleRLError(payload)
+                raise payload if isinstance(payload, UserCodeError) else ScaleRLError(payload)
             if kind == "error":
                 raise RuntimeError(f"the generator process failed:\n{payload}")
             if kind == "ready":

@@ -1,7 +1,7 @@
 """The default run over its seeds (issue 47): start, half, end, each rung's peak against its last evaluation, the
-fitted `A` with its 90% interval and the mean of the rungs' own ceilings, the whole-run fit's residuals against the sampling error, and the
-first-half forecast's error beside three naive predictors that see the same first-half evaluations
-(the last, the best, and the ruler: a line through the last two against log compute).
+fitted `A` with its 90% interval and the mean of the rungs' own ceilings, the whole-run fit's residuals against the
+sampling error, and the first-half forecast's error beside three naive predictors that see the same first-half
+evaluations (the last, the best, and the ruler: a line through the last two against log compute).
 
     .venv/bin/python studies/default/default_summary.py studies/default/base [more result folders] [--md] [--thin N]
 
@@ -121,13 +121,16 @@ def summary(results: list[dict]) -> list[str]:
 def table(results: list[dict]) -> list[str]:
     rungs = sorted(results[0]["peak_minus_end"])
     head = ("| run | start | half | end | " + " | ".join(f"{g} peak-last" for g in rungs)
-            + " | A [90%] | A (rungs: mean (each)) | resid/se | in window | first-half err | rungs err | last | best | ruler | staleness/max | trainer wait (median s) |")
+            + " | A [90%] | A (rungs: mean (each)) | resid/se | in window | first-half err | rungs err | last | best"
+            " | ruler | staleness/max | trainer wait (median s) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
+        each = ", ".join(f"{a:.2f}" for a in r["A_each_rung"].values())
         lines.append(f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
                      f"{r['end']:.3f} | " + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
-                     + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({', '.join(f'{a:.2f}' for a in r['A_each_rung'].values())}) | {r['residual_ratio']:.2f} | "
-                     f"{r['window_points']} | {r['first_half_error']:+.3f} | {r['rungs_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
+                     + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({each})"
+                     f" | {r['residual_ratio']:.2f} | {r['window_points']} | {r['first_half_error']:+.3f}"
+                     f" | {r['rungs_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
                      f"{r['ruler_error']:+.3f} | {rounded(r['staleness_max_mean'], 2)} | {rounded(r['gen_wait_median'], 3)} |")
     return lines
 
