@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from scalerl.batching import BatchFiller, filter_groups
 from scalerl.assembly.generator import Components
 from scalerl.assembly.run import Run, build_run
+from scalerl.batching import BatchFiller, filter_groups
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.evaluate import eval_curve, forecast_row

@@ -24,7 +24,7 @@ def start_ray(cfg: Config, host: str, undo: contextlib.ExitStack):
         raise ScaleRLError(f"pipeline.backend 'ray' runs pipeline.mode 'pipeline_rl' only, got {cfg.pipeline.mode!r}")
     if host != "ray" and cfg.trainer.actors(cfg.ray.trainers) == 0:
         return None
-    from scalerl.assembly.ray_session import RaySession   # imports Ray: only when there are actors
+    from scalerl.assembly.ray_session import RaySession  # imports Ray: only when there are actors
 
     undo.callback(RaySession(cfg).close)
     if host != "ray":

@@ -163,7 +163,7 @@ class Trainer:
                                "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
                                "parameters)") from None
         if (ckpt / SHARDS).is_dir() and self.cfg.trainer.resolved(self.cfg.ray.trainers) != "fsdp":
-            from scalerl.trainer.sharded import load_shards   # FSDP ranks wrote it: AdamW's state is there
+            from scalerl.trainer.sharded import load_shards  # FSDP ranks wrote it: AdamW's state is there
 
             load_shards(ckpt / SHARDS, self.model, self.optim, self.cfg)
         if self.curriculum is not None:

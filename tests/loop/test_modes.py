@@ -12,7 +12,7 @@ import pytest
 
 from scalerl.assembly.modes import make_mode
 from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
-from scalerl.transport.policy import PPOOffPolicy, PipelineRL
+from scalerl.transport.policy import PipelineRL, PPOOffPolicy
 from scalerl.transport.protocol import RolloutSource
 
 SOURCES = [ThreadedRollouts, ProcessRollouts, PPOOffPolicy]

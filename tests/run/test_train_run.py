@@ -7,20 +7,19 @@ import time
 import pytest
 import torch
 
-from scalerl.errors import ScaleRLError
 from doubles import FakeGenerator, parity_reward
-from scalerl.transport.policy import staleness
-from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
-from scalerl.transport.window import InOrder, LockedSampler, Window
-from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.batching import BatchFiller
+from scalerl.errors import ScaleRLError
+from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.rundir import create_run_dir, open_run_dir
+from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.policy import staleness
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
+from scalerl.transport.window import InOrder, LockedSampler, Window
 from scalerl.types import Prompt
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

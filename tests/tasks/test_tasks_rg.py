@@ -4,15 +4,15 @@ from collections import Counter
 
 import pytest
 
+from scalerl.assembly.generator import build_components
 from scalerl.cli import main
 from scalerl.config import RewardConfig, task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
-from scalerl.assembly.generator import build_components
 from scalerl.loop import train
+from scalerl.rewards import RewardFn
 from scalerl.run.metrics import read_rows
 from scalerl.tasks import get_task
-from scalerl.rewards import RewardFn
 from scalerl.types import Completion
 
 pytest.importorskip("reasoning_gym")

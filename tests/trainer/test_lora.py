@@ -7,9 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import scalerl.loop as train_mod
 import scalerl.assembly.run as build_mod
-from scalerl.trainer import state as state_mod
+import scalerl.loop as train_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
@@ -18,6 +17,7 @@ from scalerl.configure import load_config
 from scalerl.lora import apply_lora
 from scalerl.models import load_model
 from scalerl.rollout import Engine
+from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import Optimizer, train_step
 from train_helpers import random_groups
 

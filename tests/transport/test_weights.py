@@ -15,7 +15,7 @@ import torch
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.transport.weights import adopt
-from weights_helpers import set_version, version_model, check_versions
+from weights_helpers import check_versions, set_version, version_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
