@@ -11,8 +11,9 @@ Departures from the paper (Section 2.1, Appendix A.5-A.7):
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from scalerl.run.compute import FIT_X
 from scalerl.run.memory import settle
@@ -20,6 +21,53 @@ from scalerl.run.metrics import METRICS_FILE, read_rows
 from scalerl.types import Completion, Prompt, Score, rollout_stats
 
 MIN_POINTS = 5  # scalerl.scaling.fit_curve needs 5 points in its window
+
+
+class EvalEngine(Protocol):
+    """What an evaluation decodes with (`scalerl.rollout.Generator`'s `reseed` and `generate`): an engine
+    over the trainer's model, the generator process's (`scalerl.transport.local.RemoteGenerator`), or
+    both at once (`SplitEvaluator`)."""
+
+    def reseed(self) -> None: ...
+
+    def generate(self, prompts: Sequence[Prompt], n: int) -> list[Completion]: ...
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """A downstream set (`eval.downstream`): its prompts, its pass/fail reward, its scoring threads."""
+
+    name: str
+    prompts: list[Prompt]
+    reward_fn: Callable[[Prompt, Completion], Score]
+    workers: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """The run's evaluation as the loop calls it (built by scalerl.assembly.run): mean@k of `engine` on the
+    validation `prompts`, k = `samples`, and on each downstream set, with `threads` torch threads; reseeded
+    before each call, so every evaluation draws the same random numbers (`evaluate_all`'s row)."""
+
+    engine: EvalEngine
+    prompts: list[Prompt]
+    samples: int
+    reward_fn: Callable[[Prompt, Completion], Score]
+    workers: int                    # scoring threads (`GroupAssembler.workers_for` the task)
+    threads: int                    # torch threads while it decodes
+    downstream: tuple[Downstream, ...] = ()
+
+    def __call__(self) -> dict[str, float]:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            self.engine.reseed()   # common random numbers across evaluations (Engine.reseed)
+            return evaluate_all(self.engine, self.prompts, self.samples, self.reward_fn, self.workers,
+                                self.downstream)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def evaluate(generator, prompts: Sequence[Prompt], samples: int,
@@ -206,14 +254,14 @@ def forecast_row(run_dir, row: dict, fit_min_frac: float) -> dict:
     return live_forecast(curve, fit_min_frac, se=None if None in se else se)
 
 
-def evaluate_all(generator, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,
-                 downstream=()) -> dict[str, float]:
+def evaluate_all(generator: EvalEngine, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,
+                 downstream: Sequence[Downstream] = ()) -> dict[str, float]:
     """`evaluate` on the validation prompts, and `downstream/<name>/pass_rate[_se]` per downstream set;
     then the evaluation engine's dropped caches freed (`scalerl.run.memory.settle`) before training goes on."""
     row = evaluate(generator, prompts, samples, reward_fn, workers=workers)
-    for name, other_prompts, reward, other_workers in downstream:
-        other = evaluate(generator, other_prompts, samples, reward, workers=other_workers)
-        row[f"downstream/{name}/pass_rate"] = other["val/pass_rate"]
-        row[f"downstream/{name}/pass_rate_se"] = other["val/pass_rate_se"]
+    for d in downstream:
+        other = evaluate(generator, d.prompts, samples, d.reward_fn, workers=d.workers)
+        row[f"downstream/{d.name}/pass_rate"] = other["val/pass_rate"]
+        row[f"downstream/{d.name}/pass_rate_se"] = other["val/pass_rate_se"]
     settle()
     return row

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from scalerl.batching import BatchFiller, MiniBatch, filter_groups
 from scalerl.assembly.generator import Components
 from scalerl.assembly.run import Run, build_run
+from scalerl.batching import BatchFiller, filter_groups
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
-from scalerl.evaluate import eval_curve, evaluate_all, forecast_row
+from scalerl.evaluate import eval_curve, forecast_row
 from scalerl.lora import merged_state_dict
 from scalerl.monitor import Clock, Warnings, check_rewards, eval_postfix, step_row
 from scalerl.rl.staleness import StalenessBound
@@ -28,8 +28,7 @@ from scalerl.run.compute import FIT_X, StepCompute
 from scalerl.run.memory import settle
 from scalerl.run.metrics import MetricsWriter
 from scalerl.trainer.step import batch_advantages
-from scalerl.transport.protocol import TrainerUpdate
-from scalerl.transport.window import GroupAssembler
+from scalerl.transport.protocol import MiniBatch, TrainerUpdate
 
 MAX_EMPTY_BATCHES = 50
 
@@ -48,8 +47,8 @@ def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | 
 
 
 class Stages:
-    """The loop's stages over one run (see `_loop`): what each does to the Trainer, the transport
-    (`mode`), metrics.jsonl and the progress bar.
+    """The loop's stages over one run (see `_loop`): what each does to the Trainer, the source of
+    scored groups (`source`, the one seam to generation), metrics.jsonl and the progress bar.
 
     Step time (`time/step`, the compute clock) runs from the end of one step to the end of the
     next, including generating, skipped batches, training and publishing, excluding evaluation and
@@ -60,11 +59,8 @@ class Stages:
         from tqdm import tqdm
 
         tr = run.trainer
-        self.run, self.tr, self.cfg, self.mode, self.metrics = run, tr, tr.cfg, run.mode, metrics
+        self.run, self.tr, self.cfg, self.source, self.metrics = run, tr, tr.cfg, run.source, metrics
         task = run.tasks.train
-        self.val_prompts = run.tasks.val_prompts
-        self.downstream = [(name, prompts, reward, GroupAssembler.workers_for(other))
-                           for name, other, prompts, reward in run.tasks.downstream]
         self.eval_steps = set(self.cfg.eval.steps(self.cfg.run.max_steps))
         self.bar = tqdm(total=self.cfg.run.max_steps, initial=tr.state.step, disable=not progress, dynamic_ncols=True)
         self.postfix: dict[str, str] = {}
@@ -85,7 +81,7 @@ class Stages:
             self.evaluate()
             self.checkpoint()
         self.t_start = time.monotonic() - self.tr.counters.train_seconds  # carries on after a resume
-        self.mode.ready()
+        self.source.ready()
         self.last = time.monotonic()
         self.clock.take()
 
@@ -96,13 +92,13 @@ class Stages:
         return self.tr.state.step >= self.cfg.run.max_steps
 
     def generate(self) -> list[MiniBatch]:
-        """The next mini-batches from the transport (groups arrive scored); each group drawn goes
+        """The next mini-batches from the source, by its policy (groups arrive scored); each group drawn goes
         through the curriculum's pass history, and the batch rule says when a batch is full."""
         def observe(group) -> None:
             if self.tr.curriculum is not None and self.tr.curriculum.update(group):
                 self.retired.append(group.prompt.id)
         with self.clock.stage("generate"):
-            return self.mode.collect(self.tr.state.step, lambda: BatchFiller.from_config(self.cfg), observe)
+            return self.source.collect(self.tr.state.step, lambda: BatchFiller.from_config(self.cfg), observe)
 
     def filter(self, mb: MiniBatch) -> list | None:
         """The groups the step trains on; None (the batch skipped and counted) when none survived."""
@@ -153,7 +149,7 @@ class Stages:
             bound = None
             if self.bound is not None:
                 bound = loss_row["pipeline/bound"] = self.bound.update(loss_row)
-            self.mode.send(TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired),
+            self.source.send(TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired),
                                          bound))
             self.retired = []
 
@@ -168,8 +164,8 @@ class Stages:
                                             loss_row["tokens/trained_step"])))
         row.update({f"time/{name}": seconds for name, seconds in times.items()})
         row.update({"tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9),
-                    "curriculum/pool_size": len(tr.comps.task), "train/no_answer_rate": self.no_answer,
-                    "curriculum/epoch": self.mode.sampler_state().get("epoch", 0)})
+                    "curriculum/pool_size": len(self.run.comps.task), "train/no_answer_rate": self.no_answer,
+                    "curriculum/epoch": self.source.sampler_state().get("epoch", 0)})
         if not self.reported_params:   # the first train row this process writes
             row["train/trainable_params"] = tr.trainable_params
             self.reported_params = True
@@ -188,18 +184,13 @@ class Stages:
         + live forecast: an eval row (its own `time/eval`)."""
         tr, t0 = self.tr, time.monotonic()
         with self.clock.stage("evaluate"):
-            self.mode.pause()
-            threads = torch.get_num_threads()
-            torch.set_num_threads(self.run.eval_threads)
+            self.source.pause()
             tr.model.eval()
             try:
-                self.run.eval_gen.reseed()  # common random numbers across evaluations (Engine.reseed)
-                row = evaluate_all(self.run.eval_gen, self.val_prompts, self.cfg.eval.samples, tr.comps.reward_fn,
-                                   GroupAssembler.workers_for(tr.comps.task), self.downstream)
+                row = self.run.evaluator()
             finally:
                 tr.model.train()
-                torch.set_num_threads(threads)
-                self.mode.resume()
+                self.source.resume()
             row.update(tr.meter.totals())
             row.update(forecast_row(tr.run_dir, row, self.cfg.eval.fit_min_frac))
             erow = {"step": tr.state.step, "kind": "eval", **row, "time/eval": time.monotonic() - t0}
@@ -210,7 +201,7 @@ class Stages:
 
     def checkpoint(self) -> None:
         with self.clock.stage("checkpoint"):
-            self.tr.checkpoint(self.metrics, self.mode.sampler_state())
+            self.tr.checkpoint(self.metrics, self.source.sampler_state())
 
     def off_the_clock(self, stage) -> None:
         """Run `stage` off the step clock and off `run.max_minutes` (evaluation, checkpoints)."""
@@ -242,7 +233,7 @@ def _loop(run: Stages) -> None:
     """The pipeline, one optimizer step per mini-batch, in the paper's stages."""
     run.start()
     while run.running():
-        for mb in run.generate():                  # scored groups from the transport
+        for mb in run.generate():                  # scored groups from the source
             if run.done():
                 break
             kept = run.filter(mb)                  # zero-variance filter; None: skipped and counted

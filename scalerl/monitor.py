@@ -8,10 +8,11 @@ import time
 import warnings
 from contextlib import contextmanager
 
-from scalerl.batching import MiniBatch, staleness
 from scalerl.errors import told
 from scalerl.rewards import has_answer
 from scalerl.trainer.step import group_stats
+from scalerl.transport.policy import staleness
+from scalerl.transport.protocol import MiniBatch
 
 TRUNCATION_WARN = 0.10
 NO_ANSWER_WARN = 0.5   # share of a batch's completions without an answer section that warns (once)

@@ -11,12 +11,12 @@ import ray
 import torch
 
 from doubles import tiny_random_components
-from scalerl.assembly import ray as backend
-from scalerl.assembly import state as state_mod
 from scalerl.configure import load_config
 from scalerl.loop import train
 from scalerl.run.metrics import read_rows
+from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import train_step
+from scalerl.transport import ray as backend
 
 SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
          "rollout.batch_slots=8", "eval.every=100", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=100",

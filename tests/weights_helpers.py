@@ -5,7 +5,7 @@ version (tests/transport/test_weights.py says how), and the generator builds a s
 import torch
 
 from doubles import FakeTask, parity_reward
-from scalerl.batching import BatchFiller, PipelineRL
+from scalerl.batching import BatchFiller
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.transport.local import ProcessRollouts
@@ -75,20 +75,19 @@ def check_versions(device: str, alias: bool, bf16: bool = False) -> None:
                           {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1, alias=alias,
                           dtype=torch.bfloat16 if bf16 else torch.float32, head="lm_head.weight")
     assert src.aliased == (alias and not bf16)
-    mode = PipelineRL(src, k)
     tokens = []
     try:
         for version in range(1, 9):
-            (mb,) = mode.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            (mb,) = src.collect(version - 1, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             tokens += [(t, v) for g in mb.groups for c in g.completions for t, v in zip(c.tokens, c.versions)]
             if src.aliased:   # the buffer is this model's parameters: they change under the transport's lock only
                 with src.step_guard(version):
                     set_version(model, version, boost)
             else:
                 set_version(model, version, boost)
-            mode.send(TrainerUpdate(version, model.state_dict()))
+            src.send(TrainerUpdate(version, model.state_dict()))
     finally:
-        mode.close()
+        src.close()
     wrong = [(t, v) for t, v in tokens if t != token_of(v)]
     assert not wrong, f"{len(wrong)} of {len(tokens)} tokens decoded with other weights than their version's: {wrong[:5]}"
     assert len({v for _, v in tokens}) >= 3      # versions did change under the generator

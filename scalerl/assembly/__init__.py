@@ -4,10 +4,10 @@
                 runs (`generator_host`: as the engine's declaration allows)
     generator   `Components` (model, tokenizer, task, reward, the generator builder) and
                 `build_generator`, which a generator process or a Ray actor unpickles and runs
-    state       `Trainer`: model, optimizer, curriculum, typed `Counters`; checkpoint and restore
-    modes       the configured off-policy mode over its transport (thread, process, Ray): a `Mode`
-    ranks       the trainer's ranks (`trainer.strategy`): the step `Trainer.train_on` runs
+    modes       `make_mode`: the run's source of scored groups (a `RolloutSource`: a thread, a process or
+                Ray actors under PipelineRL-k, or PPO-off-policy-k's rounds)
+    ranks       the Ray a run needs (a session; the Ray backend's placement) for its actors
     ray_session connects to a Ray cluster or starts a local one (imports Ray)
-    ray         `ray_mode`, PipelineRL-k over generator actors (imports Ray: only for `pipeline.backend: ray`)
-    run         `build_run`: all of the above, in order, as one `Run`
+    run         `build_run`: all of the above, the `Trainer` (scalerl.trainer.state) with its step
+                strategy, and the typed evaluation (`scalerl.evaluate.Evaluator`), in order, as one `Run`
 """

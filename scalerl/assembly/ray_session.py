@@ -1,7 +1,6 @@
 """The Ray session of a run: connect to a cluster (`ray.address`) or start a local Ray sized for the
-actors, and stop only what was started. `pipeline.backend: ray` (scalerl.assembly.ray) opens one for
-its generator actors and trainer ranks; the local backend (scalerl.assembly.ranks) for its trainer
-rank actors alone."""
+actors, and stop only what was started. `pipeline.backend: ray` opens one for its generator actors and
+trainer ranks, the local backend for its trainer rank actors alone (scalerl.assembly.ranks.start_ray)."""
 
 from __future__ import annotations
 

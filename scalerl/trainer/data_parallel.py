@@ -120,24 +120,34 @@ def placed(cfg: Config, actors: list) -> None:
 
 
 class DataParallelStep:
-    """`train_step`'s drop-in over W ranks: rank 0 is this process (the loop's model), 1..W-1 actors."""
+    """`train_step`'s drop-in over W ranks: rank 0 is this process (the loop's model), 1..W-1 actors
+    (a `scalerl.trainer.state.StepStrategy`: built with the run, its ranks started by `start`)."""
 
-    def __init__(self, model, optim: Optimizer, cfg: Config, options: Callable[[int], dict] | None = None):
-        import ray
-
+    def __init__(self, cfg: Config, options: Callable[[int], dict] | None = None):
         from scalerl.rl.losses import uses_reference
 
         if uses_reference(cfg.loss):
             raise ScaleRLError("loss.kl_beta > 0 is not supported with ray.trainers > 1 (set ray.trainers=1)")
+        self.cfg, self.options = cfg, options
         self.world = cfg.ray.trainers
+        self.workers: list = []
+
+    def start(self, model, optim: Optimizer, restored=None) -> None:
+        """Start ranks 1..W-1 with copies of `model`'s weights and `optim`'s state (as restored), join their group."""
+        import ray
+
         what = "the data-parallel trainer ranks"
         self._store, rendezvous = rank_store(what)   # this process hosts it (rank 0) for the group's life
-        self.workers, joined = start_workers(cfg, self.world, rendezvous, options=options)
+        self.workers, joined = start_workers(self.cfg, self.world, rendezvous, options=self.options)
         device = next(model.parameters()).device
         join_group("nccl" if device.type == "cuda" else "gloo", rendezvous, 0, self.world, what, store=self._store)
         ray.get(joined)
         weights = ray.put({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
         ray.get([w.load.remote(weights, optim.state_dict()) for w in self.workers])
+
+    def checkpoint_parts(self) -> None:
+        """None: rank 0's weights and optimizer are the checkpoint's."""
+        return None
 
     def __call__(self, model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
                  ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
@@ -154,6 +164,8 @@ class DataParallelStep:
     def close(self) -> None:
         import ray
 
+        if not self.workers:   # never started
+            return
         for w in self.workers:
             ray.kill(w, no_restart=True)
         dist.destroy_process_group()

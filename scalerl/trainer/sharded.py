@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -253,26 +254,39 @@ class ShardedStep:
     loaded after each step from the ranks' shards gathered on rank 0 (`FSDPRank.full_weights`),
     under the transport's `step_guard`; its own optimizer never steps."""
 
-    def __init__(self, model, cfg: Config, options: Callable[[int], dict] | None = None, restore=None):
+    def __init__(self, cfg: Config, options: Callable[[int], dict] | None = None):
+        check_config(cfg)
+        self.cfg, self.options = cfg, options
+        self.world = cfg.ray.trainers
+        self.ranks: list = []
+
+    def start(self, model, optim, restored: Path | None = None) -> None:
+        """Start the W rank actors from checkpoint `restored`'s shards (its `dcp/`), else from `model`'s weights
+        (a new run, a warm start); a checkpoint of another strategy with AdamW state is refused."""
         import ray
 
+        from scalerl.run.checkpoint import SHARDS
         from scalerl.trainer.data_parallel import placed, rank_store
 
-        check_config(cfg)
-        self.world = cfg.ray.trainers
+        cfg = self.cfg
+        shards = restored / SHARDS if restored is not None and (restored / SHARDS).is_dir() else None
+        if restored is not None and shards is None and optim.opt.state:
+            raise ScaleRLError(f"{restored} was written by a trainer.strategy other than fsdp (no dcp/ folder): its "
+                               "AdamW state cannot be sharded; resume with that strategy, or start a new run from "
+                               "its weights (model.name=<run dir>)")
         self._store, rendezvous = rank_store("the FSDP trainer ranks")   # kept for the group's life
         cls = ray.remote(FSDPRank)
         threads = max(1, int(cfg.ray.trainer_cpus))
         self.ranks = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus,
-                                  **(options(rank) if options else {}))
+                                  **(self.options(rank) if self.options else {}))
                       .remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads)
                       for rank in range(self.world)]
         placed(cfg, self.ranks)
         print(f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
               f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}")
-        if restore is not None:   # the checkpoint's shards, written by any number of ranks
-            ray.get([r.load.remote(str(restore)) for r in self.ranks])
-        else:                     # the driver's weights (a warm start, a checkpoint of another strategy)
+        if shards is not None:   # the checkpoint's shards, written by any number of ranks
+            ray.get([r.load.remote(str(shards)) for r in self.ranks])
+        else:                    # the driver's weights (a warm start, a checkpoint of another strategy)
             full = ray.put({k: v.detach().to("cpu") for k, v in model.state_dict().items()})
             ray.get([r.set_full_weights.remote(full if i == 0 else {}) for i, r in enumerate(self.ranks)])
 
@@ -296,6 +310,10 @@ class ShardedStep:
         weights = ray.get([r.full_weights.remote() for r in self.ranks])[0]
         with optim.step_guard(step), torch.no_grad():
             model.load_state_dict(weights)
+
+    def checkpoint_parts(self) -> Callable[[Path], None]:
+        """The ranks' shards go into every checkpoint (`save`)."""
+        return self.save
 
     def save(self, path) -> None:
         """Each rank writes its shards to the DCP folder `path` (a checkpoint's `dcp/`)."""

@@ -1,7 +1,8 @@
 """Transports between the generator and the trainer: scored groups one way, the trainer's one
 message (`TrainerUpdate`: weights, version, retired prompts) the other, under one PipelineRL-k rule.
 
-    protocol      `RolloutSource`, what the loop needs of a transport; `TrainerUpdate`
+    protocol      `RolloutSource`, the one seam between the loop and generation; `MiniBatch`, `TrainerUpdate`
+    policy        its two policies: PipelineRL-k over a stream (`Streamed`), PPO-off-policy-k (`PPOOffPolicy`)
     window        the PipelineRL-k rule (`Window`), draw order (`InOrder`), group assembly and scoring
     local         `ThreadedRollouts` (a thread), `ProcessRollouts` (a spawned process, which also evaluates)
     weights       the process transport's published weights: one buffer both processes map, its lock
@@ -9,8 +10,8 @@ message (`TrainerUpdate`: weights, version, retired prompts) the other, under on
     ray_placement where the actors run (placement groups)
 
 Ray is an optional dependency (`pip install 'scalerl[ray]'`); this package init imports neither
-Ray nor torch. The Ray session and `ray_mode` (the mode a Ray run trains with) are built in
-scalerl.assembly.ray."""
+Ray nor torch. The Ray session and placement a Ray run needs are started by
+scalerl.assembly.ranks."""
 
 from scalerl.errors import ScaleRLError
 

@@ -1,6 +1,6 @@
-"""Transports between the generator and the trainer (PipelineRL-k), behind one small Protocol.
+"""Transports between the generator and the trainer (PipelineRL-k), behind the one seam.
 
-A `RolloutSource` carries scored groups (all G completions of one draw of a prompt, rewards
+A `RolloutSource` (scalerl.transport.protocol) carries scored groups (all G completions of one draw of a prompt, rewards
 filled) from the generator to the trainer, and the trainer's weights + policy version back to
 the generator, which applies them in flight. Two in-machine implementations:
 
@@ -17,7 +17,8 @@ the generator, which applies them in flight. Two in-machine implementations:
   same code runs on CUDA: the generator off the trainer's interpreter, weights passed device to
   device.
 `scalerl.transport.ray.RayRollouts` implements the same Protocol with Ray actors, the
-same records and the same `Window`.
+same records and the same `Window`. Each streams groups in draw order (`get`) and batches them
+by PipelineRL-k (`scalerl.transport.policy.Streamed`).
 
 PipelineRL-k, one rule for every transport (paper Section 3.1; docs/design.md):
 - Every start of a prompt is a *draw*, numbered 0, 1, 2, ... by the transport; the trainer
@@ -48,6 +49,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from scalerl.errors import ScaleRLError, UserCodeError
+from scalerl.transport.policy import PipelineRL, Streamed
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
 from scalerl.transport.weights import SharedWeights, StepGate, WeightsLink
 from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, RetiredSet, Window
@@ -79,7 +81,7 @@ class _PausedByEvent:
         self._paused.clear()
 
 
-class ThreadedRollouts(_PausedByEvent):
+class ThreadedRollouts(Streamed, _PausedByEvent):
     """PipelineRL generator in a background thread of this process."""
 
     def __init__(self, generator, sampler: LockedSampler, n: int,
@@ -90,6 +92,7 @@ class ThreadedRollouts(_PausedByEvent):
         self.retired = retired          # the sampler's view of the curriculum
         self.assembler = GroupAssembler(n, reward_fn, score_workers, deliver=self._deliver, fail=self._fail)
         self.window = window
+        self.policy = PipelineRL(window.k)
         self.published = version
         self.order = InOrder()
         window.publish(version, 0)
@@ -316,7 +319,7 @@ def exit_reason(name: str, code: int | None) -> str:
     return f"{name} exited with code {code}"
 
 
-class ProcessRollouts(_PausedByEvent):
+class ProcessRollouts(Streamed, _PausedByEvent):
     """PipelineRL generator in a separate process (see the module docstring).
 
     The weights go through `SharedWeights` (scalerl.transport.weights): one buffer both processes
@@ -339,6 +342,7 @@ class ProcessRollouts(_PausedByEvent):
                  evals: EvalSpec | None = None):
         ctx = torch.multiprocessing.get_context("spawn")
         self.window = window
+        self.policy = PipelineRL(window.k)
         self.order = InOrder()
         dtype = dtype or next(iter(weights.values())).dtype
         self.weights = SharedWeights(ctx, weights, version, window.horizon(0), dtype, alias, head, self._check_alive)

@@ -1,7 +1,7 @@
-"""`RolloutSource`: what the loop needs of a transport (thread, process, Ray): receive a scored group;
-send the trainer's one message (`TrainerUpdate`: the new weights and version, the prompts the
-curriculum retired); pause, resume, close. `GeneratorBuild`: the one way every
-transport builds its generator stage.
+"""`RolloutSource`: the one seam between the loop and generation (thread, process, Ray, PPO-off-policy
+rounds): the next step's scored groups as `MiniBatch`es; the trainer's one message back
+(`TrainerUpdate`: the new weights and version, the prompts the curriculum retired); pause, resume,
+close. `GeneratorBuild`: the one way every transport builds its generator stage.
 
     GeneratorBuild(fn, args)(seed=..., [model, tokenizer, task, reward, temperature, weights]) -> Stage
         in this process (a thread; PPO-off-policy; the evaluation): the loop passes the model to
@@ -14,8 +14,8 @@ transport builds its generator stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 from scalerl.types import Group
 
@@ -57,32 +57,75 @@ class TrainerUpdate:
     bound: int | None = None
 
 
-class RolloutSource(Protocol):
-    def ready(self) -> None:
-        """Block until the generator can generate (its start-up is over)."""
+@dataclass(frozen=True)
+class MiniBatch:
+    """The groups drawn for one optimizer step, as the source delivered them (scored; the loop's
+    filter stage picks the ones it trains on: `scalerl.batching.filter_groups`). Nothing changes it once made."""
 
-    def get(self, timeout: float | None = None) -> Group:
-        """The next scored group in draw order (blocks; raises the generator's error if it failed)."""
+    groups: list[Group]             # every group drawn for this step, in draw order (stale ones excluded)
+    gen_seconds: float = 0.0        # generation wall-clock attributed to it (PPO mode)
+    wait_seconds: float = 0.0       # trainer waited this long for data
+    stale_dropped: int = 0
+    tokens_generated: int = 0       # every token generated for it: trained, filtered out or dropped
+    metrics: dict[str, float] = field(default_factory=dict)   # the batch rule's (batch/*), the transport's
+
+
+class Filler(Protocol):
+    """One step's batch rule, as a source fills it (`scalerl.batching.BatchFiller`)."""
+
+    @property
+    def full(self) -> bool: ...
+
+    def add(self, group: Group) -> bool: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class RolloutSource(Protocol):
+    """The one seam between the loop and generation: the source of scored groups that
+    `scalerl.assembly.modes.make_mode` returns. Its policy (`scalerl.transport.policy`) says how many
+    batches a step gets and when the weights reach the generator: PipelineRL-k over a stream (a
+    thread, a process or Ray actors: one batch a step, the weights applied in flight), or
+    PPO-off-policy-k (k batches a step from a round on frozen weights, the weights at the next round)."""
+
+    def ready(self) -> None:
+        """Block until the generator can generate (its start-up is not compute)."""
+        ...
+
+    def collect(self, version: int, new_filler: Callable[[], Filler],
+                observe: Callable[[Group], None]) -> list[MiniBatch]:
+        """The next step's batches (PPO-off-policy: k of them), each filled until `new_filler()`'s rule is met;
+        `observe` sees each group taken, in order (raises the generator's error if it failed)."""
+        ...
 
     def send(self, update: TrainerUpdate) -> None:
-        """The trainer's message: new weights (applied in flight) and retired prompts (never sampled again)."""
+        """After every optimizer step: the new weights and the prompts retired since the last (never sampled
+        again)."""
+        ...
 
     def sampler_state(self) -> dict:
         """Position of the prompt sampler (for checkpoints)."""
+        ...
 
     def pause(self) -> None:
-        """Start no new prompt until `resume()` (e.g. while the trainer evaluates); the thread and
-        process transports also hold the sequences in flight (their generator shares the trainer's
-        machine), Ray's generators finish theirs."""
+        """Start no new prompt until `resume()` (while the trainer evaluates); the thread and process
+        transports also hold the sequences in flight (their generator shares the trainer's machine),
+        Ray's generators finish theirs."""
+        ...
 
-    def resume(self) -> None: ...
+    def resume(self) -> None:
+        ...
 
     def processes(self) -> dict[str, int]:
         """The generator processes it runs on this machine, name -> pid (`generator0`, ...), whose
         resident memory goes into every training row (`scalerl.run.memory`)."""
+        ...
 
     def device_memory(self) -> dict[str, tuple[float, float]]:
         """The CUDA memory (allocated, reserved MiB) of each generator process it runs ({} on a CPU,
         or where the generator shares the trainer's process)."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        ...

@@ -49,14 +49,16 @@ import gc
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import ray
 import torch
 
 from scalerl.errors import ScaleRLError
 from scalerl.transport.broadcast import Receiver, Sender, backend_for, open_link, plan_buckets
-from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
+from scalerl.transport.policy import PipelineRL, Streamed
+from scalerl.transport.protocol import Filler, GeneratorBuild, MiniBatch, TrainerUpdate
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
@@ -509,11 +511,12 @@ class Broadcasting:
             self.publish(self.last)
 
 
-class RayRollouts:
-    """`RolloutSource` (protocol.py) over generator actors; see the module docstring."""
+class RayRollouts(Streamed):
+    """`RolloutSource` (protocol.py) over generator actors, batched by PipelineRL-k; see the module docstring."""
 
     def __init__(self, spec: RolloutSpec, weights: dict[str, torch.Tensor], version: int, sampler_state: dict):
         self.spec = spec
+        self.policy = PipelineRL(spec.window.k)
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in weights.items()})
         states = split_sampler_state(sampler_state, spec.generators)
         hub_cls = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=4 * spec.generators + 8)
@@ -578,6 +581,13 @@ class RayRollouts:
             return
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
         ray.get(self.hub.set_weights.remote([self._weights_ref], update.version, update.bound))
+
+    def collect(self, version: int, new_filler: Callable[[], Filler],
+                observe: Callable[[Group], None]) -> list[MiniBatch]:
+        """PipelineRL-k's batch, with the hub's `ray/*` metrics in its row (a new record: a MiniBatch is not
+        changed once made)."""
+        *batches, last = super().collect(version, new_filler, observe)
+        return [*batches, replace(last, metrics={**last.metrics, **self.step_metrics()})]
 
     def sampler_state(self) -> dict:
         return merge_sampler_states(ray.get(self.hub.sampler_states.remote()))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from scalerl.configure import load_config
 from scalerl.batching import BatchFiller, zero_variance_filter
+from scalerl.configure import load_config
 from scalerl.types import Completion, Group, Prompt, Score
 
 # penalty window: max_len 6, tolerance 4 -> no penalty up to 2 tokens, -(L - 2) / 4 up to 6, -1 beyond
@@ -74,12 +74,12 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
     correct, the others pass on token parity; lengths 3..8 under the penalty window above, so the
     even prompts' groups are all correct with length-shaped, unequal rewards. Returns the groups
     each optimizer step trained on, and the metrics rows."""
-    from scalerl.models import load_model
-    from scalerl import loop as train_mod
-    from scalerl.assembly import state as state_mod
-    from scalerl.assembly.generator import Components
     from doubles import FakeTask, fake_build, parity_reward
+    from scalerl import loop as train_mod
+    from scalerl.assembly.generator import Components
+    from scalerl.models import load_model
     from scalerl.run.metrics import read_rows
+    from scalerl.trainer import state as state_mod
 
     def forced_reward(prompt, completion):
         if int(prompt.id.rsplit("/", 1)[1]) % 2 == 0:

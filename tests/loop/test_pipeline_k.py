@@ -3,15 +3,13 @@
 
 import pytest
 
-from scalerl.errors import ScaleRLError
-from scalerl.assembly import state as state_mod
 from doubles import parity_reward
 from scalerl.assembly.resources import ray_devices, split_threads
+from scalerl.errors import ScaleRLError
 from scalerl.loop import train
+from scalerl.trainer import state as state_mod
 from scalerl.types import Prompt, Score
-
-from train_helpers import fake_components, small_cfg
-from train_helpers import train_rows
+from train_helpers import fake_components, small_cfg, train_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

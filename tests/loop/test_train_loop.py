@@ -11,16 +11,15 @@ import time
 import pytest
 import torch
 
+from doubles import tiny_random_components
 from scalerl.cli import main
 from scalerl.config import list_recipes
 from scalerl.errors import ScaleRLError
-from scalerl.assembly import state as state_mod
-from doubles import tiny_random_components
 from scalerl.loop import train
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
-from train_helpers import small_cfg, fake_components
-
+from scalerl.trainer import state as state_mod
+from train_helpers import fake_components, small_cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,20 +7,19 @@ import time
 import pytest
 import torch
 
-from scalerl.errors import ScaleRLError
 from doubles import FakeGenerator, parity_reward
-from scalerl.batching import PipelineRL, staleness
-from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
-from scalerl.transport.window import InOrder, LockedSampler, Window
-from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.batching import BatchFiller
+from scalerl.errors import ScaleRLError
+from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from scalerl.run.compute import ComputeMeter, StepCompute
 from scalerl.run.metrics import ROLLED_BACK_FILE, MetricsWriter, read_rows, roll_back
 from scalerl.run.rundir import create_run_dir, open_run_dir
+from scalerl.transport.local import ProcessRollouts, ThreadedRollouts
+from scalerl.transport.policy import staleness
 from scalerl.transport.protocol import GeneratorBuild, TrainerUpdate
+from scalerl.transport.window import InOrder, LockedSampler, Window
 from scalerl.types import Prompt
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -114,11 +113,10 @@ def _run_pipeline(k: int, P: int, G: int, token_s: float, slow_trainer: bool, st
     """`steps` trainer steps over a fake generator; a slow trainer steps once the generator waits at the window."""
     gen = FakeGenerator(vocab=range(3, 20), length=(3, 9), slots=8, step_seconds=token_s)
     src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), G, _score, Window(P, k), 0)
-    mode = PipelineRL(src, k)
     version, ages, mixed, draws = 0, [], 0, []
     try:
         for _ in range(steps):
-            (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            (mb,) = src.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             assert mb.stale_dropped == 0
             ages += [staleness(g, version) for g in mb.groups]
             draws += [g.draw for g in mb.groups]
@@ -127,9 +125,9 @@ def _run_pipeline(k: int, P: int, G: int, token_s: float, slow_trainer: bool, st
             if slow_trainer:
                 gen.wait_idle()
             version += 1
-            mode.send(TrainerUpdate(version, {}))
+            src.send(TrainerUpdate(version, {}))
     finally:
-        mode.close()
+        src.close()
     assert draws == list(range(len(draws)))  # the trainer takes groups in draw order
     assert gen.updates == list(range(1, steps + 1))
     return ages, mixed
@@ -188,18 +186,17 @@ def test_process_transport_streams_groups_and_applies_published_weights():
     weights = {"w": torch.zeros(3)}
     src = ProcessRollouts(GeneratorBuild(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002)), 0, weights, 0,
                           {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1)
-    mode = PipelineRL(src, k)
     seen = []
     try:
         for version in range(6):
-            (mb,) = mode.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
+            (mb,) = src.collect(version, lambda: BatchFiller(P, zero_variance=False), lambda g: None)
             seen += [max(c.versions) for g in mb.groups for c in g.completions]
             assert all(staleness(g, version) <= k for g in mb.groups)
             time.sleep(0.05)
-            mode.send(TrainerUpdate(version + 1, {"w": torch.full((3,), version + 1.0)}))
+            src.send(TrainerUpdate(version + 1, {"w": torch.full((3,), version + 1.0)}))
         assert src.sampler_state()["position"] >= 12
     finally:
-        mode.close()
+        src.close()
     assert max(seen) >= 3  # versions published by the trainer reached the other process
 
 

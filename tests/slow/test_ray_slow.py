@@ -13,8 +13,8 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError
 
 from doubles import tiny_random_components
 from ray_helpers import check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
-from scalerl.assembly import ray as backend
 from scalerl.loop import train
+from scalerl.transport import ray as backend
 
 
 @pytest.mark.slow

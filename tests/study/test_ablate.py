@@ -299,7 +299,7 @@ def _trainer(calls, interrupt_dir=None, after_steps=3):
     recording (run dir, resume); optionally interrupted inside `interrupt_dir`'s run."""
     from doubles import tiny_random_components
     from scalerl import loop as train_mod
-    from scalerl.assembly import state as state_mod
+    from scalerl.trainer import state as state_mod
 
     def train_fn(cfg, run_dir, resume=False, progress=False):
         calls.append((run_dir.parent.name, resume))

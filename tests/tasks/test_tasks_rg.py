@@ -4,14 +4,15 @@ from collections import Counter
 
 import pytest
 
+from scalerl.assembly.generator import build_components
 from scalerl.cli import main
 from scalerl.config import RewardConfig, task_config
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.loop import train
+from scalerl.rewards import RewardFn
 from scalerl.run.metrics import read_rows
 from scalerl.tasks import get_task
-from scalerl.rewards import RewardFn
 from scalerl.types import Completion
 
 pytest.importorskip("reasoning_gym")
@@ -123,8 +124,9 @@ def test_tiny_model_trains_on_five_kinds(tmp_path):
         "filter.zero_variance=false", "reward.partial_credit=true", "eval.every=2", "eval.prompts=8",
         "task.answer_instruction=null",     # the character tokenizer: the sentence would push mazes over the context
         "eval.samples=1", "run.max_steps=2", "run.checkpoint_every=2", "pipeline.transport=thread", "run.threads=1"])
-    tr = train(cfg, tmp_path, progress=False)
-    assert {tr.comps.task.train_prompt(i).meta["subset"] for i in range(40)} == set(KINDS)
+    comps = build_components(cfg, "cpu")
+    train(cfg, tmp_path, comps=comps, progress=False)
+    assert {comps.task.train_prompt(i).meta["subset"] for i in range(40)} == set(KINDS)
     rows = read_rows(tmp_path / "metrics.jsonl")
     steps = [r for r in rows if r["kind"] == "train"]
     assert [r["step"] for r in steps] == [1, 2]

@@ -7,9 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import scalerl.loop as train_mod
 import scalerl.assembly.run as build_mod
-from scalerl.assembly import state as state_mod
+import scalerl.loop as train_mod
 from cli_helpers import SETS, one_line
 from doubles import tiny_random_components
 from scalerl.cli import main
@@ -18,6 +17,7 @@ from scalerl.configure import load_config
 from scalerl.lora import apply_lora
 from scalerl.models import load_model
 from scalerl.rollout import Engine
+from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import Optimizer, train_step
 from train_helpers import random_groups
 
@@ -125,7 +125,7 @@ def test_a_resumed_lora_run_holds_the_checkpoints_adapters_and_optimizer(lora_ru
     cfg = load_config("scalerl", overrides=TINY)
     comps = build_mod.build_components(cfg, "cpu")
     comps.model = apply_lora(comps.model, cfg.model.lora)
-    tr = state_mod.Trainer(cfg, comps, run)
+    tr = state_mod.Trainer(cfg, comps.model, comps.tokenizer.pad_token_id, run, state_mod.LocalStep())
     tr.restore()
     ckpt = run / "checkpoints" / "step_000002"
     assert tr.state.step == 2

@@ -16,20 +16,19 @@ pytest.importorskip("ray", reason="the Ray backend is the optional extra scalerl
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError
 
-from scalerl.configure import load_config
-from scalerl.assembly import ray as backend
-from scalerl.trainer.data_parallel import start_workers
-from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
-from scalerl.assembly import state as state_mod
 from doubles import FakeTask, scored, tiny_random_components
-from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
+from ray_helpers import check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
+from scalerl.configure import load_config
 from scalerl.loop import train
 from scalerl.rl.curriculum import CurriculumSampler
 from scalerl.run.checkpoint import latest_checkpoint
 from scalerl.run.metrics import read_rows
+from scalerl.trainer import state as state_mod
+from scalerl.trainer.data_parallel import start_workers
+from scalerl.trainer.step import Optimizer, aggregation_units, plan_shards, train_step
+from scalerl.transport import ray as backend
+from scalerl.transport.ray import ShardSampler, merge_sampler_states, split_sampler_state
 from scalerl.types import Completion, Group, Prompt
-from ray_helpers import (  # noqa: F401  (local_ray: the module's Ray, an autouse fixture)
-    check_broadcast_publish, local_ray, record_trained, small_cfg, train_with_a_killer, wait_for)
 
 
 def test_two_generator_actors_train_with_bounded_staleness_and_resume(tmp_path, monkeypatch):
@@ -164,8 +163,8 @@ def test_aggregation_units_and_shard_weights_by_hand():
 
 
 def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
-    from scalerl.trainer.data_parallel import rank_store
     from scalerl.models import load_model
+    from scalerl.trainer.data_parallel import rank_store
 
     cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
                                            "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0",

@@ -15,7 +15,7 @@ import torch
 from scalerl.configure import load_config
 from scalerl.errors import ScaleRLError
 from scalerl.transport.weights import adopt
-from weights_helpers import set_version, version_model, check_versions
+from weights_helpers import check_versions, set_version, version_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -80,12 +80,12 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
         comps = tiny_random_components(cfg)
         run = build_run(cfg, tmp_path / transport, comps=comps)
         try:
-            assert isinstance(run.eval_gen, RemoteGenerator) == (transport == "process")
-            run.eval_gen.reseed()
+            assert isinstance(run.evaluator.engine, RemoteGenerator) == (transport == "process")
+            run.evaluator.engine.reseed()
             prompts = comps.task.val_prompts(4)
-            out[transport] = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
+            out[transport] = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
         finally:
-            run.mode.close()
+            run.close()
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
 
 
@@ -106,19 +106,19 @@ def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own
     run = build_run(cfg, tmp_path / "split", comps=comps)
     prompts = comps.task.val_prompts(6)
     try:
-        assert isinstance(run.eval_gen, SplitEvaluator) and run.eval_gen.local_share == 0.5
-        run.eval_gen.reseed()
-        split = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
-        run.eval_gen.reseed()
-        again = [(c.prompt_id, c.tokens) for c in run.eval_gen.generate(prompts, 2)]
-        run.eval_gen.remote.reseed()
-        remote = [(c.prompt_id, c.tokens) for c in run.eval_gen.remote.generate(prompts[0::2], 2)]
+        assert isinstance(run.evaluator.engine, SplitEvaluator) and run.evaluator.engine.local_share == 0.5
+        run.evaluator.engine.reseed()
+        split = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
+        run.evaluator.engine.reseed()
+        again = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
+        run.evaluator.engine.remote.reseed()
+        remote = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.remote.generate(prompts[0::2], 2)]
         local = comps.stage(run.trainer.model, cfg.run.seed + EVAL_SEED_OFFSET + SPLIT_SEED_OFFSET,
                             cfg.eval.temperature).generator
         local.reseed()
         mine = [(c.prompt_id, c.tokens) for c in local.generate(prompts[1::2], 2)]
     finally:
-        run.mode.close()
+        run.close()
     assert [pid for pid, _ in split] == [p.id for p in prompts for _ in range(2)]
     assert split == again                                               # common random numbers
     assert sorted(split) == sorted(remote + mine) and len(remote) == len(mine) == 6

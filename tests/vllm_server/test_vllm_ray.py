@@ -13,13 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 import ray
-from process_helpers import gone_within
 
-from scalerl.assembly import state as state_mod
+from process_helpers import gone_within
 from scalerl.config import NoLengthControl, RolloutConfig, VllmEngineConfig
 from scalerl.models import load_model
 from scalerl.rollout import make_engine
 from scalerl.rollout.vllm_server import GUARD
+from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import train_step
 from scalerl.types import Prompt
 

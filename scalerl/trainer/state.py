@@ -1,16 +1,16 @@
 """The state of one run (`Trainer`): the model, its optimizer, the curriculum, the compute meter and
-the run's typed totals (`Counters`); one optimizer step (`train_on`); checkpoint and restore."""
+the run's typed totals (`Counters`); one optimizer step (`train_on`) by the step strategy it is built
+with (`StepStrategy`: `LocalStep` here, the ddp or fsdp ranks: `make_strategy`); checkpoint and restore."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
-from scalerl.assembly.generator import Components
 from scalerl.config import Config
 from scalerl.errors import ScaleRLError
 from scalerl.lora import trainable_params
@@ -21,6 +21,60 @@ from scalerl.run.memory import optimizer_mb, tensor_mb
 from scalerl.run.metrics import MetricsWriter, roll_back
 from scalerl.run.resume import restore_checkpoint
 from scalerl.trainer.step import Optimizer, train_step
+
+
+class StepStrategy(Protocol):
+    """How the Trainer's optimizer step runs (`trainer.strategy`), given to the Trainer when it is built:
+    `LocalStep` (this process), `scalerl.trainer.data_parallel.DataParallelStep` (ddp: this process is
+    rank 0), `scalerl.trainer.sharded.ShardedStep` (fsdp rank actors). Its ranks start from the
+    restored weights (`Trainer.start`, after `Trainer.restore`)."""
+
+    def start(self, model: torch.nn.Module, optim: Optimizer, restored: Path | None) -> None:
+        """Start the ranks from `model` and `optim` as restored from checkpoint `restored` (None: a new run)."""
+        ...
+
+    def __call__(self, model, optim: Optimizer, groups: list, cfg: Config, pad_id: int, step: int,
+                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+        """`train_step`'s contract: one optimizer step, its loss row (None: no trainable token)."""
+        ...
+
+    def checkpoint_parts(self) -> Callable[[Path], None] | None:
+        """What writes the strategy's own part of a checkpoint (fsdp: the ranks' `dcp/` shards), or None."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class LocalStep:
+    """`trainer.strategy: single`: this process steps (`train_step`)."""
+
+    def start(self, model: torch.nn.Module, optim: Optimizer, restored: Path | None) -> None: ...
+
+    def __call__(self, model, optim: Optimizer, groups: list, cfg: Config, pad_id: int, step: int,
+                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+        # looked up at each call: tests swap `train_step` in this module
+        return train_step(model, optim, groups, cfg, pad_id, step, ref_model, advantages)
+
+    def checkpoint_parts(self) -> Callable[[Path], None] | None:
+        return None
+
+    def close(self) -> None: ...
+
+
+def make_strategy(cfg: Config, options: Callable[[int], dict] | None = None) -> StepStrategy:
+    """The step strategy of `trainer.strategy` with `ray.trainers` ranks (their actors placed by `options`, the
+    rank -> Ray options of the run's placement; their Ray must be up before `Trainer.start`)."""
+    strategy = cfg.trainer.resolved(cfg.ray.trainers)
+    if strategy == "single":
+        return LocalStep()
+    if strategy == "ddp":
+        from scalerl.trainer.data_parallel import DataParallelStep
+
+        return DataParallelStep(cfg, options=options)
+    from scalerl.trainer.sharded import ShardedStep
+
+    return ShardedStep(cfg, options=options)
 
 
 @dataclass
@@ -40,15 +94,17 @@ class Counters:
 
 
 class Trainer:
-    """The state of one run: model, optimizer, curriculum, counters; saves and restores them."""
+    """The state of one run: model, optimizer, curriculum, counters; saves and restores them. Its steps run by
+    `strategy` (started by `start`, after `restore`); `pad_id`: the tokenizer's padding token."""
 
-    def __init__(self, cfg: Config, comps: Components, run_dir: Path):
+    def __init__(self, cfg: Config, model: torch.nn.Module, pad_id: int, run_dir: Path, strategy: StepStrategy):
         from scalerl.rl.curriculum import NoPositiveResampling
 
         self.cfg = cfg
-        self.comps = comps
+        self.pad_id = pad_id
         self.run_dir = Path(run_dir)
-        self.model = comps.model
+        self.model = model
+        self.strategy = strategy
         self.optim = Optimizer(self.model, cfg)
         self.curriculum = NoPositiveResampling.from_config(cfg.curriculum)
         self.meter = ComputeMeter(sum(p.numel() for p in self.model.parameters()))
@@ -61,19 +117,24 @@ class Trainer:
         self.counters = Counters()
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if uses_reference(cfg.loss) else None
-        self.step_fn: Callable | None = None  # ddp or fsdp ranks (scalerl.assembly.ranks) set their step
-        self.shards = None                    # fsdp: the ranks' ShardedStep (checkpoints: their dcp/ parts)
         self.restored: Path | None = None     # the checkpoint restored from
 
     def train_on(self, groups: list, advantages: torch.Tensor) -> dict | None:
         """One optimizer step on the step's kept groups and their (P, G) advantages: its loss row, or
         None when no token was trainable."""
-        step = self.step_fn or train_step   # looked up here: tests swap `train_step` in this module
         try:
-            return step(self.model, self.optim, groups, self.cfg, self.comps.tokenizer.pad_token_id,
-                        self.state.step + 1, self.ref_model, advantages)
+            return self.strategy(self.model, self.optim, groups, self.cfg, self.pad_id, self.state.step + 1,
+                                 self.ref_model, advantages)
         finally:   # gradients live within a step only: one copy of the parameters freed between steps
             self.optim.opt.zero_grad(set_to_none=True)
+
+    def start(self) -> None:
+        """Start the step strategy's ranks from the weights as restored (`restore` first, when resuming)."""
+        self.strategy.start(self.model, self.optim, self.restored)
+
+    def close(self) -> None:
+        """Stop the step strategy's ranks."""
+        self.strategy.close()
 
     def memory_consumers(self) -> dict[str, float]:
         """What scalerl knows holds memory in the trainer process, name -> MiB (the memory warning names
@@ -102,7 +163,7 @@ class Trainer:
                                "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
                                "parameters)") from None
         if (ckpt / SHARDS).is_dir() and self.cfg.trainer.resolved(self.cfg.ray.trainers) != "fsdp":
-            from scalerl.trainer.sharded import load_shards   # FSDP ranks wrote it: AdamW's state is there
+            from scalerl.trainer.sharded import load_shards  # FSDP ranks wrote it: AdamW's state is there
 
             load_shards(ckpt / SHARDS, self.model, self.optim, self.cfg)
         if self.curriculum is not None:
@@ -118,4 +179,4 @@ class Trainer:
         self.state.metrics_offset = metrics.offset()
         self.state.counters = asdict(self.counters)
         save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state,
-                        shards=self.shards.save if self.shards is not None else None)
+                        shards=self.strategy.checkpoint_parts())
