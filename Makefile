@@ -50,7 +50,7 @@ test: $(STAMP) $(VSTAMP)
 
 # The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
 # actors; the modules of .venv's other extras are not in .venv-vllm).
-VLLM_TESTS := tests/test_vllm.py tests/test_vllm_ray.py
+VLLM_TESTS := tests/test_vllm.py tests/test_vllm_engine.py tests/test_vllm_ray.py
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
 
