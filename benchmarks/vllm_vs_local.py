@@ -2,6 +2,7 @@
 
     .venv-vllm/bin/python benchmarks/vllm_vs_local.py                 # 8 steps each, evaluation every 4
     .venv-vllm/bin/python benchmarks/vllm_vs_local.py --steps 12 --every 3 --rounds 2
+    .venv-vllm/bin/python benchmarks/vllm_vs_local.py --vllm-set pipeline.transport=process
 
 Each round runs `scalerl train --no-progress --set run.max_steps=N --set eval.schedule=linear --set
 eval.every=E` on the default run (ladder-1m, arith ladder, PipelineRL-8), first with the local
@@ -39,11 +40,12 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[0]
 
 
-def run_once(engine: str, out: Path, steps: int, every: int, seed: int, timeout_s: float) -> dict:
+def run_once(engine: str, out: Path, steps: int, every: int, seed: int, timeout_s: float,
+             vllm_sets: list[str]) -> dict:
     """One `scalerl train` on `engine`; its medians and, for vLLM, the publish's parts."""
     sets = [f"run.max_steps={steps}", f"run.seed={seed}", "eval.schedule=linear", f"eval.every={every}"]
     if engine == "vllm":
-        sets.append("rollout.engine=vllm")
+        sets += ["rollout.engine=vllm", *vllm_sets]
     cmd = [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(out),
            *[a for s in sets for a in ("--set", s)]]
     before = load()
@@ -73,12 +75,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=3600)
+    ap.add_argument("--vllm-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of the vLLM run only, e.g. pipeline.transport=process")
     args = ap.parse_args()
     results: dict[str, list[dict]] = {"local": [], "vllm": []}
     with tempfile.TemporaryDirectory(prefix="scalerl-vllm-vs-local-") as tmp:
         for r in range(args.rounds):
             for engine in results:
-                got = run_once(engine, Path(tmp) / f"{engine}-{r}", args.steps, args.every, args.seed, args.timeout_s)
+                got = run_once(engine, Path(tmp) / f"{engine}-{r}", args.steps, args.every, args.seed, args.timeout_s,
+                               args.vllm_set)
                 print(f"round {r} {engine}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                           for k, v in got.items()), flush=True)
                 results[engine].append(got)

@@ -58,8 +58,10 @@ def test_the_server_runs_the_head_in_the_dtype_it_is_given():
     honours `head_dtype` on the CPU."""
     model, tok = load_model("tiny-random")
     fp32 = head_gaps(model, tok, fp32_head=True)
-    bf16 = head_gaps(model, tok, fp32_head=False, server_args=("--hf-overrides", json.dumps({"head_dtype": "bfloat16"})))
-    print(f"\nfp32 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; {show('bf16 head', bf16)}")
+    bf16_head = ("--hf-overrides", json.dumps({"head_dtype": "bfloat16"}))
+    bf16 = head_gaps(model, tok, fp32_head=False, server_args=bf16_head)
+    print(f"\nfp32 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; "
+          f"{show('bf16 head', bf16)}")
     assert fp32.mean() < 1e-5 and bf16.mean() > 100 * fp32.mean(), (fp32.mean(), bf16.mean())
 
 
@@ -71,7 +73,8 @@ def test_a_bf16_model_with_and_without_the_fp32_head():
     model, tok = load_model("tiny-random", dtype="bf16")
     fp32 = head_gaps(model, tok, fp32_head=True)
     bf16 = head_gaps(model, tok, fp32_head=False)
-    print(f"\nbf16 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; {show('bf16 head', bf16)}")
+    print(f"\nbf16 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; "
+          f"{show('bf16 head', bf16)}")
     assert fp32.mean() < 1e-2, fp32.mean()
 
 
