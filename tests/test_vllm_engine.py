@@ -81,10 +81,10 @@ def test_a_bf16_model_with_and_without_the_fp32_head():
 def test_the_server_command_line_and_environment_follow_the_run():
     """No server started: what `VllmServer.start` would run it with."""
     server = VllmServer(VllmEngineConfig())
-    args = server._args(model_dir=Path("/m"), dtype="bf16", max_model_len=512, port=1,
-                        fp32_head=True)
+    assert "--hf-overrides" not in server._args(Path("/m"), "bf16", 512, 1)
+    server.fp32_head = True
+    args = server._args(Path("/m"), "bf16", 512, 1)
     assert json.loads(args[args.index("--hf-overrides") + 1]) == {"head_dtype": "float32"}
-    assert "--hf-overrides" not in server._args(Path("/m"), "bf16", 512, 1, fp32_head=False)
     env = VllmServer._env(3)
     assert env["OMP_NUM_THREADS"] == "3" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
 

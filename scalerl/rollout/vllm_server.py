@@ -115,6 +115,7 @@ class VllmServer:
         self.url = (cfg.url or "").rstrip("/")
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self.fp32_head = False    # a started server's LM head in fp32 (`start`)
 
     def where(self) -> str:
         """How an error names the server: its log, or its URL."""
@@ -129,11 +130,12 @@ class VllmServer:
         it (`reserve_port`); a server that still found it taken starts again on another, `PORT_ATTEMPTS`
         times at most, then one line names the port."""
         require_vllm()
+        self.fp32_head = fp32_head
         for attempt in range(1, PORT_ATTEMPTS + 1):
             with reserve_port("127.0.0.1", self.cfg.port or 0, "the vLLM server (rollout.engine.port)") as port:
                 written = self.log.stat().st_size if self.log is not None and self.log.exists() else 0
                 self.url = f"http://127.0.0.1:{port}"
-                self.proc = start_guarded(self._args(model_dir, dtype, max_model_len, port, fp32_head), self.log,
+                self.proc = start_guarded(self._args(model_dir, dtype, max_model_len, port), self.log,
                                           env=self._env(threads), cwd=model_dir.parent, remove=remove)
                 atexit.register(self.close)
                 if self._wait_healthy(written):
@@ -142,8 +144,8 @@ class VllmServer:
                 tries = "" if self.cfg.port else f" (the last of {PORT_ATTEMPTS} ports tried)"
                 raise ScaleRLError(port_in_use("127.0.0.1", port, "the vLLM server") + f"{tries}; {self.where()}")
 
-    def _args(self, model_dir: Path, dtype: str, max_model_len: int, port: int, fp32_head: bool = False) -> list[str]:
-        """The server's command line; `fp32_head`: `--hf-overrides '{"head_dtype": "float32"}'` (vLLM's
+    def _args(self, model_dir: Path, dtype: str, max_model_len: int, port: int) -> list[str]:
+        """The server's command line; `self.fp32_head`: `--hf-overrides '{"head_dtype": "float32"}'` (vLLM's
         `LogitsProcessor` then projects the hidden states cast to fp32 onto the head weight cast to fp32,
         as the trainer's `fp32_head` does; a no-op on an fp32 model)."""
         args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
@@ -154,7 +156,7 @@ class VllmServer:
                 "--max-num-seqs", str(self.cfg.max_inflight)]
         if self.cfg.eager or (self.cfg.eager is None and not _has_cuda()):
             args.append("--enforce-eager")
-        if fp32_head:
+        if self.fp32_head:
             args += ["--hf-overrides", json.dumps({"head_dtype": "float32"})]
         if self.cfg.kv_cache_mb is not None:
             args += ["--kv-cache-memory-bytes", str(int(self.cfg.kv_cache_mb * 2**20))]
