@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,7 +133,7 @@ def test_a_publish_is_itemised():
         client.update_weights(model.state_dict(), 1)
         client.update_weights(model.state_dict(), 2)
         assert list(client.publish_seconds) == PUBLISH_PARTS and all(v >= 0 for v in client.publish_seconds.values())
-        lines = [json.loads(ln) for ln in open(f"{client.server.log}.publish.jsonl")]
+        lines = [json.loads(ln) for ln in Path(f"{client.server.log}.publish.jsonl").read_text().splitlines()]
         assert [ln["version"] for ln in lines] == [1, 2] and lines[-1] == {"version": 2, **client.publish_seconds}
     finally:
         client.close()
