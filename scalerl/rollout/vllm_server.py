@@ -115,19 +115,22 @@ class VllmServer:
         self.url = (cfg.url or "").rstrip("/")
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self.fp32_head = False    # a started server's LM head in fp32 (`start`)
 
     def where(self) -> str:
         """How an error names the server: its log, or its URL."""
         return f"see its log {self.log}" if self.log is not None else f"server {self.url}"
 
     def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None,
-              remove: Path | None = None) -> None:
-        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `remove`: the
+              remove: Path | None = None, fp32_head: bool = False) -> None:
+        """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `threads`: its
+        OpenMP threads on a CPU (`_env`); `fp32_head`: its LM head in fp32 (`_args`); `remove`: the
         caller's folder, removed by the guard if this process ends without closing the server. The port
         (`rollout.engine.port`, else the OS's choice) is held by this process until the server listens on
         it (`reserve_port`); a server that still found it taken starts again on another, `PORT_ATTEMPTS`
         times at most, then one line names the port."""
         require_vllm()
+        self.fp32_head = fp32_head
         for attempt in range(1, PORT_ATTEMPTS + 1):
             with reserve_port("127.0.0.1", self.cfg.port or 0, "the vLLM server (rollout.engine.port)") as port:
                 written = self.log.stat().st_size if self.log is not None and self.log.exists() else 0
@@ -142,6 +145,9 @@ class VllmServer:
                 raise ScaleRLError(port_in_use("127.0.0.1", port, "the vLLM server") + f"{tries}; {self.where()}")
 
     def _args(self, model_dir: Path, dtype: str, max_model_len: int, port: int) -> list[str]:
+        """The server's command line; `self.fp32_head`: `--hf-overrides '{"head_dtype": "float32"}'` (vLLM's
+        `LogitsProcessor` then projects the hidden states cast to fp32 onto the head weight cast to fp32,
+        as the trainer's `fp32_head` does; a no-op on an fp32 model)."""
         args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", "scalerl", "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[dtype],
                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
@@ -150,14 +156,22 @@ class VllmServer:
                 "--max-num-seqs", str(self.cfg.max_inflight)]
         if self.cfg.eager or (self.cfg.eager is None and not _has_cuda()):
             args.append("--enforce-eager")
+        if self.fp32_head:
+            args += ["--hf-overrides", json.dumps({"head_dtype": "float32"})]
         if self.cfg.kv_cache_mb is not None:
             args += ["--kv-cache-memory-bytes", str(int(self.cfg.kv_cache_mb * 2**20))]
         return args + list(self.cfg.server_args)
 
     @staticmethod
     def _env(threads: int | None) -> dict:
+        """The server's environment. `threads` (the run's generator share of the cores, as the local engine
+        decodes on, scalerl/assembly/resources.py): its CPU worker's OpenMP threads, unbound
+        (`VLLM_CPU_OMP_THREADS_BIND=nobind`, `OMP_NUM_THREADS`), so the OS places them beside the trainer's
+        as it does the local engine's. vLLM's default (`auto`) binds one thread to every core of the NUMA
+        node but one, whatever the run holds; a variable set in this process's environment wins."""
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if threads is not None:
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
             env.setdefault("OMP_NUM_THREADS", str(threads))
         return env
 

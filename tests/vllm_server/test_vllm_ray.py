@@ -23,7 +23,7 @@ from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import train_step
 from scalerl.types import Prompt
 
-pytestmark = pytest.mark.vllm   # against real servers: `make test-vllm` runs them in .venv-vllm (with Ray)
+pytestmark = pytest.mark.vllm   # against real servers: `make test-vllm` (with Ray)
 
 ENGINE_CORE = "VLLM::EngineCor"   # the process name, as the kernel keeps it (15 characters)
 MARK = f"scalerl-test-{uuid.uuid4().hex[:12]}"    # in the environment of every process of this module's actors
