@@ -20,9 +20,12 @@ import subprocess
 import sys
 import tempfile
 
-ENVS = [("AVX-512, 2 threads", {}, 2), ("AVX2, 2 threads", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2",
-                                                           "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, 2),
-        ("AVX-512, 1 thread", {}, 1), ("AVX-512, 2 threads, again", {}, 2)]   # the last: same as the first?
+ENVS = [
+    ("AVX-512, 2 threads", {}, 2),
+    ("AVX2, 2 threads", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, 2),
+    ("AVX-512, 1 thread", {}, 1),
+    ("AVX-512, 2 threads, again", {}, 2),
+]  # the last: same as the first?
 
 CHILD = r"""
 import sys, torch
@@ -72,18 +75,29 @@ def main() -> None:
             ref = results[0][1]
             learnt = max_diff(ref["final"], ref["init"])
             for name, r in results:
-                rows.append({"dtype": dtype, "env": name, "capability": r["capability"],
-                             "init_diff": max_diff(r["init"], ref["init"]),
-                             "final_diff": max_diff(r["final"], ref["final"]), "learnt": learnt})
+                rows.append(
+                    {
+                        "dtype": dtype,
+                        "env": name,
+                        "capability": r["capability"],
+                        "init_diff": max_diff(r["init"], ref["init"]),
+                        "final_diff": max_diff(r["final"], ref["final"]),
+                        "learnt": learnt,
+                    }
+                )
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     print(f"{args.steps} warm-start steps of ladder-1m; max |weight difference| from the first environment")
-    print(f"{'dtype':5}  {'environment':26} {'kernels':8} {'at init':>9} {'after':>10}"
-          "  (largest change from init: learnt)")
+    print(
+        f"{'dtype':5}  {'environment':26} {'kernels':8} {'at init':>9} {'after':>10}"
+        "  (largest change from init: learnt)"
+    )
     for r in rows:
-        print(f"{r['dtype']:5}  {r['env']:26} {r['capability']:8} {r['init_diff']:9.1e} {r['final_diff']:10.2e}  "
-              f"({r['learnt']:.2f})")
+        print(
+            f"{r['dtype']:5}  {r['env']:26} {r['capability']:8} {r['init_diff']:9.1e} {r['final_diff']:10.2e}  "
+            f"({r['learnt']:.2f})"
+        )
 
 
 if __name__ == "__main__":

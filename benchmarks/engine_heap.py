@@ -22,8 +22,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2 = ["run.seed=3", "model.name=smollm2-135m", "task.name=rg:chain_sum",
-           "task.options={min_terms: 2, max_terms: 3, max_digits: 1}", "task.train_size=512"]
+SMOLLM2 = [
+    "run.seed=3",
+    "model.name=smollm2-135m",
+    "task.name=rg:chain_sum",
+    "task.options={min_terms: 2, max_terms: 3, max_digits: 1}",
+    "task.train_size=512",
+]
 
 
 def resident() -> dict[str, float]:
@@ -39,8 +44,9 @@ def resident() -> dict[str, float]:
     return out
 
 
-def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: int, threads: int,
-          collect: bool, freeze: bool) -> None:
+def child(
+    threshold: int, trim_after: bool, calls: int, prompts: int, samples: int, threads: int, collect: bool, freeze: bool
+) -> None:
     import gc
 
     import torch
@@ -60,7 +66,7 @@ def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: i
     gen = comps.stage(comps.model, 7919, cfg.eval.temperature).generator
     val = comps.task.val_prompts(prompts)
     if freeze:
-        gc.freeze()   # what was built so far never again scanned by the cyclic collector
+        gc.freeze()  # what was built so far never again scanned by the cyclic collector
     t0 = time.monotonic()
     gc.collect()
     collect_s = time.monotonic() - t0
@@ -75,9 +81,21 @@ def child(threshold: int, trim_after: bool, calls: int, prompts: int, samples: i
             collect_s = time.monotonic() - t0
         if trim_after:
             trim()
-        print(json.dumps({"threshold": threshold, "trim": trim_after, "gc": collect, "freeze": freeze,
-                          "collect_ms": round(collect_s * 1000, 1), "call": call, "seconds": round(seconds, 1),
-                          **{k: round(v) for k, v in resident().items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "threshold": threshold,
+                    "trim": trim_after,
+                    "gc": collect,
+                    "freeze": freeze,
+                    "collect_ms": round(collect_s * 1000, 1),
+                    "call": call,
+                    "seconds": round(seconds, 1),
+                    **{k: round(v) for k, v in resident().items()},
+                }
+            ),
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -86,9 +104,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--settings", nargs="+", default=["1048576:1:0:0", "1048576:1:1:0", "1048576:1:0:1"],
-                    help="threshold:trim:gc:freeze, each in a fresh process (gc: gc.collect() after every call; "
-                         "freeze: gc.freeze() once the engine is built)")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=["1048576:1:0:0", "1048576:1:1:0", "1048576:1:0:1"],
+        help="threshold:trim:gc:freeze, each in a fresh process (gc: gc.collect() after every call; "
+        "freeze: gc.freeze() once the engine is built)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
@@ -96,8 +118,24 @@ def main() -> None:
         child(threshold, bool(trim_after), a.calls, a.prompts, a.samples, a.threads, bool(collect), bool(freeze))
         return
     for setting in a.settings:
-        subprocess.run([sys.executable, __file__, "--child", setting, "--calls", str(a.calls), "--prompts",
-                        str(a.prompts), "--samples", str(a.samples), "--threads", str(a.threads)], check=True, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                setting,
+                "--calls",
+                str(a.calls),
+                "--prompts",
+                str(a.prompts),
+                "--samples",
+                str(a.samples),
+                "--threads",
+                str(a.threads),
+            ],
+            check=True,
+            cwd=ROOT,
+        )
 
 
 if __name__ == "__main__":

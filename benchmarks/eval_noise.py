@@ -59,14 +59,18 @@ def main() -> None:
         ses.append(row["val/pass_rate_se"])
     reward.close()
     rates, ses = np.array(rates), np.array(ses)
-    print(f"{a.run_dir} at {ckpt.name}: {len(prompts)} prompts x {cfg.eval.samples} samples, {a.repeats} "
-          f"evaluations with different seeds ({time.monotonic() - t0:.0f} s, load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"{a.run_dir} at {ckpt.name}: {len(prompts)} prompts x {cfg.eval.samples} samples, {a.repeats} "
+        f"evaluations with different seeds ({time.monotonic() - t0:.0f} s, load average {os.getloadavg()[0]:.1f})"
+    )
     from scipy.stats import chi2
 
     sd, dof = rates.std(ddof=1), a.repeats - 1
     lo, hi = sd * np.sqrt(dof / chi2.ppf(0.95, dof)), sd * np.sqrt(dof / chi2.ppf(0.05, dof))
-    print(f"pass rate {rates.mean():.4f}; sd over the repeats {sd:.4f} (90% interval {lo:.4f} .. {hi:.4f}); "
-          f"mean logged estimate val/pass_rate_se {ses.mean():.4f}")
+    print(
+        f"pass rate {rates.mean():.4f}; sd over the repeats {sd:.4f} (90% interval {lo:.4f} .. {hi:.4f}); "
+        f"mean logged estimate val/pass_rate_se {ses.mean():.4f}"
+    )
 
 
 if __name__ == "__main__":

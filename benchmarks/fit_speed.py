@@ -54,17 +54,23 @@ def main() -> None:
     for c in (4000.0, 8000.0, 16000.0, 32000.0, 64000.0):
         g, f = float(grid.predict(c)), float(fast.predict(c))
         worst = max(worst, abs(g - f))
-        print(f"{'R(' + f'{c:,.0f}' + ')':14}{g:14.4f}{f:16.4f}{abs(g - f):9.4f}   truth {float(sigmoid(c, **truth)):.4f}")
+        print(
+            f"{'R(' + f'{c:,.0f}' + ')':14}{g:14.4f}{f:16.4f}{abs(g - f):9.4f}   truth {float(sigmoid(c, **truth)):.4f}"
+        )
     print(f"fast with 200 bootstrap replicas: {t_boot:.3f} s")
     xr = np.linspace(0, 16000, args.run_points)
     yr = sigmoid(xr, **truth) + np.random.default_rng(args.seed).normal(0, 0.01, xr.size)
     t_check, checked = best_time(lambda: fit_curve(xr, yr, fit_min=1500, n_bootstrap=0, check_grid=True), args.repeats)
     t_plain, _ = best_time(lambda: fit_curve(xr, yr, fit_min=1500, n_bootstrap=0), args.repeats)
-    print(f"{args.run_points} evaluations: fast {t_plain:.3f} s, fast checked against the grid (scalerl fit's "
-          f"default) {t_check:.3f} s; grid A {checked.grid_check['A']:.3f} vs fit A {checked.A:.3f}")
+    print(
+        f"{args.run_points} evaluations: fast {t_plain:.3f} s, fast checked against the grid (scalerl fit's "
+        f"default) {t_check:.3f} s; grid A {checked.grid_check['A']:.3f} vs fit A {checked.A:.3f}"
+    )
     ok = t_grid / t_fast >= 10 and worst <= 0.002
-    print(f"{'PASS' if ok else 'FAIL'}: speed-up {t_grid / t_fast:.0f}x (>= 10x), "
-          f"largest prediction difference {worst:.4f} (<= 0.002)")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: speed-up {t_grid / t_fast:.0f}x (>= 10x), "
+        f"largest prediction difference {worst:.4f} (<= 0.002)"
+    )
 
 
 if __name__ == "__main__":

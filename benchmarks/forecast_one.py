@@ -26,8 +26,12 @@ def _idents(fit, xc, yc, fit_r0: bool) -> dict:
     """Every identification rule on one fit (one profile, one tail), and what they rest on."""
     base = identify(fit, xc, yc, fit_r0, rule=RULES[0])
     prof, tail = base["profile"], base["tail"]
-    return {**rule_checks(prof, tail, base["passed_midpoint"]),
-            "profile_lo": prof["lo"], "profile_hi": prof["hi"], "tail_upper": tail["upper"]}
+    return {
+        **rule_checks(prof, tail, base["passed_midpoint"]),
+        "profile_lo": prof["lo"],
+        "profile_hi": prof["hi"],
+        "tail_upper": tail["upper"],
+    }
 
 
 def forecast_one(x, y, cut: float, n_bootstrap: int) -> dict | None:
@@ -53,10 +57,25 @@ def forecast_one(x, y, cut: float, n_bootstrap: int) -> dict | None:
     pred.update(last=float(yc[-1]), last3=last3, best=float(yc.max()), ruler=ruler(xc, yc, at))
     s_sig = float(scale(sig, xc[-1], at.mean())[0])
     s_r0 = float(scale(r0, xc[-1], at.mean())[0])
-    scales = {"frozen": s_sig, "sigmoid": s_sig, "blend": s_sig, "sigmoid_r0": s_r0, "blend_r0": s_r0,
-              "powerlaw": float(scale(pl, xc[-1], at.mean())[0]) if pl is not None else float("nan")}
+    scales = {
+        "frozen": s_sig,
+        "sigmoid": s_sig,
+        "blend": s_sig,
+        "sigmoid_r0": s_r0,
+        "blend_r0": s_r0,
+        "powerlaw": float(scale(pl, xc[-1], at.mean())[0]) if pl is not None else float("nan"),
+    }
     boot = _fitted_mean_interval(sig, at, 0.9) if n_bootstrap else [float("nan")] * 2
-    return {"cut": cut, "h": h, "end": end, "stratum": stratum(end, last3), "n_window": sig.n_points,
-            "pred": pred, "scale": scales, "ident": {"sigmoid": _idents(sig, xc, yc, False),
-                                                    "sigmoid_r0": _idents(r0, xc, yc, True)},
-            "boot": boot, "A": {"sigmoid": sig.A, "sigmoid_r0": r0.A}, "x_cut": float(xc[-1])}
+    return {
+        "cut": cut,
+        "h": h,
+        "end": end,
+        "stratum": stratum(end, last3),
+        "n_window": sig.n_points,
+        "pred": pred,
+        "scale": scales,
+        "ident": {"sigmoid": _idents(sig, xc, yc, False), "sigmoid_r0": _idents(r0, xc, yc, True)},
+        "boot": boot,
+        "A": {"sigmoid": sig.A, "sigmoid_r0": r0.A},
+        "x_cut": float(xc[-1]),
+    }

@@ -75,7 +75,7 @@ from scalerl.scaling.report import SEED_MARGIN
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent.parent / "shared" / "real-curves"
 STUDIES = HERE.parent / "studies"
-MARGIN = SEED_MARGIN     # the paper's margin: within 0.02
+MARGIN = SEED_MARGIN  # the paper's margin: within 0.02
 BOOTSTRAP = 100
 CUTS = (0.3, 0.5, 0.7)
 MIN_EVALS = 8
@@ -87,10 +87,10 @@ BASELINES = ("last", "last3", "best", "ruler")
 @dataclass
 class Curve:
     name: str
-    source: str     # the unit of the split: a real source or a committed family
-    group: str      # the unit of ranking pairs: a real source or a study folder
-    domain: str     # "real" or "committed"
-    side: str       # "dev" or "test"
+    source: str  # the unit of the split: a real source or a committed family
+    group: str  # the unit of ranking pairs: a real source or a study folder
+    domain: str  # "real" or "committed"
+    side: str  # "dev" or "test"
     x: np.ndarray
     y: np.ndarray
 
@@ -129,8 +129,9 @@ def split_families(families: dict[str, int]) -> set[str]:
     """The committed families on the test side (the salt rule of the module docstring)."""
     total = sum(families.values())
     for salt in range(100):
-        test = {f for f in families
-                if int(hashlib.sha256(f"scalerl-split-{salt}:{f}".encode()).hexdigest()[:8], 16) % 2}
+        test = {
+            f for f in families if int(hashlib.sha256(f"scalerl-split-{salt}:{f}".encode()).hexdigest()[:8], 16) % 2
+        }
         n = sum(families[f] for f in test)
         if min(n, total - n) * 3 >= total:
             return test
@@ -148,6 +149,7 @@ def real_curves(folder: Path) -> list[Curve]:
 
 def committed_curves(studies: Path) -> list[Curve]:
     from scalerl.scaling.sources import read_run
+
     runs = []
     for m in sorted(studies.rglob("metrics.jsonl")):
         s = read_run(m.parent)
@@ -162,8 +164,17 @@ def committed_curves(studies: Path) -> list[Curve]:
     for run, s in runs:
         fam, folder = where[run]
         order = np.argsort(s.x, kind="stable")
-        out.append(Curve(str(run.relative_to(studies)), fam, folder, "committed", "test" if fam in test else "dev",
-                         s.x[order], s.y[order]))
+        out.append(
+            Curve(
+                str(run.relative_to(studies)),
+                fam,
+                folder,
+                "committed",
+                "test" if fam in test else "dev",
+                s.x[order],
+                s.y[order],
+            )
+        )
     return out
 
 
@@ -171,6 +182,7 @@ def forecast_task(args: tuple[Curve, float]) -> dict | None:
     """One curve at one cut: every predictor's forecast, the scales, the identification, the
     bootstrap interval (a worker's job)."""
     from forecast_one import forecast_one
+
     c, cut = args
     try:
         row = forecast_one(c.x, c.y, cut, BOOTSTRAP)
@@ -195,6 +207,7 @@ def run_all(curves: list[Curve], workers: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     from forecast_tables import analyse, print_report
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--real", type=Path, default=DEFAULT, help="the real curves' folder")
     ap.add_argument("--studies", type=Path, default=STUDIES, help="the committed runs' folder")
@@ -202,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write every forecast here")
     ap.add_argument("--rows", type=Path, default=None, help="read the forecasts from this --json file instead")
     ap.add_argument("--calibrate", action="store_true", help="write scalerl/scaling/calibration.json from the dev half")
-    ap.add_argument("--check-calibration", action="store_true",
-                    help="fail unless the shipped calibration.json is what the dev half gives")
+    ap.add_argument(
+        "--check-calibration",
+        action="store_true",
+        help="fail unless the shipped calibration.json is what the dev half gives",
+    )
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     if args.rows:

@@ -17,7 +17,7 @@ from scalerl.scaling.identify import RULES
 # a calibration group with fewer dev forecasts takes its identification's pooled quantiles: below 39 the 95%
 # conformal quantile is the group's largest score (a departure: 20 before the first run; forecast_real.py)
 MIN_GROUP = 39
-MIN_SHARE = 0.2    # an identification rule must mark at least this share of the dev forecasts
+MIN_SHARE = 0.2  # an identification rule must mark at least this share of the dev forecasts
 
 
 def err(r: dict, k: str) -> float:
@@ -61,7 +61,7 @@ def choose_rule(dev: list[dict], point: str) -> tuple[str, dict]:
 def calibrate(dev: list[dict], point: str, rule: str) -> dict:
     fk = fit_key(point)
     n_dom = {d: sum(r["domain"] == d for r in dev) for d in ("real", "committed")}
-    z = np.array([err(r, point) * -1 / r["scale"][point] for r in dev])     # (end - forecast) / s
+    z = np.array([err(r, point) * -1 / r["scale"][point] for r in dev])  # (end - forecast) / s
     w = np.array([1.0 / n_dom[r["domain"]] for r in dev])
     ident = np.array([bool(r["ident"][fk][rule]) for r in dev])
     keys = np.array([group_key(bool(r["ident"][fk][rule]), r["h"]) for r in dev])
@@ -78,10 +78,17 @@ def calibrate(dev: list[dict], point: str, rule: str) -> dict:
             else:
                 lo, hi = conformal_quantiles(z, w)
             groups[key] = {"lo": lo, "hi": hi, "n": int(sel.sum())}
-    return {"point": point, "rule": rule, "fit_r0": fk == "sigmoid_r0", "level": 0.9, "bins": list(BINS),
-            "h_max": float(max(r["h"] for r in dev)), "groups": groups,
-            "made_by": "python benchmarks/forecast_real.py --calibrate",
-            "dev_forecasts": {d: n for d, n in n_dom.items()}}
+    return {
+        "point": point,
+        "rule": rule,
+        "fit_r0": fk == "sigmoid_r0",
+        "level": 0.9,
+        "bins": list(BINS),
+        "h_max": float(max(r["h"] for r in dev)),
+        "groups": groups,
+        "made_by": "python benchmarks/forecast_real.py --calibrate",
+        "dev_forecasts": {d: n for d, n in n_dom.items()},
+    }
 
 
 def interval(r: dict, tab: dict) -> tuple[float, float]:
@@ -97,10 +104,13 @@ def cover(rows: list[dict], tab: dict) -> dict:
     iv = np.array([interval(r, tab) for r in rows])
     ends = np.array([r["end"] for r in rows])
     boot = np.array([r["boot"] for r in rows], dtype=float)
-    return {"n": len(rows), "covered": float(np.mean((iv[:, 0] <= ends) & (ends <= iv[:, 1]))),
-            "width": float(np.median(iv[:, 1] - iv[:, 0])),
-            "boot_covered": float(np.mean((boot[:, 0] <= ends) & (ends <= boot[:, 1]))),
-            "boot_width": float(np.median(boot[:, 1] - boot[:, 0]))}
+    return {
+        "n": len(rows),
+        "covered": float(np.mean((iv[:, 0] <= ends) & (ends <= iv[:, 1]))),
+        "width": float(np.median(iv[:, 1] - iv[:, 0])),
+        "boot_covered": float(np.mean((boot[:, 0] <= ends) & (ends <= boot[:, 1]))),
+        "boot_width": float(np.median(boot[:, 1] - boot[:, 0])),
+    }
 
 
 def ranking(rows: list[dict], tab: dict, cut: float = 0.5) -> dict:
@@ -119,8 +129,12 @@ def ranking(rows: list[dict], tab: dict, cut: float = 0.5) -> dict:
             called[0] += (ia[0] > ib[1]) == truth
             called[1] += 1
     pairs = next(iter(out.values()))[1]
-    return {"pairs": pairs, **{k: v[0] / v[1] if v[1] else None for k, v in out.items()},
-            "called": called[1], "called_right": called[0] / called[1] if called[1] else None}
+    return {
+        "pairs": pairs,
+        **{k: v[0] / v[1] if v[1] else None for k, v in out.items()},
+        "called": called[1],
+        "called_right": called[0] / called[1] if called[1] else None,
+    }
 
 
 def analyse(rows: list[dict]) -> dict:
@@ -140,10 +154,15 @@ def _cell(rows: list[dict], k: str) -> str:
 def strata_table(rows: list[dict], tab: dict, title: str) -> list[str]:
     point = tab["point"]
     cols = [point] + [k for k in CANDIDATES if k != point] + list(BASELINES)
-    lines = [f"### {title}", "", "mean |error| (share within 0.02); the calibrated 90% interval's coverage and median "
-             "width; the parameter bootstrap's beside it", "",
-             "| stratum | cut | n | " + " | ".join(cols) + " | covered (width) | bootstrap covered (width) |",
-             "|" + "---|" * (len(cols) + 5)]
+    lines = [
+        f"### {title}",
+        "",
+        "mean |error| (share within 0.02); the calibrated 90% interval's coverage and median "
+        "width; the parameter bootstrap's beside it",
+        "",
+        "| stratum | cut | n | " + " | ".join(cols) + " | covered (width) | bootstrap covered (width) |",
+        "|" + "---|" * (len(cols) + 5),
+    ]
     for st in ("all", "flat", "rising", "fell"):
         for cut in ("all",) + tuple(sorted({r["cut"] for r in rows})):
             sel = [r for r in rows if (st == "all" or r["stratum"] == st) and (cut == "all" or r["cut"] == cut)]
@@ -151,23 +170,32 @@ def strata_table(rows: list[dict], tab: dict, title: str) -> list[str]:
                 continue
             c = cover(sel, tab)
             cut_s = cut if cut == "all" else f"{cut:.0%}"
-            lines.append(f"| {st} | {cut_s} | {len(sel)} | " + " | ".join(_cell(sel, k) for k in cols)
-                         + f" | {c['covered']:.0%} ({c['width']:.3f}) | {c['boot_covered']:.0%} ({c['boot_width']:.3f}) |")
+            lines.append(
+                f"| {st} | {cut_s} | {len(sel)} | "
+                + " | ".join(_cell(sel, k) for k in cols)
+                + f" | {c['covered']:.0%} ({c['width']:.3f}) | {c['boot_covered']:.0%} ({c['boot_width']:.3f}) |"
+            )
     return lines + [""]
 
 
 def ident_table(rows: list[dict], tab: dict, title: str) -> list[str]:
     fk, point = fit_key(tab["point"]), tab["point"]
-    lines = [f"### {title}", "", "| rule | marked | within 0.02 marked | not marked | covered marked | not marked |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| rule | marked | within 0.02 marked | not marked | covered marked | not marked |",
+        "|---|---|---|---|---|---|",
+    ]
     for rule in RULES:
         m = [r for r in rows if r["ident"][fk][rule]]
         o = [r for r in rows if not r["ident"][fk][rule]]
         cm = cover(m, tab).get("covered") if rule == tab["rule"] else None
         co = cover(o, tab).get("covered") if rule == tab["rule"] else None
         star = " (chosen)" if rule == tab["rule"] else ""
-        lines.append(f"| {rule}{star} | {len(m)} of {len(rows)} ({len(m) / max(len(rows), 1):.0%}) | "
-                     f"{_pct(within_rate(m, point))} | {_pct(within_rate(o, point))} | {_pct(cm)} | {_pct(co)} |")
+        lines.append(
+            f"| {rule}{star} | {len(m)} of {len(rows)} ({len(m) / max(len(rows), 1):.0%}) | "
+            f"{_pct(within_rate(m, point))} | {_pct(within_rate(o, point))} | {_pct(cm)} | {_pct(co)} |"
+        )
     return lines + [""]
 
 
@@ -198,19 +226,28 @@ def print_report(a: dict, rows: list[dict], args) -> int:
             return 1
         print(f"{TABLE}: reproduced from the development half")
     side = [r for r in rows if args.side == "all" or r["side"] == args.side]
-    out = [f"## Chosen on the development half: point `{a['point']}`, identification `{a['rule']}`", "",
-           "dev mean |error| (mean of the two domains): "
-           + ", ".join(f"{k} {v:.4f}" for k, v in sorted(a["point_scores"].items(), key=lambda kv: kv[1])), "",
-           "dev identification: " + "; ".join(f"{k}: marks {v['share']:.0%}, gap {v['gap']:+.2f}"
-                                               for k, v in a["rule_scores"].items()), ""]
+    out = [
+        f"## Chosen on the development half: point `{a['point']}`, identification `{a['rule']}`",
+        "",
+        "dev mean |error| (mean of the two domains): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in sorted(a["point_scores"].items(), key=lambda kv: kv[1])),
+        "",
+        "dev identification: "
+        + "; ".join(f"{k}: marks {v['share']:.0%}, gap {v['gap']:+.2f}" for k, v in a["rule_scores"].items()),
+        "",
+    ]
     for dom in ("real", "committed"):
         sel = [r for r in side if r["domain"] == dom]
         out += strata_table(sel, tab, f"{args.side} half, {dom} runs ({len({r['name'] for r in sel})} curves)")
         out += ident_table(sel, tab, f"{args.side} half, {dom} runs: identified or not")
         rk = ranking(sel, tab)
-        out += [f"ranking pairs ({dom}, cut 50%): {rk['pairs']} pairs; right: "
-                + ", ".join(f"{k} {v:.0%}" for k, v in rk.items() if k not in ("pairs", "called", "called_right")
-                            and v is not None)
-                + f"; intervals apart on {rk['called']} pairs, right on {_pct(rk['called_right'])}", ""]
+        out += [
+            f"ranking pairs ({dom}, cut 50%): {rk['pairs']} pairs; right: "
+            + ", ".join(
+                f"{k} {v:.0%}" for k, v in rk.items() if k not in ("pairs", "called", "called_right") and v is not None
+            )
+            + f"; intervals apart on {rk['called']} pairs, right on {_pct(rk['called_right'])}",
+            "",
+        ]
     print("\n".join(out))
     return 0

@@ -52,11 +52,35 @@ print(json.dumps({"mode": mode, "delta_mib": peak - base, "seconds": time.perf_c
 """
 
 
-def measure(mode: str, vocab: int, positions: int, hidden: int, chunk: int, dtype: str = "fp32",
-            device: str = "cpu", threads: int = 2) -> dict:
+def measure(
+    mode: str,
+    vocab: int,
+    positions: int,
+    hidden: int,
+    chunk: int,
+    dtype: str = "fp32",
+    device: str = "cpu",
+    threads: int = 2,
+) -> dict:
     """Run one variant in a fresh interpreter; {"mode", "delta_mib", "seconds"}."""
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(vocab), str(positions), str(hidden), str(chunk),
-                          dtype, device, str(threads)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            mode,
+            str(vocab),
+            str(positions),
+            str(hidden),
+            str(chunk),
+            dtype,
+            device,
+            str(threads),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -71,14 +95,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     logits_mib = a.vocab * a.positions * 4 / 2**20
-    print(f"V={a.vocab} positions={a.positions} H={a.hidden} dtype={a.dtype} device={a.device} "
-          f"threads={a.threads}; one fp32 logits tensor = {logits_mib:.0f} MiB")
+    print(
+        f"V={a.vocab} positions={a.positions} H={a.hidden} dtype={a.dtype} device={a.device} "
+        f"threads={a.threads}; one fp32 logits tensor = {logits_mib:.0f} MiB"
+    )
     base = measure("full", a.vocab, a.positions, a.hidden, 0, a.dtype, a.device, a.threads)
     print(f"full logits        peak +{base['delta_mib']:7.0f} MiB  {base['seconds']:6.2f} s")
     for c in a.chunk:
         r = measure("chunked", a.vocab, a.positions, a.hidden, c, a.dtype, a.device, a.threads)
-        print(f"chunked ({c:5d})    peak +{r['delta_mib']:7.0f} MiB  {r['seconds']:6.2f} s   "
-              f"memory x{r['delta_mib'] / base['delta_mib']:.3f}  time x{r['seconds'] / base['seconds']:.2f} of full")
+        print(
+            f"chunked ({c:5d})    peak +{r['delta_mib']:7.0f} MiB  {r['seconds']:6.2f} s   "
+            f"memory x{r['delta_mib'] / base['delta_mib']:.3f}  time x{r['seconds'] / base['seconds']:.2f} of full"
+        )
     return 0
 
 

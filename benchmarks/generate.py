@@ -46,10 +46,16 @@ from scalerl.rollout import Engine
 from scalerl.types import Prompt
 
 PEAK_BANDWIDTH = {"H100 SXM": 3.35e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}
-TOPICS = ["What is 17 + 25?", "Name three primary colours.", "Write a haiku about the sea.",
-          "Explain photosynthesis in one sentence.", "How many legs does a spider have?",
-          "Translate 'good morning' into French.", "What is the capital of Australia?",
-          "Give me a synonym for happy."]
+TOPICS = [
+    "What is 17 + 25?",
+    "Name three primary colours.",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis in one sentence.",
+    "How many legs does a spider have?",
+    "Translate 'good morning' into French.",
+    "What is the capital of Australia?",
+    "Give me a synonym for happy.",
+]
 
 
 def load(name: str, dtype: str, device: str):
@@ -92,18 +98,33 @@ class PeakMemory:
 def run_hf(model, tokenizer, texts: list[str], samples: int, new_tokens: int, device: str, seed: int):
     tokenizer.padding_side = "left"
     enc = tokenizer(texts, return_tensors="pt", padding=True).to(device)
-    gen = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                           num_return_sequences=samples,
-                           min_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id,
-                           eos_token_id=tokenizer.eos_token_id)
+    gen = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=new_tokens,
+        num_return_sequences=samples,
+        min_new_tokens=new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(**enc, generation_config=gen)
     return out.shape[1] - enc["input_ids"].shape[1]
 
 
-def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, shared: bool = True,
-             decode: str = "static"):
+def run_ours(
+    model,
+    tokenizer,
+    texts: list[str],
+    samples: int,
+    new_tokens: int,
+    seed: int,
+    shared: bool = True,
+    decode: str = "static",
+):
     from scalerl.rollout import state
 
     saved = state.MIN_SHARED_PREFIX
@@ -116,8 +137,14 @@ def run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, 
 
 
 def _run_ours(model, tokenizer, texts: list[str], samples: int, new_tokens: int, seed: int, decode: str):
-    cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, batch_slots=len(texts) * samples,
-                        length=NoLengthControl(), decode=decode)
+    cfg = RolloutConfig(
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        batch_slots=len(texts) * samples,
+        length=NoLengthControl(),
+        decode=decode,
+    )
     engine = Engine(model, tokenizer, cfg, fp32_head=True, seed=seed, ignore_eos=True)
     out = engine.generate([Prompt(id=str(i), text=t, answer="") for i, t in enumerate(texts)], n=samples)
     return min(len(c.tokens) for c in out)
@@ -130,8 +157,13 @@ class VllmSide:
         from scalerl.config import VllmEngineConfig
         from scalerl.rollout import make_engine
 
-        self.cfg = RolloutConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, length=NoLengthControl(),
-                                 engine=VllmEngineConfig(max_inflight=seqs, kv_cache_mb=1024, start_timeout_s=1800))
+        self.cfg = RolloutConfig(
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            length=NoLengthControl(),
+            engine=VllmEngineConfig(max_inflight=seqs, kv_cache_mb=1024, start_timeout_s=1800),
+        )
         t0 = time.perf_counter()
         self.client = make_engine(model, tokenizer, self.cfg, seed=seed, ignore_eos=True)
         self.seconds = time.perf_counter() - t0
@@ -178,26 +210,41 @@ def roofline(model, seqs: int, prompt_len: float, new_tokens: int, seconds: floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m",
-                    help="smollm2-135m | smollm2-shape-random | tiny | a checkpoint dir")
+    ap.add_argument(
+        "--model", default="smollm2-135m", help="smollm2-135m | smollm2-shape-random | tiny | a checkpoint dir"
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--seqs", type=int, default=None, help="sequences (default 64 on CPU, 256 on CUDA)")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--samples", type=int, default=8, help="samples per prompt (seqs / samples distinct prompts)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: all cores on an idle machine, 1 on a busy one: multi-threaded "
-                         "GEMMs on oversubscribed cores stall)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: all cores on an idle machine, 1 on a busy one: multi-threaded "
+        "GEMMs on oversubscribed cores stall)",
+    )
     ap.add_argument("--repeats", type=int, default=1, help="alternate the sides this many times, keep the median")
-    ap.add_argument("--warmup", type=int, default=None,
-                    help="untimed full-size rounds of every side before the timed ones (default 1 on CUDA, where a "
-                         "side's first call at a new size pays cuBLAS/allocator/graph set-up, 0 on CPU)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed full-size rounds of every side before the timed ones (default 1 on CUDA, where a "
+        "side's first call at a new size pays cuBLAS/allocator/graph set-up, 0 on CPU)",
+    )
     ap.add_argument("--no-eager", action="store_true", help="leave out the eager reference path")
     ap.add_argument("--vllm", action="store_true", help="add a vLLM server side (rollout.engine=vllm)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--task", default=None, help="use this task's validation prompts (e.g. rg:chain_sum)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override for --task (e.g. task.shots=1)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for --task (e.g. task.shots=1)",
+    )
     args = ap.parse_args()
     cores, load_avg = os.cpu_count() or 1, os.getloadavg()[0]
     torch.set_num_threads(args.threads or (cores if load_avg < 0.5 * cores else 1))
@@ -211,22 +258,35 @@ def main() -> None:
         from scalerl.configure import load_config
         from scalerl.tasks import get_task
 
-        cfg = load_config("scalerl", None, [f"model.name={args.model}", f"task.name={args.task}",
-                                            f"task.val_size={len(texts)}", *args.overrides])
+        cfg = load_config(
+            "scalerl",
+            None,
+            [f"model.name={args.model}", f"task.name={args.task}", f"task.val_size={len(texts)}", *args.overrides],
+        )
         texts = [p.text for p in get_task(cfg.task, tokenizer).val_prompts(len(texts))]
     elif tokenizer.chat_template:
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
-                                               add_generation_prompt=True) for t in texts]
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+            for t in texts
+        ]
     prompt_len = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
-    print(f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {args.dtype}) "
-          f"on {args.device}, {torch.get_num_threads()} threads (load average {load_avg:.1f} on {cores} cores); "
-          f"{seqs} seqs x {args.new_tokens} new tokens, "
-          f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
-          "sampling T=1, top-p 1, EOS ignored")
+    print(
+        f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {args.dtype}) "
+        f"on {args.device}, {torch.get_num_threads()} threads (load average {load_avg:.1f} on {cores} cores); "
+        f"{seqs} seqs x {args.new_tokens} new tokens, "
+        f"({len(texts)} prompts x {args.samples} samples), prompts {prompt_len:.0f} tokens on average; "
+        "sampling T=1, top-p 1, EOS ignored"
+    )
     vllm = VllmSide(model, tokenizer, seqs, args.new_tokens, args.seed) if args.vllm else None
     try:
-        report(args, make_sides(args, model, tokenizer, texts, vllm), seqs, prompt_len, model,
-               {"vllm": vllm.server_cpu} if vllm is not None else {})
+        report(
+            args,
+            make_sides(args, model, tokenizer, texts, vllm),
+            seqs,
+            prompt_len,
+            model,
+            {"vllm": vllm.server_cpu} if vllm is not None else {},
+        )
     finally:
         if vllm is not None:
             vllm.client.close()
@@ -237,14 +297,18 @@ def make_sides(args, model, tokenizer, texts: list[str], vllm: VllmSide | None) 
     run_hf(model, tokenizer, texts[:2], 1, 2, args.device, args.seed)  # warm-up every path
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed)
     run_ours(model, tokenizer, texts[:2], 1, 2, args.seed, decode="eager")
-    sides = {"hf": lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device, args.seed),
-             "ours": lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed)}
+    sides = {
+        "hf": lambda: run_hf(model, tokenizer, texts, args.samples, args.new_tokens, args.device, args.seed),
+        "ours": lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed),
+    }
     if not args.no_eager:
-        sides["eager"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
-                                          decode="eager")
+        sides["eager"] = lambda: run_ours(
+            model, tokenizer, texts, args.samples, args.new_tokens, args.seed, decode="eager"
+        )
     if args.task:
-        sides["ours-np"] = lambda: run_ours(model, tokenizer, texts, args.samples, args.new_tokens, args.seed,
-                                            shared=False)
+        sides["ours-np"] = lambda: run_ours(
+            model, tokenizer, texts, args.samples, args.new_tokens, args.seed, shared=False
+        )
     if vllm is not None:
         print(f"{'vLLM server start-up':>24}: {vllm.seconds:.1f} s (not in its side's time)")
         vllm(texts[:2], 1)
@@ -257,7 +321,7 @@ def report(args, sides: dict, seqs: int, prompt_len: float, model, other_cpu: di
     a side's function giving the CPU seconds its other processes have used (the vLLM server's)."""
     other_cpu = other_cpu or {}
     warmup = args.warmup if args.warmup is not None else int(args.device.startswith("cuda"))
-    for _ in range(warmup):   # not timed: the first call of a side at this size (HF's took 2.8x its second, 2026-11-26)
+    for _ in range(warmup):  # not timed: the first call of a side at this size (HF's took 2.8x its second, 2026-11-26)
         for fn in sides.values():
             fn()
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
@@ -268,8 +332,13 @@ def report(args, sides: dict, seqs: int, prompt_len: float, model, other_cpu: di
             runs[name].append((seconds, cpu, peak))
     mem = "CUDA max allocated" if args.device.startswith("cuda") else "peak RSS"
     rate, best, cpu_of = {}, {}, {}
-    labels = {"hf": "transformers generate", "ours": "scalerl Engine (static)", "eager": "scalerl Engine (eager)",
-              "ours-np": "... no shared prefix", "vllm": "vLLM server (our client)"}
+    labels = {
+        "hf": "transformers generate",
+        "ours": "scalerl Engine (static)",
+        "eager": "scalerl Engine (eager)",
+        "ours-np": "... no shared prefix",
+        "vllm": "vLLM server (our client)",
+    }
     for name, label in labels.items():
         if name not in runs:
             continue
@@ -279,23 +348,29 @@ def report(args, sides: dict, seqs: int, prompt_len: float, model, other_cpu: di
         best[name] = (seconds, peak)
         rate[name] = seqs * args.new_tokens / seconds
         each = ", ".join(f"{s:.2f}" for s, _, _ in runs[name])
-        print(f"{label:>24}: {rate[name]:8.1f} tokens/s  (median of {len(runs[name])}: {each} s; CPU {cpu:.2f} s)  "
-              f"{mem} {peak:.2f} GiB")
+        print(
+            f"{label:>24}: {rate[name]:8.1f} tokens/s  (median of {len(runs[name])}: {each} s; CPU {cpu:.2f} s)  "
+            f"{mem} {peak:.2f} GiB"
+        )
     print(f"{'ratio static / hf':>24}: {rate['ours'] / rate['hf']:.2f}x")
     if "eager" in rate:
         print(f"{'ratio eager / hf':>24}: {rate['eager'] / rate['hf']:.2f}x")
         print(f"{'ratio static / eager':>24}: {rate['ours'] / rate['eager']:.2f}x")
     if "vllm" in rate:
-        print(f"{'ratio vllm / static':>24}: {rate['vllm'] / rate['ours']:.2f}x "
-              f"(CPU time: {cpu_of['ours'] / cpu_of['vllm']:.2f}x; the vLLM side's peak RSS is this process's only)")
+        print(
+            f"{'ratio vllm / static':>24}: {rate['vllm'] / rate['ours']:.2f}x "
+            f"(CPU time: {cpu_of['ours'] / cpu_of['vllm']:.2f}x; the vLLM side's peak RSS is this process's only)"
+        )
         print(f"{'ratio vllm / hf':>24}: {rate['vllm'] / rate['hf']:.2f}x")
     if "ours-np" in rate:
         print(f"{'shared prefix gain':>24}: {rate['ours'] / rate['ours-np']:.2f}x")
     print(f"{'load average after':>24}: {os.getloadavg()[0]:.1f}")
     if args.device.startswith("cuda"):
         frac, name = roofline(model, seqs, prompt_len, args.new_tokens, best["ours"][0])
-        print(f"{'bandwidth roofline':>22}: {frac:.1%} of {name} peak (weights + KV per step x steps/s; "
-              "prefill included in the time)")
+        print(
+            f"{'bandwidth roofline':>22}: {frac:.1%} of {name} peak (weights + KV per step x steps/s; "
+            "prefill included in the time)"
+        )
 
 
 if __name__ == "__main__":

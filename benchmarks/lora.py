@@ -75,8 +75,9 @@ print(json.dumps({"mode": mode, "steps": times, "publish": pubs, "trainable": tr
 
 
 def measure(mode: str, model: str, steps: int, threads: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, model, str(steps), str(threads)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, model, str(steps), str(threads)], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -91,8 +92,10 @@ def main() -> int:
     for _ in range(a.rounds):
         for mode in ("full", "lora"):
             runs[mode].append(measure(mode, a.model, a.steps, a.threads))
-    print(f"{a.model}, fp32, CPU, {a.threads} threads; 8 x 8 completions (150-token prompts, 32-token completions); "
-          f"{a.rounds} rounds x {a.steps} timed steps per variant")
+    print(
+        f"{a.model}, fp32, CPU, {a.threads} threads; 8 x 8 completions (150-token prompts, 32-token completions); "
+        f"{a.rounds} rounds x {a.steps} timed steps per variant"
+    )
     summary = {}
     for mode, rs in runs.items():
         step = statistics.median(t for r in rs for t in r["steps"])
@@ -100,13 +103,17 @@ def main() -> int:
         peak = statistics.median(r["peak_mb"] for r in rs)
         growth = statistics.median(r["peak_mb"] - r["loaded_mb"] for r in rs)
         summary[mode] = (step, pub, peak, growth, rs[0]["optim_bytes"])
-        print(f"{mode:5s} step {step:6.2f} s (median)  publish {pub * 1000:6.0f} ms  "
-              f"trainable {rs[0]['trainable']:>12,}  "
-              f"optimizer state {rs[0]['optim_bytes'] / 2**20:7.1f} MiB  peak RSS {peak:7.0f} MB "
-              f"(+{growth:.0f} MB over the loaded model)")
+        print(
+            f"{mode:5s} step {step:6.2f} s (median)  publish {pub * 1000:6.0f} ms  "
+            f"trainable {rs[0]['trainable']:>12,}  "
+            f"optimizer state {rs[0]['optim_bytes'] / 2**20:7.1f} MiB  peak RSS {peak:7.0f} MB "
+            f"(+{growth:.0f} MB over the loaded model)"
+        )
     f, lo = summary["full"], summary["lora"]
-    print(f"LoRA / full: step time x{lo[0] / f[0]:.2f}, publish x{lo[1] / f[1]:.2f}, peak RSS x{lo[2] / f[2]:.2f}, "
-          f"growth x{lo[3] / f[3]:.2f}, optimizer state x{lo[4] / f[4]:.4f}")
+    print(
+        f"LoRA / full: step time x{lo[0] / f[0]:.2f}, publish x{lo[1] / f[1]:.2f}, peak RSS x{lo[2] / f[2]:.2f}, "
+        f"growth x{lo[3] / f[3]:.2f}, optimizer state x{lo[4] / f[4]:.4f}"
+    )
     return 0
 
 

@@ -51,8 +51,13 @@ def sample(root: int) -> dict:
     for p in procs:
         try:
             full = p.memory_full_info()
-            entry = {"cmd": " ".join(p.cmdline())[-80:], "rss_mb": full.rss / KB / KB, "pss_mb": full.pss / KB / KB,
-                     "uss_mb": full.uss / KB / KB, **mappings(p.pid)}
+            entry = {
+                "cmd": " ".join(p.cmdline())[-80:],
+                "rss_mb": full.rss / KB / KB,
+                "pss_mb": full.pss / KB / KB,
+                "uss_mb": full.uss / KB / KB,
+                **mappings(p.pid),
+            }
         except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError, ProcessLookupError):
             continue
         row["procs"][str(p.pid)] = entry

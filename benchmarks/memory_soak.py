@@ -31,9 +31,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2 = ["run.seed=3", "model.name=smollm2-135m", "task.name=rg:chain_sum",
-           "task.options={min_terms: 2, max_terms: 3, max_digits: 1}", "task.train_size=512", "eval.every=15"]
-WINDOW = 10          # training rows in each median of `second_half_growth`
+SMOLLM2 = [
+    "run.seed=3",
+    "model.name=smollm2-135m",
+    "task.name=rg:chain_sum",
+    "task.options={min_terms: 2, max_terms: 3, max_digits: 1}",
+    "task.train_size=512",
+    "eval.every=15",
+]
+WINDOW = 10  # training rows in each median of `second_half_growth`
 PREFIX = "system/rss_mb"
 
 
@@ -55,7 +61,7 @@ def series(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
     for row in rows:
         for key, value in row.items():
             if key == PREFIX or key.startswith(PREFIX + "/"):
-                name = "trainer" if key == PREFIX else key[len(PREFIX) + 1:]
+                name = "trainer" if key == PREFIX else key[len(PREFIX) + 1 :]
                 out.setdefault(name, []).append((row["step"], value))
     return out
 
@@ -66,7 +72,7 @@ def second_half_growth(values: list[float], window: int = WINDOW) -> float:
         raise ValueError(f"need at least 2 rows to measure growth, got {len(values)}")
     w = max(1, min(window, len(values) // 4))
     mid = len(values) // 2
-    start = statistics.median(values[mid:mid + w])
+    start = statistics.median(values[mid : mid + w])
     end = statistics.median(values[-w:])
     return (end - start) / start
 
@@ -81,22 +87,38 @@ def summary(run_dir: Path) -> dict[str, dict[str, float]]:
     peak within steps (VmHWM between rows, where logged)."""
     rows = train_rows(run_dir)
     if not rows:
-        raise SystemExit(f"{run_dir}/metrics.jsonl has no training row with {PREFIX} (a run older than the memory metrics?)")
+        raise SystemExit(
+            f"{run_dir}/metrics.jsonl has no training row with {PREFIX} (a run older than the memory metrics?)"
+        )
     out = {}
     for name, points in series(rows).items():
         values = [v for _, v in points]
         key = "system/rss_peak_mb" + ("" if name == "trainer" else f"/{name}")
         peaks = [r[key] for r in rows if key in r]
-        out[name] = {"rows": len(values), "first_mb": values[0], "last_mb": values[-1], "peak_mb": max(values),
-                     "second_half_growth": second_half_growth(values) if len(values) >= 2 else float("nan"),
-                     "peak_within_steps_mb": max(peaks) if peaks else float("nan")}
+        out[name] = {
+            "rows": len(values),
+            "first_mb": values[0],
+            "last_mb": values[-1],
+            "peak_mb": max(values),
+            "second_half_growth": second_half_growth(values) if len(values) >= 2 else float("nan"),
+            "peak_within_steps_mb": max(peaks) if peaks else float("nan"),
+        }
     return out
 
 
 def run(run_dir: Path, steps: int, sets: list[str], config: str | None, minutes: float | None) -> int:
     """`scalerl train` for `steps` optimizer steps (or `minutes` of training); its exit code."""
-    args = [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(run_dir),
-            "--max-steps", str(steps)]
+    args = [
+        sys.executable,
+        "-m",
+        "scalerl",
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(run_dir),
+        "--max-steps",
+        str(steps),
+    ]
     if config is not None:
         args += ["--config", config]
     for s in [*sets, *([f"run.max_minutes={minutes}"] if minutes is not None else [])]:
@@ -126,7 +148,9 @@ def plot(path: Path, runs: list[tuple[str, Path, str]], samples: list[tuple[str,
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
         for label, file, style in samples:
             minutes, values = zip(*sampled_total(file))
-            ax2.plot(minutes, [v / 1024 for v in values], style, color="C2", label=f"total PSS, sampled every 5 s ({label})")
+            ax2.plot(
+                minutes, [v / 1024 for v in values], style, color="C2", label=f"total PSS, sampled every 5 s ({label})"
+            )
         ax2.set_xlabel("wall-clock minutes (evaluations included)")
         ax2.set_ylabel("memory (GB)")
         ax2.grid(alpha=0.3)
@@ -170,13 +194,16 @@ def main() -> None:
             raise SystemExit(f"scalerl train exited with code {code}")
     print(f"total = the sum of the processes' {total_kind(train_rows(run_dir))}")
     for name, s in summary(run_dir).items():
-        print(f"{name:>11}: peak {s['peak_mb']:7.0f} MB, first {s['first_mb']:7.0f} MB, last {s['last_mb']:7.0f} MB, "
-              f"second-half growth {s['second_half_growth']:+.1%} ({s['rows']} rows), "
-              f"peak within steps {s['peak_within_steps_mb']:7.0f} MB")
+        print(
+            f"{name:>11}: peak {s['peak_mb']:7.0f} MB, first {s['first_mb']:7.0f} MB, last {s['last_mb']:7.0f} MB, "
+            f"second-half growth {s['second_half_growth']:+.1%} ({s['rows']} rows), "
+            f"peak within steps {s['peak_within_steps_mb']:7.0f} MB"
+        )
     if a.plot is not None:
         runs = [("after", run_dir, "-")] + ([("before", a.before, "--")] if a.before else [])
         samples = ([("after", a.samples, "-")] if a.samples else []) + (
-            [("before", a.before_samples, "--")] if a.before_samples else [])
+            [("before", a.before_samples, "--")] if a.before_samples else []
+        )
         plot(a.plot, runs, samples)
         print(f"plot: {a.plot}")
 

@@ -84,7 +84,7 @@ def measure(name: str, repeats: int, bucket_mb: float) -> list[str]:
     sender = Sender(link, layout, store)
     ray.get(joins, timeout=TIMEOUT_S)
     times: dict[str, list[tuple[float, float]]] = {"object store": [], "broadcast": []}
-    object_store(holders, weights), broadcast(holders, sender, weights, bucket_bytes)   # warm-up, not counted
+    object_store(holders, weights), broadcast(holders, sender, weights, bucket_bytes)  # warm-up, not counted
     for _ in range(repeats):
         times["object store"].append(object_store(holders, weights))
         times["broadcast"].append(broadcast(holders, sender, weights, bucket_bytes))
@@ -93,9 +93,11 @@ def measure(name: str, repeats: int, bucket_mb: float) -> list[str]:
     rows = []
     for mode, ts in times.items():
         sends, alls = [t[0] for t in ts], [t[1] for t in ts]
-        rows.append(f"{name:<22} {nbytes / 2**20:8.1f} {len(layout) if mode == 'broadcast' else '-':>7} {mode:<13} "
-                    f"{statistics.median(sends):8.4f} {statistics.median(alls):11.4f}   "
-                    f"{min(alls):.4f}-{max(alls):.4f}")
+        rows.append(
+            f"{name:<22} {nbytes / 2**20:8.1f} {len(layout) if mode == 'broadcast' else '-':>7} {mode:<13} "
+            f"{statistics.median(sends):8.4f} {statistics.median(alls):11.4f}   "
+            f"{min(alls):.4f}-{max(alls):.4f}"
+        )
     return rows
 
 
@@ -112,8 +114,10 @@ def main() -> None:
         rows = [row for name in args.models for row in measure(name, args.repeats, args.bucket_mb)]
     finally:
         ray.shutdown()
-    print(f"2 receiving actors, fp32, buckets of {args.bucket_mb:g} MiB, median of {args.repeats} interleaved "
-          f"publishes; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"2 receiving actors, fp32, buckets of {args.bucket_mb:g} MiB, median of {args.repeats} interleaved "
+        f"publishes; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
     print(f"{'model':<22} {'MiB':>8} {'buckets':>7} {'path':<13} {'send s':>8} {'all hold s':>11}   all hold range")
     print("\n".join(rows))
 

@@ -29,10 +29,23 @@ from pathlib import Path
 def _config(model: str, steps: int, extra: list[str]):
     from scalerl.configure import load_config
 
-    return load_config("scalerl", overrides=[
-        f"model.name={model}", f"run.max_steps={steps}", "batch.prompts=8", "batch.generations=4",
-        "rollout.batch_slots=16", "pipeline.k=2", f"eval.every={steps + 1}", "eval.prompts=8", "eval.samples=1",
-        f"run.checkpoint_every={steps + 1}", "run.threads=2", *extra])
+    return load_config(
+        "scalerl",
+        overrides=[
+            f"model.name={model}",
+            f"run.max_steps={steps}",
+            "batch.prompts=8",
+            "batch.generations=4",
+            "rollout.batch_slots=16",
+            "pipeline.k=2",
+            f"eval.every={steps + 1}",
+            "eval.prompts=8",
+            "eval.samples=1",
+            f"run.checkpoint_every={steps + 1}",
+            "run.threads=2",
+            *extra,
+        ],
+    )
 
 
 def _components(cfg):
@@ -57,12 +70,18 @@ def _run(cfg, label: str) -> dict:
         rows = [r for r in read_rows(Path(run_dir) / "metrics.jsonl") if r["kind"] == "train"]
     steady = [r["time/step"] for r in rows[1:]]
     per_step = statistics.mean(steady)
-    return {"label": label, "steps": len(rows), "wall_s": wall, "first_step_s": rows[0]["time/step"],
-            "step_s": per_step, "steps_per_hour": 3600.0 / per_step,
-            "gen_wait_s": statistics.mean(r["time/gen_wait"] for r in rows[1:]),
-            "train_s": statistics.mean(r["time/train"] for r in rows[1:]),
-            "idle_s": statistics.mean(r.get("ray/gen_idle_seconds", float("nan")) for r in rows[1:]),
-            "staleness_max": max(r["staleness/max"] for r in rows)}
+    return {
+        "label": label,
+        "steps": len(rows),
+        "wall_s": wall,
+        "first_step_s": rows[0]["time/step"],
+        "step_s": per_step,
+        "steps_per_hour": 3600.0 / per_step,
+        "gen_wait_s": statistics.mean(r["time/gen_wait"] for r in rows[1:]),
+        "train_s": statistics.mean(r["time/train"] for r in rows[1:]),
+        "idle_s": statistics.mean(r.get("ray/gen_idle_seconds", float("nan")) for r in rows[1:]),
+        "staleness_max": max(r["staleness/max"] for r in rows),
+    }
 
 
 def _median(runs: list[dict]) -> dict:
@@ -73,8 +92,12 @@ def _median(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--model", default="tiny-random", help="tiny-random (parity reward, see _components), "
-                        "tiny (warm-started arithmetic model, real reward), or any model.name")
+    parser.add_argument(
+        "--model",
+        default="tiny-random",
+        help="tiny-random (parity reward, see _components), "
+        "tiny (warm-started arithmetic model, real reward), or any model.name",
+    )
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
     parser.add_argument("--repeats", type=int, default=2, help="rounds over the three configurations (median kept)")
     args = parser.parse_args()
@@ -89,8 +112,12 @@ def main() -> None:
     ray_init_s = time.monotonic() - t0
     configs = [("in-process (process transport)", ["pipeline.transport=process"])]
     for n in (1, 2):
-        configs.append((f"ray, {n} generator actor{'s' if n > 1 else ''}",
-                        ["pipeline.backend=ray", f"ray.generators={n}", f"ray.generator_cpus={args.cpus / (n + 1):.3f}"]))
+        configs.append(
+            (
+                f"ray, {n} generator actor{'s' if n > 1 else ''}",
+                ["pipeline.backend=ray", f"ray.generators={n}", f"ray.generator_cpus={args.cpus / (n + 1):.3f}"],
+            )
+        )
     runs: dict[str, list[dict]] = {label: [] for label, _ in configs}
     try:
         for _ in range(args.repeats):  # interleaved, so that load from other users hits every configuration
@@ -101,16 +128,22 @@ def main() -> None:
 
     results = [_median(runs[label]) for label, _ in configs]
     base = results[0]["step_s"]
-    print(f"model {args.model}, {args.steps} steps of 8 prompts x 4, PipelineRL k=2, {os.cpu_count()} cores, "
-          f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end; ray.init took {ray_init_s:.1f} s; "
-          f"median of {args.repeats} interleaved runs")
-    print(f"{'backend':32s} {'steps/hour':>10s} {'s/step':>7s} {'vs in-proc':>10s} {'train s':>7s} {'1st step s':>10s} "
-          f"{'wait s':>7s} {'gen idle s':>10s} {'stale max':>9s}  all s/step")
+    print(
+        f"model {args.model}, {args.steps} steps of 8 prompts x 4, PipelineRL k=2, {os.cpu_count()} cores, "
+        f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end; ray.init took {ray_init_s:.1f} s; "
+        f"median of {args.repeats} interleaved runs"
+    )
+    print(
+        f"{'backend':32s} {'steps/hour':>10s} {'s/step':>7s} {'vs in-proc':>10s} {'train s':>7s} {'1st step s':>10s} "
+        f"{'wait s':>7s} {'gen idle s':>10s} {'stale max':>9s}  all s/step"
+    )
     for r in results:
         spread = ", ".join(f"{x['step_s']:.2f}" for x in runs[r["label"]])
-        print(f"{r['label']:32s} {r['steps_per_hour']:10.0f} {r['step_s']:7.2f} {r['step_s'] / base:9.2f}x "
-              f"{r['train_s']:7.2f} {r['first_step_s']:10.1f} {r['gen_wait_s']:7.2f} {r['idle_s']:10.2f} "
-              f"{r['staleness_max']:9d}  {spread}")
+        print(
+            f"{r['label']:32s} {r['steps_per_hour']:10.0f} {r['step_s']:7.2f} {r['step_s'] / base:9.2f}x "
+            f"{r['train_s']:7.2f} {r['first_step_s']:10.1f} {r['gen_wait_s']:7.2f} {r['idle_s']:10.2f} "
+            f"{r['staleness_max']:9d}  {spread}"
+        )
 
 
 if __name__ == "__main__":

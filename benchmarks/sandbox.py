@@ -62,18 +62,23 @@ def main() -> None:
         for rnd in range(args.rounds):
             for path in args.paths:
                 sandbox.FORK_SERVER = path == "server"
-                measure(min(args.programs, 2 * workers), workers)        # start the pool's servers, warm caches
+                measure(min(args.programs, 2 * workers), workers)  # start the pool's servers, warm caches
                 rate, median, p95 = measure(args.programs, workers)
                 got[path].append((rate, median, p95))
-                print(f"workers {workers} {path:8s} round {rnd}: {rate:6.1f} programs/s   latency median "
-                      f"{median * 1000:5.0f} ms, p95 {p95 * 1000:5.0f} ms   (load {os.getloadavg()[0]:.1f})",
-                      flush=True)
+                print(
+                    f"workers {workers} {path:8s} round {rnd}: {rate:6.1f} programs/s   latency median "
+                    f"{median * 1000:5.0f} ms, p95 {p95 * 1000:5.0f} ms   (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
         med = {p: [statistics.median(r[k] for r in rows) for k in range(3)] for p, rows in got.items()}
-        line = "   ".join(f"{p} {m[0]:.1f}/s, median {m[1] * 1000:.0f} ms, p95 {m[2] * 1000:.0f} ms"
-                           for p, m in med.items())
+        line = "   ".join(
+            f"{p} {m[0]:.1f}/s, median {m[1] * 1000:.0f} ms, p95 {m[2] * 1000:.0f} ms" for p, m in med.items()
+        )
         if len(med) == 2:
-            line += (f"   server / launcher: programs/s x{med['server'][0] / med['launcher'][0]:.2f}, "
-                     f"median latency x{med['server'][1] / med['launcher'][1]:.2f}")
+            line += (
+                f"   server / launcher: programs/s x{med['server'][0] / med['launcher'][0]:.2f}, "
+                f"median latency x{med['server'][1] / med['launcher'][1]:.2f}"
+            )
         print(f"workers {workers} (median of {args.rounds}): {line}", flush=True)
     sandbox.FORK_SERVER = True
     t0 = time.monotonic()

@@ -45,10 +45,20 @@ def reset() -> None:
 def group(seed: int, prompt: int = 301, length: int = 13, size: int = 8) -> Group:
     rng = random.Random(seed)
     tokens = [rng.randrange(100, 40_000) for _ in range(prompt)]
-    comps = [Completion(id=f"{seed}/{j}", prompt_id=str(seed), prompt_tokens=tokens,
-                        tokens=[rng.randrange(100, 40_000) for _ in range(length)], logprobs=[-1.0] * length,
-                        versions=[0] * length, text="", finish_reason="eos", forced_mask=[False] * length)
-             for j in range(size)]
+    comps = [
+        Completion(
+            id=f"{seed}/{j}",
+            prompt_id=str(seed),
+            prompt_tokens=tokens,
+            tokens=[rng.randrange(100, 40_000) for _ in range(length)],
+            logprobs=[-1.0] * length,
+            versions=[0] * length,
+            text="",
+            finish_reason="eos",
+            forced_mask=[False] * length,
+        )
+        for j in range(size)
+    ]
     rewards = [1.0, -1.0] * (size // 2)
     return Group(Prompt(str(seed), "", ""), comps, [Score(r, r > 0) for r in rewards], 0)
 
@@ -71,9 +81,11 @@ def one_step(model, opt: S.Optimizer, cfg, n: int) -> str:
     opt.opt.step()
     _, update = memory()
     opt.opt.zero_grad(set_to_none=True)
-    return (f"{n} group(s), {len(parts)} micro-batch(es), {recomputed} recomputed: before {base:.0f} MiB; "
-            "peak over the backward "
-            f"+{backward - base:.0f}, over clip + AdamW +{update - base:.0f}; {time.time() - start:.0f} s")
+    return (
+        f"{n} group(s), {len(parts)} micro-batch(es), {recomputed} recomputed: before {base:.0f} MiB; "
+        "peak over the backward "
+        f"+{backward - base:.0f}, over clip + AdamW +{update - base:.0f}; {time.time() - start:.0f} s"
+    )
 
 
 def main() -> None:
@@ -94,8 +106,9 @@ def main() -> None:
         return forward(model, batch, *args, **kwargs)
 
     S.completion_logprobs = logged
-    cfg = load_config("scalerl", overrides=["model.name=smollm2-135m", "batch.prompts=8", "batch.generations=8",
-                                              *a.set])
+    cfg = load_config(
+        "scalerl", overrides=["model.name=smollm2-135m", "batch.prompts=8", "batch.generations=8", *a.set]
+    )
     model, _ = load_model("smollm2-135m")
     opt = S.Optimizer(model, cfg)
     print("AdamW's state (a first step):", one_step(model, opt, cfg, 1))

@@ -52,13 +52,13 @@ def checks(x: np.ndarray) -> list[int]:
 
 def rule_stop(x: np.ndarray, y: np.ndarray, threshold: float) -> int | None:
     for k in checks(x):
-        xk, yk = x[:k + 1], y[:k + 1]
+        xk, yk = x[: k + 1], y[: k + 1]
         if (xk > 0).sum() < MIN_POINTS:
             continue
         try:
             fit = fit_curve(xk, yk, fit_min=window_start(xk, 0.1), n_bootstrap=0, seed=0)
         except ScaleRLError:
-            continue          # a flat start: no forecast yet, as live
+            continue  # a flat start: no forecast yet, as live
         if stop_decision(outlook(xk, yk, fit), float(xk[-1]), float(x[-1]), threshold)["stop"]:
             return k
     return None
@@ -68,20 +68,26 @@ def outcome(x: np.ndarray, y: np.ndarray, k: int | None) -> dict:
     end = float(y[-TAIL:].mean())
     if k is None:
         return {"at": None, "saved": 0.0, "lost": 0.0, "end": end}
-    at = float(y[max(0, k + 1 - TAIL):k + 1].mean())
+    at = float(y[max(0, k + 1 - TAIL) : k + 1].mean())
     return {"at": float(x[k]), "saved": 1 - float(x[k]) / float(x[-1]), "lost": end - at, "end": end}
 
 
 def play(args: tuple[Curve, float, int]) -> dict:
     c, threshold, patience = args
-    return {"name": c.name, "domain": c.domain, "side": c.side,
-            "rule": outcome(c.x, c.y, rule_stop(c.x, c.y, threshold)),
-            "patience": outcome(c.x, c.y, patience_stop(c.y, patience))}
+    return {
+        "name": c.name,
+        "domain": c.domain,
+        "side": c.side,
+        "rule": outcome(c.x, c.y, rule_stop(c.x, c.y, threshold)),
+        "patience": outcome(c.x, c.y, patience_stop(c.y, patience)),
+    }
 
 
 def summary(rows: list[dict]) -> list[str]:
-    lines = ["| runs | rule | stopped | mean compute saved | mean pass rate lost | largest loss | losing more than 0.02 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| runs | rule | stopped | mean compute saved | mean pass rate lost | largest loss | losing more than 0.02 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for dom in ("real", "committed", "all"):
         sel = [r for r in rows if dom == "all" or r["domain"] == dom]
         for name in ("rule", "patience"):
@@ -89,9 +95,11 @@ def summary(rows: list[dict]) -> list[str]:
             if not got:
                 continue
             lost = np.array([o["lost"] for o in got])
-            lines.append(f"| {dom} ({len(got)}) | {name} | {sum(o['at'] is not None for o in got)} | "
-                         f"{np.mean([o['saved'] for o in got]):.0%} | {lost.mean():+.3f} | {lost.max():+.3f} | "
-                         f"{int((lost > 0.02).sum())} |")
+            lines.append(
+                f"| {dom} ({len(got)}) | {name} | {sum(o['at'] is not None for o in got)} | "
+                f"{np.mean([o['saved'] for o in got]):.0%} | {lost.mean():+.3f} | {lost.max():+.3f} | "
+                f"{int((lost > 0.02).sum())} |"
+            )
     return lines
 
 
@@ -104,15 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patience", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    curves = [c for c in real_curves(Path(args.real)) + committed_curves(Path(args.studies))
-              if args.side == "all" or c.side == args.side]
+    curves = [
+        c
+        for c in real_curves(Path(args.real)) + committed_curves(Path(args.studies))
+        if args.side == "all" or c.side == args.side
+    ]
     tasks = [(c, args.threshold, args.patience) for c in curves]
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         rows = list(pool.map(play, tasks, chunksize=2))
     print(f"## Stop rules played forward: {args.side} half, threshold {args.threshold}, patience {args.patience}\n")
     print("\n".join(summary(rows)))
-    print("\n| run | domain | end | rule: stops at (share) | lost | patience: stops at (share) | lost |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        "\n| run | domain | end | rule: stops at (share) | lost | patience: stops at (share) | lost |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for r in rows:
         cells = []
         for name in ("rule", "patience"):

@@ -42,17 +42,30 @@ def main() -> None:
         rungs = {k: v for k, v in read_subsets(run / "metrics.jsonl", "compute/flops", x).items() if k.startswith("2x")}
         frozen = first_half_prediction(x, y)
         per_subset = subset_first_half_prediction(x, rungs)["predicted"]
-        rows.append((name, frozen["error"], per_subset - frozen["measured"], frozen["baseline_last_error"],
-                     frozen["baseline_best_error"]))
+        rows.append(
+            (
+                name,
+                frozen["error"],
+                per_subset - frozen["measured"],
+                frozen["baseline_last_error"],
+                frozen["baseline_best_error"],
+            )
+        )
     print(f"{'run':22s} {'frozen':>8s} {'per-subset':>11s} {'last eval':>10s} {'best eval':>10s}   (forecast - end)")
     for name, *errs in rows:
         print(f"{name:22s} " + " ".join(f"{e:+{w}.3f}" for e, w in zip(errs, (8, 11, 10, 10))))
     if rows:
         a = np.abs(np.array([r[1:] for r in rows]))
-        print(f"{len(rows)} runs: mean |error| " + ", ".join(f"{n} {m:.3f}" for n, m in
-              zip(("frozen", "per-subset", "last eval", "best eval"), a.mean(0))))
-        print("within 0.02: " + ", ".join(f"{n} {k}" for n, k in
-              zip(("frozen", "per-subset", "last eval", "best eval"), (a <= 0.02).sum(0))))
+        print(
+            f"{len(rows)} runs: mean |error| "
+            + ", ".join(f"{n} {m:.3f}" for n, m in zip(("frozen", "per-subset", "last eval", "best eval"), a.mean(0)))
+        )
+        print(
+            "within 0.02: "
+            + ", ".join(
+                f"{n} {k}" for n, k in zip(("frozen", "per-subset", "last eval", "best eval"), (a <= 0.02).sum(0))
+            )
+        )
 
 
 if __name__ == "__main__":

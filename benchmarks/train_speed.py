@@ -38,8 +38,19 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_once(src: Path, out: Path, steps: int, seed: int, sets: list[str], metrics: list[str]) -> dict:
     """One `scalerl train` with the package at `src`; its timings."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(out),
-           "--set", f"run.max_steps={steps}", "--set", f"run.seed={seed}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scalerl",
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(out),
+        "--set",
+        f"run.max_steps={steps}",
+        "--set",
+        f"run.seed={seed}",
+    ]
     for s in sets:
         cmd += ["--set", s]
     load = os.getloadavg()[0]
@@ -54,9 +65,15 @@ def run_once(src: Path, out: Path, steps: int, seed: int, sets: list[str], metri
         raise SystemExit(f"train_speed: {out} has {len(train)} training rows, expected {steps}")
     evals = [r["time/eval"] for r in rows if r["kind"] == "eval" and "time/eval" in r]
     extra = {m: statistics.median(r[m] for r in train) if all(m in r for r in train) else None for m in metrics}
-    return {"wall_per_step": wall / steps, "step_median": statistics.median(r["time/step"] for r in train),
-            "eval_total": sum(evals), "evals": len(evals), "wall": wall, "load": (load + os.getloadavg()[0]) / 2,
-            "metrics": extra}
+    return {
+        "wall_per_step": wall / steps,
+        "step_median": statistics.median(r["time/step"] for r in train),
+        "eval_total": sum(evals),
+        "evals": len(evals),
+        "wall": wall,
+        "load": (load + os.getloadavg()[0]) / 2,
+        "metrics": extra,
+    }
 
 
 def _medians(metrics: dict[str, float | None]) -> str:
@@ -69,46 +86,70 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=120, help="run.max_steps of every run (the default run: 120)")
     ap.add_argument("--repeats", type=int, default=2, help="A/B pairs, alternating")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override for both sides")
+    ap.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override for both sides"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
-    ap.add_argument("--metric", dest="metrics", action="append", default=[], metavar="NAME",
-                    help="a training-row metric whose median per run is printed too (repeatable)")
+    ap.add_argument(
+        "--metric",
+        dest="metrics",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a training-row metric whose median per run is printed too (repeatable)",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="train_speed-"))
     ref_dir = tmp / "ref"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), args.ref], check=True,
-                   capture_output=True)
-    commit = subprocess.run(["git", "-C", str(ref_dir), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), args.ref], check=True, capture_output=True
+    )
+    commit = subprocess.run(
+        ["git", "-C", str(ref_dir), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     sides = {"A": ref_dir, "B": ROOT}
-    print(f"A = {args.ref} ({commit}), B = working tree ({head}{', modified' if dirty else ''}); "
-          f"scalerl train, {args.steps} steps, seed {args.seed}, sets {args.sets or 'none'}; nice {os.nice(0)}, "
-          f"{os.cpu_count()} cores", flush=True)
+    print(
+        f"A = {args.ref} ({commit}), B = working tree ({head}{', modified' if dirty else ''}); "
+        f"scalerl train, {args.steps} steps, seed {args.seed}, sets {args.sets or 'none'}; nice {os.nice(0)}, "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
     results: dict[str, list[dict]] = {"A": [], "B": []}
     try:
         for i in range(args.repeats):
             for side, src in sides.items():
                 r = run_once(src, tmp / f"{side}{i}", args.steps, args.seed, args.sets, args.metrics)
                 results[side].append(r)
-                print(f"{side}{i}: {r['wall_per_step']:6.2f} s/step wall ({r['wall']:.0f} s), time/step median "
-                      f"{r['step_median']:5.2f} s, {r['evals']} evaluations {r['eval_total']:.0f} s, load "
-                      f"{r['load']:.1f}{_medians(r['metrics'])}", flush=True)
+                print(
+                    f"{side}{i}: {r['wall_per_step']:6.2f} s/step wall ({r['wall']:.0f} s), time/step median "
+                    f"{r['step_median']:5.2f} s, {r['evals']} evaluations {r['eval_total']:.0f} s, load "
+                    f"{r['load']:.1f}{_medians(r['metrics'])}",
+                    flush=True,
+                )
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_dir)], capture_output=True)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"run directories: {tmp}")
-    med = {s: {k: statistics.median(r[k] for r in rs) for k in ("wall_per_step", "step_median", "eval_total")}
-           for s, rs in results.items()}
+    med = {
+        s: {k: statistics.median(r[k] for r in rs) for k in ("wall_per_step", "step_median", "eval_total")}
+        for s, rs in results.items()
+    }
     for s in ("A", "B"):
-        print(f"median {s}: {med[s]['wall_per_step']:.2f} s/step wall, time/step {med[s]['step_median']:.2f} s, "
-              f"evaluations {med[s]['eval_total']:.0f} s")
+        print(
+            f"median {s}: {med[s]['wall_per_step']:.2f} s/step wall, time/step {med[s]['step_median']:.2f} s, "
+            f"evaluations {med[s]['eval_total']:.0f} s"
+        )
     for k, label in (("wall_per_step", "wall per step"), ("step_median", "time/step"), ("eval_total", "evaluations")):
         ratio = med["B"][k] / med["A"][k]
         print(f"B / A {label}: {ratio:.3f} ({(1 - ratio) * 100:+.1f}% less time)")

@@ -40,17 +40,31 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[0]
 
 
-def run_once(engine: str, out: Path, steps: int, every: int, seed: int, timeout_s: float,
-             vllm_sets: list[str]) -> dict:
+def run_once(engine: str, out: Path, steps: int, every: int, seed: int, timeout_s: float, vllm_sets: list[str]) -> dict:
     """One `scalerl train` on `engine`; its medians and, for vLLM, the publish's parts."""
     sets = [f"run.max_steps={steps}", f"run.seed={seed}", "eval.schedule=linear", f"eval.every={every}"]
     if engine == "vllm":
         sets += ["rollout.engine=vllm", *vllm_sets]
-    cmd = [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(out),
-           *[a for s in sets for a in ("--set", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scalerl",
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(out),
+        *[a for s in sets for a in ("--set", s)],
+    ]
     before = load()
-    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=timeout_s, check=False)
+    done = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{engine}: scalerl train exited {done.returncode}: {done.stderr.strip()[-600:]}")
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
@@ -75,17 +89,32 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=3600)
-    ap.add_argument("--vllm-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a setting of the vLLM run only, e.g. pipeline.transport=process")
+    ap.add_argument(
+        "--vllm-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the vLLM run only, e.g. pipeline.transport=process",
+    )
     args = ap.parse_args()
     results: dict[str, list[dict]] = {"local": [], "vllm": []}
     with tempfile.TemporaryDirectory(prefix="scalerl-vllm-vs-local-") as tmp:
         for r in range(args.rounds):
             for engine, runs in results.items():
-                got = run_once(engine, Path(tmp) / f"{engine}-{r}", args.steps, args.every, args.seed, args.timeout_s,
-                               args.vllm_set)
-                print(f"round {r} {engine}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                                          for k, v in got.items()), flush=True)
+                got = run_once(
+                    engine,
+                    Path(tmp) / f"{engine}-{r}",
+                    args.steps,
+                    args.every,
+                    args.seed,
+                    args.timeout_s,
+                    args.vllm_set,
+                )
+                print(
+                    f"round {r} {engine}: "
+                    + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in got.items()),
+                    flush=True,
+                )
                 runs.append(got)
     print(f"\nmedians over {args.rounds} round(s), {args.steps} steps, evaluation every {args.every} (seconds):")
     print(f"{'item':<18}{'local':>10}{'vllm':>10}{'vllm/local':>12}")

@@ -45,16 +45,27 @@ from pathlib import Path
 import torch
 
 P, G, EPS_MAX = 8, 8, 5.0
-EVAL_SEED = 7919   # the seed scalerl's own evaluator adds to run.seed
+EVAL_SEED = 7919  # the seed scalerl's own evaluator adds to run.seed
 
 
 def scalerl_config(a: argparse.Namespace, max_minutes: float | None = None):
     from scalerl.configure import load_config
 
-    over = [f"model.name={a.model}", f"model.device={a.device}", "model.dtype=fp32", f"task.name={a.task}",
-            f"batch.prompts={P}", f"batch.generations={G}", f"loss.eps_max={EPS_MAX}",
-            f"eval.every={a.eval_every}", f"eval.prompts={a.eval_prompts}", f"eval.samples={a.eval_samples}",
-            "eval.temperature=1.0", "run.max_steps=100000", "run.checkpoint_every=100000"]
+    over = [
+        f"model.name={a.model}",
+        f"model.device={a.device}",
+        "model.dtype=fp32",
+        f"task.name={a.task}",
+        f"batch.prompts={P}",
+        f"batch.generations={G}",
+        f"loss.eps_max={EPS_MAX}",
+        f"eval.every={a.eval_every}",
+        f"eval.prompts={a.eval_prompts}",
+        f"eval.samples={a.eval_samples}",
+        "eval.temperature=1.0",
+        "run.max_steps=100000",
+        "run.checkpoint_every=100000",
+    ]
     if a.threads:
         over.append(f"run.threads={a.threads}")
     if a.lr is not None:
@@ -84,8 +95,14 @@ def run_scalerl(a, out: Path) -> dict:
             tokens.append(r["tokens/generated"])
         elif r["kind"] == "eval":
             curve.append((clock, r["val/pass_rate"], r["step"]))
-    return {"curve": curve, "step_s": step_s, "tokens": tokens, "lr": cfg.optim.lr,
-            "max_new_tokens": cfg.rollout.max_new_tokens, "length": cfg.rollout.length.type}
+    return {
+        "curve": curve,
+        "step_s": step_s,
+        "tokens": tokens,
+        "lr": cfg.optim.lr,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "length": cfg.rollout.length.type,
+    }
 
 
 # ---------------------------------------------------------------- TRL
@@ -156,7 +173,7 @@ def run_trl(a, cfg, dtype: str, out: Path) -> dict:
     model, tokenizer = load_model(cfg.model.name, dtype="fp32")
     task = get_task(cfg.task, tokenizer)
     reward_fn = RewardFn(task, cfg.reward)
-    pool = {p.id: p for p in (task.train_prompt(i) for i in range(len(task)))}   # the same pool scalerl draws
+    pool = {p.id: p for p in (task.train_prompt(i) for i in range(len(task)))}  # the same pool scalerl draws
     data = Dataset.from_list([{"prompt": p.text, "pid": p.id} for p in pool.values()])
     tokens: list[int] = []
     max_len = cfg.rollout.max_new_tokens
@@ -165,24 +182,51 @@ def run_trl(a, cfg, dtype: str, out: Path) -> dict:
         tokens.append(sum(len(ids) for ids in completion_ids))
         out = []
         for text, ids, i in zip(completions, completion_ids, pid):
-            c = Completion(id=i, prompt_id=i, prompt_tokens=[], tokens=list(ids), logprobs=[], versions=[],
-                           text=text, finish_reason="length" if len(ids) >= max_len else "eos")
+            c = Completion(
+                id=i,
+                prompt_id=i,
+                prompt_tokens=[],
+                tokens=list(ids),
+                logprobs=[],
+                versions=[],
+                text=text,
+                finish_reason="length" if len(ids) >= max_len else "eos",
+            )
             out.append(reward_fn(pool[i], c).reward)
         return out
 
-    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=P * G, num_generations=G,
-                      max_completion_length=max_len, loss_type="cispo", epsilon_high=EPS_MAX,
-                      learning_rate=cfg.optim.lr, max_steps=100_000, bf16=dtype == "bf16",
-                      use_cpu=cfg.model.device == "cpu", logging_steps=1, save_strategy="no", report_to="none",
-                      seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=P * G,
+        num_generations=G,
+        max_completion_length=max_len,
+        loss_type="cispo",
+        epsilon_high=EPS_MAX,
+        learning_rate=cfg.optim.lr,
+        max_steps=100_000,
+        bf16=dtype == "bf16",
+        use_cpu=cfg.model.device == "cpu",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     curve = Curve(evaluator(cfg, tokenizer), a.eval_every, a.minutes * 60)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[curve.callback])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[curve.callback],
+    )
     if a.threads:
         torch.set_num_threads(a.threads)
     trainer.train()
     reward_fn.close()
-    return {"curve": curve.curve, "step_s": curve.step_s, "tokens": tokens[:len(curve.step_s)]}
+    return {"curve": curve.curve, "step_s": curve.step_s, "tokens": tokens[: len(curve.step_s)]}
 
 
 # ---------------------------------------------------------------- the comparison
@@ -195,8 +239,19 @@ def trl_dtypes(only: str | None, skip_bf16: bool) -> list[str]:
     return ["fp32"] + ([] if skip_bf16 else ["bf16"])
 
 
-SAME_SETTINGS = ("model", "task", "device", "minutes", "eval_every", "eval_prompts", "eval_samples", "lr",
-                 "max_new_tokens", "threads", "overrides")
+SAME_SETTINGS = (
+    "model",
+    "task",
+    "device",
+    "minutes",
+    "eval_every",
+    "eval_prompts",
+    "eval_samples",
+    "lr",
+    "max_new_tokens",
+    "threads",
+    "overrides",
+)
 
 
 def combine(paths: list[str]) -> dict:
@@ -213,8 +268,10 @@ def combine(paths: list[str]) -> dict:
             first = (path, args)
         for key in SAME_SETTINGS:
             if args.get(key) != first[1].get(key):
-                raise SystemExit(f"vs_trl --combine: {path}: {key} = {args.get(key)!r}, but {first[0]} has "
-                                 f"{first[1].get(key)!r}: the sides must share their settings")
+                raise SystemExit(
+                    f"vs_trl --combine: {path}: {key} = {args.get(key)!r}, but {first[0]} has "
+                    f"{first[1].get(key)!r}: the sides must share their settings"
+                )
         for name, side in sides.items():
             if name in results:
                 raise SystemExit(f"vs_trl --combine: {path}: side {name!r} is in an earlier file too")
@@ -255,15 +312,17 @@ def rate_at(curve, seconds: float) -> float:
     return [rate for t, rate, _ in curve if t <= seconds + 1e-9][-1]
 
 
-RISE = 0.9   # the share of the rise to the best pass rate a pair of sides both reach, timed for each pair
+RISE = 0.9  # the share of the rise to the best pass rate a pair of sides both reach, timed for each pair
 
 
 def compare(results: dict) -> dict:
     """The three figures of the module docstring, from the sides' curves."""
     idle = [n for n, r in results.items() if not r["step_s"]]
     if idle:  # e.g. a random model under scalerl's zero-variance filter: every group fails alike
-        raise SystemExit(f"vs_trl: {', '.join(idle)} made no optimizer step in the budget; with a model that never "
-                         "passes, turn scalerl's filter off (--set filter.zero_variance=false)")
+        raise SystemExit(
+            f"vs_trl: {', '.join(idle)} made no optimizer step in the budget; with a model that never "
+            "passes, turn scalerl's filter off (--set filter.zero_variance=false)"
+        )
     start = min(r["curve"][0][1] for r in results.values())
     best = {n: max(rate for _, rate, _ in r["curve"]) for n, r in results.items()}
     common = min(best.values())
@@ -271,8 +330,11 @@ def compare(results: dict) -> dict:
     # their two bests (a best itself sits in the plateau's evaluation noise, so the first evaluation
     # to touch it times the noise, not the learning) (levels rounded down: rounded up, one could sit
     # above the slower side's best and read "never")
-    pairs = {start + RISE * (min(best["scalerl"], b) - start) for n, b in best.items() if n != "scalerl"} \
-        if "scalerl" in best else set()
+    pairs = (
+        {start + RISE * (min(best["scalerl"], b) - start) for n, b in best.items() if n != "scalerl"}
+        if "scalerl" in best
+        else set()
+    )
     levels = sorted({math.floor(v * 1e4 + 1e-6) / 1e4 for v in {common, start + 0.05} | pairs})
     reach = {lv: {n: first_reach(r["curve"], lv) for n, r in results.items()} for lv in levels}
     cross = {lv: {n: crossing(r["curve"], lv) for n, r in results.items()} for lv in levels}
@@ -283,8 +345,17 @@ def compare(results: dict) -> dict:
     early_s = cross[math.floor(common * 1e4 + 1e-6) / 1e4].get("scalerl")
     at_early = {n: interpolated_rate(r["curve"], early_s) for n, r in results.items()} if early_s else {}
     tok_s = {n: sum(r["tokens"]) / sum(r["step_s"]) for n, r in results.items()}
-    return {"start": start, "common_level": common, "reach_s": reach, "cross_s": cross, "equal_s": equal_s,
-            "pass_at_equal": at_equal, "early_s": early_s, "pass_at_early": at_early, "tok_s": tok_s}
+    return {
+        "start": start,
+        "common_level": common,
+        "reach_s": reach,
+        "cross_s": cross,
+        "equal_s": equal_s,
+        "pass_at_equal": at_equal,
+        "early_s": early_s,
+        "pass_at_early": at_early,
+        "tok_s": tok_s,
+    }
 
 
 def report(results: dict, c: dict) -> None:
@@ -292,23 +363,31 @@ def report(results: dict, c: dict) -> None:
     print(f"\n{'side':<10} {'steps':>6} {'train s':>8} {'s/step':>7} {'tok/s':>8}   curve (train s: pass rate)")
     for n, r in results.items():
         pts = ", ".join(f"{t:.0f}: {rate:.3f}" for t, rate, _ in r["curve"])
-        print(f"{n:<10} {len(r['step_s']):>6} {sum(r['step_s']):>8.0f} {sum(r['step_s']) / len(r['step_s']):>7.1f} "
-              f"{c['tok_s'][n]:>8.1f}   {pts}")
+        print(
+            f"{n:<10} {len(r['step_s']):>6} {sum(r['step_s']):>8.0f} {sum(r['step_s']) / len(r['step_s']):>7.1f} "
+            f"{c['tok_s'][n]:>8.1f}   {pts}"
+        )
     for level, reach in c["reach_s"].items():
         cross = c["cross_s"][level]
-        shown = ", ".join(f"{n} {'never' if s is None else f'{cross[n]:.1f} s (evaluation at {s:.0f} s)'}"
-                          for n, s in reach.items())
+        shown = ", ".join(
+            f"{n} {'never' if s is None else f'{cross[n]:.1f} s (evaluation at {s:.0f} s)'}" for n, s in reach.items()
+        )
         print(f"wall-clock to pass rate {level:.3f}, interpolated between evaluations: {shown}")
         if "scalerl" in cross and trls and cross["scalerl"]:
             best = min((cross[n] for n in trls if cross[n] is not None), default=None)
-            print(f"  scalerl x{best / cross['scalerl']:.2f} faster than the faster TRL" if best else
-                  "  no TRL side reached it")
+            print(
+                f"  scalerl x{best / cross['scalerl']:.2f} faster than the faster TRL"
+                if best
+                else "  no TRL side reached it"
+            )
     shown = ", ".join(f"{n} {v:.3f}" for n, v in c["pass_at_equal"].items())
     print(f"pass rate after {c['equal_s']:.0f} s of training: {shown}")
     if c["pass_at_early"]:
         shown = ", ".join(f"{n} {v:.3f} (+{v - c['start']:.3f})" for n, v in c["pass_at_early"].items())
-        print(f"pass rate after {c['early_s']:.1f} s of training (scalerl at the common level), interpolated "
-              f"between evaluations (gain over the start): {shown}")
+        print(
+            f"pass rate after {c['early_s']:.1f} s of training (scalerl at the common level), interpolated "
+            f"between evaluations (gain over the start): {shown}"
+        )
     if "scalerl" in results and trls:
         best = max(trls, key=lambda n: c["tok_s"][n])
         print(f"completion tokens/s over all steps: scalerl / {best} x{c['tok_s']['scalerl'] / c['tok_s'][best]:.2f}")
@@ -316,25 +395,45 @@ def report(results: dict, c: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="smollm2-135m",
-                    help="smollm2-135m (default) | smollm2-shape-random (its shapes, random weights: throughput only)")
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="smollm2-135m (default) | smollm2-shape-random (its shapes, random weights: throughput only)",
+    )
     ap.add_argument("--task", default="rg:chain_sum", help="task (default rg:chain_sum)")
     ap.add_argument("--device", default="cpu", help="cpu (default) | cuda: both sides train and generate there")
     ap.add_argument("--minutes", type=float, default=20.0, help="training wall-clock per side (default 20)")
     ap.add_argument("--eval-every", type=int, default=10, help="optimizer steps between evaluations (default 10)")
     ap.add_argument("--eval-prompts", type=int, default=64)
     ap.add_argument("--eval-samples", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=None, help="both sides (default: the model's profile, 1e-5 for SmolLM2)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="both sides (default: the profile's, 64 for SmolLM2)")
+    ap.add_argument(
+        "--lr", type=float, default=None, help="both sides (default: the model's profile, 1e-5 for SmolLM2)"
+    )
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=None, help="both sides (default: the profile's, 64 for SmolLM2)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--skip-bf16", action="store_true", help="TRL in fp32 only")
-    ap.add_argument("--only", choices=["scalerl", "trl", "trl-fp32", "trl-bf16"],
-                    help="run these sides only (for a lease that caps a command's time; join them with --combine)")
+    ap.add_argument(
+        "--only",
+        choices=["scalerl", "trl", "trl-fp32", "trl-bf16"],
+        help="run these sides only (for a lease that caps a command's time; join them with --combine)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the curves and figures as JSON")
-    ap.add_argument("--combine", nargs="+", metavar="FILE",
-                    help="run nothing: compare the sides saved by earlier --json runs with the same settings")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra scalerl config override (repeatable)")
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="FILE",
+        help="run nothing: compare the sides saved by earlier --json runs with the same settings",
+    )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra scalerl config override (repeatable)",
+    )
     a = ap.parse_args()
     if a.combine:
         results = combine(a.combine)
@@ -344,9 +443,12 @@ def main() -> None:
     cfg = scalerl_config(a)
     gpu = f", {torch.cuda.get_device_name()}" if a.device.startswith("cuda") else ""
     print(f"machine: {os.cpu_count()} cores{gpu}, load average {os.getloadavg()[0]:.1f}")
-    print(f"setting: {a.model} on {a.device}, task {a.task}, {P} prompts x {G} completions, max "
-          f"{cfg.rollout.max_new_tokens} new tokens, CISPO eps_max {EPS_MAX}, lr {cfg.optim.lr}, {a.minutes:g} min of "
-          f"training per side, evaluation every {a.eval_every} steps on {a.eval_prompts} x {a.eval_samples}", flush=True)
+    print(
+        f"setting: {a.model} on {a.device}, task {a.task}, {P} prompts x {G} completions, max "
+        f"{cfg.rollout.max_new_tokens} new tokens, CISPO eps_max {EPS_MAX}, lr {cfg.optim.lr}, {a.minutes:g} min of "
+        f"training per side, evaluation every {a.eval_every} steps on {a.eval_prompts} x {a.eval_samples}",
+        flush=True,
+    )
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         if a.only in (None, "scalerl"):
@@ -358,22 +460,44 @@ def main() -> None:
     c = compare(results)
     report(results, c)
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "results": results, "figures": {
-            **c, "reach_s": {str(k): v for k, v in c["reach_s"].items()},
-            "cross_s": {str(k): v for k, v in c["cross_s"].items()}}}, indent=1))
-    length = {"interrupt": "forced interruptions with the profile's thinking budget",
-              "penalty": "an overlong length penalty", "none": "no length control"}[cfg.rollout.length.type]
-    recipe = [f"PipelineRL-{cfg.pipeline.k} with in-flight weight updates" if cfg.pipeline.mode == "pipeline_rl"
-              else f"PPO-off-policy-{cfg.pipeline.k}", length, "FP32 head" if cfg.model.fp32_head else "bf16 head",
-              f"{cfg.loss.aggregation}-level aggregation", f"{cfg.advantage.norm} advantage normalisation",
-              "zero-variance filter" if cfg.filter.zero_variance else "no zero-variance filter",
-              "No-Positive-Resampling" if cfg.curriculum.no_positive_resampling else "no NPR",
-              f"lr warmed up linearly over {cfg.optim.warmup_steps} steps then constant"]
+        Path(a.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(a),
+                    "results": results,
+                    "figures": {
+                        **c,
+                        "reach_s": {str(k): v for k, v in c["reach_s"].items()},
+                        "cross_s": {str(k): v for k, v in c["cross_s"].items()},
+                    },
+                },
+                indent=1,
+            )
+        )
+    length = {
+        "interrupt": "forced interruptions with the profile's thinking budget",
+        "penalty": "an overlong length penalty",
+        "none": "no length control",
+    }[cfg.rollout.length.type]
+    recipe = [
+        f"PipelineRL-{cfg.pipeline.k} with in-flight weight updates"
+        if cfg.pipeline.mode == "pipeline_rl"
+        else f"PPO-off-policy-{cfg.pipeline.k}",
+        length,
+        "FP32 head" if cfg.model.fp32_head else "bf16 head",
+        f"{cfg.loss.aggregation}-level aggregation",
+        f"{cfg.advantage.norm} advantage normalisation",
+        "zero-variance filter" if cfg.filter.zero_variance else "no zero-variance filter",
+        "No-Positive-Resampling" if cfg.curriculum.no_positive_resampling else "no NPR",
+        f"lr warmed up linearly over {cfg.optim.warmup_steps} steps then constant",
+    ]
     # read from the run's config, so a --set shows here (the fixed sentence it replaced said "zero-variance filter"
     # and "forced interruptions" of GPU runs that had both turned off)
-    print(f"settings that differ: scalerl runs its recipe ({', '.join(recipe)}) against TRL's defaults (on-policy, "
-          "no length control, token-level cispo, group std normalisation, no warm-up and a linear lr decay, "
-          "gradient checkpointing)")
+    print(
+        f"settings that differ: scalerl runs its recipe ({', '.join(recipe)}) against TRL's defaults (on-policy, "
+        "no length control, token-level cispo, group std normalisation, no warm-up and a linear lr decay, "
+        "gradient checkpointing)"
+    )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,26 @@ def main(out: Path = Path(__file__).parent / "synthetic-8b" / "metrics.jsonl") -
         wobble = 0.5 * wobble + rng.normal(0, 0.006 * np.sqrt(1 - 0.25))
         truth = float(sigmoid(hours, A, B, C_MID, R0)) + (wobble if hours > 0 else 0.0)
         if i > 0:
-            rows.append({"step": step, "kind": "train", "compute/device_hours": hours,
-                         "train/reward_mean": round(2 * truth - 1 + rng.normal(0, 0.03), 4),
-                         "train/truncation_rate": round(float(expit(logit(0.02) + rng.normal(0, 0.3))), 4)})
+            rows.append(
+                {
+                    "step": step,
+                    "kind": "train",
+                    "compute/device_hours": hours,
+                    "train/reward_mean": round(2 * truth - 1 + rng.normal(0, 0.03), 4),
+                    "train/truncation_rate": round(float(expit(logit(0.02) + rng.normal(0, 0.3))), 4),
+                }
+            )
         if hours % EVAL_EVERY == 0:
-            rows.append({"step": step, "kind": "eval", "compute/device_hours": hours,
-                         "val/pass_rate": round(eval_pass_rate(truth, difficulty, rng), 5),
-                         "val/prompts": PROMPTS, "val/samples": SAMPLES})
+            rows.append(
+                {
+                    "step": step,
+                    "kind": "eval",
+                    "compute/device_hours": hours,
+                    "val/pass_rate": round(eval_pass_rate(truth, difficulty, rng), 5),
+                    "val/prompts": PROMPTS,
+                    "val/samples": SAMPLES,
+                }
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"wrote {len(rows)} rows to {out}")

@@ -14,8 +14,13 @@ eps_max and detached, weighs A * log pi; every token keeps a gradient.
 import torch
 
 
-def truncated_is(logprobs: torch.Tensor, gen_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                 eps_max: float = 5.0) -> torch.Tensor:
+def truncated_is(
+    logprobs: torch.Tensor,
+    gen_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_max: float = 5.0,
+) -> torch.Tensor:
     """The per-token objective J_t (N, T) to maximise.
 
     logprobs      (N, T) the trainer's log pi of each sampled token, with grad

@@ -46,16 +46,36 @@ def train(steps: int, out: Path, stop: bool):
     model = build_random(tokenizer, seed=0)
     train_set = Dataset.from_dict({"prompt": [f"say a{i}:" for i in range(64)]})
     eval_set = Dataset.from_dict({"prompt": [f"write a{i}." for i in range(8)]})
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")   # transformers' TensorBoardCallback reads it
-    cfg = GRPOConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=8,
-                     per_device_eval_batch_size=8, num_generations=4, num_generations_eval=4,
-                     max_completion_length=12, learning_rate=3e-3, logging_steps=1, eval_strategy="steps",
-                     eval_steps=2, save_strategy="no", report_to="tensorboard", seed=0, use_cpu=True,
-                     dataloader_num_workers=0, temperature=1.0)
-    trainer = GRPOTrainer(model=model, reward_funcs=share_of_a, args=cfg, train_dataset=train_set,
-                          eval_dataset=eval_set, processing_class=tokenizer)
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")  # transformers' TensorBoardCallback reads it
+    cfg = GRPOConfig(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        num_generations=4,
+        num_generations_eval=4,
+        max_completion_length=12,
+        learning_rate=3e-3,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="no",
+        report_to="tensorboard",
+        seed=0,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        temperature=1.0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=share_of_a,
+        args=cfg,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=tokenizer,
+    )
     cb = ForecastCallback.attach(trainer, metric="eval_reward", stop=stop)
-    trainer.evaluate()          # the evaluation before training (step 0): R0
+    trainer.evaluate()  # the evaluation before training (step 0): R0
     trainer.train()
     return trainer, cb
 
@@ -68,7 +88,7 @@ def tensorboard_forecasts(folder: Path) -> dict[str, list[tuple[int, float]]]:
         acc = ea.EventAccumulator(str(f), size_guidance={ea.SCALARS: 0})
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
-            if "forecast/" in tag:    # transformers' rewrite_logs files a non-eval key under train/
+            if "forecast/" in tag:  # transformers' rewrite_logs files a non-eval key under train/
                 out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
     return out
 
@@ -85,15 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     tb = tensorboard_forecasts(args.out / "tb")
     if "train/forecast/A" not in tb:
         sys.exit(f"trl_forecast: no forecast/A in the TensorBoard logs under {args.out / 'tb'}")
-    print(f"\ntrained {trainer.state.global_step} of {args.steps} steps"
-          + (f"; stopped by the forecast at step {cb.stopped_at:g}" if cb.stopped_at is not None else ""))
+    print(
+        f"\ntrained {trainer.state.global_step} of {args.steps} steps"
+        + (f"; stopped by the forecast at step {cb.stopped_at:g}" if cb.stopped_at is not None else "")
+    )
     print(f"TensorBoard ({args.out / 'tb'}) holds {len(tb)} forecast tags:")
     for tag, points in sorted(tb.items()):
         print(f"  {tag:32s} " + ", ".join(f"{s}: {v:.3f}" for s, v in points[-4:]))
     print("last forecast: " + json.dumps({k: round(v, 4) for k, v in cb.last.items()}))
     same = scalerl_fit(args.out / "tb")
-    print(f"scalerl fit --from trl --compute steps --per-step 1 on the same logs: A = {same:.4f} "
-          f"(the callback's last: {cb.last['forecast/A']:.4f})")
+    print(
+        f"scalerl fit --from trl --compute steps --per-step 1 on the same logs: A = {same:.4f} "
+        f"(the callback's last: {cb.last['forecast/A']:.4f})"
+    )
     if abs(same - cb.last["forecast/A"]) > 1e-6:
         sys.exit("trl_forecast: the callback's forecast differs from scalerl fit's on the same logs")
     return 0

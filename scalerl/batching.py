@@ -48,7 +48,9 @@ def group_rewards(group: Group) -> list[float]:
     rewards = group.rewards
     for i, r in enumerate(rewards):
         if not isinstance(r, (int, float)) or not math.isfinite(r):
-            raise ScaleRLError(f"prompt {group.prompt.id!r}: completion {i} has reward {r!r} (expected a finite number)")
+            raise ScaleRLError(
+                f"prompt {group.prompt.id!r}: completion {i} has reward {r!r} (expected a finite number)"
+            )
     return rewards
 
 
@@ -138,6 +140,11 @@ class BatchFiller:
         return max(0, self.n_drawn - self.target)
 
     def metrics(self) -> dict[str, float]:
-        return {"batch/groups": float(len(self.groups)), "batch/drawn": float(self.n_drawn),
-                "batch/zero_variance_dropped": float(self.n_dropped), "batch/exhausted": float(self.exhausted),
-                "batch/extra_prompts": float(self.extra_prompts), "batch/empty": float(self.empty)}
+        return {
+            "batch/groups": float(len(self.groups)),
+            "batch/drawn": float(self.n_drawn),
+            "batch/zero_variance_dropped": float(self.n_dropped),
+            "batch/exhausted": float(self.exhausted),
+            "batch/extra_prompts": float(self.extra_prompts),
+            "batch/empty": float(self.empty),
+        }

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("scalerl: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:   # told in one line when a user can act on it; scalerl's own failures re-raised
+    except Exception as exc:  # told in one line when a user can act on it; scalerl's own failures re-raised
         if (code := report(exc)) is None:
             raise
         return code
@@ -78,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
 def report(exc: Exception) -> int | None:
     """Print what a user can act on as `scalerl: error: <one line>` (a failure of the user's own code: then
     the user's frames alone) and return the exit code; None for a failure of scalerl's own (its traceback)."""
-    if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:   # the machine's, wherever it was raised
+    if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:  # the machine's, wherever it was raised
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"scalerl: error: {exc.strerror}{where}: free space or fix the permissions, then rerun "
-              "(a training run continues with --resume)", file=sys.stderr)
+        print(
+            f"scalerl: error: {exc.strerror}{where}: free space or fix the permissions, then rerun "
+            "(a training run continues with --resume)",
+            file=sys.stderr,
+        )
         return 2
     if isinstance(exc, UserCodeError) or (not isinstance(exc, ScaleRLError) and raised_in_user_code(exc)):
         print(f"scalerl: error: {user_report(exc)}".rstrip("\n"), file=sys.stderr)

@@ -27,8 +27,9 @@ from scalerl.config.merge import blamer, leaf_keys, merge, parse_override, read_
 
 
 # ================================================================ the layers
-def load_config(recipe: str | None = "scalerl", config_file: str | Path | None = None,
-                overrides: typing.Iterable[str] = ()) -> Config:
+def load_config(
+    recipe: str | None = "scalerl", config_file: str | Path | None = None, overrides: typing.Iterable[str] = ()
+) -> Config:
     """Defaults -> recipe preset -> config file -> dotted overrides, validated at each layer.
 
     With `recipe=None` the config file's own `recipe:` key picks the preset (else `scalerl`).
@@ -42,18 +43,17 @@ def load_config(recipe: str | None = "scalerl", config_file: str | Path | None =
     validate(data, preset)
     layers = [(str(config_file), file_data)] if config_file is not None else []
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
-    for source, patch in layers:              # keys checked as each layer is merged ...
+    for source, patch in layers:  # keys checked as each layer is merged ...
         data = merge(data, patch, Config, source)
     user_keys = [k for _, patch in layers for k in leaf_keys(patch)]
     values, origin = model_profile(data)
     data, applied = apply_profile(data, user_keys, values)
     if "eval.every" in user_keys and "eval.schedule" not in user_keys:
-        data["eval"]["schedule"] = "linear"   # setting eval.every asks for evaluations every N steps
+        data["eval"]["schedule"] = "linear"  # setting eval.every asks for evaluations every N steps
     data["recipe"] = name
-    cfg = validate(data, blamer(layers, preset))   # ... values checked together, once all are applied
+    cfg = validate(data, blamer(layers, preset))  # ... values checked together, once all are applied
     cfg._profile = (origin, applied)
     return cfg
-
 
 
 # ================================================================ model-dependent defaults
@@ -64,11 +64,17 @@ PROFILES: dict[tuple[str, str], dict[str, Any]] = {
     # without thinking first: 12 tokens on average), batches a CPU decodes in seconds, and an
     # evaluation of 512 completions (standard error about 0.01-0.02).
     ("smollm2-135m", "rg:"): {
-        "optim.lr": 1e-5, "optim.warmup_steps": 0,
+        "optim.lr": 1e-5,
+        "optim.warmup_steps": 0,
         "rollout.max_new_tokens": 64,
-        "rollout.length.think_min": 16, "rollout.length.think_max": 24, "rollout.length.answer_budget": 16,
-        "batch.prompts": 8, "batch.generations": 8,
-        "eval.prompts": 128, "eval.samples": 4, "task.val_size": 128,
+        "rollout.length.think_min": 16,
+        "rollout.length.think_max": 24,
+        "rollout.length.answer_budget": 16,
+        "batch.prompts": 8,
+        "batch.generations": 8,
+        "eval.prompts": 128,
+        "eval.samples": 4,
+        "task.val_size": 128,
         # three solved examples as chat turns: without them the 135M model never wrote <answer>
         # tags (0 of 20 samples tagged on rg:chain_sum); with them every sample was tagged
         "task.shots": 3,
@@ -86,14 +92,14 @@ def profile_for(model: str, task: str) -> dict[str, Any]:
 
 # The derived profile's anchors (docs/your-data.md, "Defaults for any model"), each chosen for a reason
 # stated before any run used it:
-LR_ANCHORS = ((135e6, 1e-5), (8e9, 5e-7))   # SmolLM2-135M measured on rg:chain_sum (PROFILES); the paper's 8B
-LR_RANGE = (1e-7, 1e-5)                     # no extrapolation above the measured small-model rate
-LORA_LR_FACTOR = 10                         # LoRA's best rate ~10x full fine-tuning's ("LoRA Without Regret", 2025)
-MAX_NEW_TOKENS = 256                        # TRL GRPOConfig's max_completion_length
-CPU_PROMPTS, CPU_GENERATIONS, CPU_EVAL = 8, 8, 128   # batches a CPU decodes in seconds at 135M (PROFILES)
-SHOTS, SHOTS_BELOW = 3, 1e9                  # SmolLM2-135M wrote no answer tags without examples (0 of 20 on rg,
-                                            # 0% on a file's first step), every one with three (PROFILES)
-PHRASE_ROOM = 24                            # tokens kept for the interruption phrase (20: the paper's, SmolLM2)
+LR_ANCHORS = ((135e6, 1e-5), (8e9, 5e-7))  # SmolLM2-135M measured on rg:chain_sum (PROFILES); the paper's 8B
+LR_RANGE = (1e-7, 1e-5)  # no extrapolation above the measured small-model rate
+LORA_LR_FACTOR = 10  # LoRA's best rate ~10x full fine-tuning's ("LoRA Without Regret", 2025)
+MAX_NEW_TOKENS = 256  # TRL GRPOConfig's max_completion_length
+CPU_PROMPTS, CPU_GENERATIONS, CPU_EVAL = 8, 8, 128  # batches a CPU decodes in seconds at 135M (PROFILES)
+SHOTS, SHOTS_BELOW = 3, 1e9  # SmolLM2-135M wrote no answer tags without examples (0 of 20 on rg,
+# 0% on a file's first step), every one with three (PROFILES)
+PHRASE_ROOM = 24  # tokens kept for the interruption phrase (20: the paper's, SmolLM2)
 
 
 def derived_lr(params: float, lora: bool) -> float:
@@ -114,15 +120,18 @@ def derived_profile(facts, task: str, lora: bool, device: str) -> dict[str, Any]
     answer = max(16, budget // 8)
     think_max = max(1, budget - answer - PHRASE_ROOM)
     values: dict[str, Any] = {
-        "optim.lr": derived_lr(facts.params, lora), "optim.warmup_steps": 0,
-        "rollout.max_new_tokens": budget, "rollout.length.answer_budget": answer,
-        "rollout.length.think_max": think_max, "rollout.length.think_min": max(1, round(0.85 * think_max)),
+        "optim.lr": derived_lr(facts.params, lora),
+        "optim.warmup_steps": 0,
+        "rollout.max_new_tokens": budget,
+        "rollout.length.answer_budget": answer,
+        "rollout.length.think_max": think_max,
+        "rollout.length.think_min": max(1, round(0.85 * think_max)),
     }
     if facts.chat_template and facts.params < SHOTS_BELOW and task.split(":")[0] in ("file", "rg"):
         values["task.shots"] = SHOTS
     if device == "cpu":
         values.update({"batch.prompts": CPU_PROMPTS, "batch.generations": CPU_GENERATIONS})
-        if task.split(":")[0] not in ("file", "code"):       # a generated task: a file's split follows its size
+        if task.split(":")[0] not in ("file", "code"):  # a generated task: a file's split follows its size
             values.update({"task.val_size": CPU_EVAL, "eval.prompts": CPU_EVAL})
     return values
 
@@ -138,7 +147,7 @@ def model_profile(data: dict) -> tuple[dict[str, Any], str]:
     if facts is None:
         return measured, (f"measured for {model} on {task}" if measured else "")
     device = data["model"]["device"]
-    if device == "auto":                          # as resolve_device, without refusing a device not here
+    if device == "auto":  # as resolve_device, without refusing a device not here
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -150,7 +159,7 @@ def model_profile(data: dict) -> tuple[dict[str, Any], str]:
 def apply_profile(data: dict, user_keys: list[str], values: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
     """(`data` with `values` applied to every key no user layer set, the keys applied) (a profile key
     under a length-control variant applies only while that variant is selected)."""
-    out = yaml.safe_load(yaml.safe_dump(data))          # a deep copy of plain data
+    out = yaml.safe_load(yaml.safe_dump(data))  # a deep copy of plain data
     applied = {}
     for key, value in values.items():
         if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in user_keys):
@@ -176,10 +185,18 @@ def profile_line(cfg: Config) -> str | None:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """`--recipe NAME`, `--config FILE`, `--set KEY=VALUE` (repeatable) for any command."""
-    parser.add_argument("--recipe", default=None, help="preset to start from (default: the config file's, else scalerl)")
+    parser.add_argument(
+        "--recipe", default=None, help="preset to start from (default: the config file's, else scalerl)"
+    )
     parser.add_argument("--config", default=None, metavar="FILE", help="YAML config file (partial or resolved)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="dotted override, e.g. --set loss.eps_max=8 (repeatable, applied in order)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override, e.g. --set loss.eps_max=8 (repeatable, applied in order)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

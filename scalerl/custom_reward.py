@@ -53,8 +53,9 @@ class CustomReward:
 
 def _one_value(values, name: str, where: str) -> float | None:
     if not isinstance(values, (list, tuple)) or len(values) != 1:
-        raise RuntimeError(f"reward.function {name} on {where}: expected a list of one float or None, got "
-                           f"{str(values)[:80]}")
+        raise RuntimeError(
+            f"reward.function {name} on {where}: expected a list of one float or None, got {str(values)[:80]}"
+        )
     value = values[0]
     if value is None:
         return None

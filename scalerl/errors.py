@@ -51,8 +51,11 @@ def user_frames(tb) -> list[traceback.FrameSummary]:
 def raised_in_user_code(exc: BaseException) -> bool:
     """The innermost frame of `exc` outside Python's and installed packages' own is the user's (a library the
     user's code called may have raised it); False when that frame is scalerl's (a scalerl bug: its traceback)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(_LIBRARIES)]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(_LIBRARIES)
+    ]
     return bool(frames) and is_user_file(frames[-1].filename)
 
 
@@ -66,16 +69,21 @@ def located(exc: BaseException, anywhere: bool = False) -> str:
     """`Type: message (file:line in function)`, at the innermost of the user's frames (`anywhere`: else at
     the innermost frame)."""
     frames = user_frames(exc.__traceback__) or (traceback.extract_tb(exc.__traceback__)[-1:] if anywhere else [])
-    return f"{first_line(exc)} ({frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames \
+    return (
+        f"{first_line(exc)} ({frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})"
+        if frames
         else first_line(exc)
+    )
 
 
-Frame = tuple[str, int, str, str]     # (file, line, function, source line): what `traceback.format_list` takes
+Frame = tuple[str, int, str, str]  # (file, line, function, source line): what `traceback.format_list` takes
 
 
 def _portable(frames) -> tuple[Frame, ...]:
-    return tuple((f[0], f[1], f[2], f[3] or "") if isinstance(f, tuple)
-                 else (f.filename, f.lineno, f.name, f.line or "") for f in frames)
+    return tuple(
+        (f[0], f[1], f[2], f[3] or "") if isinstance(f, tuple) else (f.filename, f.lineno, f.name, f.line or "")
+        for f in frames
+    )
 
 
 class UserCodeError(ScaleRLError):

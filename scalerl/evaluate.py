@@ -53,8 +53,8 @@ class Evaluator:
     prompts: list[Prompt]
     samples: int
     reward_fn: Callable[[Prompt, Completion], Score]
-    workers: int                    # scoring threads (`GroupAssembler.workers_for` the task)
-    threads: int                    # torch threads while it decodes
+    workers: int  # scoring threads (`GroupAssembler.workers_for` the task)
+    threads: int  # torch threads while it decodes
     downstream: tuple[Downstream, ...] = ()
 
     def __call__(self) -> dict[str, float]:
@@ -63,15 +63,19 @@ class Evaluator:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            self.engine.reseed()   # common random numbers across evaluations (Engine.reseed)
-            return evaluate_all(self.engine, self.prompts, self.samples, self.reward_fn, self.workers,
-                                self.downstream)
+            self.engine.reseed()  # common random numbers across evaluations (Engine.reseed)
+            return evaluate_all(self.engine, self.prompts, self.samples, self.reward_fn, self.workers, self.downstream)
         finally:
             torch.set_num_threads(threads)
 
 
-def evaluate(generator, prompts: Sequence[Prompt], samples: int,
-             reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0) -> dict[str, float]:
+def evaluate(
+    generator,
+    prompts: Sequence[Prompt],
+    samples: int,
+    reward_fn: Callable[[Prompt, Completion], Score],
+    workers: int = 0,
+) -> dict[str, float]:
     """mean@k pass rate of `generator` (current weights) on `prompts`, k = `samples`.
 
     Prompts whose `meta` names a `"subset"` (arith: `2x3` = two 3-digit operands) or a
@@ -137,7 +141,7 @@ class SplitEvaluator:
             ours = self.local.generate(local, n) if local else []
             theirs = pending.result() if pending is not None else []
         order = {p.id: i for i, p in enumerate(prompts)}
-        return sorted(theirs + ours, key=lambda c: order[c.prompt_id])   # stable: each prompt's samples in order
+        return sorted(theirs + ours, key=lambda c: order[c.prompt_id])  # stable: each prompt's samples in order
 
 
 def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
@@ -161,7 +165,7 @@ def sampling_se(prompt_ids: Sequence[str], passed: Sequence[bool]) -> float:
         if k > 1:
             m = sum(v) / k
             var += sum((t - m) ** 2 for t in v) / (k - 1) / k
-    return var ** 0.5 / n
+    return var**0.5 / n
 
 
 def live_forecast(evals: list[tuple[float, float]], fit_min_frac: float, se: list[float] | None = None) -> dict:
@@ -206,11 +210,26 @@ def _fall_and_first_half(x: list[float], y: list[float], se: list[float] | None)
     out = {} if fall is None else {"forecast/fell": int(fall["fell"]), "forecast/peak": fall["peak"]}
     half = first_half_check(x, y)
     if half is not None and "error" in half:
-        out.update({f"forecast/first_half_{k}": half[k] for k in
-                    ("predicted", "error", "baseline_last_error", "baseline_best_error", "baseline_ruler_error",
-                     "baseline_last3_error")})
-        out.update({"forecast/first_half_lo": half["interval"][0], "forecast/first_half_hi": half["interval"][1],
-                    "forecast/first_half_identified": int(half["identified"])})
+        out.update(
+            {
+                f"forecast/first_half_{k}": half[k]
+                for k in (
+                    "predicted",
+                    "error",
+                    "baseline_last_error",
+                    "baseline_best_error",
+                    "baseline_ruler_error",
+                    "baseline_last3_error",
+                )
+            }
+        )
+        out.update(
+            {
+                "forecast/first_half_lo": half["interval"][0],
+                "forecast/first_half_hi": half["interval"][1],
+                "forecast/first_half_identified": int(half["identified"]),
+            }
+        )
     return out
 
 
@@ -223,9 +242,18 @@ def _fit_columns(x: list[float], y: list[float], fit) -> dict:
     look = outlook(x, y, fit)
     now = max(x)
     g2 = look.gain(now, 2 * now)
-    out = {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
-           "forecast/C_mid": fit.C_mid, "forecast/rmse": fit.rmse, "forecast/identified": int(look.identified),
-           "forecast/at_2x": g2["value"], "forecast/at_2x_lo": g2["value_lo"], "forecast/at_2x_hi": g2["value_hi"]}
+    out = {
+        "forecast/A": fit.A,
+        "forecast/A_lo": lo,
+        "forecast/A_hi": hi,
+        "forecast/B": fit.B,
+        "forecast/C_mid": fit.C_mid,
+        "forecast/rmse": fit.rmse,
+        "forecast/identified": int(look.identified),
+        "forecast/at_2x": g2["value"],
+        "forecast/at_2x_lo": g2["value_lo"],
+        "forecast/at_2x_hi": g2["value_hi"],
+    }
     if not look.identified and look.ident["lower_bound"] is not None:
         out["forecast/A_lower_bound"] = look.ident["lower_bound"]
     return out
@@ -237,8 +265,11 @@ def eval_rows(run_dir) -> list[dict]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [r for r in read_rows(path)
-            if r.get("kind") == "eval" and r.get(FIT_X) is not None and r.get("val/pass_rate") is not None]
+    return [
+        r
+        for r in read_rows(path)
+        if r.get("kind") == "eval" and r.get(FIT_X) is not None and r.get("val/pass_rate") is not None
+    ]
 
 
 def eval_curve(run_dir) -> list[tuple[float, float]]:
@@ -248,14 +279,20 @@ def eval_curve(run_dir) -> list[tuple[float, float]]:
 
 def forecast_row(run_dir, row: dict, fit_min_frac: float) -> dict:
     """`live_forecast` over the run's evaluations so far (`eval_rows`) and this one (`row`)."""
-    rows = [*eval_rows(run_dir), row]   # metrics.jsonl: the one record, and this evaluation
+    rows = [*eval_rows(run_dir), row]  # metrics.jsonl: the one record, and this evaluation
     curve = [(r[FIT_X], r["val/pass_rate"]) for r in rows]
     se = [r.get("val/pass_rate_se") for r in rows]
     return live_forecast(curve, fit_min_frac, se=None if None in se else se)
 
 
-def evaluate_all(generator: EvalEngine, prompts: Sequence[Prompt], samples: int, reward_fn: Callable, workers: int,
-                 downstream: Sequence[Downstream] = ()) -> dict[str, float]:
+def evaluate_all(
+    generator: EvalEngine,
+    prompts: Sequence[Prompt],
+    samples: int,
+    reward_fn: Callable,
+    workers: int,
+    downstream: Sequence[Downstream] = (),
+) -> dict[str, float]:
     """`evaluate` on the validation prompts, and `downstream/<name>/pass_rate[_se]` per downstream set;
     then the evaluation engine's dropped caches freed (`scalerl.run.memory.settle`) before training goes on."""
     row = evaluate(generator, prompts, samples, reward_fn, workers=workers)

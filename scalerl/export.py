@@ -32,13 +32,17 @@ def pick_checkpoint(run_dir: Path, step: int | None = None) -> Path:
         raise ScaleRLError(f"{run_dir}: not a scalerl run directory (no {CONFIG_FILE} there)")
     found = [p for p in checkpoints(run_dir) if (p / "state.json").is_file()]
     if not found:
-        raise ScaleRLError(f"{run_dir}: no checkpoint (nothing under {run_dir / 'checkpoints'} has a state.json; "
-                           "run.checkpoint_every sets how often a run saves one)")
+        raise ScaleRLError(
+            f"{run_dir}: no checkpoint (nothing under {run_dir / 'checkpoints'} has a state.json; "
+            "run.checkpoint_every sets how often a run saves one)"
+        )
     if step is not None:
         named = {read_step(p): p for p in found}
         if step not in named:
-            raise ScaleRLError(f"{run_dir}: no checkpoint at step {step} (its checkpoints: steps "
-                               f"{', '.join(str(s) for s in sorted(named))})")
+            raise ScaleRLError(
+                f"{run_dir}: no checkpoint at step {step} (its checkpoints: steps "
+                f"{', '.join(str(s) for s in sorted(named))})"
+            )
         verify_checksums(named[step])
         return named[step]
     problems = []
@@ -104,38 +108,50 @@ def _num(value) -> str:
 def fit_lines(fit: dict | None) -> list[str]:
     """The model card's fitted-curve section."""
     if fit is None:
-        return ["No fit: the run has no fit.json (it wrote none, e.g. it was stopped before its end or had too "
-                "few evaluations; `scalerl fit RUN_DIR` fits one)."]
+        return [
+            "No fit: the run has no fit.json (it wrote none, e.g. it was stopped before its end or had too "
+            "few evaluations; `scalerl fit RUN_DIR` fits one)."
+        ]
     if "A" not in fit:
         return [f"No fit: {fit.get('reason', 'fit.json holds no fitted curve')}."]
     lo, hi = (fit.get("ci") or {}).get("A") or (None, None)
     final = fit.get("final") or {}
-    return [f"Sigmoid fitted to the validation pass rate against compute ({fit.get('x', 'compute')}):", "",
-            f"- A (asymptotic pass rate): {_num(fit['A'])} (90% interval [{_num(lo)}, {_num(hi)}])",
-            f"- B (scaling exponent): {_num(fit.get('B'))}",
-            f"- C_mid (compute at half the gain): {_num(fit.get('C_mid'))}",
-            f"- pass rate at the start: {_num(final.get('start_pass_rate'))}, at the end (mean of the last three "
-            f"evaluations): {_num(final.get('end_pass_rate'))}"]
+    return [
+        f"Sigmoid fitted to the validation pass rate against compute ({fit.get('x', 'compute')}):",
+        "",
+        f"- A (asymptotic pass rate): {_num(fit['A'])} (90% interval [{_num(lo)}, {_num(hi)}])",
+        f"- B (scaling exponent): {_num(fit.get('B'))}",
+        f"- C_mid (compute at half the gain): {_num(fit.get('C_mid'))}",
+        f"- pass rate at the start: {_num(final.get('start_pass_rate'))}, at the end (mean of the last three "
+        f"evaluations): {_num(final.get('end_pass_rate'))}",
+    ]
 
 
 def model_card(cfg: dict, fit: dict | None, ckpt: Path, run_dir: Path) -> str:
     """README.md of an exported model: where it came from, the recipe and key settings, the fitted curve."""
     m, t, loss, b, o, ro = (cfg["model"], cfg["task"], cfg["loss"], cfg["batch"], cfg["optim"], cfg["rollout"])
     settings = [
-        ("recipe", cfg.get("recipe")), ("base model", m["name"]), ("step", read_step(ckpt)),
+        ("recipe", cfg.get("recipe")),
+        ("base model", m["name"]),
+        ("step", read_step(ckpt)),
         ("task", task_name(t) + (f" ({t['path']})" if t.get("path") else "")),
         ("loss", ", ".join(f"{k}={v}" for k, v in loss.items())),
         ("batch", f"{b['prompts']} prompts x {b['generations']} generations"),
         ("optimizer", f"AdamW lr={o['lr']}, warmup {o['warmup_steps']} steps, grad clip {o['grad_clip']}"),
         ("advantage", ", ".join(f"{k}={v}" for k, v in cfg["advantage"].items())),
-        ("rollout", f"max_new_tokens={ro['max_new_tokens']}, temperature={ro['temperature']}, "
-                    f"length control {ro['length']['type']}"),
+        (
+            "rollout",
+            f"max_new_tokens={ro['max_new_tokens']}, temperature={ro['temperature']}, "
+            f"length control {ro['length']['type']}",
+        ),
         ("pipeline", f"{cfg['pipeline']['mode']}, k={cfg['pipeline']['k']}"),
         ("precision", f"dtype {m['dtype']}, compute {m['compute_dtype']}, fp32 head {m['fp32_head']}"),
     ]
     rows = "\n".join(f"- {k}: {v}" for k, v in settings)
-    return (f"---\nlibrary_name: transformers\ntags: [scalerl, reinforcement-learning]\n---\n\n"
-            f"# {run_dir.name} (step {read_step(ckpt)})\n\n"
-            f"Trained with scalerl (RL post-training after ScaleRL, arXiv 2510.13786); exported by "
-            f"`scalerl export` from `{ckpt}`.\n\n## Recipe and key settings\n\n{rows}\n\n"
-            f"The run's full config is its `config.yaml`.\n\n## Fitted curve\n\n" + "\n".join(fit_lines(fit)) + "\n")
+    return (
+        f"---\nlibrary_name: transformers\ntags: [scalerl, reinforcement-learning]\n---\n\n"
+        f"# {run_dir.name} (step {read_step(ckpt)})\n\n"
+        f"Trained with scalerl (RL post-training after ScaleRL, arXiv 2510.13786); exported by "
+        f"`scalerl export` from `{ckpt}`.\n\n## Recipe and key settings\n\n{rows}\n\n"
+        f"The run's full config is its `config.yaml`.\n\n## Fitted curve\n\n" + "\n".join(fit_lines(fit)) + "\n"
+    )

@@ -36,9 +36,11 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     x, y, warns = read_metrics(Path(run_dir) / METRICS_FILE, FIT_X, "val/pass_rate")
     warns = list(warns)
     if len(x) < MIN_FIT_EVALS:
-        raise ScaleRLError(f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
-                           f"{MIN_FIT_EVALS} (raise eval.count or run.max_steps)")
-    fit = spec_fit(x, y, fit_min_frac, warns)   # the one forecast specification (scalerl.scaling.spec)
+        raise ScaleRLError(
+            f"{run_dir}: only {len(x)} evaluations in {METRICS_FILE}; the fit needs at least "
+            f"{MIN_FIT_EVALS} (raise eval.count or run.max_steps)"
+        )
+    fit = spec_fit(x, y, fit_min_frac, warns)  # the one forecast specification (scalerl.scaling.spec)
     look = outlook(x, y, fit)
     out = fit.to_dict()
     out.update(look.to_dict())
@@ -48,15 +50,23 @@ def final_fit(run_dir: Path, fit_min_frac: float) -> dict:
     fell = fall_warning(out["fall"], x)
     out["warnings"] = list(out.get("warnings", [])) + list(warns) + ([fell] if fell else [])
     out["x"] = FIT_X
-    out["final"] = {"compute": c, "pass_rate": float(y[-1]), "start_pass_rate": float(y[0]),
-                    "end_pass_rate": float(y[-3:].mean())}
-    half_fit = first_half_check(x, y)   # the default forecast from the first half, its interval and baselines
+    out["final"] = {
+        "compute": c,
+        "pass_rate": float(y[-1]),
+        "start_pass_rate": float(y[0]),
+        "end_pass_rate": float(y[-3:].mean()),
+    }
+    half_fit = first_half_check(x, y)  # the default forecast from the first half, its interval and baselines
     if half_fit is not None:
         out["first_half_fit"] = half_fit
     out = finite_json(out)
     (Path(run_dir) / "fit.json").write_text(json.dumps(out, indent=1))
-    plot_fits([("validation pass rate", x, y, fit)], Path(run_dir) / "fit.png", xlabel=FIT_X_LABEL,
-              ylabel="validation pass rate (mean@k)")
+    plot_fits(
+        [("validation pass rate", x, y, fit)],
+        Path(run_dir) / "fit.png",
+        xlabel=FIT_X_LABEL,
+        ylabel="validation pass rate (mean@k)",
+    )
     out["_fit"] = fit
     return out
 
@@ -66,16 +76,21 @@ def print_fit(out: dict) -> None:
 
     fit = out["_fit"]
     lo, hi = fit.ci.get("A", (float("nan"), float("nan")))
-    a = (f"A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90% bootstrap)" if out["identified"] else
-         f"A not identified (the fitted {fit.A:.3f} is not bound by the data)")
+    a = (
+        f"A = {fit.A:.3f} [{lo:.3f}, {hi:.3f}] (90% bootstrap)"
+        if out["identified"]
+        else f"A not identified (the fitted {fit.A:.3f} is not bound by the data)"
+    )
     print(f"sigmoid fit: {a}, B = {fit.B:.2f}, C_mid = {fit.C_mid:.4g} FLOPs")
     print(f"  {out['ceiling']['text']}")
     print(f"  ({out['identification']['reason']})")
     c = out["final"]["compute"]
     for p in out["predictions"]:
-        print(f"  forecast at {p['x'] / c:.0f}x this compute ({p['x']:.3g} FLOPs): pass rate {p['y']:.3f} "
-              f"(calibrated 90% interval {p['lo']:.3f} .. {p['hi']:.3f}"
-              + ("; beyond the calibrated horizons)" if p["beyond_calibration"] else ")"))
+        print(
+            f"  forecast at {p['x'] / c:.0f}x this compute ({p['x']:.3g} FLOPs): pass rate {p['y']:.3f} "
+            f"(calibrated 90% interval {p['lo']:.3f} .. {p['hi']:.3f}"
+            + ("; beyond the calibrated horizons)" if p["beyond_calibration"] else ")")
+        )
     f = out["final"]
     print(f"  measured: {f['start_pass_rate']:.3f} -> {f['end_pass_rate']:.3f} (mean of the last three evaluations)")
     h = out.get("first_half_fit", {})
@@ -85,22 +100,31 @@ def print_fit(out: dict) -> None:
         print(f"  warning: {w}")
 
 
-def run_training(recipe: str | None = None, config_file: str | None = None, overrides: list[str] = (),
-                 run_dir: str | None = None, max_steps: int | None = None, resume: bool = False,
-                 progress: bool = True, restart: bool = False) -> int:
+def run_training(
+    recipe: str | None = None,
+    config_file: str | None = None,
+    overrides: list[str] = (),
+    run_dir: str | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    restart: bool = False,
+) -> int:
     from scalerl.configure import profile_line
     from scalerl.loop import train
     from scalerl.run.rundir import has_rows
     from scalerl.session import open_run
 
-    with open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run, \
-            terminate_as_interrupt():
+    with (
+        open_run(recipe, config_file, list(overrides), run_dir, max_steps, resume, restart) as run,
+        terminate_as_interrupt(),
+    ):
         print(f"run directory: {run.path}")
         if (line := profile_line(run.cfg)) is not None:
             print(line)
         try:
             train(run.cfg, run.path, resume=run.resume, progress=progress)
-        except Exception as exc:   # said on the error's line: a run that recorded rows keeps them
+        except Exception as exc:  # said on the error's line: a run that recorded rows keeps them
             if has_rows(run.path):
                 exc.add_note(f"what the run wrote is kept in {run.path} (continue it: --resume --run-dir {run.path})")
             raise
@@ -133,8 +157,10 @@ def fit_run(path: Path, fit_min_frac: float) -> None:
 
         n_evals = len(read_metrics(path / METRICS_FILE, FIT_X, "val/pass_rate")[0])
         if n_evals < MIN_FIT_EVALS:
-            raise ScaleRLError(f"{n_evals} evaluations: too few for the sigmoid fit (needs {MIN_FIT_EVALS}; raise "
-                               "eval.count or run.max_steps)")
+            raise ScaleRLError(
+                f"{n_evals} evaluations: too few for the sigmoid fit (needs {MIN_FIT_EVALS}; raise "
+                "eval.count or run.max_steps)"
+            )
         out = final_fit(path, fit_min_frac)
     except ScaleRLError as exc:
         (path / "fit.json").write_text(json.dumps({"fitted": False, "reason": str(exc)}, indent=1))

@@ -33,8 +33,7 @@ from scalerl.transport.protocol import MiniBatch, TrainerUpdate
 MAX_EMPTY_BATCHES = 50
 
 
-def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None,
-          progress: bool = True):
+def train(cfg: Config, run_dir: Path, resume: bool = False, comps: Components | None = None, progress: bool = True):
     """Train to `cfg.run.max_steps` optimizer steps (or `run.max_minutes`); return the Trainer."""
     run = build_run(cfg, Path(run_dir), resume, comps)
     metrics = MetricsWriter(run_dir)
@@ -66,7 +65,7 @@ class Stages:
         self.postfix: dict[str, str] = {}
         self.clock, self.warn = Clock(), Warnings(task.answer_marker)
         self.memory = run.memory
-        self.retired: list[str] = []          # retired since the last message to the generator
+        self.retired: list[str] = []  # retired since the last message to the generator
         p = self.cfg.pipeline
         self.bound = StalenessBound(p.k, p.max_kl) if p.mode == "pipeline_rl" and p.max_kl is not None else None
         self.empty_in_a_row, self.no_answer, self.reported_params = 0, 0.0, False
@@ -94,9 +93,11 @@ class Stages:
     def generate(self) -> list[MiniBatch]:
         """The next mini-batches from the source, by its policy (groups arrive scored); each group drawn goes
         through the curriculum's pass history, and the batch rule says when a batch is full."""
+
         def observe(group) -> None:
             if self.tr.curriculum is not None and self.tr.curriculum.update(group):
                 self.retired.append(group.prompt.id)
+
         with self.clock.stage("generate"):
             return self.source.collect(self.tr.state.step, lambda: BatchFiller.from_config(self.cfg), observe)
 
@@ -118,7 +119,8 @@ class Stages:
         if self.empty_in_a_row >= MAX_EMPTY_BATCHES:
             raise ScaleRLError(
                 f"{MAX_EMPTY_BATCHES} batches in a row had no group with unequal rewards at step "
-                f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)")
+                f"{tr.state.step}: the model passes all or none of its prompts (check the task's difficulty)"
+            )
         return None
 
     def skip(self, mb: MiniBatch) -> None:
@@ -135,7 +137,7 @@ class Stages:
         with self.clock.stage("train"):
             loss_row = self.tr.train_on(kept, advantages)
         if loss_row is None:
-            self.clock.seconds.pop("train")   # a skipped batch's time goes into the next step's time/step only
+            self.clock.seconds.pop("train")  # a skipped batch's time goes into the next step's time/step only
             self.skip(mb)
             return None
         self.empty_in_a_row = 0
@@ -149,8 +151,9 @@ class Stages:
             bound = None
             if self.bound is not None:
                 bound = loss_row["pipeline/bound"] = self.bound.update(loss_row)
-            self.source.send(TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired),
-                                         bound))
+            self.source.send(
+                TrainerUpdate(self.tr.state.step, merged_state_dict(self.tr.model), tuple(self.retired), bound)
+            )
             self.retired = []
 
     def log(self, mb: MiniBatch, kept: list, loss_row: dict) -> None:
@@ -158,25 +161,44 @@ class Stages:
         tr, now = self.tr, time.monotonic()
         times = {"step": now - self.last, **self.clock.take()}
         self.last = now
-        row = {**loss_row, **step_row(mb, kept, tr.state.step, tr.counters,
-                                      tr.curriculum.n_retired if tr.curriculum is not None else 0)}
-        row.update(tr.meter.add(StepCompute(times["step"], self.run.threads.devices, mb.tokens_generated,
-                                            loss_row["tokens/trained_step"])))
+        row = {
+            **loss_row,
+            **step_row(
+                mb, kept, tr.state.step, tr.counters, tr.curriculum.n_retired if tr.curriculum is not None else 0
+            ),
+        }
+        row.update(
+            tr.meter.add(
+                StepCompute(
+                    times["step"], self.run.threads.devices, mb.tokens_generated, loss_row["tokens/trained_step"]
+                )
+            )
+        )
         row.update({f"time/{name}": seconds for name, seconds in times.items()})
-        row.update({"tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9),
-                    "curriculum/pool_size": len(self.run.comps.task), "train/no_answer_rate": self.no_answer,
-                    "curriculum/epoch": self.source.sampler_state().get("epoch", 0)})
-        if not self.reported_params:   # the first train row this process writes
+        row.update(
+            {
+                "tokens/per_second": mb.tokens_generated / max(times["step"], 1e-9),
+                "curriculum/pool_size": len(self.run.comps.task),
+                "train/no_answer_rate": self.no_answer,
+                "curriculum/epoch": self.source.sampler_state().get("epoch", 0),
+            }
+        )
+        if not self.reported_params:  # the first train row this process writes
             row["train/trainable_params"] = tr.trainable_params
             self.reported_params = True
         self.warn.truncation(row, tr.state.step)
-        settle()                              # the step's garbage freed, its heap pages back, before measuring
+        settle()  # the step's garbage freed, its heap pages back, before measuring
         row.update(self.memory.row())
         self.memory.check(row, tr.state.step)
         tr.counters.train_seconds = time.monotonic() - self.t_start
         self.metrics.write({"step": tr.state.step, "kind": "train", **row})
-        self.postfix.update({"pass": f"{row['train/pass_rate']:.2f}", "reward": f"{row['train/reward_mean']:.2f}",
-                             "tok/s": f"{row['tokens/per_second']:.0f}"})
+        self.postfix.update(
+            {
+                "pass": f"{row['train/pass_rate']:.2f}",
+                "reward": f"{row['train/reward_mean']:.2f}",
+                "tok/s": f"{row['tokens/per_second']:.0f}",
+            }
+        )
         self.bar.update(1)
 
     def evaluate(self) -> None:
@@ -233,17 +255,17 @@ def _loop(run: Stages) -> None:
     """The pipeline, one optimizer step per mini-batch, in the paper's stages."""
     run.start()
     while run.running():
-        for mb in run.generate():                  # scored groups from the source
+        for mb in run.generate():  # scored groups from the source
             if run.done():
                 break
-            kept = run.filter(mb)                  # zero-variance filter; None: skipped and counted
+            kept = run.filter(mb)  # zero-variance filter; None: skipped and counted
             if kept is None:
                 continue
-            advantages = run.advantages(kept)      # baseline, batch-level normalisation
-            loss_row = run.train(mb, kept, advantages)   # the optimizer step
+            advantages = run.advantages(kept)  # baseline, batch-level normalisation
+            loss_row = run.train(mb, kept, advantages)  # the optimizer step
             if loss_row is None:
                 continue
-            run.publish(loss_row)                  # weights + version + retired prompts to the generator
-            run.log(mb, kept, loss_row)            # the step's metrics row
-            run.every()                            # evaluation, checkpoint
+            run.publish(loss_row)  # weights + version + retired prompts to the generator
+            run.log(mb, kept, loss_row)  # the step's metrics row
+            run.every()  # evaluation, checkpoint
     run.finish()

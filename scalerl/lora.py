@@ -21,7 +21,7 @@ import torch
 
 from scalerl.errors import ScaleRLError
 
-ADAPTER = "default"   # PEFT's adapter name
+ADAPTER = "default"  # PEFT's adapter name
 BASE = ".base_layer."
 ADAPTER_KEY = ".lora_"  # in the state-dict keys of the adapters' own weights
 
@@ -33,9 +33,10 @@ def apply_lora(model: torch.nn.Module, cfg) -> torch.nn.Module:
     import peft
 
     check_targets(model, cfg.targets)
-    config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, target_modules=list(cfg.targets),
-                             lora_dropout=cfg.dropout, bias="none")
-    with warnings.catch_warnings():   # PEFT asks transformers 5 a deprecated question
+    config = peft.LoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, target_modules=list(cfg.targets), lora_dropout=cfg.dropout, bias="none"
+    )
+    with warnings.catch_warnings():  # PEFT asks transformers 5 a deprecated question
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return peft.get_peft_model(model, config).get_base_model()
 
@@ -49,13 +50,19 @@ def check_targets(model: torch.nn.Module, targets: list[str]) -> None:
     for target in targets:
         hits = [(n, m) for n, m in model.named_modules() if n == target or n.endswith("." + target)]
         other = [n for n, m in hits if n not in linear]
-        what = ("matches no module" if not hits else
-                f"matches the LM head {other[0]!r} (the FP32 head reads its weight; it cannot be adapted)"
-                if other and model.get_submodule(other[0]) is head else
-                f"matches {other[0]!r}, which is not a Linear layer" if other else "")
+        what = (
+            "matches no module"
+            if not hits
+            else f"matches the LM head {other[0]!r} (the FP32 head reads its weight; it cannot be adapted)"
+            if other and model.get_submodule(other[0]) is head
+            else f"matches {other[0]!r}, which is not a Linear layer"
+            if other
+            else ""
+        )
         if what:
-            raise ScaleRLError(f"model.lora.targets: {target!r} {what} of {type(model).__name__}; "
-                               f"its Linear layers: {found}")
+            raise ScaleRLError(
+                f"model.lora.targets: {target!r} {what} of {type(model).__name__}; its Linear layers: {found}"
+            )
 
 
 def lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

@@ -47,11 +47,11 @@ from scalerl.types import Completion, Prompt, Score
 THINK_CLOSE = "</think>"
 BOXED = "\\boxed{}"
 ANSWER_TAG = "<answer>"
-ANSWER_MAX_CHARS = 4096     # an answer section is cut to its first 4 kB (bounded checker work)
-MATH_MAX_CHARS = 1024       # math-verify parses at most the last 1 kB of an answer section
+ANSWER_MAX_CHARS = 4096  # an answer section is cut to its first 4 kB (bounded checker work)
+MATH_MAX_CHARS = 1024  # math-verify parses at most the last 1 kB of an answer section
 _END_MARKERS = ("</s>", "<|im_end|>", "<|endoftext|>", "<pad>")
 _TAG = re.compile(r"<([A-Za-z_][\w-]*)>")
-_STARTUP_S = 120.0          # a fresh worker's start-up (imports) does not count as checker time
+_STARTUP_S = 120.0  # a fresh worker's start-up (imports) does not count as checker time
 
 
 def answer_section(text: str, marker: str = THINK_CLOSE) -> str | None:
@@ -68,11 +68,11 @@ def answer_section(text: str, marker: str = THINK_CLOSE) -> str | None:
     if tag:
         end = text.rfind(f"</{tag.group(1)}>")
         start = text.rfind(marker, 0, end) if end >= 0 else -1
-        return text[start + len(marker):end].strip()[:ANSWER_MAX_CHARS] if start >= 0 else None
+        return text[start + len(marker) : end].strip()[:ANSWER_MAX_CHARS] if start >= 0 else None
     cut = text.rfind(marker)
     if cut < 0:
         return None
-    answer = text[cut + len(marker):cut + len(marker) + ANSWER_MAX_CHARS]
+    answer = text[cut + len(marker) : cut + len(marker) + ANSWER_MAX_CHARS]
     for end in _END_MARKERS:
         answer = answer.split(end, 1)[0]
     return answer.strip()
@@ -108,7 +108,7 @@ def _last_boxed(text: str) -> str | None:
     for j in range(i, min(len(text), i + ANSWER_MAX_CHARS)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[i + 1:j].strip()
+            return text[i + 1 : j].strip()
     return None
 
 
@@ -116,7 +116,7 @@ def math_verify_check(completion_text: str, answer: str, marker: str = THINK_CLO
     """math-verify on the answer section (`answer_section`); no section: False."""
     from math_verify import parse, verify
 
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)   # it logs every answer it gives up on
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # it logs every answer it gives up on
     section = answer_section(completion_text, marker)
     if section is None:
         return False
@@ -168,7 +168,7 @@ class CheckerPool:
         self._ctx = mp.get_context("spawn")
         self._idle: queue.Queue = queue.Queue()
         for _ in range(size):
-            self._idle.put(None)              # slots start empty; workers spawn on first use
+            self._idle.put(None)  # slots start empty; workers spawn on first use
 
     def _spawn(self):
         parent, child = self._ctx.Pipe()
@@ -188,7 +188,7 @@ class CheckerPool:
         """(`fn(*args)` in a worker, seconds it took, a worker's start-up excluded)."""
         worker = self._idle.get()
         try:
-            if worker is None:                 # a fresh worker: load the checker's module before timing
+            if worker is None:  # a fresh worker: load the checker's module before timing
                 worker = self._spawn()
                 worker[1].send((_loaded, (fn,)))
                 if not worker[1].poll(_STARTUP_S):
@@ -200,9 +200,9 @@ class CheckerPool:
                 raise CheckerTimeout(f"checker exceeded {timeout:g}s")
             ok, value, cpu = worker[1].recv()
             seconds = time.monotonic() - t0
-            credit_cpu(cpu)                    # the sandbox runs it made count for the calling thread
+            credit_cpu(cpu)  # the sandbox runs it made count for the calling thread
         except (CheckerTimeout, EOFError, OSError):
-            if worker is not None:             # hung or dead: kill it; the slot respawns lazily
+            if worker is not None:  # hung or dead: kill it; the slot respawns lazily
                 worker[0].kill()
                 worker[0].join()
             worker = None
@@ -243,8 +243,10 @@ class RewardFn:
 
     def __call__(self, prompt: Prompt, completion: Completion) -> Score:
         if not isinstance(completion, Completion):
-            raise TypeError(f"RewardFn(prompt, completion): expected a scalerl.types.Completion, got "
-                            f"{type(completion).__name__} (wrap text as Completion(..., text=...))")
+            raise TypeError(
+                f"RewardFn(prompt, completion): expected a scalerl.types.Completion, got "
+                f"{type(completion).__name__} (wrap text as Completion(..., text=...))"
+            )
         if self.custom is None:
             return self._checked(prompt, completion)
         if self.cfg.weights is None:
@@ -305,7 +307,7 @@ class RewardFn:
         if self._pool is not None:
             self._pool.close()
 
-    def __getstate__(self):                   # picklable into Ray actors: no processes, no lock
+    def __getstate__(self):  # picklable into Ray actors: no processes, no lock
         state = self.__dict__.copy()
         state["_pool"], state["_lock"] = None, None
         return state

@@ -38,8 +38,8 @@ from scalerl.scaling.readers import flatten
 @dataclass
 class Run:
     path: Path
-    cfg: object          # scalerl.config.Config
-    resume: bool         # continue from a checkpoint (False: a fresh start, or --restart)
+    cfg: object  # scalerl.config.Config
+    resume: bool  # continue from a checkpoint (False: a fresh start, or --restart)
 
 
 def config_changes(old: dict, new: dict) -> list[str]:
@@ -75,9 +75,11 @@ def resumed_config(run_dir: Path, overrides: list[str], max_steps: int | None, l
         cfg.run.max_steps = _check_max_steps(max_steps)
     done = newest_step(run_dir)
     if cfg.run.max_steps < done:
-        raise ScaleRLError(f"run.max_steps {cfg.run.max_steps}: the run in {run_dir} has already done {done} steps "
-                           f"(its config: run.max_steps={recorded['run'].get('max_steps')}); pass a --max-steps of "
-                           f"at least {done} to continue it (config.yaml left as it was)")
+        raise ScaleRLError(
+            f"run.max_steps {cfg.run.max_steps}: the run in {run_dir} has already done {done} steps "
+            f"(its config: run.max_steps={recorded['run'].get('max_steps')}); pass a --max-steps of "
+            f"at least {done} to continue it (config.yaml left as it was)"
+        )
     recorded_cfg = Config.model_validate(recorded).model_dump(mode="json")
     changes = config_changes(recorded_cfg, cfg.model_dump(mode="json"))
     if changes:
@@ -93,9 +95,16 @@ def _check_device(cfg) -> None:
 
 
 @contextlib.contextmanager
-def open_run(recipe: str | None = None, config_file: str | None = None, overrides: list[str] = (),
-             run_dir: str | Path | None = None, max_steps: int | None = None, resume: bool = False,
-             restart: bool = False, log: Callable[[str], None] = print) -> Iterator[Run]:
+def open_run(
+    recipe: str | None = None,
+    config_file: str | None = None,
+    overrides: list[str] = (),
+    run_dir: str | Path | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
+    restart: bool = False,
+    log: Callable[[str], None] = print,
+) -> Iterator[Run]:
     """The run directory of one `scalerl train`, locked for the life of the `with` block."""
     if resume or restart:
         with _reopen(config_file, list(overrides), run_dir, max_steps, restart, log) as run:
@@ -125,13 +134,17 @@ def _reopen(config_file, overrides, run_dir, max_steps, restart, log) -> Iterato
     if run_dir is None:
         raise ScaleRLError(f"{flag} needs --run-dir DIR (the run to continue)")
     if config_file is not None:
-        raise ScaleRLError(f"{flag} continues the run with its own config.yaml; drop --config "
-                           "(use --set KEY=VALUE or --max-steps to change a field)")
+        raise ScaleRLError(
+            f"{flag} continues the run with its own config.yaml; drop --config "
+            "(use --set KEY=VALUE or --max-steps to change a field)"
+        )
     path = Path(run_dir)
     if not (path / CONFIG_FILE).is_file():
         what = "start over" if restart else "continue"
-        raise ScaleRLError(f"{flag} {path}: no {CONFIG_FILE} there, so no run to {what}; drop {flag} to start a new "
-                           "run in that directory")
+        raise ScaleRLError(
+            f"{flag} {path}: no {CONFIG_FILE} there, so no run to {what}; drop {flag} to start a new "
+            "run in that directory"
+        )
     read_run_config(path)  # refused before anything else if empty or invalid
     with RunLock(path) as lock:
         note = lock.took_over()
@@ -141,9 +154,11 @@ def _reopen(config_file, overrides, run_dir, max_steps, restart, log) -> Iterato
             aside = set_aside_outputs(path)
             log("restart: starting over from step 0" + (f"; what the run wrote is kept in {aside}" if aside else ""))
         elif not (path / CHECKPOINT_DIR).is_dir() and has_rows(path):
-            raise ScaleRLError(f"cannot resume {path}: its {CHECKPOINT_DIR}/ folder is missing but metrics.jsonl has "
-                               "rows, so it cannot continue where it stopped; pass --restart to start it over from "
-                               "step 0 under its config.yaml (what it wrote is kept in previous-N/)")
+            raise ScaleRLError(
+                f"cannot resume {path}: its {CHECKPOINT_DIR}/ folder is missing but metrics.jsonl has "
+                "rows, so it cannot continue where it stopped; pass --restart to start it over from "
+                "step 0 under its config.yaml (what it wrote is kept in previous-N/)"
+            )
         cfg = resumed_config(path, overrides, max_steps, log)
         _check_device(cfg)
         yield Run(path, cfg, resume=not restart)

@@ -32,8 +32,8 @@ class Prompt:
     """One task instance. `id` is stable across runs (derived from the task, split and index)."""
 
     id: str
-    text: str                 # the prompt as given to the tokenizer (chat template applied)
-    answer: str               # the reference answer the checker compares against
+    text: str  # the prompt as given to the tokenizer (chat template applied)
+    answer: str  # the reference answer the checker compares against
     meta: dict = field(default_factory=dict)  # e.g. {"difficulty": 3}
 
 
@@ -47,13 +47,13 @@ class Completion:
     weight updates one completion can span several versions).
     """
 
-    id: str                   # unique per completion across the run (e.g. "<prompt_id>/<sample>@<seed>")
+    id: str  # unique per completion across the run (e.g. "<prompt_id>/<sample>@<seed>")
     prompt_id: str
     prompt_tokens: list[int]
-    tokens: list[int]         # generated tokens only (includes any injected interruption phrase)
-    logprobs: list[float]     # len == len(tokens)
-    versions: list[int]       # len == len(tokens)
-    text: str                 # decoded generated text
+    tokens: list[int]  # generated tokens only (includes any injected interruption phrase)
+    logprobs: list[float]  # len == len(tokens)
+    versions: list[int]  # len == len(tokens)
+    text: str  # decoded generated text
     finish_reason: FinishReason
     # positions in `tokens` that were injected (interruption phrase) rather than sampled:
     # they carry no generator logprob of their own and are masked out of the loss.
@@ -81,11 +81,11 @@ class Completion:
 class Score:
     """The reward stage's verdict on one completion (`scalerl.rewards.RewardFn`)."""
 
-    reward: float             # what trains: pass_value / fail_value (partial credit, length penalty)
-    passed: bool              # correctness: the score reached reward.threshold (filters, curriculum)
+    reward: float  # what trains: pass_value / fail_value (partial credit, length penalty)
+    passed: bool  # correctness: the score reached reward.threshold (filters, curriculum)
     error: str | None = None  # the checker raised or timed out (the completion then failed)
-    slow: bool = False        # the check took longer than reward.slow_s (or timed out)
-    penalty: float = 0.0      # the overlong length penalty included in `reward` (<= 0; 0 without one)
+    slow: bool = False  # the check took longer than reward.slow_s (or timed out)
+    penalty: float = 0.0  # the overlong length penalty included in `reward` (<= 0; 0 without one)
 
 
 @dataclass(frozen=True)
@@ -96,16 +96,17 @@ class Group:
     prompt: Prompt
     completions: list[Completion]
     scores: list[Score]
-    draw: int = 0             # the generator's draw index: groups reach the trainer in draw order
+    draw: int = 0  # the generator's draw index: groups reach the trainer in draw order
     score_seconds: float = 0.0  # time spent scoring its completions (summed over scoring threads)
-    score_wait: float = 0.0     # time the generator waited for those scores after its last completion
+    score_wait: float = 0.0  # time the generator waited for those scores after its last completion
     score_latency: float = 0.0  # time from its last completion to its last score (the generator need not wait)
     score_cpu_seconds: float = 0.0  # CPU time of the sandbox runs its scoring made (programs, launchers)
 
     def __post_init__(self) -> None:
         if len(self.scores) != len(self.completions):
-            raise ValueError(f"group {self.prompt.id!r}: {len(self.completions)} completions but "
-                             f"{len(self.scores)} scores")
+            raise ValueError(
+                f"group {self.prompt.id!r}: {len(self.completions)} completions but {len(self.scores)} scores"
+            )
 
     @property
     def rewards(self) -> list[float]:
@@ -125,8 +126,10 @@ def rollout_stats(completions: Sequence[Completion], scores: Sequence[Score], pr
     evaluation): reward, pass rate, length, and the share cut by a budget without an interruption
     (`truncation_rate`) kept apart from the share interrupted (`interrupted_rate`)."""
     n = max(1, len(completions))
-    return {f"{prefix}/reward_mean": sum(s.reward for s in scores) / n,
-            f"{prefix}/pass_rate": sum(s.passed for s in scores) / n,
-            f"{prefix}/length_mean": sum(len(c.tokens) for c in completions) / n,
-            f"{prefix}/truncation_rate": sum(c.truncated for c in completions) / n,
-            f"{prefix}/interrupted_rate": sum(c.interrupted for c in completions) / n}
+    return {
+        f"{prefix}/reward_mean": sum(s.reward for s in scores) / n,
+        f"{prefix}/pass_rate": sum(s.passed for s in scores) / n,
+        f"{prefix}/length_mean": sum(len(c.tokens) for c in completions) / n,
+        f"{prefix}/truncation_rate": sum(c.truncated for c in completions) / n,
+        f"{prefix}/interrupted_rate": sum(c.interrupted for c in completions) / n,
+    }

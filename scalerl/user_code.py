@@ -57,11 +57,12 @@ def check_call(fn: Callable, spec: str, key: str, arguments: tuple[str, ...], op
     `spec`, the signature it has and the call it will get."""
     try:
         signature = inspect.signature(fn)
-    except (TypeError, ValueError):     # a builtin without one: its call will tell
+    except (TypeError, ValueError):  # a builtin without one: its call will tell
         return
     try:
         signature.bind(**dict.fromkeys(arguments), **options)
     except TypeError as e:
         call = ", ".join([*arguments, *(f"{k}=..." for k in options)])
-        raise ScaleRLError(f"{key} {spec!r}: {getattr(fn, '__name__', 'it')}{signature} cannot be called as "
-                           f"({call}): {e}") from None
+        raise ScaleRLError(
+            f"{key} {spec!r}: {getattr(fn, '__name__', 'it')}{signature} cannot be called as ({call}): {e}"
+        ) from None

@@ -98,8 +98,10 @@ def table(model: type[BaseModel], prefix: str) -> tuple[list[str], list[tuple[st
             nested.append((key, info))
             continue
         type_cell = type_name(info.annotation)
-        rows.append(f"| `{key}` | {type_cell} | {cell(default_text(info))} | {bounds_text(info)} "
-                    f"| {cell(info.description or '')} |")
+        rows.append(
+            f"| `{key}` | {type_cell} | {cell(default_text(info))} | {bounds_text(info)} "
+            f"| {cell(info.description or '')} |"
+        )
     return rows, nested
 
 

@@ -47,15 +47,22 @@ def main(argv: list[str]) -> int:
         kept = kept.parent
         if (kept / ACTIVITY_FILE).is_file() and not refresh:
             continue
-        full = [c for c in candidates(kept.parent.name, kept.name, roots)
-                if (c / DONE_FILE).is_file() and (c / DONE_FILE).read_bytes() == (kept / DONE_FILE).read_bytes()]
+        full = [
+            c
+            for c in candidates(kept.parent.name, kept.name, roots)
+            if (c / DONE_FILE).is_file() and (c / DONE_FILE).read_bytes() == (kept / DONE_FILE).read_bytes()
+        ]
         if not full:
             print(f"{kept}: no full run with the same {DONE_FILE} under {', '.join(roots)}")
             missing += 1
             continue
-        whole = [(c, rows) for c in full for rows in [read_rows(c / "metrics.jsonl")]
-                 if (s := summarise_activity(rows)) is not None and s["steps"] >= s["last_step"]]
-        if not whole:     # e.g. a copy the study restored from this same small form
+        whole = [
+            (c, rows)
+            for c in full
+            for rows in [read_rows(c / "metrics.jsonl")]
+            if (s := summarise_activity(rows)) is not None and s["steps"] >= s["last_step"]
+        ]
+        if not whole:  # e.g. a copy the study restored from this same small form
             print(f"{kept}: its runs under {', '.join(roots)} keep only the last training step")
             missing += 1
             continue

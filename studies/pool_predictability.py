@@ -42,8 +42,11 @@ def main(args: list[str]) -> None:
     if not standing:
         sys.exit("pool_predictability.py: no finished run with a first-half forecast in the reports given")
     print(f"{len(rows)} distinct finished runs, {len(rows) - len(standing)} fell; over the {len(standing)} standing:")
-    for key, label in (("error", "frozen forecast"), ("baseline_last_error", "last first-half evaluation"),
-                       ("baseline_best_error", "best first-half evaluation")):
+    for key, label in (
+        ("error", "frozen forecast"),
+        ("baseline_last_error", "last first-half evaluation"),
+        ("baseline_best_error", "best first-half evaluation"),
+    ):
         err = [abs(fh[key]) for fh in standing]
         near = sum(e <= 0.02 for e in err)
         print(f"  {label}: within 0.02 on {near} ({near / len(err):.0%}), mean |error| {sum(err) / len(err):.3f}")

@@ -20,8 +20,8 @@ import numpy as np
 from scipy import optimize, stats
 
 ROOT = Path(__file__).resolve().parent
-MARGIN = 0.02      # the paper's +-0.02
-TAIL = 3           # the end of a run: the mean of its last three evaluations
+MARGIN = 0.02  # the paper's +-0.02
+TAIL = 3  # the end of a run: the mean of its last three evaluations
 
 
 def evals(run: Path) -> dict[str, np.ndarray]:
@@ -47,7 +47,7 @@ def report(name: str) -> dict:
 def mdd(s1: float, n1: int, s2: float, n2: int) -> float:
     """Two-sided two-sample t-test, alpha 0.05, power 0.8: (t_.975 + t_.8) s_pooled sqrt(1/n1 + 1/n2)."""
     dof = n1 + n2 - 2
-    sp = np.sqrt(((n1 - 1) * s1 ** 2 + (n2 - 1) * s2 ** 2) / dof)
+    sp = np.sqrt(((n1 - 1) * s1**2 + (n2 - 1) * s2**2) / dof)
     return float((stats.t.ppf(0.975, dof) + stats.t.ppf(0.8, dof)) * sp * np.sqrt(1 / n1 + 1 / n2))
 
 
@@ -59,21 +59,27 @@ def compare_end(study: str, base: str, config: str) -> str:
     b, v = ends(study, base), ends(study, config)
     margin = max(MARGIN, b.std(ddof=1), v.std(ddof=1))
     d = v.mean() - b.mean()
-    return (f"end {d:+.3f} ({'beyond' if abs(d) > margin else 'within'} +-{margin:.3f}; "
-            f"detectable {mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v)):.3f})")
+    return (
+        f"end {d:+.3f} ({'beyond' if abs(d) > margin else 'within'} +-{margin:.3f}; "
+        f"detectable {mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v)):.3f})"
+    )
 
 
 def compare_a(rep: dict, base: str, config: str) -> str:
     b, v = seed_a(rep[base]), seed_a(rep[config])
     margin = max(MARGIN, b.std(ddof=1), v.std(ddof=1))
     d = rep[config]["fit"]["A"] - rep[base]["fit"]["A"]
-    return (f"A {d:+.3f} ({'beyond' if abs(d) > margin else 'within'} +-{margin:.3f}; "
-            f"detectable {mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v)):.3f})")
+    return (
+        f"A {d:+.3f} ({'beyond' if abs(d) > margin else 'within'} +-{margin:.3f}; "
+        f"detectable {mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v)):.3f})"
+    )
 
 
 def provenance() -> None:
     print("## Code and weights of every committed run (done.json)")
-    folders = [p for p in ROOT.iterdir() if p.name != "history"] + list((ROOT / "history").iterdir())   # history: superseded
+    folders = [p for p in ROOT.iterdir() if p.name != "history"] + list(
+        (ROOT / "history").iterdir()
+    )  # history: superseded
     for study in sorted(p for p in folders if p.is_dir() and not p.name.endswith(("-report", "-hours"))):
         done = [json.loads(p.read_text()) for p in study.glob("*/seed*/done.json")]
         if done:
@@ -83,8 +89,16 @@ def provenance() -> None:
 
 def leave_one_out() -> None:
     print("## Leave-one-out end pass rates against the base (studies/recipes, 3 seeds)")
-    for config in ("dapo-loss", "token-agg", "prompt-norm", "no-fp32-head", "no-zero-var-filter", "no-npr",
-                   "ppo-off-policy", "length-penalty"):
+    for config in (
+        "dapo-loss",
+        "token-agg",
+        "prompt-norm",
+        "no-fp32-head",
+        "no-zero-var-filter",
+        "no-npr",
+        "ppo-off-policy",
+        "length-penalty",
+    ):
         print(f"  {config}: {compare_end('recipes', 'scalerl', config)}")
 
 
@@ -99,22 +113,30 @@ def rungs(study: str, config: str) -> str:
     cells = []
     for rung in ("2x3", "2x5", "2x7"):
         curves = [evals(r)[f"val/pass_rate/{rung}"] for r in runs(study, config)]
-        cells.append(f"{rung} {np.mean([c[0] for c in curves]):.3f} -> {np.mean([c[-TAIL:].mean() for c in curves]):.3f}")
+        cells.append(
+            f"{rung} {np.mean([c[0] for c in curves]):.3f} -> {np.mean([c[-TAIL:].mean() for c in curves]):.3f}"
+        )
     return ", ".join(cells)
 
 
 def builds(study: str, config: str) -> str:
-    return ", ".join(sorted({json.loads((r / "done.json").read_text()).get("model_build", "?") for r in runs(study, config)}))
+    return ", ".join(
+        sorted({json.loads((r / "done.json").read_text()).get("model_build", "?") for r in runs(study, config)})
+    )
 
 
 def model_size() -> None:
     print("## Model size: the larger model on two builds of the testbed (start -> end of each rung, seed means)")
-    for study, rep, base, larger in (("controls-first-build", "controls-first-build-report", "base", "model-larger"),
-                                     ("controls-b2", "controls-b2-report", "base", "model-larger"),
-                                     ("axes", "axes-report", "base", "model-2m")):
+    for study, rep, base, larger in (
+        ("controls-first-build", "controls-first-build-report", "base", "model-larger"),
+        ("controls-b2", "controls-b2-report", "base", "model-larger"),
+        ("axes", "axes-report", "base", "model-2m"),
+    ):
         r = report(rep)
-        print(f"  {study}: {larger} (build {builds(study, larger)}) against {base} (build {builds(study, base)}): "
-              f"{compare_a(r, base, larger)}; {compare_end(study, base, larger)}")
+        print(
+            f"  {study}: {larger} (build {builds(study, larger)}) against {base} (build {builds(study, base)}): "
+            f"{compare_a(r, base, larger)}; {compare_end(study, base, larger)}"
+        )
         for config in (base, larger):
             print(f"    {config}: {rungs(study, config)}")
     for config in ("batch-16", "batch-64", "think-208"):
@@ -136,20 +158,28 @@ def ceiling_gap(study: str, cfg: dict) -> float | None:
 
 
 def ceilings() -> None:
-    print("## A against the rungs' own ceilings (A - sum of share x rung A); configurations that did not fall,\n"
-          "## whose A is pinned (not on the edge) and whose every rung passed at some evaluation")
+    print(
+        "## A against the rungs' own ceilings (A - sum of share x rung A); configurations that did not fall,\n"
+        "## whose A is pinned (not on the edge) and whose every rung passed at some evaluation"
+    )
     gaps = []
     for study, rep in (("axes", "axes-report"), ("recipes", "recipes-report")):
         for name, cfg in report(rep).items():
             gap = ceiling_gap(study, cfg)
-            if gap is not None and not cfg["fell"] and not cfg["A_on_edge"] and all(
-                    "A" in s for s in cfg["subsets"].values()):
+            if (
+                gap is not None
+                and not cfg["fell"]
+                and not cfg["A_on_edge"]
+                and all("A" in s for s in cfg["subsets"].values())
+            ):
                 gaps.append((gap, f"{study}/{name}"))
                 if name in ("base", "scalerl"):
                     print(f"  {study}/{name}: A {cfg['fit']['A']:.3f}, the rungs' ceiling {cfg['fit']['A'] - gap:.3f}")
     gaps.sort()
-    print(f"  over {len(gaps)} configurations: from {gaps[0][0]:+.3f} ({gaps[0][1]}) "
-          f"to {gaps[-1][0]:+.3f} ({gaps[-1][1]})")
+    print(
+        f"  over {len(gaps)} configurations: from {gaps[0][0]:+.3f} ({gaps[0][1]}) "
+        f"to {gaps[-1][0]:+.3f} ({gaps[-1][1]})"
+    )
 
 
 def ruler(run: Path) -> float:
@@ -178,32 +208,47 @@ def forecast_against_ruler() -> None:
                 fit_err.append(abs(fh["error"]))
                 ruler_err.append(abs(ruler(path)))
     f, r = np.array(fit_err), np.array(ruler_err)
-    print(f"  {len(f)} runs: forecast mean |error| {f.mean():.3f} (within 0.02: {(f <= MARGIN).sum()}); ruler "
-          f"{r.mean():.3f} (within 0.02: {(r <= MARGIN).sum()}); forecast closer on {(f < r).sum()} of {len(f)}")
+    print(
+        f"  {len(f)} runs: forecast mean |error| {f.mean():.3f} (within 0.02: {(f <= MARGIN).sum()}); ruler "
+        f"{r.mean():.3f} (within 0.02: {(r <= MARGIN).sum()}); forecast closer on {(f < r).sum()} of {len(f)}"
+    )
 
 
 def power() -> None:
     print("## What 3 seeds can detect in A (every configuration against its base, the reports' seed fits)")
     values = []
-    for rep, base in (("axes-report", "base"), ("recipes-report", "scalerl"), ("controls-b2-report", "base"),
-                      ("ksweep-report", "scalerl")):
+    for rep, base in (
+        ("axes-report", "base"),
+        ("recipes-report", "scalerl"),
+        ("controls-b2-report", "base"),
+        ("ksweep-report", "scalerl"),
+    ):
         r = report(rep)
         b = seed_a(r[base])
-        values += [mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v)) for name, c in r.items()
-                   if name != base and len(v := seed_a(c)) >= 2]
+        values += [
+            mdd(b.std(ddof=1), len(b), v.std(ddof=1), len(v))
+            for name, c in r.items()
+            if name != base and len(v := seed_a(c)) >= 2
+        ]
     values.sort()
-    print(f"  detectable difference in A over {len(values)} comparisons: median {np.median(values):.3f}, "
-          f"quartiles {np.percentile(values, 25):.3f}-{np.percentile(values, 75):.3f} "
-          f"(the paper's effects: 0.035 batch and thinking budget, 0.075 DAPO loss, 0.09 FP32 head, 0.10 model size)")
+    print(
+        f"  detectable difference in A over {len(values)} comparisons: median {np.median(values):.3f}, "
+        f"quartiles {np.percentile(values, 25):.3f}-{np.percentile(values, 75):.3f} "
+        f"(the paper's effects: 0.035 batch and thinking budget, 0.075 DAPO loss, 0.09 FP32 head, 0.10 model size)"
+    )
     base = seed_a(report("axes-report")["base"])
-    print(f"  the base's seed std of A {base.std(ddof=1):.3f}: detectable with 3 seeds a side "
-          f"{mdd(base.std(ddof=1), 3, base.std(ddof=1), 3):.3f}, "
-          f"with 5 {mdd(base.std(ddof=1), 5, base.std(ddof=1), 5):.3f}")
+    print(
+        f"  the base's seed std of A {base.std(ddof=1):.3f}: detectable with 3 seeds a side "
+        f"{mdd(base.std(ddof=1), 3, base.std(ddof=1), 3):.3f}, "
+        f"with 5 {mdd(base.std(ddof=1), 5, base.std(ddof=1), 5):.3f}"
+    )
     rng = np.random.default_rng(0)
     a, b = rng.normal(0, base.std(ddof=1), (2, 100_000, 3))
     margin = np.maximum(MARGIN, np.maximum(a.std(1, ddof=1), b.std(1, ddof=1)))
-    print(f"  the margin rule on identical configurations (normal seeds at that std, 3 a side, 100,000 draws): "
-          f"'differs' {np.mean(np.abs(a.mean(1) - b.mean(1)) > margin):.0%} of the time")
+    print(
+        f"  the margin rule on identical configurations (normal seeds at that std, 3 a side, 100,000 draws): "
+        f"'differs' {np.mean(np.abs(a.mean(1) - b.mean(1)) > margin):.0%} of the time"
+    )
 
 
 if __name__ == "__main__":

@@ -7,11 +7,24 @@ import scalerl.assembly.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
 
-SMALL = ["rollout.length.think_min=4", "rollout.length.think_max=6", "rollout.length.answer_budget=4",
-         "rollout.length.phrase=</think>",  # the forced-interruption path inside a 12-token budget
-         "model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
+SMALL = [
+    "rollout.length.think_min=4",
+    "rollout.length.think_max=6",
+    "rollout.length.answer_budget=4",
+    "rollout.length.phrase=</think>",  # the forced-interruption path inside a 12-token budget
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.batch_slots=8",
+    "eval.every=2",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "optim.warmup_steps=1",
+    "pipeline.transport=thread",
+    "run.threads=1",
+]
 SETS = [a for s in SMALL for a in ("--set", s)]
 
 

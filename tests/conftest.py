@@ -15,7 +15,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # outside that tier's folder stops the collection, named. A test of two tiers (a slow vLLM test) lives in the
 # folder of the first of TIERS it is marked for. No folder is named as a package: tests/ is on sys.path, where
 # a folder `vllm` would be imported as the vllm package where it is not installed.
-TIERS = {"gpu": "gpu", "vllm": "vllm_server", "slow": "slow"}   # marker: its folder
+TIERS = {"gpu": "gpu", "vllm": "vllm_server", "slow": "slow"}  # marker: its folder
 HERE = Path(__file__).resolve().parent
 
 
@@ -43,7 +43,7 @@ def mark_by_folder(items) -> None:
         raise pytest.UsageError("a test outside its tier's folder:\n" + "\n".join(wrong))
 
 
-@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by the marks
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
 def pytest_collection_modifyitems(config, items):
     mark_by_folder(items)
     if not any("gpu" in item.keywords for item in items):
@@ -86,7 +86,7 @@ def two_cores(monkeypatch):
 # A failing test leaves no process behind: the processes it started (a `scalerl watch`, a training
 # run, a generator process) that are still alive once it has failed are killed, and named.
 _FAILED = pytest.StashKey[bool]()
-_KEEP = ("resource_tracker", "semaphore_tracker")   # multiprocessing's, shared by every later test
+_KEEP = ("resource_tracker", "semaphore_tracker")  # multiprocessing's, shared by every later test
 
 
 def _children() -> dict:
@@ -126,5 +126,7 @@ def pytest_runtest_protocol(item, nextitem):
                     continue
             psutil.wait_procs(left, timeout=10)
             if left:
-                print(f"\n{item.nodeid} failed with {len(left)} process(es) still running, killed: "
-                      + ", ".join(f"{p.pid}" for p in left))
+                print(
+                    f"\n{item.nodeid} failed with {len(left)} process(es) still running, killed: "
+                    + ", ".join(f"{p.pid}" for p in left)
+                )

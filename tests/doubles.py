@@ -24,8 +24,15 @@ from scalerl.types import Completion, Group, Prompt, Score
 
 
 class FakeGenerator:
-    def __init__(self, vocab: Sequence[int], length: tuple[int, int] = (4, 12), slots: int = 16,
-                 step_seconds: float = 0.0, seed: int = 0, eos: int | None = None):
+    def __init__(
+        self,
+        vocab: Sequence[int],
+        length: tuple[int, int] = (4, 12),
+        slots: int = 16,
+        step_seconds: float = 0.0,
+        seed: int = 0,
+        eos: int | None = None,
+    ):
         self.vocab = list(vocab)
         self.length = length
         self.slots = slots
@@ -36,8 +43,8 @@ class FakeGenerator:
         self._version = 0
         self._lock = threading.Lock()
         self.updates: list[int] = []
-        self.held_steps = 0          # loop turns spent held (`stream`'s `hold`)
-        self.idle_turns = 0          # loop turns with nothing to decode and no prompt it may start
+        self.held_steps = 0  # loop turns spent held (`stream`'s `hold`)
+        self.idle_turns = 0  # loop turns with nothing to decode and no prompt it may start
         self.decode_steps = 0
         self._turn = threading.Condition()
 
@@ -76,9 +83,16 @@ class FakeGenerator:
         p: Prompt = s["prompt"]
         toks = s["tokens"]
         return Completion(
-            id=f"{p.id}/{s['i']}", prompt_id=p.id, prompt_tokens=[self.vocab[0]] * (1 + len(p.text) % 3),
-            tokens=toks, logprobs=[-math.log(len(self.vocab))] * len(toks), versions=s["versions"],
-            text=" ".join(map(str, toks)), finish_reason="eos", forced_mask=[False] * len(toks))
+            id=f"{p.id}/{s['i']}",
+            prompt_id=p.id,
+            prompt_tokens=[self.vocab[0]] * (1 + len(p.text) % 3),
+            tokens=toks,
+            logprobs=[-math.log(len(self.vocab))] * len(toks),
+            versions=s["versions"],
+            text=" ".join(map(str, toks)),
+            finish_reason="eos",
+            forced_mask=[False] * len(toks),
+        )
 
     def _decode(self, active: list[dict]) -> list[dict]:
         """One lock-step decode step over `active`; returns the sequences that finished."""
@@ -95,8 +109,13 @@ class FakeGenerator:
                 done.append(s)
         return done
 
-    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
-               hold: threading.Event | None = None) -> Iterator[Completion]:
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        n: int,
+        stop: threading.Event | None = None,
+        hold: threading.Event | None = None,
+    ) -> Iterator[Completion]:
         it = iter(prompts)
         waiting: list[dict] = []
         active: list[dict] = []
@@ -163,8 +182,13 @@ def pass_fail(passed: bool) -> Score:
     return Score(1.0 if passed else -1.0, passed)
 
 
-def scored(prompt: Prompt, completions: list[Completion], rewards: Sequence[float], draw: int = 0,
-           passed: Sequence[bool] | None = None) -> Group:
+def scored(
+    prompt: Prompt,
+    completions: list[Completion],
+    rewards: Sequence[float],
+    draw: int = 0,
+    passed: Sequence[bool] | None = None,
+) -> Group:
     """A group scored by hand: `rewards[i]` for completion i; passed iff its reward is positive,
     unless `passed` says otherwise."""
     passed = [r > 0 for r in rewards] if passed is None else passed
@@ -177,13 +201,27 @@ def parity_reward(prompt: Prompt, completion: Completion) -> Score:
     return pass_fail(sum(completion.tokens) % 2 == 0)
 
 
-def build_fake(vocab: list[int], length: tuple[int, int], slots: int, step_seconds: float, *, seed: int,
-               model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None,
-               local: bool = False) -> Stage:
+def build_fake(
+    vocab: list[int],
+    length: tuple[int, int],
+    slots: int,
+    step_seconds: float,
+    *,
+    seed: int,
+    model=None,
+    tokenizer=None,
+    task=None,
+    reward=None,
+    temperature=None,
+    weights=None,
+    local: bool = False,
+) -> Stage:
     """A `GeneratorBuild` function for tests (picklable: a generator process can run it): a
     FakeGenerator (which decodes no weights: `weights` ignored; it is its own engine: `local` ignored),
     and the given task and reward or FakeTask and parity_reward."""
-    return Stage(FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0)
+    return Stage(
+        FakeGenerator(vocab, length, slots, step_seconds, seed), task or FakeTask(), reward or parity_reward, 0
+    )
 
 
 def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
@@ -199,36 +237,61 @@ def fake_build(cfg, gens: list, step_seconds: float = 0.0) -> GeneratorBuild:
     return GeneratorBuild(build)
 
 
-def build_tiny_random_parity(cfg_json: str, device: str, *, seed: int, model=None, tokenizer=None, task=None,
-                             reward=None, temperature=None, weights=None, local=False) -> Stage:
+def build_tiny_random_parity(
+    cfg_json: str,
+    device: str,
+    *,
+    seed: int,
+    model=None,
+    tokenizer=None,
+    task=None,
+    reward=None,
+    temperature=None,
+    weights=None,
+    local=False,
+) -> Stage:
     """A `GeneratorBuild` function for tests: the real builder on `tiny-random`, the configured
     task's prompts, and `parity_reward` (a random model never solves the task)."""
-    from scalerl.config import Config
     from scalerl.assembly.generator import build_generator, decode_dtype
+    from scalerl.config import Config
     from scalerl.models import load_model
     from scalerl.tasks import get_task
 
     cfg = Config.model_validate_json(cfg_json)
-    if model is None:   # in the real builder's dtype: a bf16 copy under mixed precision (auto on CUDA)
+    if model is None:  # in the real builder's dtype: a bf16 copy under mixed precision (auto on CUDA)
         model, tokenizer = load_model("tiny-random", dtype=decode_dtype(cfg), device=device)
     task = task or get_task(cfg.task, tokenizer)
-    if weights is not None:   # a generator process: decode from the published buffer
+    if weights is not None:  # a generator process: decode from the published buffer
         from scalerl.transport.weights import adopt
 
         adopt(model, weights)
-    return build_generator(cfg_json, device, seed=seed, model=model, tokenizer=tokenizer, task=task,
-                           reward=reward or parity_reward, temperature=temperature, local=local)
+    return build_generator(
+        cfg_json,
+        device,
+        seed=seed,
+        model=model,
+        tokenizer=tokenizer,
+        task=task,
+        reward=reward or parity_reward,
+        temperature=temperature,
+        local=local,
+    )
 
 
 def tiny_random_components(cfg, device: str = "cpu"):
     """`Components` for tests: tiny-random + the configured task's prompts + parity_reward."""
-    from scalerl.models import load_model
     from scalerl.assembly.generator import Components
+    from scalerl.models import load_model
     from scalerl.tasks import get_task
 
     model, tokenizer = load_model("tiny-random", device=device)
-    return Components(model, tokenizer, get_task(cfg.task, tokenizer), parity_reward,
-                      GeneratorBuild(build_tiny_random_parity, (cfg.model_dump_json(), device)))
+    return Components(
+        model,
+        tokenizer,
+        get_task(cfg.task, tokenizer),
+        parity_reward,
+        GeneratorBuild(build_tiny_random_parity, (cfg.model_dump_json(), device)),
+    )
 
 
 class PooledFakeTask(FakeTask):
@@ -241,13 +304,14 @@ def failing_reward(prompt: Prompt, completion: Completion) -> Score:
     raise RuntimeError("scorer exploded")
 
 
-def build_fake_failing_scorer(*, seed: int, model=None, tokenizer=None, task=None, reward=None, temperature=None,
-                              weights=None) -> Stage:
+def build_fake_failing_scorer(
+    *, seed: int, model=None, tokenizer=None, task=None, reward=None, temperature=None, weights=None
+) -> Stage:
     """A `GeneratorBuild` function whose pooled scorer raises on every completion."""
     return Stage(FakeGenerator(range(3, 9), (3, 6), 4, 0.001, seed), PooledFakeTask(), failing_reward, 0)
 
 
-HOLD_LIMIT_S = 300.0    # the longest a held run waits for its release (an upper bound on a failure only)
+HOLD_LIMIT_S = 300.0  # the longest a held run waits for its release (an upper bound on a failure only)
 
 
 def hold_after_first_checkpoint(hold: str) -> None:
@@ -277,7 +341,8 @@ def wait_for_file(path, proc=None, log=None, limit_s: float = HOLD_LIMIT_S) -> N
     deadline = time.monotonic() + limit_s
     while not Path(path).exists():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"ended (exit {proc.returncode}) before {path}: "
-                                 f"{Path(log).read_text()[-2000:] if log else ''}")
+            raise AssertionError(
+                f"ended (exit {proc.returncode}) before {path}: {Path(log).read_text()[-2000:] if log else ''}"
+            )
         assert time.monotonic() < deadline, f"no {path} within {limit_s:g} s"
         time.sleep(0.05)

@@ -26,9 +26,20 @@ def fsdp_groups(offset: int = 0) -> list[Group]:
     for p, lengths in enumerate([(3, 9, 5), (2, 4, 6), (7, 1, 3)]):
         pid = f"p{p + offset}"
         prompt = [5 + p, 6, 7 + offset][: 2 + p % 2]
-        cs = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt, tokens=[10 + p + 3 * i + j for j in range(t)],
-                         logprobs=[-3.0 + 0.1 * j for j in range(t)], versions=[0] * t, text="", finish_reason="eos",
-                         forced_mask=[i == 1 and j == t - 1 for j in range(t)]) for i, t in enumerate(lengths)]
+        cs = [
+            Completion(
+                id=f"{pid}/{i}",
+                prompt_id=pid,
+                prompt_tokens=prompt,
+                tokens=[10 + p + 3 * i + j for j in range(t)],
+                logprobs=[-3.0 + 0.1 * j for j in range(t)],
+                versions=[0] * t,
+                text="",
+                finish_reason="eos",
+                forced_mask=[i == 1 and j == t - 1 for j in range(t)],
+            )
+            for i, t in enumerate(lengths)
+        ]
         groups.append(scored(Prompt(pid, "x", ""), cs, [(1.0, -1.0, 0.0), (-1.0, 1.0, 1.0), (0.0, 1.0, -1.0)][p]))
     return groups
 

@@ -18,10 +18,23 @@ from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import train_step
 from scalerl.transport import ray as backend
 
-SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=100", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=100",
-         "optim.warmup_steps=1", "pipeline.backend=ray", "ray.generators=2", "ray.generator_cpus=0.5",
-         "ray.trainer_cpus=0.5", "pipeline.k=2"]
+SMALL = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.batch_slots=8",
+    "eval.every=100",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=100",
+    "optim.warmup_steps=1",
+    "pipeline.backend=ray",
+    "ray.generators=2",
+    "ray.generator_cpus=0.5",
+    "ray.trainer_cpus=0.5",
+    "pipeline.k=2",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,21 +100,27 @@ def check_broadcast_publish(tmp_path, monkeypatch, extra: list[str]) -> None:
     """ray.publish=broadcast over gloo, real actors, with the overrides `extra`: after each publish every
     generator actor holds the trainer's published weights bit for bit, and the tokens it decodes carry the new
     versions."""
-    cfg = small_cfg(["run.max_steps=4", "ray.publish=broadcast", "ray.publish_bucket_mb=0.05", *extra])   # tiny-random is ~0.4 MB: several buckets
+    cfg = small_cfg(
+        ["run.max_steps=4", "ray.publish=broadcast", "ray.publish_bucket_mb=0.05", *extra]
+    )  # tiny-random is ~0.4 MB: several buckets
     published: dict[int, dict] = {}
     received: dict[tuple[int, int], dict] = {}
-    nbytes: list[int] = []     # bytes of a publish: each storage once (tied weights are one)
+    nbytes: list[int] = []  # bytes of a publish: each storage once (tied weights are one)
 
     class Checked(backend.RayRollouts):
         def send(self, update):
             super().send(update)
-            nbytes.append(sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in update.weights.values()}.values()))
+            nbytes.append(
+                sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in update.weights.values()}.values())
+            )
             published[update.version] = {k: v.detach().clone() for k, v in update.weights.items()}
             for rank, worker in enumerate(self.workers):
-                received[update.version, rank] = wait_for(lambda w=worker: ray.get(w.weights.remote(update.version)),
-                                                           f"version {update.version} in generator {rank}")
+                received[update.version, rank] = wait_for(
+                    lambda w=worker: ray.get(w.weights.remote(update.version)),
+                    f"version {update.version} in generator {rank}",
+                )
 
-    versions: list[int] = []   # the newest token version in each step's batch
+    versions: list[int] = []  # the newest token version in each step's batch
 
     def step(model, optim, groups, cfg_, pad_id, step_, ref_model=None, advantages=None):
         versions.append(max(v for g in groups for c in g.completions for v in c.versions))
@@ -116,15 +135,16 @@ def check_broadcast_publish(tmp_path, monkeypatch, extra: list[str]) -> None:
     for (version, rank), got in received.items():
         want = published[version]
         assert sorted(got) == sorted(want), (version, rank)
-        assert all(torch.equal(got[k], want[k]) for k in want), (version, rank)   # bit for bit
-    changed = [max((published[v + 1][k] - published[v][k]).abs().max().item() for k in published[v])
-               for v in range(1, 4)]
-    assert min(changed) > 0   # every step moved the weights: each publish carried new values
+        assert all(torch.equal(got[k], want[k]) for k in want), (version, rank)  # bit for bit
+    changed = [
+        max((published[v + 1][k] - published[v][k]).abs().max().item() for k in published[v]) for v in range(1, 4)
+    ]
+    assert min(changed) > 0  # every step moved the weights: each publish carried new values
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     # a step's row is written before its own publish: step s counts the s - 1 publishes before it
     assert [r["ray/broadcast_bytes"] for r in rows] == [nbytes[0] * (s - 1) for s in range(1, 5)]
-    assert [r["ray/broadcast_groups"] for r in rows] == [1] * 4     # formed once: no actor restarted
+    assert [r["ray/broadcast_groups"] for r in rows] == [1] * 4  # formed once: no actor restarted
     if not extra:
         # the window lets a draw of step 4 start only once its generator applied version >= 1
         assert versions[0] == 0 and versions[3] >= 1, versions

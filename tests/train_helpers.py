@@ -9,9 +9,20 @@ from scalerl.configure import load_config
 from scalerl.run.metrics import read_rows
 from scalerl.types import Completion, Group, Prompt
 
-SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
+SMALL = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.batch_slots=8",
+    "eval.every=2",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "optim.warmup_steps=1",
+    "pipeline.transport=thread",
+    "run.threads=1",
+]
 
 
 def small_cfg(recipe="scalerl", extra=()):
@@ -52,10 +63,19 @@ def random_groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLE
         comps = []
         for g, n in enumerate(lens):
             forced = [rng.random() < 0.2 for _ in range(n)]
-            comps.append(Completion(
-                id=f"{p}/{g}", prompt_id=str(p), prompt_tokens=list(prompt), tokens=[rng.randrange(3, 60) for _ in range(n)],
-                logprobs=[-rng.uniform(0.5, 4.0) for _ in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                forced_mask=forced))
+            comps.append(
+                Completion(
+                    id=f"{p}/{g}",
+                    prompt_id=str(p),
+                    prompt_tokens=list(prompt),
+                    tokens=[rng.randrange(3, 60) for _ in range(n)],
+                    logprobs=[-rng.uniform(0.5, 4.0) for _ in range(n)],
+                    versions=[0] * n,
+                    text="",
+                    finish_reason="eos",
+                    forced_mask=forced,
+                )
+            )
         groups.append(scored(Prompt(str(p), "", ""), comps, [1.0 if g % 2 == 0 else -1.0 for g in range(len(lens))]))
     return groups
 
@@ -63,9 +83,17 @@ def random_groups(seed: int = 0, prompt_lens=PROMPT_LENS, completion_lens=COMPLE
 def completion(pid, i, prompt_tokens, tokens, forced=None):
     """A completion of `tokens` after `prompt_tokens`, every token of version 0."""
     n = len(tokens)
-    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=prompt_tokens, tokens=tokens,
-                      logprobs=[-1.0 - 0.1 * t for t in range(n)], versions=[0] * n, text="", finish_reason="eos",
-                      forced_mask=forced or [False] * n)
+    return Completion(
+        id=f"{pid}/{i}",
+        prompt_id=pid,
+        prompt_tokens=prompt_tokens,
+        tokens=tokens,
+        logprobs=[-1.0 - 0.1 * t for t in range(n)],
+        versions=[0] * n,
+        text="",
+        finish_reason="eos",
+        forced_mask=forced or [False] * n,
+    )
 
 
 def step_groups(P=6, G=4, seed=0):
@@ -77,8 +105,11 @@ def step_groups(P=6, G=4, seed=0):
         comps, rewards = [], []
         for g in range(G):
             n = base + rng.randint(0, 5)
-            comps.append(completion(str(p), g, [rng.randrange(5, 60) for _ in range(plen)],
-                                     [rng.randrange(5, 60) for _ in range(n)]))
+            comps.append(
+                completion(
+                    str(p), g, [rng.randrange(5, 60) for _ in range(plen)], [rng.randrange(5, 60) for _ in range(n)]
+                )
+            )
             rewards.append(rng.choice([1.0, -1.0]))
         rewards[:2] = [1.0, -1.0]  # every group has reward variance
         groups.append(scored(Prompt(str(p), "", ""), comps, rewards))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GATE_ENV = "SCALERL_TEST_VLLM_GATE"
-LIMIT_S = 300.0          # the longest either side waits for the other (an upper bound on a failure only)
+LIMIT_S = 300.0  # the longest either side waits for the other (an upper bound on a failure only)
 GRANT, OPEN = b"g", b"o"
 
 
@@ -43,7 +43,7 @@ def _logits_processor_base():
 
 try:
     _Base = _logits_processor_base()
-except ImportError:      # .venv without vLLM: the test's side (`Gate`) alone is used
+except ImportError:  # .venv without vLLM: the test's side (`Gate`) alone is used
     _Base = object
 
 
@@ -52,11 +52,11 @@ class StepGate(_Base):
 
     def __init__(self, vllm_config=None, device=None, is_pin_memory: bool = False):
         self.path = os.environ.get(GATE_ENV, "")
-        self.outputs: dict[int, list[int]] = {}      # batch index -> the request's output tokens (vLLM's list)
+        self.outputs: dict[int, list[int]] = {}  # batch index -> the request's output tokens (vLLM's list)
         self.conn: socket.socket | None = None
 
     def is_argmax_invariant(self) -> bool:
-        return False     # applied at every step, greedy ones too
+        return False  # applied at every step, greedy ones too
 
     def update_state(self, batch_update) -> None:
         if batch_update is None:
@@ -80,7 +80,7 @@ class StepGate(_Base):
             conn.settimeout(LIMIT_S)
             try:
                 conn.connect(self.path)
-            except (FileNotFoundError, ConnectionRefusedError):     # the test let go as the step began
+            except (FileNotFoundError, ConnectionRefusedError):  # the test let go as the step began
                 conn.close()
                 return logits
             self.conn = conn
@@ -89,9 +89,9 @@ class StepGate(_Base):
         try:
             self.conn.sendall(f"{tokens}\n".encode())
             granted = self.conn.recv(1) == GRANT
-        except (BrokenPipeError, ConnectionResetError):   # the test let go between two steps
+        except (BrokenPipeError, ConnectionResetError):  # the test let go between two steps
             granted = False
-        if not granted:                    # the test let go (OPEN, or its end of the socket closed)
+        if not granted:  # the test let go (OPEN, or its end of the socket closed)
             self.conn.close()
             self.conn = None
         return logits
@@ -156,7 +156,7 @@ class Gate:
         if self._conn is not None:
             try:
                 self._conn.sendall(OPEN)
-            except OSError:      # the server's side already gone (it stopped): nothing is held
+            except OSError:  # the server's side already gone (it stopped): nothing is held
                 pass
             self._conn.close()
             self._conn = None

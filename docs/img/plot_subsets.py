@@ -22,7 +22,8 @@ def curves(run: Path) -> dict[str, list[tuple[float, float]]]:
         for key, value in row.items():
             if key == "val/pass_rate" or key.startswith("val/pass_rate/"):
                 out.setdefault(key.removeprefix("val/pass_rate").lstrip("/") or "all", []).append(
-                    (row["compute/flops"], value))
+                    (row["compute/flops"], value)
+                )
     return out
 
 

@@ -22,15 +22,22 @@ class Components:
     model: torch.nn.Module
     tokenizer: object
     task: object
-    reward_fn: Callable       # plain pass/fail: the evaluation's, and the training reward's base
-    build: GeneratorBuild     # the generator stage, for every transport (`build_generator`)
+    reward_fn: Callable  # plain pass/fail: the evaluation's, and the training reward's base
+    build: GeneratorBuild  # the generator stage, for every transport (`build_generator`)
 
     def stage(self, model: torch.nn.Module, seed: int, temperature: float | None = None, local: bool = False) -> Stage:
         """The generator stage in this process, decoding with `model` (`local`: on the local engine, whatever
         `rollout.engine` says: the evaluation's)."""
         given = {"local": True} if local else {}
-        return self.build(seed, model=model, tokenizer=self.tokenizer, task=self.task, reward=self.reward_fn,
-                          temperature=temperature, **given)
+        return self.build(
+            seed,
+            model=model,
+            tokenizer=self.tokenizer,
+            task=self.task,
+            reward=self.reward_fn,
+            temperature=temperature,
+            **given,
+        )
 
 
 def decode_dtype(cfg: Config) -> str:
@@ -57,10 +64,19 @@ def generator_copy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     return match_trainer_attention(cast_model(merged_copy(model), decode_dtype(cfg)), cfg.model.share_prompt)
 
 
-def build_generator(cfg_json: str, device: str, *, seed: int, model: torch.nn.Module | None = None,
-                    tokenizer=None, task=None, reward: Callable | None = None,
-                    temperature: float | None = None, weights: dict[str, torch.Tensor] | None = None,
-                    local: bool = False) -> Stage:
+def build_generator(
+    cfg_json: str,
+    device: str,
+    *,
+    seed: int,
+    model: torch.nn.Module | None = None,
+    tokenizer=None,
+    task=None,
+    reward: Callable | None = None,
+    temperature: float | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
+    local: bool = False,
+) -> Stage:
     """The engine's generator stage from a run's config (`GeneratorBuild`'s function for real runs).
     Given nothing (a generator process, a Ray actor) it loads the model in `decode_dtype`, the task
     and the reward itself; given `model` (with `tokenizer`), it decodes with that model. Given
@@ -96,5 +112,10 @@ def build_components(cfg: Config, device: str) -> Components:
 
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
     task = task_for_run(cfg, tokenizer, model)
-    return Components(model, tokenizer, task, RewardFn(task, cfg.reward),
-                      GeneratorBuild(build_generator, (cfg.model_dump_json(), device)))
+    return Components(
+        model,
+        tokenizer,
+        task,
+        RewardFn(task, cfg.reward),
+        GeneratorBuild(build_generator, (cfg.model_dump_json(), device)),
+    )

@@ -23,8 +23,9 @@ from scalerl.transport.protocol import RolloutSource
 from scalerl.transport.window import GroupAssembler, LockedSampler, RetiredSet, Window
 
 
-def make_mode(tr: Trainer, comps: Components, device: str, threads: Threads, evals: EvalSpec,
-              placement=None) -> RolloutSource:
+def make_mode(
+    tr: Trainer, comps: Components, device: str, threads: Threads, evals: EvalSpec, placement=None
+) -> RolloutSource:
     """The source for `tr` (after its restore), over the generator host the engine allows (`generator_host`;
     Ray's actors placed by `placement`, a `scalerl.transport.ray_placement.Placement`). A generator process
     also evaluates, with `evals` (`ProcessRollouts.evaluator`)."""
@@ -35,18 +36,28 @@ def make_mode(tr: Trainer, comps: Components, device: str, threads: Threads, eva
     if host == "ray":  # generator actors (the trainer ranks are the Trainer's strategy)
         return _ray(tr, comps, gen_seed, sampler_state, placement)
     if host == "process":
-        source = ProcessRollouts(comps.build, gen_seed, merged_state_dict(tr.model), tr.state.step,
-                                 sampler_state, tr.curriculum, cfg.batch.generations, Window.of(cfg), threads.decode,
-                                 dtype=torch.float32 if decode_dtype(cfg) == "fp32" else torch.bfloat16,
-                                 alias=cfg.model.lora is None, head=_head_name(tr.model), evals=evals)
+        source = ProcessRollouts(
+            comps.build,
+            gen_seed,
+            merged_state_dict(tr.model),
+            tr.state.step,
+            sampler_state,
+            tr.curriculum,
+            cfg.batch.generations,
+            Window.of(cfg),
+            threads.decode,
+            dtype=torch.float32 if decode_dtype(cfg) == "fp32" else torch.bfloat16,
+            alias=cfg.model.lora is None,
+            head=_head_name(tr.model),
+            evals=evals,
+        )
         if source.aliased:
             tr.optim.step_guard = source.step_guard
         return source
     return _in_process(tr, comps, threads, gen_seed, sampler_state)
 
 
-def _in_process(tr: Trainer, comps: Components, threads: Threads, gen_seed: int,
-                sampler_state: dict) -> RolloutSource:
+def _in_process(tr: Trainer, comps: Components, threads: Threads, gen_seed: int, sampler_state: dict) -> RolloutSource:
     """The generator in the trainer's process: PipelineRL-k's thread, or PPO-off-policy-k's alternating rounds."""
     from scalerl.rl.curriculum import CurriculumSampler
 
@@ -58,10 +69,27 @@ def _in_process(tr: Trainer, comps: Components, threads: Threads, gen_seed: int,
     sampler = CurriculumSampler(stage.task, retired, seed=stage.sampler_seed)
     sampler.load_state_dict(sampler_state)
     if cfg.pipeline.mode == "pipeline_rl":
-        return ThreadedRollouts(stage.generator, LockedSampler(sampler), G, stage.reward, Window.of(cfg),
-                                tr.state.step, retired, score_workers=GroupAssembler.workers_for(stage.task))
-    return PPOOffPolicy(stage.generator, LockedSampler(sampler), stage.reward, k, P, G, threads.decode, retired,
-                        score_workers=GroupAssembler.workers_for(stage.task))
+        return ThreadedRollouts(
+            stage.generator,
+            LockedSampler(sampler),
+            G,
+            stage.reward,
+            Window.of(cfg),
+            tr.state.step,
+            retired,
+            score_workers=GroupAssembler.workers_for(stage.task),
+        )
+    return PPOOffPolicy(
+        stage.generator,
+        LockedSampler(sampler),
+        stage.reward,
+        k,
+        P,
+        G,
+        threads.decode,
+        retired,
+        score_workers=GroupAssembler.workers_for(stage.task),
+    )
 
 
 def _ray(tr: Trainer, comps: Components, gen_seed: int, sampler_state: dict, placement) -> RolloutSource:
@@ -69,13 +97,21 @@ def _ray(tr: Trainer, comps: Components, gen_seed: int, sampler_state: dict, pla
     from scalerl.transport.ray import RayRollouts, RolloutSpec
 
     cfg = tr.cfg
-    spec = RolloutSpec(build=comps.build, generators=cfg.ray.generators,
-                       n=cfg.batch.generations, window=Window.of(cfg), base_seed=gen_seed,
-                       threads=max(1, int(cfg.ray.generator_cpus)), cpus=cfg.ray.generator_cpus,
-                       gpus=cfg.ray.generator_gpus, max_restarts=cfg.ray.max_restarts,
-                       options=[placement.generator(r) for r in range(cfg.ray.generators)],
-                       publish=cfg.ray.publish, bucket_mb=cfg.ray.publish_bucket_mb,
-                       publish_timeout_s=cfg.ray.publish_timeout_s)
+    spec = RolloutSpec(
+        build=comps.build,
+        generators=cfg.ray.generators,
+        n=cfg.batch.generations,
+        window=Window.of(cfg),
+        base_seed=gen_seed,
+        threads=max(1, int(cfg.ray.generator_cpus)),
+        cpus=cfg.ray.generator_cpus,
+        gpus=cfg.ray.generator_gpus,
+        max_restarts=cfg.ray.max_restarts,
+        options=[placement.generator(r) for r in range(cfg.ray.generators)],
+        publish=cfg.ray.publish,
+        bucket_mb=cfg.ray.publish_bucket_mb,
+        publish_timeout_s=cfg.ray.publish_timeout_s,
+    )
     return RayRollouts(spec, merged_state_dict(tr.model), tr.state.step, sampler_state)
 
 

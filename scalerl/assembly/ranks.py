@@ -34,4 +34,3 @@ def start_ray(cfg: Config, host: str, undo: contextlib.ExitStack):
     placement = Placement(cfg)
     undo.callback(placement.close)
     return placement
-

@@ -28,8 +28,10 @@ def why_ray(cfg: Config) -> str:
     ranks = cfg.trainer.actors(cfg.ray.trainers)
     what = [f"{cfg.ray.generators} generator actors (--backend ray)"] if cfg.pipeline.backend == "ray" else []
     if ranks:
-        what.append(f"{ranks} trainer rank actors (trainer.strategy {cfg.trainer.resolved(cfg.ray.trainers)} with "
-                    f"ray.trainers = {cfg.ray.trainers} runs its ranks as Ray actors, with or without --backend ray)")
+        what.append(
+            f"{ranks} trainer rank actors (trainer.strategy {cfg.trainer.resolved(cfg.ray.trainers)} with "
+            f"ray.trainers = {cfg.ray.trainers} runs its ranks as Ray actors, with or without --backend ray)"
+        )
     return " and ".join(what) or "the run"
 
 
@@ -41,7 +43,7 @@ def ray_start(which: str, advice: str):
     except ScaleRLError:
         raise
     except Exception as exc:  # Ray raises bare Exceptions ("The current node timed out during startup")
-        with contextlib.suppress(Exception):   # a half-started Ray: its processes stopped before the error
+        with contextlib.suppress(Exception):  # a half-started Ray: its processes stopped before the error
             ray.shutdown()
         raise ScaleRLError(f"{which} could not start: {first_line(exc)}; {advice}") from None
 
@@ -61,8 +63,10 @@ class RaySession:
         if ray.is_initialized():
             return
         if cfg.ray.address:
-            with ray_start(f"Ray at ray.address = {cfg.ray.address}", "check that `ray status` there shows the "
-                           "cluster, or leave ray.address unset for a local Ray"):
+            with ray_start(
+                f"Ray at ray.address = {cfg.ray.address}",
+                "check that `ray status` there shows the cluster, or leave ray.address unset for a local Ray",
+            ):
                 ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True)
             return
         needed = cpus_needed(cfg)
@@ -71,11 +75,14 @@ class RaySession:
                 f"ray.num_cpus = {cfg.ray.num_cpus}: the actors reserve {needed:g} CPUs ({cfg.ray.generators} "
                 f"generators x ray.generator_cpus {cfg.ray.generator_cpus:g} + "
                 f"{cfg.trainer.actors(cfg.ray.trainers)} trainer ranks x ray.trainer_cpus {cfg.ray.trainer_cpus:g}); "
-                "raise ray.num_cpus or lower those")
+                "raise ray.num_cpus or lower those"
+            )
         num_cpus = cfg.ray.num_cpus or max(os.cpu_count() or 1, int(-(-needed // 1)))
-        with ray_start(f"a local Ray ({num_cpus} CPUs) for {why_ray(cfg)}",
-                       "rerun when the machine is less loaded, or start Ray first (`ray start --head`, which waits "
-                       "as long as it takes) and add --set ray.address=auto"):
+        with ray_start(
+            f"a local Ray ({num_cpus} CPUs) for {why_ray(cfg)}",
+            "rerun when the machine is less loaded, or start Ray first (`ray start --head`, which waits "
+            "as long as it takes) and add --set ray.address=auto",
+        ):
             ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
         self.started = True
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, replace
 
 from scalerl.config import Config, available_cores
 
-EVAL_ALL_CORES_PARAMS = 20e6   # a model this large decodes faster on every core (`eval_threads`)
+EVAL_ALL_CORES_PARAMS = 20e6  # a model this large decodes faster on every core (`eval_threads`)
 
 
 @dataclass(frozen=True)
 class Threads:
-    train: int          # torch threads of the trainer
-    decode: int         # torch threads of generation
-    devices: float      # devices the run holds (compute accounting: device-hours = wall-clock x devices)
+    train: int  # torch threads of the trainer
+    decode: int  # torch threads of generation
+    devices: float  # devices the run holds (compute accounting: device-hours = wall-clock x devices)
 
 
 def run_cores(cfg: Config) -> int:
@@ -32,7 +32,7 @@ def eval_threads(cfg: Config, threads: Threads, n_params: int, device: str) -> i
     if device != "cpu" or n_params < EVAL_ALL_CORES_PARAMS:
         return threads.decode
     if generator_host(cfg, device) == "ray":
-        return threads.train                       # the driver's threads; the generators are actors
+        return threads.train  # the driver's threads; the generators are actors
     return run_cores(cfg)
 
 
@@ -64,7 +64,9 @@ def ray_devices(cfg: Config, device: str, driver_threads: int) -> float:
     generator and trainer-worker actor reserves. GPUs are counted when the run uses any, else cores."""
     r = cfg.ray
     if device != "cpu" or r.generator_gpus > 0 or r.trainer_gpus > 0:
-        return float(device != "cpu") + r.generators * r.generator_gpus + cfg.trainer.actors(r.trainers) * r.trainer_gpus
+        return (
+            float(device != "cpu") + r.generators * r.generator_gpus + cfg.trainer.actors(r.trainers) * r.trainer_gpus
+        )
     return float(driver_threads) + r.generators * r.generator_cpus + cfg.trainer.actors(r.trainers) * r.trainer_cpus
 
 
@@ -84,7 +86,7 @@ def generator_host(cfg: Config, device: str) -> str:
     elif cfg.pipeline.mode != "pipeline_rl":
         host, asked = "thread", f"pipeline.mode = {cfg.pipeline.mode}"
     elif cfg.pipeline.transport == "auto":
-        own = spec.needs.copy and device == "cpu" and run_cores(cfg) >= 2   # a server's client keeps the thread
+        own = spec.needs.copy and device == "cpu" and run_cores(cfg) >= 2  # a server's client keeps the thread
         prefer = ("process", "thread") if own else ("thread", "process")
         host, asked = next((h for h in prefer if h in spec.needs.hosts), prefer[0]), "pipeline.transport = auto"
     else:

@@ -32,8 +32,8 @@ from scalerl.transport.local import EvalSpec, ProcessRollouts
 from scalerl.transport.protocol import RolloutSource
 from scalerl.transport.window import GroupAssembler
 
-EVAL_SEED_OFFSET = 7919   # the evaluation engine's seed: run.seed + this (its own random streams)
-SPLIT_SEED_OFFSET = 1     # the trainer process's share of a split evaluation: the evaluation's seed + this
+EVAL_SEED_OFFSET = 7919  # the evaluation engine's seed: run.seed + this (its own random streams)
+SPLIT_SEED_OFFSET = 1  # the trainer process's share of a split evaluation: the evaluation's seed + this
 
 
 @dataclass
@@ -47,8 +47,8 @@ class Run:
     comps: Components
     threads: Threads
     memory: MemoryMonitor
-    tasks: RunTasks                               # the training task, validation prompts, downstream sets
-    started: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)   # what `close` stops
+    tasks: RunTasks  # the training task, validation prompts, downstream sets
+    started: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # what `close` stops
 
     def close(self) -> None:
         """Close the source, then the trainer's ranks, then their Ray (each runs, even if one raises)."""
@@ -69,36 +69,47 @@ def build_run(cfg: Config, run_dir: Path, resume: bool = False, comps: Component
         comps.model = apply_lora(comps.model, cfg.model.lora)
     tasks = run_tasks(cfg, comps.tokenizer, comps.model, comps.task)
     _report_split(cfg, comps.task)
-    if isinstance(cfg.rollout.length, InterruptConfig):   # refused here, before a generator process starts
+    if isinstance(cfg.rollout.length, InterruptConfig):  # refused here, before a generator process starts
         check_budget(cfg.rollout, len(phrase_ids(comps.tokenizer, cfg.rollout.length.phrase)))
     comps.model.train()
-    with contextlib.ExitStack() as started:   # on an error, stop what was started (last first)
+    with contextlib.ExitStack() as started:  # on an error, stop what was started (last first)
         placement = start_ray(cfg, generator_host(cfg, device), started)
         strategy = make_strategy(cfg, options=placement.trainer if placement is not None else None)
         tr = Trainer(cfg, comps.model, comps.tokenizer.pad_token_id, Path(run_dir), strategy)
         if resume:
             tr.restore()
-        freeze()   # the model, tokenizer, task and optimizer, built for the whole run: out of the collector's sight
-        evals = EvalSpec(cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature,
-                         eval_threads(cfg, threads, tr.meter.n_params, device))
+        freeze()  # the model, tokenizer, task and optimizer, built for the whole run: out of the collector's sight
+        evals = EvalSpec(
+            cfg.run.seed + EVAL_SEED_OFFSET, cfg.eval.temperature, eval_threads(cfg, threads, tr.meter.n_params, device)
+        )
         here = _local_engine(cfg, comps, tr, device, evals)
         tr.model.train()
-        started.callback(tr.close)           # the ranks, once the source is closed
+        started.callback(tr.close)  # the ranks, once the source is closed
         source = make_mode(tr, comps, device, threads, evals, placement)
         started.callback(source.close)
-        tr.start()                           # the trainer's ranks, from the restored weights
-        evaluator = _evaluator(cfg, comps, tasks, _eval_engine(cfg, comps, tr, device, threads, evals, source, here),
-                               evals.threads)
+        tr.start()  # the trainer's ranks, from the restored weights
+        evaluator = _evaluator(
+            cfg, comps, tasks, _eval_engine(cfg, comps, tr, device, threads, evals, source, here), evals.threads
+        )
         memory = MemoryMonitor(source.processes, _consumers(tr, source), devices=source.device_memory)
         return Run(tr, source, evaluator, comps, threads, memory, tasks, started.pop_all())
 
 
 def _evaluator(cfg: Config, comps: Components, tasks: RunTasks, engine: EvalEngine, n_threads: int) -> Evaluator:
     """The run's evaluation: the validation prompts and the downstream sets, decoded by `engine`."""
-    downstream = tuple(Downstream(name, prompts, reward, GroupAssembler.workers_for(task))
-                       for name, task, prompts, reward in tasks.downstream)
-    return Evaluator(engine, tasks.val_prompts, cfg.eval.samples, comps.reward_fn,
-                     GroupAssembler.workers_for(comps.task), n_threads, downstream)
+    downstream = tuple(
+        Downstream(name, prompts, reward, GroupAssembler.workers_for(task))
+        for name, task, prompts, reward in tasks.downstream
+    )
+    return Evaluator(
+        engine,
+        tasks.val_prompts,
+        cfg.eval.samples,
+        comps.reward_fn,
+        GroupAssembler.workers_for(comps.task),
+        n_threads,
+        downstream,
+    )
 
 
 def _consumers(tr: Trainer, source: RolloutSource) -> Callable[[], dict[str, float]]:
@@ -109,6 +120,7 @@ def _consumers(tr: Trainer, source: RolloutSource) -> Callable[[], dict[str, flo
 
     def consumers() -> dict[str, float]:
         return {**tr.memory_consumers(), "published weights (shared by both processes)": source.published_mb()}
+
     return consumers
 
 
@@ -122,8 +134,16 @@ def _local_engine(cfg: Config, comps: Components, tr: Trainer, device: str, eval
     return comps.stage(tr.model, evals.seed, evals.temperature, local=local).generator
 
 
-def _eval_engine(cfg: Config, comps: Components, tr: Trainer, device: str, threads: Threads, evals: EvalSpec,
-                 source: RolloutSource, here: EvalEngine | None) -> EvalEngine:
+def _eval_engine(
+    cfg: Config,
+    comps: Components,
+    tr: Trainer,
+    device: str,
+    threads: Threads,
+    evals: EvalSpec,
+    source: RolloutSource,
+    here: EvalEngine | None,
+) -> EvalEngine:
     """What the evaluation decodes with: the generator process's engine under the process transport (and,
     with `eval.split`, an engine over the trainer's model for its share: `split_share`), else `here`."""
     if not isinstance(source, ProcessRollouts):
@@ -153,8 +173,13 @@ def split_share(cfg: Config, threads: Threads, n_eval_threads: int, device: str)
 def _report_split(cfg: Config, task) -> None:
     """One line when a file's validation split is its default share (`task.val_size` unset)."""
     if cfg.task.type == "file" and cfg.task.val_size is None:
-        print(f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
-              f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
-              f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples"
-              + (f"; {cfg.task.shots} more shown as solved examples before each question (task.shots)"
-                 if cfg.task.shots else ""))
+        print(
+            f"task {task.name}: {task.train_size} training prompts, {task.val_size} held out for validation (a "
+            f"tenth of the distinct rows, at most {DEFAULT_VAL_SIZE}; task.val_size sets it); evaluation: "
+            f"{cfg.eval.prompts_for(task.val_size)} prompts x {cfg.eval.samples} samples"
+            + (
+                f"; {cfg.task.shots} more shown as solved examples before each question (task.shots)"
+                if cfg.task.shots
+                else ""
+            )
+        )

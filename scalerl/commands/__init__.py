@@ -13,8 +13,21 @@ import importlib.util
 
 # The import names of the `train` extra's packages (pyproject.toml; tests/project/test_light_install.py keeps the two
 # alike): what `train`, `generate`, `export` and `ablate` need beyond `pip install scalerl`, the forecaster.
-TRAIN_MODULES = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "math_verify", "reasoning_gym",
-                 "tqdm", "gguf", "accelerate", "peft", "psutil", "tensorboard")
+TRAIN_MODULES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "datasets",
+    "math_verify",
+    "reasoning_gym",
+    "tqdm",
+    "gguf",
+    "accelerate",
+    "peft",
+    "psutil",
+    "tensorboard",
+)
 
 
 def require_train(command: str) -> None:
@@ -25,5 +38,6 @@ def require_train(command: str) -> None:
     missing = [name for name in TRAIN_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise ScaleRLError(f"`scalerl {command}` needs the train extra ({shown} not installed): "
-                           "pip install 'scalerl[train]'")
+        raise ScaleRLError(
+            f"`scalerl {command}` needs the train extra ({shown} not installed): pip install 'scalerl[train]'"
+        )

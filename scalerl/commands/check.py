@@ -12,9 +12,14 @@ HELP = "is a run within the band of its configuration's committed runs (curve, e
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", type=Path, metavar="RUN", help="the run directory to check")
-    p.add_argument("--against", type=Path, required=True, metavar="DIR",
-                   help="one configuration's reference runs (<DIR>/seed<N>/ with metrics.jsonl, done.json), "
-                        "e.g. studies/default/base")
+    p.add_argument(
+        "--against",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="one configuration's reference runs (<DIR>/seed<N>/ with metrics.jsonl, done.json), "
+        "e.g. studies/default/base",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of lines")
 
 

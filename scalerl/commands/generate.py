@@ -12,8 +12,9 @@ HELP = "sample completions for a task's prompts with the rollout engine and prin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None,
-                   help="model name or checkpoint dir (sets model.name; default: the recipe's)")
+    p.add_argument(
+        "--model", default=None, help="model name or checkpoint dir (sets model.name; default: the recipe's)"
+    )
     p.add_argument("--task", default=None, help="task name (sets task.name; default: the recipe's)")
     p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
     p.add_argument("--prompts", type=int, default=4, help="how many prompts (default: %(default)s)")
@@ -30,8 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n < 1 or args.prompts < 1:
         raise ScaleRLError(f"--n ({args.n}) and --prompts ({args.prompts}) must be at least 1")
-    picked = [f"{key}={value}" for key, value in (("model.name", args.model), ("task.name", args.task))
-              if value is not None]
+    picked = [
+        f"{key}={value}" for key, value in (("model.name", args.model), ("task.name", args.task)) if value is not None
+    ]
     cfg = load_config(args.recipe, args.config, [*picked, *args.overrides])
     print(show(cfg, args))
     return 0
@@ -51,8 +53,9 @@ def show(cfg, args: argparse.Namespace) -> str:
         torch.set_num_threads(cfg.run.threads)
     model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=cfg.model.device)
     task = get_task(cfg.task, tokenizer)
-    prompts = (task.val_prompts(args.prompts) if args.split == "val"
-               else [task.train_prompt(i) for i in range(args.prompts)])
+    prompts = (
+        task.val_prompts(args.prompts) if args.split == "val" else [task.train_prompt(i) for i in range(args.prompts)]
+    )
     engine = build_engine(cfg, model, tokenizer, seed=args.seed, greedy=args.greedy)
     try:
         start = time.perf_counter()
@@ -68,8 +71,11 @@ def show(cfg, args: argparse.Namespace) -> str:
         reward.close()
     answered = [answer_section(c.text, task.answer_marker) is not None for c in completions]
     wrong = "wrong answer" if cfg.reward.function is None else "scored below reward.threshold"
-    return (format_samples(prompts, completions, scores, args.n, answered, wrong) + "\n"
-            + format_summary(completions, scores, seconds, cfg.model.name, task.name, answered))
+    return (
+        format_samples(prompts, completions, scores, args.n, answered, wrong)
+        + "\n"
+        + format_summary(completions, scores, seconds, cfg.model.name, task.name, answered)
+    )
 
 
 def format_samples(prompts, completions, scores, n: int, answered: list[bool], wrong: str = "wrong answer") -> str:
@@ -92,6 +98,8 @@ def format_summary(completions, scores, seconds: float, model: str, task: str, a
     rate = sum(s.passed for s in scores) / k
     cut = sum(c.truncated for c in completions) / k
     interrupted = sum(c.interrupted for c in completions) / k
-    return (f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "
-            f"no answer found in {missing:.1%}; truncated {cut:.1%}, interrupted {interrupted:.1%}; "
-            f"{tokens / seconds:.0f} tokens/s")
+    return (
+        f"\n{model} on {task}: pass rate {rate:.3f} over {k} completions; mean length {tokens / k:.1f} tokens; "
+        f"no answer found in {missing:.1%}; truncated {cut:.1%}, interrupted {interrupted:.1%}; "
+        f"{tokens / seconds:.0f} tokens/s"
+    )

@@ -13,11 +13,20 @@ DEFAULT_X = "compute/flops"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="run directory (metrics.jsonl), a folder of seed<N>/ runs (one configuration), or a "
-                        "study's results folder (<config>/seed<N>/)")
-    p.add_argument("--budget", type=float, required=True, metavar="C",
-                   help=f"the compute budget, in the units of --x (default x: {DEFAULT_X})")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="run directory (metrics.jsonl), a folder of seed<N>/ runs (one configuration), or a "
+        "study's results folder (<config>/seed<N>/)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        required=True,
+        metavar="C",
+        help=f"the compute budget, in the units of --x (default x: {DEFAULT_X})",
+    )
     add_reading_arguments(p)
     add_fitting_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a readable plan")

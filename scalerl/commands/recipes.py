@@ -13,8 +13,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print a recipe resolved over the defaults, as YAML")
     show.add_argument("name", help="recipe name (see `scalerl recipes`)")
     show.add_argument("--config", default=None, metavar="FILE", help="YAML config file applied over the recipe")
-    show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                      help="dotted override, e.g. --set loss.eps_max=8 (repeatable)")
+    show.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted override, e.g. --set loss.eps_max=8 (repeatable)",
+    )
 
 
 def summary(name: str) -> str:
@@ -22,11 +28,16 @@ def summary(name: str) -> str:
     from scalerl.configure import load_config
 
     cfg = load_config(name)
-    params = ",".join(f"{k}={v:g}" for k, v in cfg.loss.model_dump().items()
-                      if k not in ("type", "aggregation") and not (k == "kl_beta" and v == 0))
+    params = ",".join(
+        f"{k}={v:g}"
+        for k, v in cfg.loss.model_dump().items()
+        if k not in ("type", "aggregation") and not (k == "kl_beta" and v == 0)
+    )
     loss = f"{cfg.loss.type}({params})" if params else cfg.loss.type
-    return (f"{name:<10} loss={loss:<41} aggregation={cfg.loss.aggregation:<7} norm={cfg.advantage.norm:<7}"
-            f"mode={cfg.pipeline.mode}-{cfg.pipeline.k}")
+    return (
+        f"{name:<10} loss={loss:<41} aggregation={cfg.loss.aggregation:<7} norm={cfg.advantage.norm:<7}"
+        f"mode={cfg.pipeline.mode}-{cfg.pipeline.k}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,16 +35,21 @@ HELP = "follow a run's log while it is written and refit the forecast as evaluat
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="run directory, .jsonl / .csv log, or TensorBoard log folder")
-    p.add_argument("--every", type=float, default=30.0, metavar="SECONDS",
-                   help="look at the log this often (default: %(default)s)")
+    p.add_argument(
+        "--every", type=float, default=30.0, metavar="SECONDS", help="look at the log this often (default: %(default)s)"
+    )
     add_reading_arguments(p)
     add_fitting_arguments(p)
     p.add_argument("--plot", default=None, metavar="FILE.png", help="rewrite this plot at every refit")
     p.add_argument("--json", action="store_true", help="print one JSON object per refit (JSON lines)")
     add_decision_arguments(p)
-    p.add_argument("--on-stop", default=None, metavar="CMD",
-                   help="with --budget: when the stop rule fires, run this shell command once (e.g. 'kill -INT "
-                        "<trainer pid>' or 'touch STOP') and end the watch")
+    p.add_argument(
+        "--on-stop",
+        default=None,
+        metavar="CMD",
+        help="with --budget: when the stop rule fires, run this shell command once (e.g. 'kill -INT "
+        "<trainer pid>' or 'touch STOP') and end the watch",
+    )
 
 
 def _signature(path: Path) -> tuple:
@@ -90,10 +95,12 @@ def _show(args: argparse.Namespace, out: dict, n: int) -> None:
         return f" ({fmt(ci[name][0])} .. {fmt(ci[name][1])})" if ci.get(name) else ""
 
     ceiling = out.get("ceiling") or {}
-    a = (f"A >= {ceiling['lower_bound']:.3f} (not identified)" if ceiling.get("lower_bound") is not None
-         and not ceiling.get("identified") else f"A {out['A']:.3f}{band('A')}")
-    line = (f"[{time.strftime('%H:%M:%S')}] {n} evaluations: {a}, "
-            f"B {out['B']:.2f}{band('B', lambda v: f'{v:.2f}')}")
+    a = (
+        f"A >= {ceiling['lower_bound']:.3f} (not identified)"
+        if ceiling.get("lower_bound") is not None and not ceiling.get("identified")
+        else f"A {out['A']:.3f}{band('A')}"
+    )
+    line = f"[{time.strftime('%H:%M:%S')}] {n} evaluations: {a}, B {out['B']:.2f}{band('B', lambda v: f'{v:.2f}')}"
     if out.get("C_mid") is not None:
         line += f", C_mid {num(out['C_mid'])}{band('C_mid', num)}"
     lines = [line] + ([f"  {out['ceiling']['text']}"] if out.get("ceiling") else [])
@@ -170,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     # from the handler instead lost the signal whenever it landed in a garbage-collection callback
     # (matplotlib's weak references), where Python prints "Exception ignored" and carries on:
     # the watch then ran on. A second signal interrupts whatever is running.
-    stop: list[int] = []   # a plain flag: a lock taken in a signal handler can deadlock the thread it interrupts
+    stop: list[int] = []  # a plain flag: a lock taken in a signal handler can deadlock the thread it interrupts
 
     def _stop(signum, frame):
         if stop:

@@ -74,7 +74,6 @@ def section_of(annotation: Any) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, _Section) else None
 
 
-
 def lookup(data: dict, path: str) -> Any:
     node: Any = data
     for part in path.split("."):

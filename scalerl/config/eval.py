@@ -12,34 +12,56 @@ from scalerl.config.tasks import DEFAULT_VAL_SIZE, TaskPart, _expand_all
 
 class EvalConfig(_Section):
     schedule: Literal["geometric", "linear"] = Field(
-        "geometric", description="geometric: `count` evaluations spaced evenly in log-steps from fit_min_frac / 2 "
+        "geometric",
+        description="geometric: `count` evaluations spaced evenly in log-steps from fit_min_frac / 2 "
         "of run.max_steps (the rise before the fits' windows, which start at fit_min_frac of the final compute) to "
-        "the end; linear: every `every` steps")
-    count: int = Field(36, ge=2, description="evaluations after step 0 on the geometric schedule (fewer when "
-                       "run.max_steps is small: one per step at most); 36 put 15 or more inside the first half's fit "
-                       "window (a tenth to a half of the compute) on the default run (docs/default-run.md)")
+        "the end; linear: every `every` steps",
+    )
+    count: int = Field(
+        36,
+        ge=2,
+        description="evaluations after step 0 on the geometric schedule (fewer when "
+        "run.max_steps is small: one per step at most); 36 put 15 or more inside the first half's fit "
+        "window (a tenth to a half of the compute) on the default run (docs/default-run.md)",
+    )
     every: int = Field(5, ge=1, description="evaluate every N optimizer steps on the linear schedule")
     prompts: int | None = Field(
-        None, ge=1, description="validation prompts (<= task.val_size; none: the validation set, at most 512); 512 x 2 "
-                                "samples kept the default run's sampling error (val/pass_rate_se) at 0.012 or less "
-                                "on 8 seeds")
-    samples: int = Field(2, ge=1, description="samples per prompt: mean@k pass rate (2: many cheap evaluations "
-                         "rather than few dear ones, for the fits)")
+        None,
+        ge=1,
+        description="validation prompts (<= task.val_size; none: the validation set, at most 512); 512 x 2 "
+        "samples kept the default run's sampling error (val/pass_rate_se) at 0.012 or less "
+        "on 8 seeds",
+    )
+    samples: int = Field(
+        2,
+        ge=1,
+        description="samples per prompt: mean@k pass rate (2: many cheap evaluations "
+        "rather than few dear ones, for the fits)",
+    )
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
-    fit_min_frac: float = Field(0.1, ge=0, lt=1, description="the live forecast and the final fit leave out this "
-                                "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
-                                "first-half check always uses the frozen method's tenth (docs/forecasting.md)")
+    fit_min_frac: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="the live forecast and the final fit leave out this "
+        "first fraction of the compute (the paper: its first 1.5k of 16k GPU-hours); the "
+        "first-half check always uses the frozen method's tenth (docs/forecasting.md)",
+    )
     downstream: list[TaskPart] = Field(
-        default_factory=list, description="downstream sets from other distributions, each a task (or its short name, "
+        default_factory=list,
+        description="downstream sets from other distributions, each a task (or its short name, "
         "e.g. [arith-2x12, code-expr-4]): each evaluation also scores `downstream_prompts` of their validation prompts "
-        "and logs downstream/<name>/pass_rate")
+        "and logs downstream/<name>/pass_rate",
+    )
     downstream_prompts: int = Field(32, ge=1, description="validation prompts evaluated per downstream set")
     split: Literal["auto", "off"] = Field(
-        "auto", description="auto: where the generator process evaluates on its own threads only (a CPU, the process "
-                            "transport, a model under 20M parameters, weights decoded in their own dtype), the "
-                            "trainer's process decodes a share of the prompts at the same time with its own model, "
-                            "on the cores it would leave idle (scalerl.evaluate.SplitEvaluator); off: one engine "
-                            "evaluates every prompt")
+        "auto",
+        description="auto: where the generator process evaluates on its own threads only (a CPU, the process "
+        "transport, a model under 20M parameters, weights decoded in their own dtype), the "
+        "trainer's process decodes a share of the prompts at the same time with its own model, "
+        "on the cores it would leave idle (scalerl.evaluate.SplitEvaluator); off: one engine "
+        "evaluates every prompt",
+    )
 
     _split_off = field_validator("split", mode="before")(_yaml_off)
     _downstream = field_validator("downstream", mode="before")(_expand_all)

@@ -52,8 +52,10 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "num_generations": ("batch.generations", ""),
     "temperature": ("rollout.temperature", ""),
     "top_p": ("rollout.top_p", ""),
-    "per_device_train_batch_size": ("batch.prompts", "TRL counts completions, scalerl prompts: "
-                                                     "batch.prompts = completions / batch.generations"),
+    "per_device_train_batch_size": (
+        "batch.prompts",
+        "TRL counts completions, scalerl prompts: batch.prompts = completions / batch.generations",
+    ),
     "generation_batch_size": ("batch.prompts", "prompts x batch.generations completions per step"),
     "eval_steps": ("eval.every", ""),
     "eval.steps": ("eval.every", ""),
@@ -100,7 +102,7 @@ _VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer")
 
 
 def foreign_key(path: str) -> str | None:
-    """"verl's name; in scalerl it is <key> (<note>)" for a TRL or verl key (`FOREIGN_KEYS`); None if unknown."""
+    """ "verl's name; in scalerl it is <key> (<note>)" for a TRL or verl key (`FOREIGN_KEYS`); None if unknown."""
     found = FOREIGN_KEYS.get(path) or FOREIGN_KEYS.get(path.rsplit(".", 1)[-1])
     if found is None:
         return None
@@ -119,18 +121,23 @@ def _suggest(path: str) -> str:
 
 
 def _unknown_key(path: str, cls: type[BaseModel], source: str, value: Any = None) -> ScaleRLError:
-    for key in [path, *leaf_keys(value, path + ".")]:   # a nested verl key is unknown at its first part
+    for key in [path, *leaf_keys(value, path + ".")]:  # a nested verl key is unknown at its first part
         ours = foreign_key(key)
         if ours is not None:
             return ScaleRLError(f"{source}: unknown config key '{key}': {ours}")
     parent = path.rsplit(".", 1)[0] if "." in path else ""
     if "type" in cls.model_fields and parent:
-        owners = [tag for tag, var in (variants_of(_parent_annotation(parent)) or {}).items()
-                  if path.rsplit(".", 1)[-1] in var.model_fields]
+        owners = [
+            tag
+            for tag, var in (variants_of(_parent_annotation(parent)) or {}).items()
+            if path.rsplit(".", 1)[-1] in var.model_fields
+        ]
         if owners:
             tag = cls.model_fields["type"].default
-            return ScaleRLError(f"{source}: '{path}' is not a field of {parent} type {tag!r} (it belongs to type "
-                                f"{', '.join(owners)}; set {parent}.type first, e.g. --set {parent}.type={owners[0]})")
+            return ScaleRLError(
+                f"{source}: '{path}' is not a field of {parent} type {tag!r} (it belongs to type "
+                f"{', '.join(owners)}; set {parent}.type first, e.g. --set {parent}.type={owners[0]})"
+            )
     return ScaleRLError(f"{source}: unknown config key '{path}'{_suggest(path)}")
 
 
@@ -151,7 +158,7 @@ def _switch_variant(current: dict, new_tag: str, variants: dict[str, type[BaseMo
         more = f"; did you mean {hint[0]!r}?" if hint else ""
         raise ScaleRLError(f"{source}: {path}.type = {new_tag!r} is not one of {', '.join(variants)}{more}")
     shared = set.intersection(*(set(v.model_fields) for v in variants.values())) - {"type"}
-    fresh = variants[new_tag].model_construct().model_dump(mode="json")   # checked once all layers are in
+    fresh = variants[new_tag].model_construct().model_dump(mode="json")  # checked once all layers are in
     fresh.update({k: current[k] for k in shared if k in current})
     return fresh
 
@@ -165,7 +172,7 @@ def merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str
     for key, value in patch.items():
         path = f"{prefix}{key}"
         if key not in cls.model_fields:
-            spread = getattr(cls, "spread", None)          # a mix: a field of its parts, set on each that has it
+            spread = getattr(cls, "spread", None)  # a mix: a field of its parts, set on each that has it
             spread_out = spread(out, key, value) if spread is not None else None
             if spread_out is None:
                 raise _unknown_key(path, cls, source, value)
@@ -175,7 +182,7 @@ def merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str
         variants, section = variants_of(annotation), section_of(annotation)
         if variants is not None:
             value = _expand(value, variants, path, source)
-            if isinstance(value, str):          # `--set loss=gspo` is `--set loss.type=gspo`
+            if isinstance(value, str):  # `--set loss=gspo` is `--set loss.type=gspo`
                 value = {"type": value}
             if not isinstance(value, dict):
                 raise ScaleRLError(f"{source}: {path} must be a mapping with a `type` key, got {value!r}")
@@ -184,12 +191,12 @@ def merge(base: dict, patch: Any, cls: type[BaseModel], source: str, prefix: str
             if tag != current["type"]:
                 current = _switch_variant(current, tag, variants, path, source)
             out[key] = merge(current, value, variants[tag], source, path + ".")
-        elif section is not None and value is None and _nullable(annotation):   # `--set model.lora=null`
+        elif section is not None and value is None and _nullable(annotation):  # `--set model.lora=null`
             out[key] = None
         elif section is not None:
             current = out[key] if out[key] is not None else section().model_dump(mode="json")
             out[key] = merge(current, value, section, source, path + ".")
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):   # a free mapping (task.options)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):  # a free mapping (task.options)
             out[key] = {**out[key], **value}
         else:
             out[key] = value
@@ -217,16 +224,15 @@ def leaf_keys(patch: Any, prefix: str = "") -> list[str]:
 def _loc(loc: tuple) -> str:
     """Dotted path of a pydantic error location, without union tags (`loss.cispo.eps_max`)."""
     parts: list[str] = []
-    node: Any = Config                  # a section class, a {tag: class} dict, or None
+    node: Any = Config  # a section class, a {tag: class} dict, or None
     for item in loc:
-        if isinstance(node, dict):      # the tag of a discriminated union
+        if isinstance(node, dict):  # the tag of a discriminated union
             node = node.get(item)
             continue
         parts.append(str(item))
         field = node.model_fields.get(item) if node is not None and isinstance(item, str) else None
         node = None if field is None else (variants_of(field.annotation) or section_of(field.annotation))
     return ".".join(parts)
-
 
 
 def validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Config:
@@ -242,8 +248,13 @@ def validate(data: dict, source: str | typing.Callable[[str, str], str]) -> Conf
             path = _loc(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             value = lookup(data, path)
-            text = (f"{path} = {value!r}: {msg}" if path and not isinstance(value, dict) else
-                    f"{path}: {msg}" if path else msg)
+            text = (
+                f"{path} = {value!r}: {msg}"
+                if path and not isinstance(value, dict)
+                else f"{path}: {msg}"
+                if path
+                else msg
+            )
             msgs.append((blame(path, msg), text))
         sources = list(dict.fromkeys(s for s, _ in msgs))
         raise ScaleRLError("; ".join(f"{s}: " + "; ".join(t for s2, t in msgs if s2 == s) for s in sources)) from None
@@ -266,7 +277,6 @@ def blamer(layers: list[tuple[str, dict]], default: str) -> typing.Callable[[str
         return default
 
     return blame
-
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -296,8 +306,7 @@ def parse_override(text: str) -> dict:
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
-        value = raw                             # a plain string such as a path with a colon
+        value = raw  # a plain string such as a path with a colon
     for part in reversed(key.split(".")):
         value = {part: value}
     return value
-

@@ -28,7 +28,6 @@ def recipe_path(name: str) -> Path:
     return path
 
 
-
 def dump_config(cfg: Config) -> str:
     """The resolved config as YAML; `load_config(config_file=...)` (scalerl.configure) reads it back to the
     same Config."""

@@ -5,9 +5,11 @@ file, a Python file): `shorthand` reads one as a task's type and fields, `task_n
 from __future__ import annotations
 
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-SHORTHANDS = ("arith, arith-easy, arith-<D>, arith-<K>x<D>, code-expr, code-expr-<D>, file, code, python, "
-              "rg:<dataset>, rg:<a>,<b>,..., a mix <a>,<b>,..., a data file (.jsonl, .json, .csv, .parquet) or a "
-              "Python file (.py[:<Class>])")
+SHORTHANDS = (
+    "arith, arith-easy, arith-<D>, arith-<K>x<D>, code-expr, code-expr-<D>, file, code, python, "
+    "rg:<dataset>, rg:<a>,<b>,..., a mix <a>,<b>,..., a data file (.jsonl, .json, .csv, .parquet) or a "
+    "Python file (.py[:<Class>])"
+)
 
 
 def shorthand(name: str) -> dict:
@@ -19,14 +21,16 @@ def shorthand(name: str) -> dict:
     if "," in name:
         parts = [n.strip() for n in name.split(",")]
         if any(not n or n.startswith("rg:") for n in parts):
-            raise ValueError(f"task.name {name!r}: expected built-in, 'code' or 'file' parts separated by commas (a "
-                             "reasoning-gym mix is 'rg:<a>,<b>')")
+            raise ValueError(
+                f"task.name {name!r}: expected built-in, 'code' or 'file' parts separated by commas (a "
+                "reasoning-gym mix is 'rg:<a>,<b>')"
+            )
         return {"type": "mix", "parts": [shorthand(n) for n in parts]}
     if name in ("file", "code", "python"):
         return {"type": name}
-    if name.lower().endswith(FILE_SUFFIXES):                 # a data file: task.name=data.jsonl
+    if name.lower().endswith(FILE_SUFFIXES):  # a data file: task.name=data.jsonl
         return {"type": "file", "path": name}
-    if name.endswith(".py") or ".py:" in name:                # the user's class: task.name=my_task.py:Class
+    if name.endswith(".py") or ".py:" in name:  # the user's class: task.name=my_task.py:Class
         return {"type": "python", "path": name}
     if name == "code-expr" or name.startswith("code-expr-"):
         depth = name.removeprefix("code-expr").removeprefix("-")

@@ -18,8 +18,8 @@ from scalerl.config.base import _Section
 from scalerl.config.task_names import shorthand, task_name
 from scalerl.errors import ScaleRLError
 
-DEFAULT_VAL_SIZE = 512        # validation prompts of a generated task, and the most a file's share holds out
-COLUMN_ROLES = ("prompt", "answer")   # the keys of task.columns
+DEFAULT_VAL_SIZE = 512  # validation prompts of a generated task, and the most a file's share holds out
+COLUMN_ROLES = ("prompt", "answer")  # the keys of task.columns
 
 
 def _positive_weights(weights: list[float] | None) -> None:
@@ -32,7 +32,7 @@ class _TaskKind(_Section):
     registers (`module`, scalerl.tasks.registry), read back from a `task.name` shorthand (`expand_task`)."""
 
     module: ClassVar[str] = "scalerl.tasks"
-    type: str = Field("", description="the kind of task")   # each kind's own literal (first in a dump)
+    type: str = Field("", description="the kind of task")  # each kind's own literal (first in a dump)
 
     @property
     def name(self) -> str:
@@ -48,17 +48,25 @@ class _Generated(_TaskKind):
     """Fields of every task but a mix: the pool, the held-out set, the seed, the answer's place."""
 
     train_size: int | None = Field(
-        None, ge=1, description="training pool size, traversed in epochs (none: 4096 for a built-in task, 1024 for a "
-                                "reasoning-gym one, every distinct row of a file)")
+        None,
+        ge=1,
+        description="training pool size, traversed in epochs (none: 4096 for a built-in task, 1024 for a "
+        "reasoning-gym one, every distinct row of a file)",
+    )
     val_size: int | None = Field(
-        None, ge=1, description="held-out validation prompts, disjoint from the training pool (none: 512; for a file, "
-                                "a tenth of its distinct rows, at least 1, at most 512)")
+        None,
+        ge=1,
+        description="held-out validation prompts, disjoint from the training pool (none: 512; for a file, "
+        "a tenth of its distinct rows, at least 1, at most 512)",
+    )
     seed: int = Field(0, description="seed of the task generator / split")
     answer_marker: str | None = Field(
-        None, description="where the checker reads the answer: after the last '</think>' (or 'Answer:', ...); an "
-                          "opening tag such as '<answer>' or '\\boxed{}' reads the content of the last one; a "
-                          "completion without it fails (none: the task's own: '<answer>' for a file, rg and a python "
-                          "task, '</think>' for arith, code and code_expr)")
+        None,
+        description="where the checker reads the answer: after the last '</think>' (or 'Answer:', ...); an "
+        "opening tag such as '<answer>' or '\\boxed{}' reads the content of the last one; a "
+        "completion without it fails (none: the task's own: '<answer>' for a file, rg and a python "
+        "task, '</think>' for arith, code and code_expr)",
+    )
 
     @model_validator(mode="after")
     def _marker(self) -> _Generated:
@@ -72,35 +80,44 @@ class _Read(_Generated):
     length rule and the answer instruction apply."""
 
     answer_instruction: str | None = Field(
-        "auto", description="what the prompt says about where the answer goes (an rg task: only without a chat "
-                            "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
-                            "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
-                            "instruct model (chat template) gets it in a system turn, any other model before the "
-                            "question")
+        "auto",
+        description="what the prompt says about where the answer goes (an rg task: only without a chat "
+        "template): 'auto' asks for answer_marker's format (e.g. 'Put only your final answer "
+        "between <answer> and </answer> tags'); any other text is used as it is; null: none. An "
+        "instruct model (chat template) gets it in a system turn, any other model before the "
+        "question",
+    )
     max_prompt_tokens: int | None = Field(
-        None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)")
-    overlong: Literal["skip", "refuse"] = Field("skip", description="prompts over max_prompt_tokens: skip and count "
-                                                                    "them, or refuse the task")
+        None, ge=1, description="longest prompt in tokens (none: the model's context minus rollout.max_new_tokens)"
+    )
+    overlong: Literal["skip", "refuse"] = Field(
+        "skip", description="prompts over max_prompt_tokens: skip and count them, or refuse the task"
+    )
 
     @model_validator(mode="after")
     def _instruction(self) -> _Read:
         if self.answer_instruction is not None and not self.answer_instruction.strip():
-            raise ValueError(f"answer_instruction = {self.answer_instruction!r}: expected text, 'auto', or null to "
-                             "turn the instruction off")
+            raise ValueError(
+                f"answer_instruction = {self.answer_instruction!r}: expected text, 'auto', or null to "
+                "turn the instruction off"
+            )
         return self
 
 
 class _NeedsPath(_Read):
     """A task read from `path`."""
 
-    path_help: ClassVar[str] = ""      # what `path` is for this kind, in the error when it is missing
-    path: str | None = Field(None, description="where the task comes from: file: a JSONL/JSON/CSV/parquet file, a "
-                                               "folder saved by datasets' save_to_disk, or a Hugging Face Hub dataset "
-                                               "id, with prompt/answer (or problem/answer) columns, or those named in "
-                                               "`columns`; code: a JSONL of prompts with tests (examples/code-tasks."
-                                               "jsonl); python: '<file.py>', '<file.py>:<Class>' or '<module>:<Class>'"
-                                               " (examples/custom_task.py; a file alone: its one class with prompts "
-                                               "and check)")
+    path_help: ClassVar[str] = ""  # what `path` is for this kind, in the error when it is missing
+    path: str | None = Field(
+        None,
+        description="where the task comes from: file: a JSONL/JSON/CSV/parquet file, a "
+        "folder saved by datasets' save_to_disk, or a Hugging Face Hub dataset "
+        "id, with prompt/answer (or problem/answer) columns, or those named in "
+        "`columns`; code: a JSONL of prompts with tests (examples/code-tasks."
+        "jsonl); python: '<file.py>', '<file.py>:<Class>' or '<module>:<Class>'"
+        " (examples/custom_task.py; a file alone: its one class with prompts "
+        "and check)",
+    )
 
     @model_validator(mode="after")
     def _path(self) -> _NeedsPath:
@@ -109,9 +126,11 @@ class _NeedsPath(_Read):
         return self
 
 
-_SHOTS = ("instruct models: solved examples shown as earlier chat turns before each question (only the answer, "
-          "written where the checker reads it), for small models that do not follow the format otherwise; drawn "
-          "apart from the pool and the validation set")
+_SHOTS = (
+    "instruct models: solved examples shown as earlier chat turns before each question (only the answer, "
+    "written where the checker reads it), for small models that do not follow the format otherwise; drawn "
+    "apart from the pool and the validation set"
+)
 
 
 class ArithTaskConfig(_Generated):
@@ -119,9 +138,12 @@ class ArithTaskConfig(_Generated):
 
     module: ClassVar[str] = "scalerl.tasks.arith"
     type: Literal["arith"] = Field("arith", description="built-in addition (scalerl.tasks.arith)")
-    problems: str = Field("arith", description="the problem set: arith (the default ladder), arith-easy, arith-358, "
-                                               "arith-2to7, arith-tail, arith-mixed, arith-<D> or arith-<K>x<D> (K "
-                                               "operands of D digits)")
+    problems: str = Field(
+        "arith",
+        description="the problem set: arith (the default ladder), arith-easy, arith-358, "
+        "arith-2to7, arith-tail, arith-mixed, arith-<D> or arith-<K>x<D> (K "
+        "operands of D digits)",
+    )
 
 
 class CodeExprTaskConfig(_Generated):
@@ -136,21 +158,27 @@ class FileTaskConfig(_NeedsPath):
     """A user dataset (scalerl.tasks.files)."""
 
     module: ClassVar[str] = "scalerl.tasks.files"
-    path_help: ClassVar[str] = ("a JSONL, JSON, CSV or parquet file, a folder saved by datasets' save_to_disk, or a "
-                                "Hub dataset id")
-    type: Literal["file"] = Field("file", description="prompts and answers read from a file or dataset "
-                                                      "(scalerl.tasks.files)")
+    path_help: ClassVar[str] = (
+        "a JSONL, JSON, CSV or parquet file, a folder saved by datasets' save_to_disk, or a Hub dataset id"
+    )
+    type: Literal["file"] = Field(
+        "file", description="prompts and answers read from a file or dataset (scalerl.tasks.files)"
+    )
     columns: dict[str, str] = Field(
-        default_factory=dict, description="the file's column names for prompt and answer, e.g. {prompt: question, "
-                                          "answer: solution} (none: prompt or problem, and answer)")
+        default_factory=dict,
+        description="the file's column names for prompt and answer, e.g. {prompt: question, "
+        "answer: solution} (none: prompt or problem, and answer)",
+    )
     shots: int = Field(0, ge=0, le=8, description=_SHOTS + " (the file's first rows in content-hash order)")
 
     @model_validator(mode="after")
     def _columns(self) -> FileTaskConfig:
         unknown = sorted(set(self.columns) - set(COLUMN_ROLES))
         if unknown:
-            raise ValueError(f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "
-                             f"{{prompt: <column>, answer: <column>}})")
+            raise ValueError(
+                f"columns: {', '.join(unknown)} is not one of {', '.join(COLUMN_ROLES)} (expected "
+                f"{{prompt: <column>, answer: <column>}})"
+            )
         return self
 
 
@@ -167,15 +195,18 @@ class RgTaskConfig(_Read):
 
     module: ClassVar[str] = "scalerl.tasks.rg"
     type: Literal["rg"] = Field("rg", description="reasoning-gym datasets (scalerl.tasks.rg)")
-    datasets: list[str] = Field(default_factory=list, description="reasoning-gym dataset names, e.g. [chain_sum]; "
-                                                                  "more than one: a weighted mix")
+    datasets: list[str] = Field(
+        default_factory=list, description="reasoning-gym dataset names, e.g. [chain_sum]; more than one: a weighted mix"
+    )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="dataset options (e.g. {min_terms: 2}); for a mix, {<dataset>: {options}} "
-                                          "per dataset")
+        default_factory=dict,
+        description="dataset options (e.g. {min_terms: 2}); for a mix, {<dataset>: {options}} per dataset",
+    )
     weights: list[float] | None = Field(None, description="mix weights, one per dataset (none: equal)")
     shots: int = Field(0, ge=0, le=8, description=_SHOTS)
     system_prompt: str | None = Field(
-        None, description="system turn for instruct models (none: reasoning-gym's 'default')")
+        None, description="system turn for instruct models (none: reasoning-gym's 'default')"
+    )
 
     @model_validator(mode="after")
     def _named(self) -> RgTaskConfig:
@@ -190,8 +221,9 @@ class PythonTaskConfig(_NeedsPath):
 
     module: ClassVar[str] = "scalerl.tasks.user"
     path_help: ClassVar[str] = "a Python file with a task class, see examples/custom_task.py"
-    type: Literal["python"] = Field("python", description="a class of the user's that yields prompts and checks "
-                                                          "answers (scalerl.tasks.user)")
+    type: Literal["python"] = Field(
+        "python", description="a class of the user's that yields prompts and checks answers (scalerl.tasks.user)"
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the class")
 
 
@@ -203,10 +235,13 @@ class MixTaskConfig(_TaskKind):
     """A weighted mix of tasks from different domains (scalerl.tasks.mix)."""
 
     module: ClassVar[str] = "scalerl.tasks.mix"
-    type: Literal["mix"] = Field("mix", description="a weighted mix of tasks, per-domain pass rates "
-                                                    "(scalerl.tasks.mix)")
-    parts: list[TaskPart] = Field(default_factory=list, description="the mixed tasks, each a task of its own type "
-                                                                     "(shorthand: task.name=arith,code-expr)")
+    type: Literal["mix"] = Field(
+        "mix", description="a weighted mix of tasks, per-domain pass rates (scalerl.tasks.mix)"
+    )
+    parts: list[TaskPart] = Field(
+        default_factory=list,
+        description="the mixed tasks, each a task of its own type (shorthand: task.name=arith,code-expr)",
+    )
     weights: list[float] | None = Field(None, description="the parts' shares of the training pool (none: equal)")
     seed: int = Field(0, description="seed of the pool's order")
     train_size: int | None = Field(None, ge=1, description="training pool size (none: the parts' together)")
@@ -234,19 +269,42 @@ class MixTaskConfig(_TaskKind):
 
 
 # The kinds of task, in the order the schema lists them (the reference page, `task.type`'s help): the one list.
-TASK_KINDS: dict[str, type[_TaskKind]] = {c.model_fields["type"].default: c for c in (
-    ArithTaskConfig, CodeExprTaskConfig, FileTaskConfig, CodeTaskConfig, RgTaskConfig, MixTaskConfig, PythonTaskConfig)}
-TaskConfig = Annotated[Union[tuple(TASK_KINDS.values())], Field(discriminator="type")]   # type: ignore[valid-type]
-TaskPart = Annotated[Union[tuple(c for c in TASK_KINDS.values() if c is not MixTaskConfig)],  # type: ignore[valid-type]
-                     Field(discriminator="type")]
-MixTaskConfig.model_rebuild()      # its parts are `TaskPart`, defined from the kinds above
+TASK_KINDS: dict[str, type[_TaskKind]] = {
+    c.model_fields["type"].default: c
+    for c in (
+        ArithTaskConfig,
+        CodeExprTaskConfig,
+        FileTaskConfig,
+        CodeTaskConfig,
+        RgTaskConfig,
+        MixTaskConfig,
+        PythonTaskConfig,
+    )
+}
+TaskConfig = Annotated[Union[tuple(TASK_KINDS.values())], Field(discriminator="type")]  # type: ignore[valid-type]
+TaskPart = Annotated[
+    Union[tuple(c for c in TASK_KINDS.values() if c is not MixTaskConfig)],  # type: ignore[valid-type]
+    Field(discriminator="type"),
+]
+MixTaskConfig.model_rebuild()  # its parts are `TaskPart`, defined from the kinds above
 _TASK_ADAPTER: TypeAdapter = TypeAdapter(TaskConfig)
 
 # the flat task section of old (one class of 14 fields): its defaults, dropped where they do not apply
 LEGACY_DEFAULTS: dict[str, Any] = {
-    "path": None, "columns": {}, "train_size": None, "val_size": None, "seed": 0, "options": {}, "weights": None,
-    "shots": 0, "system_prompt": None, "answer_marker": None, "answer_instruction": "auto",
-    "max_prompt_tokens": None, "overlong": "skip"}
+    "path": None,
+    "columns": {},
+    "train_size": None,
+    "val_size": None,
+    "seed": 0,
+    "options": {},
+    "weights": None,
+    "shots": 0,
+    "system_prompt": None,
+    "answer_marker": None,
+    "answer_instruction": "auto",
+    "max_prompt_tokens": None,
+    "overlong": "skip",
+}
 
 
 def expand_task(value: Any) -> Any:
@@ -258,8 +316,10 @@ def expand_task(value: Any) -> Any:
     if not isinstance(value, dict) or "name" not in value:
         return value
     if "type" in value:
-        raise ValueError(f"task.name ({value['name']!r}) and task.type ({value['type']!r}) together: give one (the "
-                         "name is the short form of a type and its fields)")
+        raise ValueError(
+            f"task.name ({value['name']!r}) and task.type ({value['type']!r}) together: give one (the "
+            "name is the short form of a type and its fields)"
+        )
     rest = {k: v for k, v in value.items() if k != "name"}
     kind = shorthand(value["name"])
     if kind["type"] != "mix":
@@ -300,6 +360,10 @@ def task_config(value: Any = None, **fields: Any) -> TaskConfig:
 
 def _one_line(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"task.{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg'].removeprefix('Value error, ')}"
-                         .replace("task.: ", "task: ") for e in exc.errors())
+        return "; ".join(
+            f"task.{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg'].removeprefix('Value error, ')}".replace(
+                "task.: ", "task: "
+            )
+            for e in exc.errors()
+        )
     return str(exc)

@@ -52,16 +52,23 @@ log = logging.getLogger(__name__)
 class ForecastCallback(TrainerCallback):
     """Refit the compute-performance curve at each evaluation and log the forecast; see the module."""
 
-    def __init__(self, metric: str = "eval_reward", budget: float | None = None, stop: bool = False,
-                 stop_below: float = SEED_MARGIN, compute: Callable | None = None,
-                 fit_min_frac: float = SPEC.fit_min_frac, trainer=None):
+    def __init__(
+        self,
+        metric: str = "eval_reward",
+        budget: float | None = None,
+        stop: bool = False,
+        stop_below: float = SEED_MARGIN,
+        compute: Callable | None = None,
+        fit_min_frac: float = SPEC.fit_min_frac,
+        trainer=None,
+    ):
         self.metric, self.budget, self.stop, self.stop_below = metric, budget, stop, stop_below
         self.compute = compute or (lambda state: float(state.global_step))
         self.fit_min_frac, self.trainer = fit_min_frac, trainer
         self.x: list[float] = []
         self.y: list[float] = []
-        self.last: dict = {}          # the values logged at the last refit
-        self.fit = None               # the last FitResult
+        self.last: dict = {}  # the values logged at the last refit
+        self.fit = None  # the last FitResult
         self.stopped_at: float | None = None
         self._said_identified: bool | None = None
 
@@ -75,8 +82,10 @@ class ForecastCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         metrics = metrics or {}
         if self.metric not in metrics:
-            raise ScaleRLError(f"ForecastCallback: no {self.metric!r} among the evaluation metrics "
-                               f"({', '.join(sorted(metrics)) or 'none'}); pass metric=<one of them>")
+            raise ScaleRLError(
+                f"ForecastCallback: no {self.metric!r} among the evaluation metrics "
+                f"({', '.join(sorted(metrics)) or 'none'}); pass metric=<one of them>"
+            )
         self.x.append(float(self.compute(state)))
         self.y.append(float(metrics[self.metric]))
         values = self.refit(args, state)
@@ -100,19 +109,32 @@ class ForecastCallback(TrainerCallback):
         now = max(self.x)
         look = outlook(self.x, self.y, fit)
         lo, hi = fit.ci["A"]
-        out = {"forecast/A": fit.A, "forecast/A_lo": lo, "forecast/A_hi": hi, "forecast/B": fit.B,
-               "forecast/C_mid": fit.C_mid, "forecast/identified": float(look.identified)}
+        out = {
+            "forecast/A": fit.A,
+            "forecast/A_lo": lo,
+            "forecast/A_hi": hi,
+            "forecast/B": fit.B,
+            "forecast/C_mid": fit.C_mid,
+            "forecast/identified": float(look.identified),
+        }
         if not look.identified and look.ident["lower_bound"] is not None:
             out["forecast/A_lower_bound"] = look.ident["lower_bound"]
         for m in (2, 10):
             g = look.gain(now, m * now)
-            out.update({f"forecast/gain_{m}x": g["gain"], f"forecast/gain_{m}x_lo": g["lo"],
-                        f"forecast/gain_{m}x_hi": g["hi"]})
+            out.update(
+                {f"forecast/gain_{m}x": g["gain"], f"forecast/gain_{m}x_lo": g["lo"], f"forecast/gain_{m}x_hi": g["hi"]}
+            )
         budget = self.budget if self.budget is not None else (float(args.max_steps) if args.max_steps > 0 else None)
         if budget is not None:
             d = outlook_stop(look, now, budget, self.stop_below)
-            out.update({"forecast/gain_to_budget": d["gain"], "forecast/gain_to_budget_lo": d["lo"],
-                        "forecast/gain_to_budget_hi": d["hi"], "forecast/stop": float(d["stop"])})
+            out.update(
+                {
+                    "forecast/gain_to_budget": d["gain"],
+                    "forecast/gain_to_budget_lo": d["lo"],
+                    "forecast/gain_to_budget_hi": d["hi"],
+                    "forecast/stop": float(d["stop"]),
+                }
+            )
         if look.identified != self._said_identified:
             log.info("ForecastCallback at step %s: %s", state.global_step, look.ident["reason"])
             self._said_identified = look.identified
@@ -121,6 +143,6 @@ class ForecastCallback(TrainerCallback):
 
     def _log(self, state, values: dict) -> None:
         if self.trainer is not None:
-            self.trainer.log(dict(values))        # every logger the trainer reports to
-        else:                                     # not attached: the trainer's history only
+            self.trainer.log(dict(values))  # every logger the trainer reports to
+        else:  # not attached: the trainer's history only
             state.log_history.append({**values, "step": state.global_step})

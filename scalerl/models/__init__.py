@@ -50,10 +50,21 @@ from pathlib import Path
 
 from scalerl.errors import ScaleRLError
 
-MODEL_NAMES = ("ladder-1m", "ladder-2m", "ladder-4m", "ladder-code-1m", "tiny", "tiny-random", "tiny-order", "small",
-               "small-order", "smollm2-135m", "smollm2-shape-random")
-CHAR_TOKENIZER_MODELS = MODEL_NAMES[:9]   # the built-in models: the character tokenizer of scalerl.models.tiny
-LADDER_NAMES = MODEL_NAMES[:4]             # the ladder testbed's models (scalerl.models.tiny.LADDER_MODELS)
+MODEL_NAMES = (
+    "ladder-1m",
+    "ladder-2m",
+    "ladder-4m",
+    "ladder-code-1m",
+    "tiny",
+    "tiny-random",
+    "tiny-order",
+    "small",
+    "small-order",
+    "smollm2-135m",
+    "smollm2-shape-random",
+)
+CHAR_TOKENIZER_MODELS = MODEL_NAMES[:9]  # the built-in models: the character tokenizer of scalerl.models.tiny
+LADDER_NAMES = MODEL_NAMES[:4]  # the ladder testbed's models (scalerl.models.tiny.LADDER_MODELS)
 DTYPES = ("fp32", "bf16")
 
 
@@ -78,7 +89,7 @@ def load_model(name: str, dtype: str = "fp32", device: str = "cpu"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()   # "Loading weights" bars at every load, the generator's included
+        hf_logging.disable_progress_bar()  # "Loading weights" bars at every load, the generator's included
         path = checkpoint_dir(name)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
@@ -95,20 +106,24 @@ def run_checkpoint(name: str) -> tuple[str, Path] | None:
     path = Path(name).expanduser()
     if (path / "config.json").is_file() or not path.is_dir():
         return None
-    if (path / CONFIG_FILE).is_file():   # a run directory
+    if (path / CONFIG_FILE).is_file():  # a run directory
         from scalerl.run.checkpoint import latest_checkpoint
 
         newest = latest_checkpoint(path)
         if newest is None:
-            raise ScaleRLError(f"model {name!r}: a run directory without a finished checkpoint "
-                               f"(nothing under {path / CHECKPOINT_DIR} has a state.json)")
+            raise ScaleRLError(
+                f"model {name!r}: a run directory without a finished checkpoint "
+                f"(nothing under {path / CHECKPOINT_DIR} has a state.json)"
+            )
         path = newest
     if not ((path / "model.safetensors").is_file() and (path / "state.json").is_file()):
         return None
     run = path.parent.parent
     if not (run / CONFIG_FILE).is_file():
-        raise ScaleRLError(f"model {name!r}: a scalerl checkpoint outside its run directory ({run / CONFIG_FILE} "
-                           "is missing: it names the model the weights belong to)")
+        raise ScaleRLError(
+            f"model {name!r}: a scalerl checkpoint outside its run directory ({run / CONFIG_FILE} "
+            "is missing: it names the model the weights belong to)"
+        )
     return str(read_run_config(run)["model"]["name"]), path / "model.safetensors"
 
 
@@ -130,8 +145,9 @@ def _load_trained(model, weights: Path) -> None:
     try:
         load_weights(model, str(weights))
     except (RuntimeError, OSError, ValueError, SafetensorError) as exc:
-        raise ScaleRLError(f"{weights}: cannot be loaded into its run's model "
-                           f"({' '.join(str(exc).split())[:160]})") from None
+        raise ScaleRLError(
+            f"{weights}: cannot be loaded into its run's model ({' '.join(str(exc).split())[:160]})"
+        ) from None
 
 
 FP32_BUFFERS = ("inv_freq", "original_inv_freq")  # RoPE frequencies: kept fp32 in a bf16 model
@@ -162,15 +178,20 @@ def checkpoint_dir(name: str, build: bool = True) -> Path | None:
         from scalerl.models.warmstart import WarmStartSettings
 
         settings = WarmStartSettings()
-        return cached_build(build_key(name, tiny.build_spec(settings, name)),
-                            lambda d: tiny.build_tiny(d, settings, shape=name), build_missing=build)
+        return cached_build(
+            build_key(name, tiny.build_spec(settings, name)),
+            lambda d: tiny.build_tiny(d, settings, shape=name),
+            build_missing=build,
+        )
     if name in ("tiny-order", "small-order"):
         from scalerl.models import tiny
 
         settings, share, shape = tiny.order_settings(), tiny.WRONG_ORDER_SHARE, name.removesuffix("-order")
-        return cached_build(build_key(name, tiny.build_spec(settings, shape, share)),
-                            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share),
-                            build_missing=build)
+        return cached_build(
+            build_key(name, tiny.build_spec(settings, shape, share)),
+            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share),
+            build_missing=build,
+        )
     if name in SHIPPED and not os.environ.get(REBUILD_ENV):
         return shipped_dir(name)
     if name in LADDER_NAMES:
@@ -179,8 +200,11 @@ def checkpoint_dir(name: str, build: bool = True) -> Path | None:
         settings, share, shape = tiny.ladder_settings(), tiny.WRONG_ORDER_SHARE, tiny.LADDER_MODELS[name]
         warm = tiny.WARM_TASKS.get(name, tiny.LADDER_WARM_TASK)
         spec = tiny.build_spec(settings, shape, share, warm)
-        return cached_build(build_key(name, spec), lambda d: tiny.build_tiny(
-            d, settings, shape=shape, wrong_order_share=share, warm_task=warm), build_missing=build)
+        return cached_build(
+            build_key(name, spec),
+            lambda d: tiny.build_tiny(d, settings, shape=shape, wrong_order_share=share, warm_task=warm),
+            build_missing=build,
+        )
     if name == "smollm2-135m":
         from scalerl.models import smollm2
 
@@ -188,7 +212,7 @@ def checkpoint_dir(name: str, build: bool = True) -> Path | None:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path
-    if HUB_ID.fullmatch(name) and not Path(name.split("/")[0]).exists():   # runs/typo stays a path
+    if HUB_ID.fullmatch(name) and not Path(name.split("/")[0]).exists():  # runs/typo stays a path
         return hub_snapshot(name)
     raise ScaleRLError(
         f"model {name!r}: not a known model name ({', '.join(MODEL_NAMES)}), a Hugging Face checkpoint "
@@ -212,14 +236,18 @@ def shipped_dir(name: str) -> Path:
     folder = SHIPPED_ROOT / name
     sums = folder / SUMS_FILE
     if not sums.is_file():
-        raise ScaleRLError(f"{sums}: missing (the shipped weights of {name!r}; restore them from git, or run "
-                           "`make testbed-weights` to rebuild them)")
+        raise ScaleRLError(
+            f"{sums}: missing (the shipped weights of {name!r}; restore them from git, or run "
+            "`make testbed-weights` to rebuild them)"
+        )
     for line in sums.read_text().splitlines():
         expected, file = line.split()
         digest = hashlib.sha256((folder / file).read_bytes()).hexdigest() if (folder / file).is_file() else "missing"
         if digest != expected:
-            raise ScaleRLError(f"{folder / file}: sha256 {digest[:12]}, expected {expected[:12]} ({sums}); "
-                               "restore it from git, or run `make testbed-weights` to rebuild and re-record it")
+            raise ScaleRLError(
+                f"{folder / file}: sha256 {digest[:12]}, expected {expected[:12]} ({sums}); "
+                "restore it from git, or run `make testbed-weights` to rebuild and re-record it"
+            )
     return folder
 
 
@@ -239,8 +267,9 @@ def ship(name: str) -> Path:
         if f.is_file():
             shutil.copy2(f, dest / f.name)
     weights = sorted(p.name for p in dest.glob("*.safetensors"))
-    (dest / SUMS_FILE).write_text("".join(f"{hashlib.sha256((dest / w).read_bytes()).hexdigest()}  {w}\n"
-                                          for w in weights))
+    (dest / SUMS_FILE).write_text(
+        "".join(f"{hashlib.sha256((dest / w).read_bytes()).hexdigest()}  {w}\n" for w in weights)
+    )
     return dest
 
 
@@ -259,8 +288,8 @@ def weights_id(name: str, build: bool = True) -> str | None:
     return None if folder is None else weights_fingerprint(folder)
 
 
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")      # org/name, as the Hugging Face Hub spells a model
-HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]   # config, weights, tokenizer
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name, as the Hugging Face Hub spells a model
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # config, weights, tokenizer
 
 
 def hub_snapshot(name: str) -> Path:
@@ -273,10 +302,14 @@ def hub_snapshot(name: str) -> Path:
     try:
         return Path(snapshot_download(name, allow_patterns=HUB_FILES))
     except LocalEntryNotFoundError:
-        raise ScaleRLError(f"model {name!r}: not in the local Hugging Face cache and the Hub cannot be reached "
-                           "(download it where there is a network, or give a checkpoint folder)") from None
+        raise ScaleRLError(
+            f"model {name!r}: not in the local Hugging Face cache and the Hub cannot be reached "
+            "(download it where there is a network, or give a checkpoint folder)"
+        ) from None
     except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise ScaleRLError(f"model {name!r}: the Hugging Face Hub refused it ({' '.join(str(exc).split())[:160]})") from None
+        raise ScaleRLError(
+            f"model {name!r}: the Hugging Face Hub refused it ({' '.join(str(exc).split())[:160]})"
+        ) from None
 
 
 def cache_kwarg(module) -> str:
@@ -312,11 +345,13 @@ def resolve_device(device: str) -> str:
     if kind.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ScaleRLError(f"model.device = {device!r}: no CUDA GPU is visible on this machine "
-                               "(use model.device=cpu, or auto)")
+            raise ScaleRLError(
+                f"model.device = {device!r}: no CUDA GPU is visible on this machine (use model.device=cpu, or auto)"
+            )
         if kind.index is not None and kind.index >= count:
-            raise ScaleRLError(f"model.device = {device!r}: this machine has {count} CUDA GPU(s), "
-                               f"cuda:0..cuda:{count - 1}")
+            raise ScaleRLError(
+                f"model.device = {device!r}: this machine has {count} CUDA GPU(s), cuda:0..cuda:{count - 1}"
+            )
     return device
 
 

@@ -43,17 +43,20 @@ def cached_build(key: str, build: Callable[[Path], None], build_missing: bool = 
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if final.is_dir():                       # another process built it while we waited
+        if final.is_dir():  # another process built it while we waited
             return final
-        for stale in root.glob(f".{key}.*"):     # left by a build that was killed (we hold the lock)
+        for stale in root.glob(f".{key}.*"):  # left by a build that was killed (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
         started = time.monotonic()
-        print(f"building model {key} once (later runs load it from {final}); progress follows", file=sys.stderr,
-              flush=True)
+        print(
+            f"building model {key} once (later runs load it from {final}); progress follows",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             build(tmp)
-            if not final.is_dir():             # a copy put in place by hand wins
+            if not final.is_dir():  # a copy put in place by hand wins
                 os.rename(tmp, final)
             print(f"built model {key} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:

@@ -31,7 +31,7 @@ class ModelFacts:
     params: int
     chat_template: bool
     context: int | None
-    params_from: str        # "safetensors" (counted), "shape" (a known architecture) or "config" (estimated)
+    params_from: str  # "safetensors" (counted), "shape" (a known architecture) or "config" (estimated)
 
     def describe(self) -> str:
         """'135M parameters, chat template, context 8192'."""
@@ -47,7 +47,7 @@ def model_facts(name: str) -> ModelFacts | None:
     `smollm2-shape-random`, a benchmark shape)."""
     from scalerl.models import CHAR_TOKENIZER_MODELS, base_model, checkpoint_dir
 
-    name = base_model(name)                      # a run or checkpoint directory: the model it trained
+    name = base_model(name)  # a run or checkpoint directory: the model it trained
     if name in CHAR_TOKENIZER_MODELS or name in ("tiny-random", "smollm2-shape-random"):
         return None
     if name == "smollm2-135m":
@@ -68,8 +68,9 @@ def folder_facts(path: Path, name: str | None = None) -> ModelFacts:
     counted = safetensors_params(path)
     params = counted if counted is not None else estimate_params(config)
     context = next((int(config[k]) for k in CONTEXT_KEYS if isinstance(config.get(k), int) and config[k] > 0), None)
-    return ModelFacts(name or str(path), params, has_chat_template(path), context,
-                      "safetensors" if counted is not None else "config")
+    return ModelFacts(
+        name or str(path), params, has_chat_template(path), context, "safetensors" if counted is not None else "config"
+    )
 
 
 def safetensors_params(path: Path) -> int | None:
@@ -96,8 +97,10 @@ def estimate_params(config: dict) -> int:
     try:
         d, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
     except (KeyError, TypeError, ValueError):
-        raise ScaleRLError("config.json: hidden_size, num_hidden_layers and vocab_size are needed to size the "
-                           "model (no safetensors file to count)") from None
+        raise ScaleRLError(
+            "config.json: hidden_size, num_hidden_layers and vocab_size are needed to size the "
+            "model (no safetensors file to count)"
+        ) from None
     heads = int(config.get("num_attention_heads") or 1)
     kv = int(config.get("num_key_value_heads") or heads)
     head_dim = int(config.get("head_dim") or d // heads)

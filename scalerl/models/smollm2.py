@@ -26,9 +26,17 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERT_VERSION = "smollm2-v1"
 
 
-SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-             num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
-             rope_theta=100000.0)
+SHAPE = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    vocab_size=49152,
+    tie_word_embeddings=True,
+    max_position_embeddings=8192,
+    rope_theta=100000.0,
+)
 
 
 def build_shape_random(seed: int = 0):
@@ -39,8 +47,12 @@ def build_shape_random(seed: int = 0):
     from scalerl.models.tiny import build_tokenizer
 
     tokenizer = build_tokenizer(vocab_size=SHAPE["vocab_size"])
-    cfg = LlamaConfig(**SHAPE, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id)
+    cfg = LlamaConfig(
+        **SHAPE,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

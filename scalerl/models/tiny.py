@@ -27,17 +27,41 @@ SPECIAL = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 THINK_TOKENS = ("<think>", "</think>")
 CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
 
-MODEL_SHAPE = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=4, intermediate_size=512, max_position_embeddings=512)
+MODEL_SHAPE = dict(
+    hidden_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=512,
+    max_position_embeddings=512,
+)
 # `small`: the same recipe at ~25M parameters (issue: do the toy findings hold at a larger size?)
-SMALL_SHAPE = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                   num_key_value_heads=8, intermediate_size=1536, max_position_embeddings=512)
+SMALL_SHAPE = dict(
+    hidden_size=512,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    intermediate_size=1536,
+    max_position_embeddings=512,
+)
 # `mid`: ~4.2M parameters (width 256, 4 layers), the larger model of the default testbed's controls
-MID_SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=4, intermediate_size=1024, max_position_embeddings=512)
+MID_SHAPE = dict(
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=1024,
+    max_position_embeddings=512,
+)
 # `w192`: ~2.4M parameters (width 192, 4 layers), the middle size of the scaling-axes study
-W192_SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=4, intermediate_size=768, max_position_embeddings=512)
+W192_SHAPE = dict(
+    hidden_size=192,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=768,
+    max_position_embeddings=512,
+)
 SHAPES = {"tiny": MODEL_SHAPE, "mid": MID_SHAPE, "small": SMALL_SHAPE, "w192": W192_SHAPE}
 
 
@@ -58,16 +82,24 @@ def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL.values()])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=SPECIAL["bos"], eos_token=SPECIAL["eos"],
-        pad_token=SPECIAL["pad"], unk_token=SPECIAL["unk"], padding_side="left",
+        tokenizer_object=tok,
+        bos_token=SPECIAL["bos"],
+        eos_token=SPECIAL["eos"],
+        pad_token=SPECIAL["pad"],
+        unk_token=SPECIAL["unk"],
+        padding_side="left",
     )
 
 
 def model_config(tokenizer: PreTrainedTokenizerFast, shape: str = "tiny") -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, **SHAPES[shape],
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SHAPES[shape],
     )
 
 
@@ -82,8 +114,8 @@ def build_random(tokenizer: PreTrainedTokenizerFast, seed: int = 0, shape: str =
 
 
 # ---------------------------------------------------------------- the cached, warm-started build
-BUILD_VERSION = "tiny-v1"       # bump when the build procedure changes in a way the key misses
-WARM_TASK = "arith-mixed"   # the broad 2-4 digit mix the tiny model is warm-started on (tasks/arith.py)
+BUILD_VERSION = "tiny-v1"  # bump when the build procedure changes in a way the key misses
+WARM_TASK = "arith-mixed"  # the broad 2-4 digit mix the tiny model is warm-started on (tasks/arith.py)
 
 
 # `tiny-order`: a testbed probe (docs/study.md, "A testbed whose ceiling pins"). The warm start
@@ -198,8 +230,14 @@ def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0, wa
     model.pop("transformers_version", None)  # the installed library's, not the build's: a cache carried
     # to a machine with another transformers (a GPU image) is found there instead of rebuilt
     arith, *code = warm_task.split("+")
-    spec = {"version": BUILD_VERSION, "model": model, "vocab": tok.get_vocab(),
-            "task": warm_task, "mix": repr(parse_mix(arith)), "warm_start": settings.to_dict()}
+    spec = {
+        "version": BUILD_VERSION,
+        "model": model,
+        "vocab": tok.get_vocab(),
+        "task": warm_task,
+        "mix": repr(parse_mix(arith)),
+        "warm_start": settings.to_dict(),
+    }
     if code:  # only then: the other models keep their cache keys
         from scalerl.tasks.code_expr import LEVELS, TESTS
 
@@ -209,12 +247,13 @@ def build_spec(settings, shape: str = "tiny", wrong_order_share: float = 0.0, wa
     return spec
 
 
-BUILD_THREADS = 2   # torch threads of every warm start, whatever the machine has: the trajectory depends on it
-                    # (ladder-1m built with 1 thread starts RL at 0.175, with 2 at 0.050: docs/models-and-tasks.md)
+BUILD_THREADS = 2  # torch threads of every warm start, whatever the machine has: the trajectory depends on it
+# (ladder-1m built with 1 thread starts RL at 0.175, with 2 at 0.050: docs/models-and-tasks.md)
 
 
-def build_tiny(out_dir, settings, log=print, shape: str = "tiny", wrong_order_share: float = 0.0,
-               warm_task: str = WARM_TASK) -> None:
+def build_tiny(
+    out_dir, settings, log=print, shape: str = "tiny", wrong_order_share: float = 0.0, warm_task: str = WARM_TASK
+) -> None:
     """Build, warm-start and save the tiny (or `small`) model and its tokenizer into `out_dir`.
     The warm start runs on a CUDA GPU when there is one (the small model: ~1 min there against
     ~30 on 2 CPU cores), else on the CPU."""

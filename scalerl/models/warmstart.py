@@ -22,23 +22,23 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-MONITOR_OFFSET = 10**12     # monitoring problems are train indices from here on
+MONITOR_OFFSET = 10**12  # monitoring problems are train indices from here on
 
 
 @dataclass(frozen=True)
 class WarmStartSettings:
     seed: int = 0
     max_steps: int = 1200
-    batch_size: int = 16     # more, smaller steps learn the digit look-ups sooner than batch 64
-    lr: float = 1e-3         # 3e-3 plateaued with the copies at chance for 400 steps
+    batch_size: int = 16  # more, smaller steps learn the digit look-ups sooner than batch 64
+    lr: float = 1e-3  # 3e-3 plateaued with the copies at chance for 400 steps
     warmup_steps: int = 20
-    eval_from: int = 250     # before ~300 steps the copies are at chance: nothing passes
+    eval_from: int = 250  # before ~300 steps the copies are at chance: nothing passes
     eval_every: int = 25
     monitor_size: int = 128
     max_target_tokens: int = 160
-    target: float = 0.15     # aimed-for monitor pass rate
+    target: float = 0.15  # aimed-for monitor pass rate
     lo: float = 0.07
-    hi: float = 0.30         # training stops once the monitor passes this
+    hi: float = 0.30  # training stops once the monitor passes this
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,11 +59,11 @@ def _examples(task, tokenizer, start: int, n: int, max_target_tokens: int) -> li
 def sft_batch(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded `(input_ids, attention_mask, labels)`, labels -100 on prompt and padding."""
     width = max(len(p) + len(t) for p, t in examples)
-    ids = torch.full((len(examples), width), pad_id)             # (B, T)
-    labels = torch.full((len(examples), width), -100)            # (B, T)
+    ids = torch.full((len(examples), width), pad_id)  # (B, T)
+    labels = torch.full((len(examples), width), -100)  # (B, T)
     for row, (p, t) in enumerate(examples):
-        ids[row, :len(p) + len(t)] = torch.tensor(p + t)
-        labels[row, len(p):len(p) + len(t)] = torch.tensor(t)
+        ids[row, : len(p) + len(t)] = torch.tensor(p + t)
+        labels[row, len(p) : len(p) + len(t)] = torch.tensor(t)
     return ids, (labels != -100) | (ids != pad_id), labels
 
 
@@ -73,9 +73,16 @@ def sampled_pass_rate(model, tokenizer, task, prompts, max_new_tokens: int, seed
     model.eval()
     enc = tokenizer([p.text for p in prompts], return_tensors="pt", padding=True).to(model.device)
     torch.manual_seed(seed)
-    out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                         max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
+    out = model.generate(
+        **enc,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=False)
     model.train()
     return sum(task.check(t, p) for t, p in zip(texts, prompts)) / len(prompts)
 
@@ -89,8 +96,9 @@ def warm_start(model, tokenizer, task, s: WarmStartSettings, log=print) -> dict:
     history, best, t0 = [], None, time.time()
     model.train()
     for step in range(1, s.max_steps + 1):
-        batch = sft_batch(_examples(task, tokenizer, step * s.batch_size, s.batch_size, s.max_target_tokens),
-                          tokenizer.pad_token_id)
+        batch = sft_batch(
+            _examples(task, tokenizer, step * s.batch_size, s.batch_size, s.max_target_tokens), tokenizer.pad_token_id
+        )
         ids, mask, labels = (t.to(model.device) for t in batch)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
@@ -98,14 +106,18 @@ def warm_start(model, tokenizer, task, s: WarmStartSettings, log=print) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step == 1 or step % max(1, s.max_steps // 20) == 0:   # progress from the first seconds
+        if step == 1 or step % max(1, s.max_steps // 20) == 0:  # progress from the first seconds
             spent = time.time() - t0
-            log(f"warm start: step {step}/{s.max_steps} loss {loss.item():.3f} "
-                f"({spent:.0f}s, about {spent / step * (s.max_steps - step):.0f}s left)")
+            log(
+                f"warm start: step {step}/{s.max_steps} loss {loss.item():.3f} "
+                f"({spent:.0f}s, about {spent / step * (s.max_steps - step):.0f}s left)"
+            )
         if step < s.eval_from or step % s.eval_every:
             continue
         rate = sampled_pass_rate(model, tokenizer, task, monitor, s.max_target_tokens, s.seed + step)
-        history.append({"step": step, "loss": round(loss.item(), 4), "monitor_pass": rate, "s": round(time.time() - t0, 1)})
+        history.append(
+            {"step": step, "loss": round(loss.item(), 4), "monitor_pass": rate, "s": round(time.time() - t0, 1)}
+        )
         log(f"warm start: step {step} loss {loss.item():.3f} monitor pass {rate:.3f} ({time.time() - t0:.0f}s)")
         if s.lo <= rate <= s.hi and (best is None or abs(rate - s.target) < abs(best[0] - s.target)):
             best = (rate, step, copy.deepcopy(model.state_dict()))
@@ -113,5 +125,9 @@ def warm_start(model, tokenizer, task, s: WarmStartSettings, log=print) -> dict:
             break
     if best is not None:
         model.load_state_dict(best[2])
-    return {"chosen_step": best[1] if best else step, "chosen_monitor_pass": best[0] if best else None,
-            "history": history, "seconds": round(time.time() - t0, 1)}
+    return {
+        "chosen_step": best[1] if best else step,
+        "chosen_monitor_pass": best[0] if best else None,
+        "history": history,
+        "seconds": round(time.time() - t0, 1),
+    }

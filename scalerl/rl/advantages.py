@@ -35,12 +35,12 @@ def unequal_rewards_mask(rewards: torch.Tensor) -> torch.Tensor:
 
 
 def _mean_baseline(rewards: torch.Tensor) -> torch.Tensor:
-    return rewards - rewards.mean(dim=1, keepdim=True)                       # (P, G)
+    return rewards - rewards.mean(dim=1, keepdim=True)  # (P, G)
 
 
 def _leave_one_out_baseline(rewards: torch.Tensor) -> torch.Tensor:
     G = rewards.shape[1]
-    others = (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)          # (P, G)
+    others = (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)  # (P, G)
     return rewards - others
 
 
@@ -50,7 +50,7 @@ def _norm_batch(adv: torch.Tensor) -> torch.Tensor:
 
 
 def _norm_prompt(adv: torch.Tensor) -> torch.Tensor:
-    std = adv.std(dim=1, keepdim=True, correction=0)                         # (P, 1)
+    std = adv.std(dim=1, keepdim=True, correction=0)  # (P, 1)
     return torch.where(std > 0, adv / std.clamp_min(torch.finfo(adv.dtype).tiny), torch.zeros_like(adv))
 
 
@@ -81,6 +81,6 @@ def group_advantages(rewards: torch.Tensor, norm: str = "batch", baseline: str =
     check_finite("rewards", rewards)
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
     centred = BASELINES[baseline](rewards)
-    varied = unequal_rewards_mask(rewards).unsqueeze(1)                     # (P, 1)
+    varied = unequal_rewards_mask(rewards).unsqueeze(1)  # (P, 1)
     centred = torch.where(varied, centred, torch.zeros_like(centred))
     return NORMS[norm](centred)

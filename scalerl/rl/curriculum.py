@@ -37,7 +37,7 @@ from scalerl.config import CurriculumConfig
 from scalerl.errors import ScaleRLError
 from scalerl.types import Group, Prompt
 
-EPOCH_SPREAD = 32     # an epoch's first prompts avoid the previous epoch's last 2 x this
+EPOCH_SPREAD = 32  # an epoch's first prompts avoid the previous epoch's last 2 x this
 
 
 class CurriculumExhausted(ScaleRLError):
@@ -58,7 +58,7 @@ class NoPositiveResampling:
             raise ScaleRLError(f"curriculum pass_rate must be 'last' or 'cumulative', got {pass_rate!r}")
         self.threshold = float(threshold)
         self.rate = pass_rate
-        self._history: dict[str, list[int]] = {}     # prompt id -> [passed, total]
+        self._history: dict[str, list[int]] = {}  # prompt id -> [passed, total]
         self._retired: set[str] = set()
         self._lock = threading.Lock()
 
@@ -100,9 +100,11 @@ class NoPositiveResampling:
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-able state: threshold, {id: [passed, total]}, sorted retired ids."""
         with self._lock:
-            return {"threshold": self.threshold,
-                    "history": {k: list(v) for k, v in self._history.items()},
-                    "retired": sorted(self._retired)}
+            return {
+                "threshold": self.threshold,
+                "history": {k: list(v) for k, v in self._history.items()},
+                "retired": sorted(self._retired),
+            }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         try:
@@ -131,8 +133,14 @@ class CurriculumSampler(Iterator[Prompt]):
     permutation is recomputed from the seed, so `state_dict` is a small plain dict.
     """
 
-    def __init__(self, task: TrainSource, curriculum: NoPositiveResampling | None = None, seed: int = 0,
-                 epochs: int | None = None, max_skips: int = 100_000):
+    def __init__(
+        self,
+        task: TrainSource,
+        curriculum: NoPositiveResampling | None = None,
+        seed: int = 0,
+        epochs: int | None = None,
+        max_skips: int = 100_000,
+    ):
         self.task, self.curriculum, self.seed = task, curriculum, seed
         self.size = len(task) if isinstance(task, Sized) else None
         if self.size == 0:
@@ -154,7 +162,7 @@ class CurriculumSampler(Iterator[Prompt]):
         w = min(EPOCH_SPREAD, self.size // 5)
         if epoch == 0 or w == 0:
             return order
-        recent = set(self._permutation(epoch - 1)[-2 * w:])
+        recent = set(self._permutation(epoch - 1)[-2 * w :])
         head = [i for i in order if i not in recent][:w]
         chosen = set(head)
         return head + [i for i in order if i not in chosen]
@@ -186,13 +194,17 @@ class CurriculumSampler(Iterator[Prompt]):
             skipped += 1
             if self.size is not None and skipped >= self.size:
                 if self._all_retired():
-                    raise CurriculumExhausted(f"all {self.size} training prompts are retired (pass "
-                                              f"rate >= {self.curriculum.threshold}); nothing left to train on "
-                                              f"(a larger pool: task.train_size, or curriculum.threshold)")
+                    raise CurriculumExhausted(
+                        f"all {self.size} training prompts are retired (pass "
+                        f"rate >= {self.curriculum.threshold}); nothing left to train on "
+                        f"(a larger pool: task.train_size, or curriculum.threshold)"
+                    )
                 skipped = 0
             elif self.size is None and skipped >= self.max_skips:
-                raise CurriculumExhausted(f"{skipped} consecutive training prompts were retired (pass rate >= "
-                                          f"{self.curriculum.threshold}); the task looks saturated")
+                raise CurriculumExhausted(
+                    f"{skipped} consecutive training prompts were retired (pass rate >= "
+                    f"{self.curriculum.threshold}); the task looks saturated"
+                )
 
     @property
     def pool_size(self) -> int | None:

@@ -26,9 +26,11 @@ from scalerl.errors import ScaleRLError
 def overlong_penalty(length: int, max_len: int, tolerance: int, penalty: float = 1.0) -> float:
     """The (non-positive) reward added to a completion of `length` tokens."""
     if length < 0 or max_len < 1 or not 0 <= tolerance <= max_len or penalty < 0:
-        raise ScaleRLError(f"overlong_penalty: need length >= 0, max_len >= 1, 0 <= tolerance <= max_len, "
-                           f"penalty >= 0; got length={length}, max_len={max_len}, tolerance={tolerance}, "
-                           f"penalty={penalty}")
+        raise ScaleRLError(
+            f"overlong_penalty: need length >= 0, max_len >= 1, 0 <= tolerance <= max_len, "
+            f"penalty >= 0; got length={length}, max_len={max_len}, tolerance={tolerance}, "
+            f"penalty={penalty}"
+        )
     start = max_len - tolerance
     if length <= start:
         return 0.0
@@ -37,8 +39,9 @@ def overlong_penalty(length: int, max_len: int, tolerance: int, penalty: float =
     return (start - length) / tolerance * penalty
 
 
-def shaped_reward(reward: float, length: int, cfg: LengthPenaltyConfig, passed: bool = True,
-                  correct_only: bool = False) -> float:
+def shaped_reward(
+    reward: float, length: int, cfg: LengthPenaltyConfig, passed: bool = True, correct_only: bool = False
+) -> float:
     """`reward` plus the overlong penalty of `cfg` (only for passing completions if `correct_only`)."""
     if correct_only and not passed:
         return reward

@@ -31,7 +31,7 @@ SAVE_BYTES = 512 << 20  # keep the forward's log-softmax for the backward up to 
 
 
 def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, temperature: float) -> torch.Tensor:
-    z = h @ w.T                                                                # (C, V)
+    z = h @ w.T  # (C, V)
     if b is not None:
         z += b
     return z.div_(temperature) if temperature != 1.0 else z
@@ -48,16 +48,16 @@ class _ChunkedHeadLogprobs(torch.autograd.Function):
         logp = torch.empty(M, dtype=out_dtype, device=hidden.device)
         ent = torch.empty(M if want_entropy else 0, dtype=out_dtype, device=hidden.device)
         keep = M * weight.shape[0] * lse.element_size() <= SAVE_BYTES
-        kept = []                                                                # (C, V) log-softmax chunks
+        kept = []  # (C, V) log-softmax chunks
         for s in range(0, M, chunk):
-            z = _logits(hidden[s:s + chunk].to(cdt), w, b, temperature)          # (C, V)
-            lse[s:s + chunk] = torch.logsumexp(z, dim=-1)
-            logp[s:s + chunk] = z.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse[s:s + chunk]
+            z = _logits(hidden[s : s + chunk].to(cdt), w, b, temperature)  # (C, V)
+            lse[s : s + chunk] = torch.logsumexp(z, dim=-1)
+            logp[s : s + chunk] = z.gather(1, targets[s : s + chunk, None]).squeeze(1) - lse[s : s + chunk]
             if want_entropy:
-                p = (z - lse[s:s + chunk, None]).exp_()
-                ent[s:s + chunk] = lse[s:s + chunk] - p.mul_(z).sum(dim=-1)
+                p = (z - lse[s : s + chunk, None]).exp_()
+                ent[s : s + chunk] = lse[s : s + chunk] - p.mul_(z).sum(dim=-1)
             if keep:
-                kept.append(z.sub_(lse[s:s + chunk, None]))
+                kept.append(z.sub_(lse[s : s + chunk, None]))
         ctx.kept = kept
         ctx.save_for_backward(hidden, weight, bias, targets, lse, ent)
         ctx.temperature, ctx.chunk, ctx.cdt = temperature, chunk, cdt
@@ -79,27 +79,27 @@ class _ChunkedHeadLogprobs(torch.autograd.Function):
         grad_b = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need_b else None
         kept, ctx.kept = ctx.kept, None
         for i, s in enumerate(range(0, hidden.shape[0], chunk)):
-            h = hidden[s:s + chunk].to(cdt)
-            if kept:                                                             # (C, V) log softmax
+            h = hidden[s : s + chunk].to(cdt)
+            if kept:  # (C, V) log softmax
                 logp_v, kept[i] = kept[i], None
             else:
-                logp_v = _logits(h, w, b, T).sub_(lse[s:s + chunk, None])
+                logp_v = _logits(h, w, b, T).sub_(lse[s : s + chunk, None])
             p = logp_v.exp()
-            gz = None                                                            # dL/dz, z = logits
-            if g_ent is not None and ent.numel():                                # dH/dz = -p (log p + H)
-                e = ent[s:s + chunk, None].to(cdt)
-                gz = logp_v.add_(e).mul_(p).mul_(-g_ent[s:s + chunk, None].to(cdt))
-            if g_logp is not None:                                               # dlogp/dz = onehot - p
-                g = g_logp[s:s + chunk, None].to(cdt)
+            gz = None  # dL/dz, z = logits
+            if g_ent is not None and ent.numel():  # dH/dz = -p (log p + H)
+                e = ent[s : s + chunk, None].to(cdt)
+                gz = logp_v.add_(e).mul_(p).mul_(-g_ent[s : s + chunk, None].to(cdt))
+            if g_logp is not None:  # dlogp/dz = onehot - p
+                g = g_logp[s : s + chunk, None].to(cdt)
                 gz = p.mul_(-g) if gz is None else gz.sub_(p.mul_(g))
-                gz.scatter_add_(1, targets[s:s + chunk, None], g)
+                gz.scatter_add_(1, targets[s : s + chunk, None], g)
             del logp_v, p
             if gz is None:
                 continue
             if T != 1.0:
                 gz.div_(T)
             if need_h:
-                grad_h[s:s + chunk] = (gz @ w).to(hidden.dtype)
+                grad_h[s : s + chunk] = (gz @ w).to(hidden.dtype)
             if need_w:
                 grad_w += (gz.T @ h).to(acc)
             if need_b:
@@ -109,10 +109,16 @@ class _ChunkedHeadLogprobs(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
-def token_logprobs(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
-                   temperature: float = 1.0, fp32: bool = True, chunk_size: int = 1024,
-                   head_bias: torch.Tensor | None = None, return_entropy: bool = False
-                   ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    fp32: bool = True,
+    chunk_size: int = 1024,
+    head_bias: torch.Tensor | None = None,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (N, T) of `targets` under softmax((hidden @ W^T + b) / temperature).
 
     hidden (N, T, H), head_weight (V, H), targets (N, T) int in [0, V). With
@@ -130,12 +136,21 @@ def token_logprobs(hidden: torch.Tensor, head_weight: torch.Tensor, targets: tor
         raise ScaleRLError(f"token_logprobs: temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ScaleRLError(f"token_logprobs: chunk_size must be >= 1, got {chunk_size}")
-    flat_targets = targets.reshape(N * T).long()                               # (M,)
+    flat_targets = targets.reshape(N * T).long()  # (M,)
     if flat_targets.numel() and (flat_targets.min() < 0 or flat_targets.max() >= V):
-        raise ScaleRLError(f"targets: token ids must be in [0, {V}), got range "
-                           f"[{int(flat_targets.min())}, {int(flat_targets.max())}]")
+        raise ScaleRLError(
+            f"targets: token ids must be in [0, {V}), got range [{int(flat_targets.min())}, {int(flat_targets.max())}]"
+        )
     cdt = torch.promote_types(torch.float32, hidden.dtype) if fp32 else hidden.dtype
-    logp, ent = _ChunkedHeadLogprobs.apply(hidden.reshape(N * T, H), head_weight, head_bias, flat_targets,
-                                           float(temperature), int(chunk_size), cdt, return_entropy)
-    logp = logp.reshape(N, T)                                                  # (M,) -> (N, T)
+    logp, ent = _ChunkedHeadLogprobs.apply(
+        hidden.reshape(N * T, H),
+        head_weight,
+        head_bias,
+        flat_targets,
+        float(temperature),
+        int(chunk_size),
+        cdt,
+        return_entropy,
+    )
+    logp = logp.reshape(N, T)  # (M,) -> (N, T)
     return (logp, ent.reshape(N, T)) if return_entropy else logp

@@ -42,30 +42,30 @@ import torch
 
 from scalerl.config import CispoLoss, CustomLoss, GSPOLoss, LossConfig, PPOClipLoss, ReinforceLoss
 from scalerl.errors import ScaleRLError, UserCodeError
-from scalerl.user_code import load_function
 from scalerl.rl._checks import check_finite, check_ndim, check_shape
+from scalerl.user_code import load_function
 
 
 @dataclass(frozen=True)
 class LossInputs:
-    logprobs: torch.Tensor       # (N, T) trainer, with grad; 0 where masked
-    gen_logprobs: torch.Tensor   # (N, T) generator; 0 where masked
-    advantages: torch.Tensor     # (N,)
-    mask: torch.Tensor           # (N, T) float 0/1
+    logprobs: torch.Tensor  # (N, T) trainer, with grad; 0 where masked
+    gen_logprobs: torch.Tensor  # (N, T) generator; 0 where masked
+    advantages: torch.Tensor  # (N,)
+    mask: torch.Tensor  # (N, T) float 0/1
 
     @property
     def log_ratio(self) -> torch.Tensor:
-        return self.logprobs - self.gen_logprobs                               # (N, T)
+        return self.logprobs - self.gen_logprobs  # (N, T)
 
     @property
     def adv(self) -> torch.Tensor:
-        return self.advantages.unsqueeze(1)                                    # (N, 1)
+        return self.advantages.unsqueeze(1)  # (N, 1)
 
 
 @dataclass(frozen=True)
 class TokenTerms:
-    objective: torch.Tensor      # (N, T) per-token objective J_t, to maximise
-    clipped: torch.Tensor        # (N, T) bool: ratio truncated / clipped at this token
+    objective: torch.Tensor  # (N, T) per-token objective J_t, to maximise
+    clipped: torch.Tensor  # (N, T) bool: ratio truncated / clipped at this token
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # (N, T) extra per-token metrics
 
 
@@ -79,6 +79,7 @@ def register(config_cls: type) -> Callable[[LossFn], LossFn]:
     def add(fn: LossFn) -> LossFn:
         LOSSES[config_cls] = fn
         return fn
+
     return add
 
 
@@ -90,7 +91,7 @@ def _clipped_away(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_hi
 @register(CispoLoss)
 def cispo(x: LossInputs, cfg: CispoLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
     ratio = x.log_ratio.exp()
-    weight = ratio.clamp(max=cfg.eps_max).detach()                             # sg(min(rho, eps_max))
+    weight = ratio.clamp(max=cfg.eps_max).detach()  # sg(min(rho, eps_max))
     return TokenTerms(weight * x.adv * x.logprobs, ratio > cfg.eps_max)
 
 
@@ -105,21 +106,24 @@ def ppo_clip(x: LossInputs, cfg: PPOClipLoss, ref_logprobs: torch.Tensor | None 
         check_shape("ref_logprobs", ref_logprobs, tuple(x.logprobs.shape))
         check_finite("ref_logprobs", ref_logprobs, x.mask > 0)
         d = torch.where(x.mask > 0, ref_logprobs.to(x.logprobs.dtype), 0.0) - x.logprobs
-        extra["kl"] = d.exp() - d - 1                                          # k3, >= 0
+        extra["kl"] = d.exp() - d - 1  # k3, >= 0
         objective = objective - cfg.kl_beta * extra["kl"]
     return TokenTerms(objective, _clipped_away(ratio, x.adv, cfg.eps_low, cfg.eps_high), extra)
 
 
 @register(GSPOLoss)
 def gspo(x: LossInputs, cfg: GSPOLoss, ref_logprobs: torch.Tensor | None = None) -> TokenTerms:
-    lengths = x.mask.sum(dim=1).clamp_min(1)                                   # (N,)
-    seq_ratio = ((x.log_ratio * x.mask).sum(dim=1) / lengths).exp()            # (N,) exp(mean_t log rho)
+    lengths = x.mask.sum(dim=1).clamp_min(1)  # (N,)
+    seq_ratio = ((x.log_ratio * x.mask).sum(dim=1) / lengths).exp()  # (N,) exp(mean_t log rho)
     adv = x.advantages
     seq = torch.minimum(seq_ratio * adv, seq_ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
     clipped = _clipped_away(seq_ratio, adv, cfg.eps_low, cfg.eps_high)
     shape = x.logprobs.shape
-    return TokenTerms(seq.unsqueeze(1).expand(shape), clipped.unsqueeze(1).expand(shape),  # (N,) -> (N, T)
-                      {"seq_ratio": seq_ratio.detach().unsqueeze(1).expand(shape)})
+    return TokenTerms(
+        seq.unsqueeze(1).expand(shape),
+        clipped.unsqueeze(1).expand(shape),  # (N,) -> (N, T)
+        {"seq_ratio": seq_ratio.detach().unsqueeze(1).expand(shape)},
+    )
 
 
 @register(ReinforceLoss)
@@ -137,14 +141,17 @@ def custom(x: LossInputs, cfg: CustomLoss, ref_logprobs: torch.Tensor | None = N
     """The user's objective; what it raises is theirs (`UserCodeError`: one line, then their frames)."""
     fn = _user_loss(cfg.function)
     try:
-        objective = fn(logprobs=x.logprobs, gen_logprobs=x.gen_logprobs, advantages=x.advantages, mask=x.mask,
-                       **cfg.options)
+        objective = fn(
+            logprobs=x.logprobs, gen_logprobs=x.gen_logprobs, advantages=x.advantages, mask=x.mask, **cfg.options
+        )
     except Exception as e:  # the user's code: told as theirs
         raise UserCodeError(f"loss.function {cfg.function!r}: {getattr(fn, '__name__', 'it')}", e) from None
     if not isinstance(objective, torch.Tensor) or objective.shape != x.logprobs.shape:
         got = tuple(objective.shape) if isinstance(objective, torch.Tensor) else type(objective).__name__
-        raise ScaleRLError(f"loss.function {cfg.function!r} returned {got}; expected the per-token objective, a "
-                           f"tensor of shape {tuple(x.logprobs.shape)} (completions x tokens)")
+        raise ScaleRLError(
+            f"loss.function {cfg.function!r} returned {got}; expected the per-token objective, a "
+            f"tensor of shape {tuple(x.logprobs.shape)} (completions x tokens)"
+        )
     return TokenTerms(objective, torch.zeros_like(x.mask, dtype=torch.bool))
 
 
@@ -157,15 +164,15 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor, group: torch.Tensor) -
 
 
 def _sample_mean(values: torch.Tensor, mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    totals, lengths = (values * mask).sum(dim=1), mask.sum(dim=1)              # (N,)
+    totals, lengths = (values * mask).sum(dim=1), mask.sum(dim=1)  # (N,)
     has = lengths > 0
     return (totals[has] / lengths[has]).mean()
 
 
 def _prompt_mean(values: torch.Tensor, mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     P = int(group.max()) + 1
-    totals = values.new_zeros(P).index_add(0, group, (values * mask).sum(dim=1))   # (P,)
-    lengths = mask.new_zeros(P).index_add(0, group, mask.sum(dim=1))               # (P,)
+    totals = values.new_zeros(P).index_add(0, group, (values * mask).sum(dim=1))  # (P,)
+    lengths = mask.new_zeros(P).index_add(0, group, mask.sum(dim=1))  # (P,)
     has = lengths > 0
     return (totals[has] / lengths[has]).mean()
 
@@ -188,18 +195,32 @@ def group_index(prompt_ids: torch.Tensor | Sequence[Hashable], n: int) -> torch.
 def _metrics(x: LossInputs, terms: TokenTerms, loss: torch.Tensor, group: torch.Tensor) -> dict[str, float]:
     on = x.mask > 0
     ratio = x.log_ratio.detach().exp()[on]
-    out = {"loss": loss.item(), "ratio_mean": ratio.mean().item(), "ratio_max": ratio.max().item(),
-           "clip_frac": terms.clipped[on].float().mean().item(),
-           "adv_abs_mean": x.advantages.abs().mean().item(), "tokens": float(on.sum().item()),
-           "completions": float(x.mask.shape[0]), "prompts": float(group.unique().numel())}
+    out = {
+        "loss": loss.item(),
+        "ratio_mean": ratio.mean().item(),
+        "ratio_max": ratio.max().item(),
+        "clip_frac": terms.clipped[on].float().mean().item(),
+        "adv_abs_mean": x.advantages.abs().mean().item(),
+        "tokens": float(on.sum().item()),
+        "completions": float(x.mask.shape[0]),
+        "prompts": float(group.unique().numel()),
+    }
     out.update({k: v.detach()[on].mean().item() for k, v in terms.extra.items()})
     return out
 
 
 def _empty(logprobs: torch.Tensor, on: torch.Tensor, n: int) -> tuple[torch.Tensor, dict[str, float]]:
     zero = torch.where(on, logprobs, 0.0).sum() * 0.0
-    return zero, {"loss": 0.0, "ratio_mean": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "adv_abs_mean": 0.0,
-                  "tokens": 0.0, "completions": float(n), "prompts": 0.0}
+    return zero, {
+        "loss": 0.0,
+        "ratio_mean": 1.0,
+        "ratio_max": 1.0,
+        "clip_frac": 0.0,
+        "adv_abs_mean": 0.0,
+        "tokens": 0.0,
+        "completions": float(n),
+        "prompts": 0.0,
+    }
 
 
 def uses_reference(cfg: LossConfig) -> bool:
@@ -207,9 +228,15 @@ def uses_reference(cfg: LossConfig) -> bool:
     return isinstance(cfg, PPOClipLoss) and cfg.kl_beta > 0
 
 
-def policy_loss(cfg: LossConfig, logprobs: torch.Tensor, gen_logprobs: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, prompt_ids: torch.Tensor | Sequence[Hashable],
-                ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    cfg: LossConfig,
+    logprobs: torch.Tensor,
+    gen_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    prompt_ids: torch.Tensor | Sequence[Hashable],
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss to minimise (-aggregated objective) and plain-float metrics.
 
     `cfg` is the loss's config (`CispoLoss`, `PPOClipLoss`, `GSPOLoss`, `ReinforceLoss`, `CustomLoss`): it picks
@@ -220,8 +247,9 @@ def policy_loss(cfg: LossConfig, logprobs: torch.Tensor, gen_logprobs: torch.Ten
     """
     fn = LOSSES.get(type(cfg))
     if fn is None:
-        raise ScaleRLError(f"no loss is registered for {type(cfg).__name__} "
-                           f"(expected one of {', '.join(c.__name__ for c in LOSSES)})")
+        raise ScaleRLError(
+            f"no loss is registered for {type(cfg).__name__} (expected one of {', '.join(c.__name__ for c in LOSSES)})"
+        )
     aggregate = AGGREGATIONS[cfg.aggregation]
     check_ndim("logprobs", logprobs, 2)
     N, T = logprobs.shape
@@ -236,8 +264,12 @@ def policy_loss(cfg: LossConfig, logprobs: torch.Tensor, gen_logprobs: torch.Ten
     if not bool(on.any()):
         return _empty(logprobs, on, N)
     dtype = logprobs.dtype
-    x = LossInputs(torch.where(on, logprobs, 0.0), torch.where(on, gen_logprobs.to(dtype), 0.0),
-                   advantages.to(dtype).detach(), on.to(dtype))
+    x = LossInputs(
+        torch.where(on, logprobs, 0.0),
+        torch.where(on, gen_logprobs.to(dtype), 0.0),
+        advantages.to(dtype).detach(),
+        on.to(dtype),
+    )
     terms = fn(x, cfg, ref_logprobs)
     loss = -aggregate(terms.objective, x.mask, group)
     return loss, _metrics(x, terms, loss, group)

@@ -44,8 +44,12 @@ def kl_sums(logratio: torch.Tensor, stale: torch.Tensor, mask: torch.Tensor) -> 
     of s**2 over them): what `kappa` and the step's mean KL are computed from (summed over workers)."""
     kl = k3(logratio.detach().float()) * mask
     on_stale = mask * (stale >= 1).float()
-    return (float(kl.sum()), float(mask.sum()), float((kl * on_stale).sum()),
-            float((stale.float() ** 2 * on_stale).sum()))
+    return (
+        float(kl.sum()),
+        float(mask.sum()),
+        float((kl * on_stale).sum()),
+        float((stale.float() ** 2 * on_stale).sum()),
+    )
 
 
 def kappa(kl_stale: float, s2: float) -> float | None:

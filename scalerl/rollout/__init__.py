@@ -14,5 +14,14 @@ from scalerl.rollout.engine import Engine
 from scalerl.rollout.protocol import Generator
 from scalerl.rollout.registry import EngineNeeds, EngineSpec, build_engine, engine_spec, make_engine
 
-__all__ = ["DEFAULT_PHRASE", "Engine", "EngineNeeds", "EngineSpec", "Generator", "PAPER_PHRASE", "build_engine", "engine_spec",
-           "make_engine"]
+__all__ = [
+    "DEFAULT_PHRASE",
+    "Engine",
+    "EngineNeeds",
+    "EngineSpec",
+    "Generator",
+    "PAPER_PHRASE",
+    "build_engine",
+    "engine_spec",
+    "make_engine",
+]

@@ -53,8 +53,16 @@ class SlotLayer(CacheLayerMixin):
 class SlotCache(Cache):
     """K/V buffers of `rows` sequences on one time axis; see the module docstring."""
 
-    def __init__(self, n_layers: int, rows: int, kv_heads: int, head_dim: int, capacity: int,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        n_layers: int,
+        rows: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         self.write = 0
         self.start = torch.zeros(rows, dtype=torch.long, device=device)  # (rows,) first valid column
         shape = (rows, kv_heads, capacity, head_dim)
@@ -114,11 +122,18 @@ class SlotCache(Cache):
         """A one-row cache holding a copy of row `row`'s columns up to `write` (a prefilled context
         kept on its own, so that the other rows of its prefill batch can be freed)."""
         layer = self.layers[0]
-        one = SlotCache(len(self.layers), 1, layer.keys.shape[1], layer.keys.shape[3], self.write, layer.keys.dtype,
-                        layer.keys.device)
+        one = SlotCache(
+            len(self.layers),
+            1,
+            layer.keys.shape[1],
+            layer.keys.shape[3],
+            self.write,
+            layer.keys.dtype,
+            layer.keys.device,
+        )
         for dst, src in zip(one.layers, self.layers):
-            dst.keys.copy_(src.keys[row: row + 1, :, : self.write])
-            dst.values.copy_(src.values[row: row + 1, :, : self.write])
+            dst.keys.copy_(src.keys[row : row + 1, :, : self.write])
+            dst.values.copy_(src.values[row : row + 1, :, : self.write])
         one.write = self.write
         one.start[0] = self.start[row]
         return one

@@ -36,8 +36,9 @@ class EagerLoop:
         self._prefix = None
         self._recent.clear()
 
-    def run(self, requests: Iterator[Request], rows: int, stop: threading.Event | None,
-            hold: threading.Event | None = None):
+    def run(
+        self, requests: Iterator[Request], rows: int, stop: threading.Event | None, hold: threading.Event | None = None
+    ):
         """Yields (request, completion) as sequences finish; while `hold` is set, waits."""
         e = self.e
         state = Rows.empty(rows, e.cfg.max_new_tokens, e.device)
@@ -100,11 +101,17 @@ class EagerLoop:
         e = self.e
         cache.reserve(1, state.active)
         cache.start = torch.where(state.active, cache.start, cache.write)  # idle rows see only themselves
-        out = e.base(input_ids=state.next_input[:, None], attention_mask=cache.decode_mask(e.dtype),
-                     position_ids=state.pos[:, None], use_cache=True, **{e._cache_kw: cache})
+        out = e.base(
+            input_ids=state.next_input[:, None],
+            attention_mask=cache.decode_mask(e.dtype),
+            position_ids=state.pos[:, None],
+            use_cache=True,
+            **{e._cache_kw: cache},
+        )
         cache.write += 1
-        tokens, logprobs = sample(e._logits(out.last_hidden_state[:, -1]), e.cfg.temperature,
-                                  e.cfg.top_p, e._gen, e.greedy)
+        tokens, logprobs = sample(
+            e._logits(out.last_hidden_state[:, -1]), e.cfg.temperature, e.cfg.top_p, e._gen, e.greedy
+        )
         return e._advance(state, tokens, logprobs)
 
     def _admit(self, state: Rows, cache: SlotCache | None, batch: list[tuple[int, Request]]) -> SlotCache:
@@ -118,9 +125,16 @@ class EagerLoop:
         lens = torch.tensor([len(c) for c in ctx], device=e.device)
         width = max(len(c) for c in ctx)
         if cache is None:
-            cache = SlotCache(e._n_layers, state.active.shape[0], e._kv_heads, e._head_dim,
-                              width + e.cfg.max_new_tokens + 1, e.dtype, e.device)
-        if width > 0:   # a one-token prompt has no context: its row sees only its own columns
+            cache = SlotCache(
+                e._n_layers,
+                state.active.shape[0],
+                e._kv_heads,
+                e._head_dim,
+                width + e.cfg.max_new_tokens + 1,
+                e.dtype,
+                e.device,
+            )
+        if width > 0:  # a one-token prompt has no context: its row sees only its own columns
             unique: dict[tuple[int, ...], int] = {}
             src_row = [unique.setdefault(tuple(c), len(unique)) if c else -1 for c in ctx]
             prefilled = self._prefilled(list(unique))
@@ -129,8 +143,9 @@ class EagerLoop:
             cache.start[rows] = cache.write
             for src, where in prefilled:
                 mine = [i for i, u in enumerate(src_row) if u in where]
-                cache.place(rows[mine], src, torch.tensor([where[src_row[i]] for i in mine], device=e.device),
-                            lens[mine])
+                cache.place(
+                    rows[mine], src, torch.tensor([where[src_row[i]] for i in mine], device=e.device), lens[mine]
+                )
         else:
             cache.start[rows] = cache.write
         e._start_rows(state, rows, [req for _, req in batch], lens)
@@ -155,7 +170,7 @@ class EagerLoop:
         for i, c in enumerate(contexts):
             src, row = found[c]
             groups.setdefault(id(src), (src, {}))[1][i] = row
-        for c in list(dict.fromkeys(contexts))[-RECENT_PREFILLS:]:   # the last ones admitted, most recent last
+        for c in list(dict.fromkeys(contexts))[-RECENT_PREFILLS:]:  # the last ones admitted, most recent last
             src, row = found[c]
             self._recent[c] = (src, row) if src.rows == 1 else (src.row_copy(row), 0)
             self._recent.move_to_end(c)
@@ -174,13 +189,19 @@ class EagerLoop:
         if prefix is None:
             width = max(len(c) for c in contexts)
             ids = torch.tensor([[e._pad] * (width - len(c)) + list(c) for c in contexts], device=e.device)
-            return [(self._prefill(ids, torch.tensor([len(c) for c in contexts], device=e.device)),
-                     list(range(len(contexts))))]
+            return [
+                (
+                    self._prefill(ids, torch.tensor([len(c) for c in contexts], device=e.device)),
+                    list(range(len(contexts))),
+                )
+            ]
         by_len: dict[int, list[int]] = {}
         for i, c in enumerate(contexts):
             by_len.setdefault(len(c), []).append(i)
-        return [(self._prefill_after(prefix, [contexts[i][prefix.write:] for i in members]), members)
-                for members in by_len.values()]
+        return [
+            (self._prefill_after(prefix, [contexts[i][prefix.write :] for i in members]), members)
+            for members in by_len.values()
+        ]
 
     def _shared_prefix(self, contexts: list[tuple[int, ...]]) -> SlotCache | None:
         """The K/V of the prefix that `contexts` (and the previous call's first context, so that the
@@ -213,8 +234,13 @@ class EagerLoop:
         mask = torch.zeros(allowed.shape, dtype=e.dtype, device=e.device)
         mask.masked_fill_(~allowed, torch.finfo(e.dtype).min)
         positions = (p + torch.arange(length, device=e.device))[None].expand(g, length)
-        e.base(input_ids=torch.tensor(suffixes, device=e.device), attention_mask=mask[None, None].expand(g, 1, -1, -1),
-               position_ids=positions, use_cache=True, **{e._cache_kw: src})
+        e.base(
+            input_ids=torch.tensor(suffixes, device=e.device),
+            attention_mask=mask[None, None].expand(g, 1, -1, -1),
+            position_ids=positions,
+            use_cache=True,
+            **{e._cache_kw: src},
+        )
         src.write = p + length
         return src
 
@@ -231,7 +257,8 @@ class EagerLoop:
         mask = torch.zeros(allowed.shape, dtype=e.dtype, device=e.device)
         mask.masked_fill_(~allowed, torch.finfo(e.dtype).min)
         src = SlotCache(e._n_layers, k, e._kv_heads, e._head_dim, width, e.dtype, e.device)
-        e.base(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, use_cache=True,
-               **{e._cache_kw: src})
+        e.base(
+            input_ids=ids, attention_mask=mask[:, None], position_ids=positions, use_cache=True, **{e._cache_kw: src}
+        )
         src.write = width
         return src

@@ -63,7 +63,7 @@ _REASONS: tuple[FinishReason, ...] = ("eos", "length", "interrupted_eos", "inter
 _HEAD32 = "\0fp32 head"  # staged-weights key of the head's fp32 copy (a bf16 engine with fp32_head)
 
 
-@register(LocalEngineConfig, EngineNeeds())   # any host, its own copy of the model, any device, LoRA
+@register(LocalEngineConfig, EngineNeeds())  # any host, its own copy of the model, any device, LoRA
 class Engine:
     """Batched sampler over a `transformers` causal LM; implements `scalerl.rollout.Generator`.
 
@@ -79,12 +79,20 @@ class Engine:
     its duration only.
     """
 
-    def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
-                 greedy: bool = False, ignore_eos: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        cfg: RolloutConfig,
+        fp32_head: bool = True,
+        seed: int = 0,
+        greedy: bool = False,
+        ignore_eos: bool = False,
+    ):
         self.model, self.tokenizer, self.cfg, self.seed = model, tokenizer, cfg, seed
         self.greedy = greedy or cfg.temperature < GREEDY_BELOW
         self.base = model.base_model
-        self._cache_kw = cache_kwarg(self.base)      # `cache` or, before transformers 5, `past_key_values`
+        self._cache_kw = cache_kwarg(self.base)  # `cache` or, before transformers 5, `past_key_values`
         head = model.get_output_embeddings()
         self._head = head
         self.device = head.weight.device
@@ -107,19 +115,23 @@ class Engine:
         self._targets = model.state_dict(keep_vars=True)
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()       # the staged update
-        self._staging = threading.Lock()    # held while an update is copied in, and while a CUDA graph is captured
+        self._lock = threading.Lock()  # the staged update
+        self._staging = threading.Lock()  # held while an update is copied in, and while a CUDA graph is captured
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._version = 0
         self._version_t = torch.zeros((), dtype=torch.long, device=self.device)  # the same, for the device
         self._serial = 0
         why = unsupported(model)
         if cfg.decode == "static" and why is not None:
-            raise ScaleRLError(f"rollout.decode = static: {why}; use rollout.decode=eager (or auto, which picks "
-                               "eager for this model)")
+            raise ScaleRLError(
+                f"rollout.decode = static: {why}; use rollout.decode=eager (or auto, which picks eager for this model)"
+            )
         self.decode = "static" if cfg.decode == "static" or (cfg.decode == "auto" and why is None) else "eager"
-        capture = (cfg.capture == "auto" and self.device.type == "cuda"
-                   and threading.current_thread() is threading.main_thread())   # see static.py
+        capture = (
+            cfg.capture == "auto"
+            and self.device.type == "cuda"
+            and threading.current_thread() is threading.main_thread()
+        )  # see static.py
         self._loop = StaticLoop(self, capture) if self.decode == "static" else EagerLoop(self)
 
     # ------------------------------------------------------------------ public API
@@ -148,8 +160,13 @@ class Engine:
             self._forget_prefills()  # nothing of a finished call is asked for again (the evaluation engine waits)
         return [c for _, c in out]
 
-    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
-               hold: threading.Event | None = None) -> Iterator[Completion]:
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        n: int,
+        stop: threading.Event | None = None,
+        hold: threading.Event | None = None,
+    ) -> Iterator[Completion]:
         """Continuous batching over `prompts` (possibly endless): yields completions as they
         finish; returns when the prompts run out, or when `stop` is set (in-flight ones dropped).
         `prompts` may yield None: no prompt may start now; the engine keeps decoding the
@@ -160,14 +177,14 @@ class Engine:
         for _, completion in self._run(self._requests(prompts, n), None, stop, hold):
             yield completion
             if stall:
-                time.sleep(stall)   # an emulated slower generator (rollout.engine.stall_s): decoding waits too
+                time.sleep(stall)  # an emulated slower generator (rollout.engine.stall_s): decoding waits too
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Stage new weights (copied now, so the caller may keep training); they are applied at
         the next decode-step boundary and tokens from then on carry `version`. Each is cast to
         this engine's dtype (a bf16 engine decodes fp32 trainer weights in bf16); the fp32 head
         (`fp32_head` on a bf16 engine) takes the published head weight before that cast."""
-        with self._staging:   # a CUDA graph capture (static.py) must not see these copies start
+        with self._staging:  # a CUDA graph capture (static.py) must not see these copies start
             staged = self._stage(state_dict)
         with self._lock:
             if self._pending is not None:  # a newer update supersedes (and extends) an unapplied one
@@ -181,21 +198,28 @@ class Engine:
                 raise ScaleRLError(f"update_weights: unknown parameter {name!r} for this model")
             target = self._targets[name]
             if tuple(value.shape) != tuple(target.shape):
-                raise ScaleRLError(f"update_weights: {name!r} has shape {tuple(value.shape)}, "
-                                   f"expected {tuple(target.shape)}")
+                raise ScaleRLError(
+                    f"update_weights: {name!r} has shape {tuple(value.shape)}, expected {tuple(target.shape)}"
+                )
             staged[name] = value.detach().to(device=target.device, dtype=target.dtype, copy=True)
             if self._w32 is not None and target is self._head.weight and _HEAD32 not in staged:
                 staged[_HEAD32] = value.detach().to(device=target.device, dtype=torch.float32, copy=True)
         return staged
 
     # ------------------------------------------------------------------ shared by the loops
-    def _run(self, requests: Iterator[Request], limit: int | None, stop: threading.Event | None,
-             hold: threading.Event | None, context: int = 0):
+    def _run(
+        self,
+        requests: Iterator[Request],
+        limit: int | None,
+        stop: threading.Event | None,
+        hold: threading.Event | None,
+        context: int = 0,
+    ):
         """The loop in use: (request, completion) as sequences finish. At most `limit` rows (None:
         the slots); `context`: the longest context expected (0: unknown)."""
         if self.decode == "static":
             return self._loop.run(requests, limit, stop, hold, context)
-        if self.cfg.batch_slots == "auto":     # the rule of slots.py, for the context known or one column round
+        if self.cfg.batch_slots == "auto":  # the rule of slots.py, for the context known or one column round
             per_token = kv_bytes_per_token(self._n_layers, self._kv_heads, self._head_dim, self.dtype)
             slot = per_token * capacity_for(context, self.cfg.max_new_tokens)
             rows = auto_slots(kv_budget(self.cfg.kv_budget_mb, self.device), slot, self.device)
@@ -305,9 +329,9 @@ class Engine:
             state.force_idx.masked_fill_(due, 0)
 
         eos = torch.isin(tokens, self._eos) & ~forcing
-        spent = state.n_gen >= state.answer_end                  # the whole answer budget was used
+        spent = state.n_gen >= state.answer_end  # the whole answer budget was used
         done = active & (eos | spent | (state.n_gen >= cfg.max_new_tokens))
-        after = torch.where(eos, 2, torch.where(spent, 3, 4))    # interrupted_eos / _budget / _length
+        after = torch.where(eos, 2, torch.where(spent, 3, 4))  # interrupted_eos / _budget / _length
         reasons = torch.where(state.interrupted, after, torch.where(eos, 0, 1))
         return done, reasons
 
@@ -327,11 +351,20 @@ class Engine:
         state.active[idx] = False
         for i, row in enumerate(idx.tolist()):
             req, n = held[row], lengths[i]
-            yield row, Completion(
-                id=f"{req.prompt.id}/{req.sample}@{self.seed}.{req.serial}", prompt_id=req.prompt.id,
-                prompt_tokens=list(req.tokens), tokens=toks[i][:n], logprobs=lps[i][:n], versions=vers[i][:n],
-                text=self.tokenizer.decode(toks[i][:n], skip_special_tokens=True),
-                finish_reason=_REASONS[why[i]], forced_mask=forced[i][:n])
+            yield (
+                row,
+                Completion(
+                    id=f"{req.prompt.id}/{req.sample}@{self.seed}.{req.serial}",
+                    prompt_id=req.prompt.id,
+                    prompt_tokens=list(req.tokens),
+                    tokens=toks[i][:n],
+                    logprobs=lps[i][:n],
+                    versions=vers[i][:n],
+                    text=self.tokenizer.decode(toks[i][:n], skip_special_tokens=True),
+                    finish_reason=_REASONS[why[i]],
+                    forced_mask=forced[i][:n],
+                ),
+            )
 
     def _apply_pending(self) -> None:
         with self._lock:

@@ -59,8 +59,16 @@ def unsupported(model) -> str | None:
 class StaticKV:
     """Per layer keys and values (slots, kv_heads, capacity, head_dim); see the module docstring."""
 
-    def __init__(self, n_layers: int, slots: int, kv_heads: int, head_dim: int, capacity: int,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        n_layers: int,
+        slots: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         shape = (slots, kv_heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -78,7 +86,7 @@ class StaticKV:
 
     def take(self, row: int, cols: int) -> list[torch.Tensor]:
         """A copy of row `row`'s first `cols` columns, every layer's K then V (one row each)."""
-        return [t[row: row + 1, :, :cols].clone() for t in (*self.keys, *self.values)]
+        return [t[row : row + 1, :, :cols].clone() for t in (*self.keys, *self.values)]
 
     def put(self, rows: torch.Tensor, saved: list[torch.Tensor]) -> None:
         """Write a `take` copy into the first columns of every row in `rows`."""
@@ -130,7 +138,7 @@ class _Layer:
     def __init__(self, layer, dtype: torch.dtype):
         attn = layer.self_attn
         self.q, self.k, self.v, self.o = (_linear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
-        self.q_norm = _norm(getattr(attn, "q_norm", None), dtype)   # qwen3
+        self.q_norm = _norm(getattr(attn, "q_norm", None), dtype)  # qwen3
         self.k_norm = _norm(getattr(attn, "k_norm", None), dtype)
         self.ln1, self.ln2 = _norm(layer.input_layernorm, dtype), _norm(layer.post_attention_layernorm, dtype)
         self.mlp = layer.mlp
@@ -148,7 +156,7 @@ class Decoder:
         self.layers = [_Layer(layer, dtype) for layer in base.layers[: text.num_hidden_layers]]
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        self.scaling = getattr(base.layers[0].self_attn, "scaling", self.head_dim ** -0.5)
+        self.scaling = getattr(base.layers[0].self_attn, "scaling", self.head_dim**-0.5)
         # the trainer's kernel where rounding must match it (bf16 on a CPU), else the fused one
         self.sdpa = self.embed.weight.device.type == "cuda" or dtype == torch.float32
 
@@ -162,8 +170,9 @@ class Decoder:
         half = self.head_dim // 2
         return cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
 
-    def decode(self, ids: torch.Tensor, pos: torch.Tensor, kv: StaticKV, cols: int,
-               cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, ids: torch.Tensor, pos: torch.Tensor, kv: StaticKV, cols: int, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
         """One token per row for rows [0, B) (`ids`, `pos` (B,)); attends over columns [0, cols).
         Writes each row's K/V at `pos`; returns the final hidden states (B, H)."""
         B = ids.shape[0]
@@ -171,16 +180,16 @@ class Decoder:
         dtype = kv.keys[0].dtype
         mask = torch.zeros((B, 1, 1, cols), dtype=dtype, device=ids.device)
         mask.masked_fill_(cols_range[None, None, None, :] > pos[:, None, None, None], torch.finfo(dtype).min)
-        c, s = cos[pos][:, None, None, :], sin[pos][:, None, None, :]    # (B, 1, 1, d)
+        c, s = cos[pos][:, None, None, :], sin[pos][:, None, None, :]  # (B, 1, 1, d)
         h, cap, d = self.kv_heads, kv.capacity, self.head_dim
         # where each row's new K/V goes in a layer's buffer seen as (slots * h * capacity, d)
         heads = torch.arange(h, device=ids.device)
-        at = (((torch.arange(B, device=ids.device) * h)[:, None] + heads) * cap + pos[:, None]).view(-1)   # (B * h,)
-        x = F.embedding(ids, self.embed.weight)                           # (B, H)
+        at = (((torch.arange(B, device=ids.device) * h)[:, None] + heads) * cap + pos[:, None]).view(-1)  # (B * h,)
+        x = F.embedding(ids, self.embed.weight)  # (B, H)
         for i, L in enumerate(self.layers):
             h = L.ln1(x)
-            q = self._heads(L.q(h), L.q_norm, B, 1, self.heads)           # (B, Hq, 1, d)
-            k = self._heads(L.k(h), L.k_norm, B, 1, self.kv_heads)        # (B, Hkv, 1, d)
+            q = self._heads(L.q(h), L.q_norm, B, 1, self.heads)  # (B, Hq, 1, d)
+            k = self._heads(L.k(h), L.k_norm, B, 1, self.kv_heads)  # (B, Hkv, 1, d)
             v = L.v(h).view(B, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = _rope(q, c, s), _rope(k, c, s)
             K, V = kv.keys[i], kv.values[i]
@@ -191,8 +200,9 @@ class Decoder:
             x = x + L.mlp(L.ln2(x))
         return self.norm(x)
 
-    def prefill(self, ids: torch.Tensor, rows: torch.Tensor, start: int, kv: StaticKV,
-                cos: torch.Tensor, sin: torch.Tensor) -> None:
+    def prefill(
+        self, ids: torch.Tensor, rows: torch.Tensor, start: int, kv: StaticKV, cos: torch.Tensor, sin: torch.Tensor
+    ) -> None:
         """Run `ids` (k, W), right-padded, at positions start..start+W-1 of rows `rows`, whose
         columns [0, start) already hold a shared prefix; writes their K/V. A padded row's columns
         past its own tokens get values that its decode steps overwrite before attending to them."""
@@ -202,11 +212,11 @@ class Decoder:
         q_pos = torch.arange(start, end, device=ids.device)
         mask = torch.zeros((1, 1, W, end), dtype=dtype, device=ids.device)
         mask.masked_fill_(torch.arange(end, device=ids.device)[None, :] > q_pos[:, None], torch.finfo(dtype).min)
-        c, s = cos[start:end][None, None], sin[start:end][None, None]     # (1, 1, W, d)
-        x = F.embedding(ids, self.embed.weight)                           # (k, W, H)
+        c, s = cos[start:end][None, None], sin[start:end][None, None]  # (1, 1, W, d)
+        x = F.embedding(ids, self.embed.weight)  # (k, W, H)
         for i, L in enumerate(self.layers):
             h = L.ln1(x)
-            q = self._heads(L.q(h), L.q_norm, k_rows, W, self.heads)      # (k, Hq, W, d)
+            q = self._heads(L.q(h), L.q_norm, k_rows, W, self.heads)  # (k, Hq, W, d)
             k = self._heads(L.k(h), L.k_norm, k_rows, W, self.kv_heads)
             v = L.v(h).view(k_rows, W, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = _rope(q, c, s), _rope(k, c, s)
@@ -230,15 +240,15 @@ class Decoder:
         B, H, T, d = q.shape
         h, L = k.shape[1], k.shape[2]
         r = H // h
-        qg = q.reshape(B, h, r * T, d)                               # query head j*r + i -> group j, row i*T + t
+        qg = q.reshape(B, h, r * T, d)  # query head j*r + i -> group j, row i*T + t
         if self.sdpa:
             m = mask if T == 1 else mask[:, :, None].expand(-1, -1, r, -1, -1).reshape(mask.shape[0], 1, r * T, L)
             out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=self.scaling)
         else:
             scores = (torch.matmul(qg, k.transpose(-1, -2)) * self.scaling).view(B, h, r, T, L)
-            scores = scores + mask[:, :, None]                        # (B|1, 1, 1, T, L)
+            scores = scores + mask[:, :, None]  # (B|1, 1, 1, T, L)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            out = torch.matmul(probs.view(B, h, r * T, L), v)         # (B, h, r*T, d)
+            out = torch.matmul(probs.view(B, h, r * T, L), v)  # (B, h, r*T, d)
         # reshape, not view: CUDA's SDPA kernels may return (B, h, r*T, d) with its last two dims' strides
         # not row-major (the same values; a view of it is refused: the first GPU run of this path, 2026-11-26)
         return out.reshape(B, H, T, d)

@@ -26,8 +26,10 @@ def phrase_ids(tokenizer, phrase: str) -> list[int]:
         raise ScaleRLError(f"rollout.length.phrase = {phrase!r}: tokenises to nothing")
     unk = tokenizer.unk_token_id
     if unk is not None and unk in ids:
-        raise ScaleRLError(f"rollout.length.phrase = {phrase!r}: has characters this tokenizer does not know "
-                           "(an unknown token); choose a phrase the model's vocabulary can write")
+        raise ScaleRLError(
+            f"rollout.length.phrase = {phrase!r}: has characters this tokenizer does not know "
+            "(an unknown token); choose a phrase the model's vocabulary can write"
+        )
     return ids
 
 
@@ -42,7 +44,8 @@ def check_budget(cfg: RolloutConfig, n_phrase: int) -> None:
             f"rollout.length: think_max ({length.think_max}) + interruption phrase ({n_phrase} tokens with this "
             f"tokenizer) + answer_budget ({length.answer_budget}) = {need} > rollout.max_new_tokens "
             f"({cfg.max_new_tokens}): an interrupted completion would be cut before its answer; lower think_max "
-            "or answer_budget, shorten rollout.length.phrase, or raise rollout.max_new_tokens")
+            "or answer_budget, shorten rollout.length.phrase, or raise rollout.max_new_tokens"
+        )
 
 
 @functools.lru_cache(maxsize=8)

@@ -27,7 +27,10 @@ class Generator(Protocol):
         ...
 
     def stream(
-        self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
+        self,
+        prompts: Iterable[Prompt],
+        n: int,
+        stop: threading.Event | None = None,
         hold: threading.Event | None = None,
     ) -> Iterator[Completion]:
         """Endless continuous batching: yields each completion as it finishes; returns when the

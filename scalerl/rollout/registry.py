@@ -33,8 +33,11 @@ from scalerl.config import Config, LocalEngineConfig, RolloutConfig
 from scalerl.errors import ScaleRLError
 
 Host = Literal["thread", "process", "ray"]
-HOSTS: dict[str, str] = {"thread": "a thread of the trainer's process", "process": "a generator process of its own",
-                         "ray": "Ray actors"}
+HOSTS: dict[str, str] = {
+    "thread": "a thread of the trainer's process",
+    "process": "a generator process of its own",
+    "ray": "Ray actors",
+}
 ANY_HOST: frozenset[str] = frozenset(HOSTS)
 
 
@@ -60,27 +63,38 @@ class EngineSpec:
         needs, kind = self.needs, device.split(":")[0]
         if host is not None and host not in needs.hosts:
             where = " or ".join(HOSTS[h] for h in HOSTS if h in needs.hosts)
-            raise ScaleRLError(f"{asked or 'the run'}: rollout.engine {self.name} runs its generator in {where} only, "
-                               f"not in {HOSTS[host]} (its EngineNeeds.hosts); use {_USE[host]}")
+            raise ScaleRLError(
+                f"{asked or 'the run'}: rollout.engine {self.name} runs its generator in {where} only, "
+                f"not in {HOSTS[host]} (its EngineNeeds.hosts); use {_USE[host]}"
+            )
         if needs.devices is not None and kind not in needs.devices:
-            raise ScaleRLError(f"model.device = {device!r}: rollout.engine {self.name} decodes on "
-                               f"{', '.join(sorted(needs.devices))} only (its EngineNeeds.devices)")
+            raise ScaleRLError(
+                f"model.device = {device!r}: rollout.engine {self.name} decodes on "
+                f"{', '.join(sorted(needs.devices))} only (its EngineNeeds.devices)"
+            )
         if cfg.model.lora is not None and not needs.lora:
-            raise ScaleRLError(f"model.lora: rollout.engine {self.name} does not decode a LoRA model (its "
-                               "EngineNeeds.lora); use rollout.engine=local")
+            raise ScaleRLError(
+                f"model.lora: rollout.engine {self.name} does not decode a LoRA model (its "
+                "EngineNeeds.lora); use rollout.engine=local"
+            )
 
 
-_USE = {"ray": "pipeline.backend=local", "process": "pipeline.transport=thread or auto",
-        "thread": "pipeline.transport=process"}
+_USE = {
+    "ray": "pipeline.backend=local",
+    "process": "pipeline.transport=thread or auto",
+    "thread": "pipeline.transport=process",
+}
 
 ENGINES: dict[type, EngineSpec] = {}
 
 
 def register(config_cls: type, needs: EngineNeeds = EngineNeeds()) -> Callable:
     """Decorator: `build` is the engine of `config_cls`, needing `needs` (see the module docstring)."""
+
     def add(build: Callable) -> Callable:
         ENGINES[config_cls] = EngineSpec(config_cls.model_fields["type"].default, build, needs)
         return build
+
     return add
 
 
@@ -91,20 +105,39 @@ def engine_spec(engine_cfg) -> EngineSpec:
         importlib.import_module(cls.module)
     spec = ENGINES.get(cls)
     if spec is None:
-        raise ScaleRLError(f"rollout.engine: no engine is registered for {cls.__name__} (its module {cls.module} "
-                           f"registers none; registered: {', '.join(s.name for s in ENGINES.values())})")
+        raise ScaleRLError(
+            f"rollout.engine: no engine is registered for {cls.__name__} (its module {cls.module} "
+            f"registers none; registered: {', '.join(s.name for s in ENGINES.values())})"
+        )
     return spec
 
 
-def make_engine(model, tokenizer, cfg: RolloutConfig, *, fp32_head: bool = True, seed: int = 0,
-                greedy: bool = False, ignore_eos: bool = False):
+def make_engine(
+    model,
+    tokenizer,
+    cfg: RolloutConfig,
+    *,
+    fp32_head: bool = True,
+    seed: int = 0,
+    greedy: bool = False,
+    ignore_eos: bool = False,
+):
     """The engine `cfg.engine` names, decoding `model` (see the module docstring)."""
-    return engine_spec(cfg.engine).build(model, tokenizer, cfg, fp32_head=fp32_head, seed=seed, greedy=greedy,
-                                         ignore_eos=ignore_eos)
+    return engine_spec(cfg.engine).build(
+        model, tokenizer, cfg, fp32_head=fp32_head, seed=seed, greedy=greedy, ignore_eos=ignore_eos
+    )
 
 
-def build_engine(cfg: Config, model, tokenizer, *, seed: int, greedy: bool = False, temperature: float | None = None,
-                 local: bool = False):
+def build_engine(
+    cfg: Config,
+    model,
+    tokenizer,
+    *,
+    seed: int,
+    greedy: bool = False,
+    temperature: float | None = None,
+    local: bool = False,
+):
     """The run's engine decoding `model`, after its declaration's checks (`EngineSpec.require`, on the model's
     device): what `scalerl generate` samples with and what every generator stage of `scalerl train` decodes
     with (`scalerl.assembly.generator.build_generator`). `temperature`: in place of `rollout.temperature` (the

@@ -22,11 +22,12 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
-CDF_BLOCK = 512   # vocabularies longer than this are searched in blocks (`inverse_cdf`)
+CDF_BLOCK = 512  # vocabularies longer than this are searched in blocks (`inverse_cdf`)
 
 
-def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None,
-                u: torch.Tensor | None = None) -> torch.Tensor:
+def inverse_cdf(
+    probs: torch.Tensor, generator: torch.Generator | None = None, u: torch.Tensor | None = None
+) -> torch.Tensor:
     """One draw per row of unnormalised `probs` (B, V) by inverting the CDF at a uniform point
     (on CPU ~20x cheaper than `torch.multinomial`). Up to CDF_BLOCK tokens: one cumulative sum
     and a binary search. Longer vocabularies in two levels, since a cumulative sum is a sequential
@@ -41,13 +42,13 @@ def inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None,
     if V <= CDF_BLOCK:
         return _search(probs.cumsum(dim=-1), u)
     nb = -(-V // CDF_BLOCK)
-    blocks = F.pad(probs, (0, nb * CDF_BLOCK - V)).view(B, nb, CDF_BLOCK)       # (B, nb, block)
-    block_cdf = blocks.sum(dim=-1).cumsum(dim=-1)                                # (B, nb)
+    blocks = F.pad(probs, (0, nb * CDF_BLOCK - V)).view(B, nb, CDF_BLOCK)  # (B, nb, block)
+    block_cdf = blocks.sum(dim=-1).cumsum(dim=-1)  # (B, nb)
     total = block_cdf[:, -1:]
     t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    b = torch.searchsorted(block_cdf, t, right=True)                             # (B, 1): the first block past t
+    b = torch.searchsorted(block_cdf, t, right=True)  # (B, 1): the first block past t
     before = torch.where(b > 0, block_cdf.gather(1, (b - 1).clamp(min=0)), torch.zeros_like(t))
-    inner = blocks[torch.arange(B, device=probs.device), b[:, 0]]               # (B, block)
+    inner = blocks[torch.arange(B, device=probs.device), b[:, 0]]  # (B, block)
     return b[:, 0] * CDF_BLOCK + _search(inner.cumsum(dim=-1), ((t - before) / inner.sum(-1, keepdim=True)).clamp(0, 1))
 
 
@@ -55,7 +56,7 @@ def _search(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The first index whose cumulative mass passes `u` (B, 1) times the total (never a
     zero-probability token)."""
     total = cdf[:, -1:]
-    point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))   # strictly below the total
+    point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # strictly below the total
     return torch.searchsorted(cdf, point, right=True).squeeze(-1)
 
 
@@ -72,9 +73,9 @@ def sample(
     exponentials (shared by the normaliser and the draw), one for their sum."""
     scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # (B, V)
     top = scaled.amax(dim=-1, keepdim=True)
-    probs = (scaled - top).exp_()                   # unnormalised: the largest is 1
+    probs = (scaled - top).exp_()  # unnormalised: the largest is 1
     total = probs.sum(dim=-1, keepdim=True)
-    log_z = top + total.log()                       # (B, 1) logsumexp
+    log_z = top + total.log()  # (B, 1) logsumexp
     if greedy:
         tokens = scaled.argmax(dim=-1)
     elif top_p < 1.0:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import psutil
 import torch
 
-CONTEXT_ROUND = 64             # contexts are allocated in steps of this many columns
+CONTEXT_ROUND = 64  # contexts are allocated in steps of this many columns
 SLOTS_MAX = {"cpu": 256, "cuda": 1024}
-KV_BUDGET_CPU_MB = 512         # the CPU's default K/V budget (MiB), at most a tenth of the memory available
+KV_BUDGET_CPU_MB = 512  # the CPU's default K/V budget (MiB), at most a tenth of the memory available
 KV_BUDGET_GPU_FRACTION = 0.25  # of the device memory free when the engine starts
 
 

@@ -10,10 +10,10 @@ import torch
 from scalerl.types import Prompt
 
 _NEVER = 1 << 40
-_END = object()           # the prompt iterator ran out
-MIN_SHARED_PREFIX = 32     # tokens: a common prefix this long is prefilled once (`_shared_prefix`)
-RECENT_PREFILLS = 4        # prompts whose prefilled K/V (one row each) are kept for their later samples
-IDLE_SLEEP_S = 0.005       # wait between two asks when nothing is in flight and no prompt may start
+_END = object()  # the prompt iterator ran out
+MIN_SHARED_PREFIX = 32  # tokens: a common prefix this long is prefilled once (`_shared_prefix`)
+RECENT_PREFILLS = 4  # prompts whose prefilled K/V (one row each) are kept for their later samples
+IDLE_SLEEP_S = 0.005  # wait between two asks when nothing is in flight and no prompt may start
 
 
 @dataclass
@@ -29,21 +29,21 @@ class Rows:
     """Per-row decoding state, one entry (or row of a (rows, max_new + 1) buffer) per cache row.
     Column `max_new` of the buffers is scratch: rows not in progress write there."""
 
-    active: torch.Tensor       # (R,) bool: row holds a sequence in progress
-    next_input: torch.Tensor   # (R,) token fed at the next step
-    pos: torch.Tensor          # (R,) its position id
-    n_gen: torch.Tensor        # (R,) tokens generated so far
-    answer_end: torch.Tensor   # (R,) n_gen at which the answer budget runs out
-    thinking: torch.Tensor     # (R,) bool: `</think>` not produced yet
-    trigger: torch.Tensor      # (R,) n_gen at which thinking is interrupted
-    force_idx: torch.Tensor    # (R,) index into the phrase being forced, -1 if none
+    active: torch.Tensor  # (R,) bool: row holds a sequence in progress
+    next_input: torch.Tensor  # (R,) token fed at the next step
+    pos: torch.Tensor  # (R,) its position id
+    n_gen: torch.Tensor  # (R,) tokens generated so far
+    answer_end: torch.Tensor  # (R,) n_gen at which the answer budget runs out
+    thinking: torch.Tensor  # (R,) bool: `</think>` not produced yet
+    trigger: torch.Tensor  # (R,) n_gen at which thinking is interrupted
+    force_idx: torch.Tensor  # (R,) index into the phrase being forced, -1 if none
     interrupted: torch.Tensor  # (R,) bool: the phrase has started (thinking was interrupted)
-    finished: torch.Tensor     # (R,) bool: ended since the last collection (static path)
-    reason: torch.Tensor       # (R,) index into the finish reasons, set when it ended
-    tokens: torch.Tensor       # (R, max_new + 1)
-    logprobs: torch.Tensor     # (R, max_new + 1) fp32
-    versions: torch.Tensor     # (R, max_new + 1)
-    forced: torch.Tensor       # (R, max_new + 1) bool
+    finished: torch.Tensor  # (R,) bool: ended since the last collection (static path)
+    reason: torch.Tensor  # (R,) index into the finish reasons, set when it ended
+    tokens: torch.Tensor  # (R, max_new + 1)
+    logprobs: torch.Tensor  # (R, max_new + 1) fp32
+    versions: torch.Tensor  # (R, max_new + 1)
+    forced: torch.Tensor  # (R, max_new + 1) bool
 
     @classmethod
     def empty(cls, rows: int, max_new: int, device: torch.device) -> Rows:
@@ -51,9 +51,23 @@ class Rows:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         b, w = torch.bool, max_new + 1
-        return cls(z(rows, dtype=b), z(rows), z(rows), z(rows), z(rows), z(rows, dtype=b), z(rows), z(rows) - 1,
-                   z(rows, dtype=b), z(rows, dtype=b), z(rows), z(rows, w), z(rows, w, dtype=torch.float32),
-                   z(rows, w), z(rows, w, dtype=b))
+        return cls(
+            z(rows, dtype=b),
+            z(rows),
+            z(rows),
+            z(rows),
+            z(rows),
+            z(rows, dtype=b),
+            z(rows),
+            z(rows) - 1,
+            z(rows, dtype=b),
+            z(rows, dtype=b),
+            z(rows),
+            z(rows, w),
+            z(rows, w, dtype=torch.float32),
+            z(rows, w),
+            z(rows, w, dtype=b),
+        )
 
     def select(self, keep: torch.Tensor) -> None:
         for f in fields(self):
@@ -83,8 +97,9 @@ class Rows:
             getattr(self, f.name).copy_(s)
 
 
-def shared_prefix(contexts: list[tuple[int, ...]], kept: tuple[int, ...] | None,
-                  last: tuple[int, ...]) -> tuple[tuple[int, ...] | None, bool]:
+def shared_prefix(
+    contexts: list[tuple[int, ...]], kept: tuple[int, ...] | None, last: tuple[int, ...]
+) -> tuple[tuple[int, ...] | None, bool]:
     """Which prefix of `contexts` both decoding loops prefill once: (tokens, reuse). `reuse`: the
     kept prefix `kept` still serves every context; else the prefix the contexts (and `last`, the
     previous admission's first context, so that the samples of one prompt admitted alone still

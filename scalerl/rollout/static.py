@@ -42,8 +42,8 @@ from scalerl.rollout.sampling import sample
 from scalerl.rollout.slots import auto_slots, capacity_for, kv_budget, kv_bytes_per_token
 from scalerl.rollout.state import _END, RECENT_PREFILLS, Request, Rows, shared_prefix
 
-SYNC_EVERY = 4          # decode steps between two host synchronisations
-GRAPH_COLS = 64         # under capture the attention columns are GRAPH_COLS x 2^k (or the capacity)
+SYNC_EVERY = 4  # decode steps between two host synchronisations
+GRAPH_COLS = 64  # under capture the attention columns are GRAPH_COLS x 2^k (or the capacity)
 
 
 def _pow2_at_least(n: int) -> int:
@@ -92,17 +92,17 @@ class StaticLoop:
         self.per_token = kv_bytes_per_token(engine._n_layers, engine._kv_heads, engine._head_dim, engine.dtype)
         self.kv: StaticKV | None = None
         self.state: Rows | None = None
-        self.cols = GRAPH_COLS   # the attention columns of the next step
-        self._reach = 0          # CPU: the furthest position a row held at the last synchronisation
+        self.cols = GRAPH_COLS  # the attention columns of the next step
+        self._reach = 0  # CPU: the furthest position a row held at the last synchronisation
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._u: torch.Tensor | None = None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._views: dict[int, Rows] = {}
         self._pool = None
-        self._prefix: tuple[tuple[int, ...], list[torch.Tensor]] | None = None   # see _shared_prefix
+        self._prefix: tuple[tuple[int, ...], list[torch.Tensor]] | None = None  # see _shared_prefix
         self._recent: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()  # see _admit
         self._last_context: tuple[int, ...] = ()
-        self._running = False    # one `generate` / `stream` at a time: the slots are the loop's
+        self._running = False  # one `generate` / `stream` at a time: the slots are the loop's
 
     def forget(self) -> None:
         """Drop every kept K/V (the weights changed)."""
@@ -126,10 +126,10 @@ class StaticLoop:
         e = self.e
         fits = self.kv is not None and self.kv.slots >= slots and self.kv.capacity >= capacity
         if fits and self.capture:
-            self.state.active.zero_()      # nothing of an earlier call (a stopped stream) is in flight
+            self.state.active.zero_()  # nothing of an earlier call (a stopped stream) is in flight
             self.state.finished.zero_()
             return
-        if self.kv is not None and self.capture:       # outgrown: new buffers, new graphs
+        if self.kv is not None and self.capture:  # outgrown: new buffers, new graphs
             slots, capacity = max(slots, self.kv.slots), max(capacity, self.kv.capacity)
         self._graphs.clear()
         self._views.clear()
@@ -148,14 +148,20 @@ class StaticLoop:
             self._rope = self.decoder.rope(capacity, e.dtype)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, requests: Iterator[Request], limit: int | None, stop: threading.Event | None,
-            hold: threading.Event | None = None, context: int = 0):
+    def run(
+        self,
+        requests: Iterator[Request],
+        limit: int | None,
+        stop: threading.Event | None,
+        hold: threading.Event | None = None,
+        context: int = 0,
+    ):
         """Yields (request, completion) as sequences finish; while `hold` is set, waits. `limit`:
         at most this many rows (None: the slots); `context`: the longest context expected."""
         self._claim()
         e, source = self.e, _Source(requests)
         held: list[Request | None] = []
-        hpos: list[int] = []     # per row: a bound on the position its next step writes
+        hpos: list[int] = []  # per row: a bound on the position its next step writes
         slots, width, steps, due = 0, 0, 0, True
         try:
             while not (stop is not None and stop.is_set()):
@@ -163,7 +169,7 @@ class StaticLoop:
                     e._held()  # held (the trainer evaluates): no step, the rows keep their K/V
                     continue
                 e._apply_pending()  # step boundary: new weights serve this step's prefill and decode
-                if due:             # the host synchronises: collect, admit, pick the next shape
+                if due:  # the host synchronises: collect, admit, pick the next shape
                     for r in range(width):
                         hpos[r] = min(hpos[r] + steps, self.kv.capacity - 1)
                     steps = width = 0
@@ -172,12 +178,12 @@ class StaticLoop:
                             if stop is not None and stop.is_set():
                                 return
                             yield req, completion
-                    else:           # first admission: size the slots from the first context
+                    else:  # first admission: size the slots from the first context
                         first, _ = source.take(1)
                         if not first:
                             if source.done:
                                 return
-                            e._idle()   # no prompt may start yet: wait for the trainer
+                            e._idle()  # no prompt may start yet: wait for the trainer
                             continue
                         source.give_back(first)
                         slots, held, hpos = self._size(max(context, len(first[0].tokens) - 1), limit)
@@ -190,7 +196,7 @@ class StaticLoop:
                         continue
                     width = self._arrange(held, hpos, occupied)
                     due = False
-                if not self.capture:   # exactly the columns a row can have reached at this step
+                if not self.capture:  # exactly the columns a row can have reached at this step
                     self.cols = min(self.kv.capacity, self._reach + steps + 1)
                 with torch.inference_mode():
                     e._step(self._view(width), self.kv)
@@ -199,14 +205,16 @@ class StaticLoop:
         finally:
             self._running = False
             if not self.capture:
-                self.kv = self.state = None   # a CPU engine keeps no K/V between calls
+                self.kv = self.state = None  # a CPU engine keeps no K/V between calls
                 self._views.clear()
 
     def _claim(self) -> None:
         """One `generate` / `stream` at a time: the slots are the loop's."""
         if self._running:
-            raise ScaleRLError("rollout: this engine is already decoding (a `stream` still open): one `generate` or "
-                               "`stream` at a time per engine; close the stream first, or use another engine")
+            raise ScaleRLError(
+                "rollout: this engine is already decoding (a `stream` still open): one `generate` or "
+                "`stream` at a time per engine; close the stream first, or use another engine"
+            )
         self._running = True
 
     def _size(self, context: int, limit: int | None) -> tuple[int, list, list]:
@@ -228,8 +236,9 @@ class StaticLoop:
             req, held[row] = held[row], None
             yield req, completion
 
-    def _admit_free(self, source: _Source, held: list[Request | None], hpos: list[int], slots: int,
-                    limit: int | None) -> int:
+    def _admit_free(
+        self, source: _Source, held: list[Request | None], hpos: list[int], slots: int, limit: int | None
+    ) -> int:
         """Fill free rows below `slots` with new requests; returns the slots (fewer when a longer
         prompt made every slot longer and the budget holds fewer)."""
         e = self.e
@@ -238,12 +247,12 @@ class StaticLoop:
         if not batch:
             return slots
         need = max(len(r.tokens) - 1 for r in batch)
-        if need + e.cfg.max_new_tokens > self.kv.capacity:   # a longer prompt: more columns, maybe fewer slots
+        if need + e.cfg.max_new_tokens > self.kv.capacity:  # a longer prompt: more columns, maybe fewer slots
             capacity = capacity_for(need, e.cfg.max_new_tokens)
             self._grow(capacity)
             slots = min(self.kv.slots, self.slots_for(capacity, limit))
             free = [r for r in range(slots) if held[r] is None]
-            source.give_back(batch[len(free):])
+            source.give_back(batch[len(free) :])
             batch = batch[: len(free)]
             if not batch:
                 return slots
@@ -290,7 +299,7 @@ class StaticLoop:
         B = state.active.shape[0]
         u = self._u[:B]
         if not e.greedy:
-            u.uniform_(generator=e._gen)   # outside any graph: the draws of `sample`'s inverse CDF
+            u.uniform_(generator=e._gen)  # outside any graph: the draws of `sample`'s inverse CDF
         if not self.capture:
             self._body(state, kv, u, self.cols)
             return
@@ -359,7 +368,7 @@ class StaticLoop:
                 if len(rows) > 1:
                     first = torch.tensor([rows[0]] * (len(rows) - 1), device=dev)
                     kv.copy_rows(torch.tensor(rows[1:], device=dev), first, len(c))
-        for c in [c for c in want if c][-RECENT_PREFILLS:]:   # the last ones admitted, most recent last
+        for c in [c for c in want if c][-RECENT_PREFILLS:]:  # the last ones admitted, most recent last
             if c not in self._recent:
                 self._recent[c] = kv.take(want[c][0], len(c))
             self._recent.move_to_end(c)

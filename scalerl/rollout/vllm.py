@@ -54,8 +54,8 @@ from scalerl.rollout.registry import EngineNeeds, register
 from scalerl.rollout.vllm_server import VllmServer
 from scalerl.types import Completion, FinishReason, Prompt
 
-MAX_MODEL_LEN = 2048      # the started server's context, at most (within the model's own)
-POLL_S = 0.02             # how often `stream` asks its prompt source again when it may not start one
+MAX_MODEL_LEN = 2048  # the started server's context, at most (within the model's own)
+POLL_S = 0.02  # how often `stream` asks its prompt source again when it may not start one
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
@@ -88,8 +88,16 @@ class VllmClient:
     `model` is read once, to start the server on its weights (unless `rollout.engine.url` or
     `.model` names what the server loads); `close()` stops a server it started."""
 
-    def __init__(self, model, tokenizer, cfg: RolloutConfig, fp32_head: bool = True, seed: int = 0,
-                 greedy: bool = False, ignore_eos: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        cfg: RolloutConfig,
+        fp32_head: bool = True,
+        seed: int = 0,
+        greedy: bool = False,
+        ignore_eos: bool = False,
+    ):
         self.cfg, self.ecfg, self.tokenizer, self.seed, self._model = cfg, cfg.engine, tokenizer, seed, model
         self.greedy, self.ignore_eos = greedy or cfg.temperature < GREEDY_BELOW, ignore_eos
         self._stops = sorted(_stop_ids(model, tokenizer))
@@ -104,8 +112,8 @@ class VllmClient:
         self._rng = random.Random(seed)
         self._serial, self._version = 0, 0
         self._seeded = self.ecfg.seeded if self.ecfg.seeded is not None else torch.cuda.is_available()
-        self._lock = threading.Lock()     # one weight update at a time
-        self.publish_seconds: dict[str, float] = {}   # the last update's parts (`update_weights`)
+        self._lock = threading.Lock()  # one weight update at a time
+        self.publish_seconds: dict[str, float] = {}  # the last update's parts (`update_weights`)
         self.server = VllmServer(self.ecfg, log=None if self.ecfg.url else server_log())
         self._pool = ThreadPoolExecutor(self.ecfg.max_inflight, thread_name_prefix="scalerl-vllm")
         try:
@@ -122,9 +130,17 @@ class VllmClient:
             if not self.ecfg.model:
                 model.save_pretrained(model_dir, safe_serialization=True)
                 tokenizer.save_pretrained(model_dir)
-            length = min(getattr(model.config, "max_position_embeddings", MAX_MODEL_LEN) or MAX_MODEL_LEN, MAX_MODEL_LEN)
-            self.server.start(model_dir, self._dtype, length, threads=torch.get_num_threads(), remove=self._dir,
-                              fp32_head=self._fp32_head)
+            length = min(
+                getattr(model.config, "max_position_embeddings", MAX_MODEL_LEN) or MAX_MODEL_LEN, MAX_MODEL_LEN
+            )
+            self.server.start(
+                model_dir,
+                self._dtype,
+                length,
+                threads=torch.get_num_threads(),
+                remove=self._dir,
+                fp32_head=self._fp32_head,
+            )
             print(f"vLLM server: {self.server.url}, log {self.server.log}", flush=True)
         self.server.call("POST", "/update_weight_version", {"new_version": str(self._version)})
 
@@ -142,8 +158,13 @@ class VllmClient:
         futures = [self._submit(p, k) for p in prompts for k in range(n)]
         return [f.result() for f in futures]
 
-    def stream(self, prompts: Iterable[Prompt], n: int, stop: threading.Event | None = None,
-               hold: threading.Event | None = None) -> Iterator[Completion]:
+    def stream(
+        self,
+        prompts: Iterable[Prompt],
+        n: int,
+        stop: threading.Event | None = None,
+        hold: threading.Event | None = None,
+    ) -> Iterator[Completion]:
         """Continuous batching on the server: up to `max_inflight` samples submitted at a time; a held
         stream submits nothing until the hold is lifted (the samples in flight finish: pausing the
         server would leave their requests waiting out `request_timeout_s` through a long evaluation)."""
@@ -155,13 +176,13 @@ class VllmClient:
                     prompt = next(source, StopIteration)
                     if prompt is StopIteration:
                         more = False
-                    elif prompt is None:   # the source has no prompt that may start now
+                    elif prompt is None:  # the source has no prompt that may start now
                         break
                     else:
                         pending.update(self._submit(prompt, k) for k in range(n))
                 if not more and not pending:
                     return
-                if not pending:     # held, or no prompt may start: wait (`wait` on no future returns at once)
+                if not pending:  # held, or no prompt may start: wait (`wait` on no future returns at once)
                     stop.wait(POLL_S)
                     continue
                 done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
@@ -189,11 +210,12 @@ class VllmClient:
         save_file(tensors, str(folder / "model.safetensors"))
         parts["save"], t0 = time.monotonic() - t0, time.monotonic()
         with self._lock:
-            for part, path, body in (("pause", "/pause?mode=keep", None),
-                                     ("reload", "/collective_rpc", {"method": "reload_weights",
-                                                                    "kwargs": {"weights_path": str(folder)}}),
-                                     ("label", "/update_weight_version", {"new_version": str(version)}),
-                                     ("resume", "/resume", None)):
+            for part, path, body in (
+                ("pause", "/pause?mode=keep", None),
+                ("reload", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}),
+                ("label", "/update_weight_version", {"new_version": str(version)}),
+                ("resume", "/resume", None),
+            ):
                 self.server.call("POST", path, body)
                 parts[part], t0 = time.monotonic() - t0, time.monotonic()
             self._version = version
@@ -235,12 +257,17 @@ class VllmClient:
         if close is None:
             if eos or len(s.tokens) >= budget:
                 return self._done(s, "eos" if eos else "length")
-            s.add(list(self._phrase), [0.0] * len(self._phrase), [s.versions[-1] if s.versions else self._version] *
-                  len(self._phrase), forced=True)
+            s.add(
+                list(self._phrase),
+                [0.0] * len(self._phrase),
+                [s.versions[-1] if s.versions else self._version] * len(self._phrase),
+                forced=True,
+            )
             end = len(s.tokens) + self._interrupt.answer_budget
             eos = self._ask(s, min(end, budget) - len(s.tokens), 1)
-            return self._done(s, "interrupted_eos" if eos else "interrupted_budget" if len(s.tokens) >= end
-                              else "interrupted_length")
+            return self._done(
+                s, "interrupted_eos" if eos else "interrupted_budget" if len(s.tokens) >= end else "interrupted_length"
+            )
         limit = min(close + self._interrupt.answer_budget, budget)
         if len(s.tokens) > limit or (not eos and len(s.tokens) == limit):
             s.cut(limit)
@@ -253,16 +280,22 @@ class VllmClient:
         """One request continuing `s` by at most `max_tokens`; adds what came back. True: it ended on a stop token."""
         if max_tokens <= 0:
             return False
-        params = {"max_tokens": max_tokens, "temperature": 0.0 if self.greedy else self.cfg.temperature,
-                  "top_p": self.cfg.top_p, "logprobs": 0, "detokenize": False}
+        params = {
+            "max_tokens": max_tokens,
+            "temperature": 0.0 if self.greedy else self.cfg.temperature,
+            "top_p": self.cfg.top_p,
+            "logprobs": 0,
+            "detokenize": False,
+        }
         if self._seeded:
             params["seed"] = (self.seed * 1_000_003 + s.serial * 2 + phase) % 2**31
         params.update({"ignore_eos": True} if self.ignore_eos else {"stop_token_ids": self._stops})
         version = self._version
-        out = self.server.call("POST", "/inference/v1/generate", {"token_ids": s.prompt_tokens + s.tokens,
-                                                                   "sampling_params": params})
+        out = self.server.call(
+            "POST", "/inference/v1/generate", {"token_ids": s.prompt_tokens + s.tokens, "sampling_params": params}
+        )
         choice = out["choices"][0]
-        if choice.get("finish_reason") == "abort":   # `close` aborts what is in flight: not a completion
+        if choice.get("finish_reason") == "abort":  # `close` aborts what is in flight: not a completion
             raise ScaleRLError(f"vLLM request aborted: the server is stopping ({self.server.where()})")
         tokens = choice["token_ids"]
         logprobs = [c["logprob"] for c in choice["logprobs"]["content"]]
@@ -271,10 +304,16 @@ class VllmClient:
 
     def _done(self, s: _Sample, reason: FinishReason) -> Completion:
         return Completion(
-            id=f"{s.prompt.id}/{s.k}@{self.seed}.{s.serial}", prompt_id=s.prompt.id, prompt_tokens=s.prompt_tokens,
-            tokens=s.tokens, logprobs=s.logprobs, versions=s.versions,
-            text=self.tokenizer.decode(s.tokens, skip_special_tokens=True), finish_reason=reason,
-            forced_mask=s.forced)
+            id=f"{s.prompt.id}/{s.k}@{self.seed}.{s.serial}",
+            prompt_id=s.prompt.id,
+            prompt_tokens=s.prompt_tokens,
+            tokens=s.tokens,
+            logprobs=s.logprobs,
+            versions=s.versions,
+            text=self.tokenizer.decode(s.tokens, skip_special_tokens=True),
+            finish_reason=reason,
+            forced_mask=s.forced,
+        )
 
 
 def server_log() -> Path:
@@ -293,8 +332,8 @@ def _versions(spans: list[dict] | None, n: int, default: int) -> list[int]:
         try:
             version = int(span["version"])
         except (TypeError, ValueError):
-            continue      # a label this client did not set (the server's "default" before the first one)
-        out[span["start"]:span["end"]] = [version] * (span["end"] - span["start"])
+            continue  # a label this client did not set (the server's "default" before the first one)
+        out[span["start"] : span["end"]] = [version] * (span["end"] - span["start"])
     return out
 
 
@@ -302,6 +341,6 @@ def _find(tokens: list[int], suffix: list[int]) -> int | None:
     """The length of the shortest prefix of `tokens` that ends with `suffix`, None if none does."""
     k = len(suffix)
     for end in range(k, len(tokens) + 1):
-        if tokens[end - k:end] == suffix:
+        if tokens[end - k : end] == suffix:
             return end
     return None

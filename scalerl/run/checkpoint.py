@@ -46,7 +46,7 @@ from scalerl.run.rundir import CHECKPOINT_DIR, checkpoints
 
 CHECKSUMS = "checksums.json"
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
-ADAPTER_FILE = "adapter.safetensors"   # LoRA runs only
+ADAPTER_FILE = "adapter.safetensors"  # LoRA runs only
 KEEP = 2
 
 
@@ -54,12 +54,12 @@ KEEP = 2
 class TrainState:
     """Everything besides tensors that a resumed run needs to carry on where it stopped."""
 
-    step: int = 0                         # optimizer steps done (== trainer policy version)
-    compute: dict[str, float] = field(default_factory=dict)   # ComputeMeter.state_dict()
+    step: int = 0  # optimizer steps done (== trainer policy version)
+    compute: dict[str, float] = field(default_factory=dict)  # ComputeMeter.state_dict()
     curriculum: dict[str, Any] = field(default_factory=dict)  # NoPositiveResampling.state_dict()
-    sampler: dict[str, int] = field(default_factory=dict)     # CurriculumSampler.state_dict()
-    metrics_offset: int = 0               # byte length of metrics.jsonl when saved
-    counters: dict[str, int] = field(default_factory=dict)    # skipped/dropped/stale totals
+    sampler: dict[str, int] = field(default_factory=dict)  # CurriculumSampler.state_dict()
+    metrics_offset: int = 0  # byte length of metrics.jsonl when saved
+    counters: dict[str, int] = field(default_factory=dict)  # skipped/dropped/stale totals
 
 
 class DamagedCheckpoint(ScaleRLError):
@@ -97,13 +97,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-SHARDS = "dcp"   # the sharded state's folder in a checkpoint (trainer.strategy fsdp)
+SHARDS = "dcp"  # the sharded state's folder in a checkpoint (trainer.strategy fsdp)
 
 
-def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState,
-                 shards: Callable[[Path], None] | None = None) -> None:
+def _write_files(
+    tmp: Path,
+    model: torch.nn.Module,
+    optimizer_state: dict,
+    state: TrainState,
+    shards: Callable[[Path], None] | None = None,
+) -> None:
     files = FILES
-    if shards is not None:   # every rank writes its part first; each file then checksummed like the others
+    if shards is not None:  # every rank writes its part first; each file then checksummed like the others
         shards(tmp / SHARDS)
         files = (*files, *sorted(str(f.relative_to(tmp)) for f in (tmp / SHARDS).rglob("*") if f.is_file()))
     if has_lora(model):
@@ -125,8 +130,13 @@ def _write_files(tmp: Path, model: torch.nn.Module, optimizer_state: dict, state
         os.fsync(fh.fileno())
 
 
-def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer_state: dict, state: TrainState,
-                    shards: Callable[[Path], None] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    model: torch.nn.Module,
+    optimizer_state: dict,
+    state: TrainState,
+    shards: Callable[[Path], None] | None = None,
+) -> Path:
     """Write checkpoint `step_<state.step>` atomically; prune all but the newest KEEP. `shards(folder)`:
     the FSDP ranks write their parts of the weights and optimizer state to `dcp/` (every rank at once).
 
@@ -162,8 +172,10 @@ def _write_failure(final: Path, exc: BaseException) -> str:
         cause = "no space left on the device"
     newest = latest_checkpoint(final.parent.parent)
     keep = f"the newest complete checkpoint, {newest.name}, is intact" if newest else "no earlier checkpoint exists"
-    return (f"could not write checkpoint {final} ({cause}); nothing partial was left behind and {keep}: "
-            "free some space, then continue with --resume")
+    return (
+        f"could not write checkpoint {final} ({cause}); nothing partial was left behind and {keep}: "
+        "free some space, then continue with --resume"
+    )
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -199,7 +211,7 @@ def read_state(path: Path) -> TrainState:
     names = {f.name: f for f in fields(TrainState)}
     if isinstance(data, dict):
         data.pop("generator_seed", None)  # written by earlier versions, never read
-        data.pop("evals", None)           # likewise: the evaluation curve is read from metrics.jsonl
+        data.pop("evals", None)  # likewise: the evaluation curve is read from metrics.jsonl
     if not isinstance(data, dict) or set(data) - set(names):
         raise DamagedCheckpoint(file, f"unexpected content (expected the keys {sorted(names)})")
     for key in ("step", "metrics_offset"):
@@ -237,10 +249,14 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> tuple[dict, TrainStat
         raise DamagedCheckpoint(path / "optimizer.pt", "unexpected content")
     weights = path / (ADAPTER_FILE if has_lora(model) else "model.safetensors")
     if not weights.is_file():
-        raise DamagedCheckpoint(weights, "missing" if weights.name != ADAPTER_FILE else
-                                "missing (a LoRA run's checkpoint holds its adapters; was model.lora changed?)")
+        raise DamagedCheckpoint(
+            weights,
+            "missing"
+            if weights.name != ADAPTER_FILE
+            else "missing (a LoRA run's checkpoint holds its adapters; was model.lora changed?)",
+        )
     try:
-        if has_lora(model):   # the base weights are the run's model.name, frozen: only the adapters trained
+        if has_lora(model):  # the base weights are the run's model.name, frozen: only the adapters trained
             load_adapters(model, load_file(str(weights), device=str(next(model.parameters()).device)))
         else:
             load_model(model, str(weights))

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIT_X = "compute/flops"   # the x axis of every fit of a scalerl run: independent of the machine's load
+FIT_X = "compute/flops"  # the x axis of every fit of a scalerl run: independent of the machine's load
 FIT_X_LABEL = "compute (FLOPs)"
 
 
 @dataclass
 class StepCompute:
-    wall_seconds: float       # wall-clock of the step (generation and training, whatever overlapped)
-    devices: float            # devices the run holds meanwhile
-    tokens_generated: int     # every token generated for the step (trained or not)
+    wall_seconds: float  # wall-clock of the step (generation and training, whatever overlapped)
+    devices: float  # devices the run holds meanwhile
+    tokens_generated: int  # every token generated for the step (trained or not)
     tokens_trained: int
 
 

@@ -50,7 +50,8 @@ class RunLock:
             who = f"PID {holder}" if holder is not None else "another process (PID not yet written)"
             raise RunDirInUse(
                 f"run directory {self.path.parent} is in use by {who}: one run writes to a directory at a time; "
-                "wait for it to finish or stop it, or choose another --run-dir") from None
+                "wait for it to finish or stop it, or choose another --run-dir"
+            ) from None
         self.previous_pid = _read_pid(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -76,8 +77,10 @@ class RunLock:
         """A line to print when the lock was left by a process that died holding it."""
         if self.previous_pid is None or self.previous_pid == os.getpid():
             return None
-        return (f"{self.path.parent}: took over the lock of PID {self.previous_pid}, which stopped without "
-                "releasing it (killed or crashed)")
+        return (
+            f"{self.path.parent}: took over the lock of PID {self.previous_pid}, which stopped without "
+            "releasing it (killed or crashed)"
+        )
 
     def __enter__(self) -> RunLock:
         return self.acquire() if self._fd is None else self

@@ -42,12 +42,12 @@ from typing import Callable
 import psutil
 import torch
 
-WARN_SHARE = 0.85       # of the memory available: the warning's threshold
-WARN_EVERY = 50         # steps between two warnings
+WARN_SHARE = 0.85  # of the memory available: the warning's threshold
+WARN_EVERY = 50  # steps between two warnings
 MMAP_THRESHOLD = 1 << 20  # bytes: glibc serves larger blocks by mmap, returned to the kernel when freed
-M_MMAP_THRESHOLD = -3   # mallopt parameters (glibc's malloc.h)
+M_MMAP_THRESHOLD = -3  # mallopt parameters (glibc's malloc.h)
 M_ARENA_MAX = -8
-ARENA_MAX = 2           # malloc arenas (glibc's default is 8 per core)
+ARENA_MAX = 2  # malloc arenas (glibc's default is 8 per core)
 MB = 1 << 20
 
 
@@ -127,7 +127,7 @@ def pss_mb(pid: int | None = None) -> float | None:
         full = proc.memory_full_info()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return rss_mb(pid)
-    pss = getattr(full, "pss", None)   # Linux only: psutil's other platforms have no such field
+    pss = getattr(full, "pss", None)  # Linux only: psutil's other platforms have no such field
     return (pss if pss is not None else full.rss) / MB
 
 
@@ -164,8 +164,10 @@ def cuda_mb() -> dict[str, float]:
     """torch's CUDA memory (allocated, reserved) in MiB; empty without CUDA."""
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
-    return {"system/cuda_allocated_mb": torch.cuda.memory_allocated() / MB,
-            "system/cuda_reserved_mb": torch.cuda.memory_reserved() / MB}
+    return {
+        "system/cuda_allocated_mb": torch.cuda.memory_allocated() / MB,
+        "system/cuda_reserved_mb": torch.cuda.memory_reserved() / MB,
+    }
 
 
 class MemoryMonitor:
@@ -176,9 +178,15 @@ class MemoryMonitor:
     (model weights, optimizer state, the published weights, ...), for the warning. `devices()`:
     name -> (allocated, reserved) CUDA MiB of the other processes, as they report it."""
 
-    def __init__(self, processes: Callable[[], dict[str, int]], consumers: Callable[[], dict[str, float]],
-                 limit_mb: float | None = None, share: float = WARN_SHARE, every: int = WARN_EVERY,
-                 devices: Callable[[], dict[str, tuple[float, float]]] = dict):
+    def __init__(
+        self,
+        processes: Callable[[], dict[str, int]],
+        consumers: Callable[[], dict[str, float]],
+        limit_mb: float | None = None,
+        share: float = WARN_SHARE,
+        every: int = WARN_EVERY,
+        devices: Callable[[], dict[str, tuple[float, float]]] = dict,
+    ):
         self.processes, self.consumers, self.devices = processes, consumers, devices
         self.limit_mb = limit_mb if limit_mb is not None else available_mb()
         self.share, self.every = share, every
@@ -211,15 +219,20 @@ class MemoryMonitor:
         if self.warned_at is not None and step < self.warned_at + self.every:
             return None
         self.warned_at = step
-        procs = {("trainer" if k == "system/pss_mb" else k.rsplit("/", 1)[1]): v for k, v in row.items()
-                 if k.startswith("system/pss_mb")}
+        procs = {
+            ("trainer" if k == "system/pss_mb" else k.rsplit("/", 1)[1]): v
+            for k, v in row.items()
+            if k.startswith("system/pss_mb")
+        }
         top = max(procs, key=procs.get)
         known = self.consumers()
         largest = max(known, key=known.get) if known else None
         what = f"; largest consumer scalerl knows of: {largest} ({known[largest]:.0f} MB)" if largest else ""
-        line = (f"step {step}: memory at {total / 1024:.1f} GB of {self.limit_mb / 1024:.1f} GB available "
-                f"({total / self.limit_mb:.0%}), most in the {top} process ({procs[top] / 1024:.1f} GB){what}; "
-                "see system/rss_mb in metrics.jsonl and docs/design.md \"Memory\"")
+        line = (
+            f"step {step}: memory at {total / 1024:.1f} GB of {self.limit_mb / 1024:.1f} GB available "
+            f"({total / self.limit_mb:.0%}), most in the {top} process ({procs[top] / 1024:.1f} GB){what}; "
+            'see system/rss_mb in metrics.jsonl and docs/design.md "Memory"'
+        )
         warnings.warn(line, stacklevel=1)
         return line
 
@@ -237,5 +250,6 @@ def tensor_mb(tensors) -> float:
 
 def optimizer_mb(opt: torch.optim.Optimizer) -> float:
     """MiB of an optimizer's state tensors (AdamW: two per parameter)."""
-    return tensor_mb(v for state in opt.state.values() for v in state.values()
-                     if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return tensor_mb(
+        v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+    )

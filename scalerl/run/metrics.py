@@ -54,8 +54,10 @@ class MetricsWriter:
             self._file.flush()
             os.fsync(self._file.fileno())
         except OSError as exc:  # a full disk: at most a torn last line, which a resume moves aside
-            raise ScaleRLError(f"cannot append to {self.path} ({exc.strerror}): free some space, then continue "
-                               "with --resume (the run restarts from its last checkpoint)") from None
+            raise ScaleRLError(
+                f"cannot append to {self.path} ({exc.strerror}): free some space, then continue "
+                "with --resume (the run restarts from its last checkpoint)"
+            ) from None
         if self._tb is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and "/" in key:
@@ -146,14 +148,17 @@ def check_metrics(run_dir: Path, offset: int, checkpoint: str) -> None:
         raise ScaleRLError(f"{path} is missing, but {checkpoint} recorded {offset} B of rows in it: {redo}")
     size = path.stat().st_size
     if size < offset:
-        raise ScaleRLError(f"{path} is shorter ({size} B) than the {offset} B {checkpoint} recorded: "
-                           f"rows were lost; {redo}")
+        raise ScaleRLError(
+            f"{path} is shorter ({size} B) than the {offset} B {checkpoint} recorded: rows were lost; {redo}"
+        )
     with open(path, "rb") as f:
         head = f.read(offset)
     lines = head.split(b"\n")
     if lines[-1]:
-        raise ScaleRLError(f"{path} line {len(lines)}: ends in the middle of a row at the {offset} B "
-                           f"{checkpoint} recorded (the file was changed); {redo}")
+        raise ScaleRLError(
+            f"{path} line {len(lines)}: ends in the middle of a row at the {offset} B "
+            f"{checkpoint} recorded (the file was changed); {redo}"
+        )
     for number, line in enumerate(lines[:-1], 1):
         problem = _line_problem(line)
         if problem is not None:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 from scalerl.errors import ScaleRLError
 
-PORT_ATTEMPTS = 3   # a server's start on another port after "address in use", at most
+PORT_ATTEMPTS = 3  # a server's start on another port after "address in use", at most
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,8 +47,9 @@ def reserve_port(host: str = "127.0.0.1", port: int = 0, component: str = "this 
 
 def port_in_use(host: str, port: int, component: str, detail: str = "address already in use") -> str:
     """The one line for a port a component could not listen on."""
-    return (f"{component} could not listen on {host}:{port}: {detail} (another process holds it; free it or "
-            "choose another)")
+    return (
+        f"{component} could not listen on {host}:{port}: {detail} (another process holds it; free it or choose another)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -65,8 +66,10 @@ def host_store(host: str, component: str, timeout_s: float = 300.0):
     try:
         return dist.TCPStore(host, 0, None, True, datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
     except (RuntimeError, dist.DistError) as exc:
-        raise ScaleRLError(f"{component}: could not host its rendezvous on {host} (any port): {_first_line(exc)}; "
-                           f"check that {host} is an address of this machine (`ip addr`)") from None
+        raise ScaleRLError(
+            f"{component}: could not host its rendezvous on {host} (any port): {_first_line(exc)}; "
+            f"check that {host} is an address of this machine (`ip addr`)"
+        ) from None
 
 
 def join_store(address: str, component: str, timeout_s: float = 300.0):
@@ -77,13 +80,16 @@ def join_store(address: str, component: str, timeout_s: float = 300.0):
     try:
         return dist.TCPStore(host, int(port), None, False, datetime.timedelta(seconds=timeout_s))
     except (RuntimeError, dist.DistError) as exc:
-        raise ScaleRLError(f"{component}: could not reach its rendezvous at {address} within {timeout_s:g} s: "
-                           f"{_first_line(exc)}; is the process that hosts it still running, and is the address "
-                           "reachable from here (a firewall between nodes)?") from None
+        raise ScaleRLError(
+            f"{component}: could not reach its rendezvous at {address} within {timeout_s:g} s: "
+            f"{_first_line(exc)}; is the process that hosts it still running, and is the address "
+            "reachable from here (a firewall between nodes)?"
+        ) from None
 
 
-def join_group(backend: str, address: str, rank: int, world: int, component: str, timeout_s: float = 300.0,
-               store=None) -> None:
+def join_group(
+    backend: str, address: str, rank: int, world: int, component: str, timeout_s: float = 300.0, store=None
+) -> None:
     """Join the default process group through the store at `address` (or `store`, the one this process
     hosts; `timeout_s` bounds the rendezvous); a rank that cannot join is one line naming the component,
     its rank and why."""
@@ -91,8 +97,10 @@ def join_group(backend: str, address: str, rank: int, world: int, component: str
 
     store = store if store is not None else join_store(address, component, timeout_s)
     try:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world)   # collectives: torch's timeout
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world)  # collectives: torch's timeout
     except (RuntimeError, dist.DistError) as exc:
-        raise ScaleRLError(f"{component}: rank {rank} of {world} could not join the {backend} group at {address}: "
-                           f"{_first_line(exc)}; did every rank start (`ray status`: placed actors; a rank's own "
-                           "error comes first)?") from None
+        raise ScaleRLError(
+            f"{component}: rank {rank} of {world} could not join the {backend} group at {address}: "
+            f"{_first_line(exc)}; did every rank start (`ray status`: placed actors; a rank's own "
+            "error comes first)?"
+        ) from None

@@ -58,8 +58,9 @@ def _trained_steps(run_dir: Path) -> bool:
         return any(b'"kind": "train"' in line for line in f)
 
 
-def restore_checkpoint(run_dir: Path, model: torch.nn.Module,
-                       log: Callable[[str], None] = print) -> tuple[dict, TrainState, Path] | None:
+def restore_checkpoint(
+    run_dir: Path, model: torch.nn.Module, log: Callable[[str], None] = print
+) -> tuple[dict, TrainState, Path] | None:
     """Load the newest intact checkpoint into `model`: (optimizer state, TrainState, its path), or None.
 
     None means the run has not reached its first checkpoint (it starts from step 0).
@@ -75,8 +76,10 @@ def restore_checkpoint(run_dir: Path, model: torch.nn.Module,
         except DamagedCheckpoint as exc:
             moved = set_aside(path)
             damaged.append(f"{path.name} ({exc.file.name}: {exc.problem})")
-            log(f"resume: checkpoint {path} is damaged ({exc.file.name}: {exc.problem}); moved it to "
-                f"{moved.name} and trying the next older one")
+            log(
+                f"resume: checkpoint {path} is damaged ({exc.file.name}: {exc.problem}); moved it to "
+                f"{moved.name} and trying the next older one"
+            )
             continue
         check_metrics(run_dir, state.metrics_offset, f"checkpoint {path.name}")
         note = f" (newer, damaged: {', '.join(damaged)})" if damaged else ""
@@ -85,7 +88,9 @@ def restore_checkpoint(run_dir: Path, model: torch.nn.Module,
     if damaged:
         raise ScaleRLError(f"no intact checkpoint in {run_dir / 'checkpoints'}: {'; '.join(damaged)}; {RESTART}")
     if _trained_steps(run_dir):
-        raise ScaleRLError(f"{run_dir / METRICS_FILE} has trained steps but {run_dir / 'checkpoints'} holds no "
-                           f"checkpoint (deleted?): the run cannot continue where it stopped; {RESTART}")
+        raise ScaleRLError(
+            f"{run_dir / METRICS_FILE} has trained steps but {run_dir / 'checkpoints'} holds no "
+            f"checkpoint (deleted?): the run cannot continue where it stopped; {RESTART}"
+        )
     log(f"resume: {run_dir} has no checkpoint yet (stopped during start-up): starting from step 0")
     return None

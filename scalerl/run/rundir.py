@@ -51,7 +51,8 @@ def prepare_dir(path: Path) -> Path:
     if path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir()):
         raise ScaleRLError(
             f"run directory {path} already exists; pass --resume to continue it, "
-            "or choose another --run-dir (a run is never overwritten)")
+            "or choose another --run-dir (a run is never overwritten)"
+        )
     _mkdir(path)
     return path
 
@@ -108,8 +109,10 @@ def read_run_config(path: Path) -> dict:
         raise ScaleRLError(f"{file}: expected a mapping of config keys, got {type(data).__name__}; {keep}")
     missing = [k for k in Config.model_fields if k not in data]
     if missing:
-        raise ScaleRLError(f"{file}: incomplete, the sections {', '.join(missing)} are missing (a resolved config "
-                           f"has them all); {keep}")
+        raise ScaleRLError(
+            f"{file}: incomplete, the sections {', '.join(missing)} are missing (a resolved config "
+            f"has them all); {keep}"
+        )
     return data
 
 

@@ -52,13 +52,14 @@ from scalerl.errors import ScaleRLError
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "refused")
 JAIL = str(Path(__file__).with_name("jail.py"))
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
-FORK_SERVER = True      # isolated runs through each thread's fork server; False: a launcher process per run
+FORK_SERVER = True  # isolated runs through each thread's fork server; False: a launcher process per run
 
 
 @dataclass(frozen=True)
 class SandboxResult:
     """One program's run. `returncode`: the program's exit code, negative for the signal that
     ended it, None when it did not end by itself (timeout, output limit, refused)."""
+
     status: str
     stdout: str
     stderr: str
@@ -73,13 +74,14 @@ class SandboxResult:
 @dataclass(frozen=True)
 class Limits:
     """What one program may use. `cpu_s` defaults to the wall limit rounded up."""
+
     timeout_s: float = 10.0
-    memory_mb: int = 256              # address space per process: a program holds at most nproc x memory_mb
-    output_limit: int = 1 << 20       # bytes per stream
-    nproc: int = 8                    # processes and threads of the sandbox's uid, in its own namespace
+    memory_mb: int = 256  # address space per process: a program holds at most nproc x memory_mb
+    output_limit: int = 1 << 20  # bytes per stream
+    nproc: int = 8  # processes and threads of the sandbox's uid, in its own namespace
     nofile: int = 64
     fsize_mb: int = 16
-    disk_mb: int = 32                 # the working directory's tmpfs
+    disk_mb: int = 32  # the working directory's tmpfs
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "output_limit", "nproc", "nofile", "fsize_mb", "disk_mb"):
@@ -105,9 +107,16 @@ def readonly_paths(python: str) -> list[str]:
     return paths
 
 
-def run_program(source: str, stdin: str = "", timeout_s: float = 10.0, memory_mb: int = 256, *,
-                output_limit: int = 1 << 20, allow_unisolated: bool = False, limits: Limits | None = None
-                ) -> SandboxResult:
+def run_program(
+    source: str,
+    stdin: str = "",
+    timeout_s: float = 10.0,
+    memory_mb: int = 256,
+    *,
+    output_limit: int = 1 << 20,
+    allow_unisolated: bool = False,
+    limits: Limits | None = None,
+) -> SandboxResult:
     """Run `source` (Python) on `stdin` in the sandbox; see the module docstring.
 
     `limits` overrides `timeout_s`, `memory_mb` and `output_limit` when given."""
@@ -167,8 +176,10 @@ def require_isolation(allow_unisolated: bool = False) -> None:
     """Raise the one-line refusal now (a task that scores code calls this when it is built)."""
     why = unisolated_refusal(allow_unisolated)
     if why and not allow_unisolated:
-        raise ScaleRLError(f"{why}; running model-written programs needs it (set sandbox.allow_unisolated=true "
-                           "to run them with limits only, see docs/sandbox.md)")
+        raise ScaleRLError(
+            f"{why}; running model-written programs needs it (set sandbox.allow_unisolated=true "
+            "to run them with limits only, see docs/sandbox.md)"
+        )
     if why:
         raise ScaleRLError(why)
 
@@ -185,14 +196,27 @@ def _run(source: str, stdin: str, lim: Limits, isolate: bool) -> SandboxResult:
         if not isolate:
             os.mkdir(os.path.join(tmp, "work"))
         spec = {**_spec(lim), "dir": tmp, "isolate": isolate, "status_fd": status_w, "parent": os.getpid()}
-        proc = subprocess.Popen([spec["python"], "-I", "-S", "-B", JAIL, json.dumps(spec)], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
-                                start_new_session=True, env={}, cwd=tmp)
+        proc = subprocess.Popen(
+            [spec["python"], "-I", "-S", "-B", JAIL, json.dumps(spec)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(status_w,),
+            start_new_session=True,
+            env={},
+            cwd=tmp,
+        )
         os.close(status_w)
         status_w = -1
         try:
-            got = _collect(proc.stdout.fileno(), proc.stderr.fileno(), status_r, lim,
-                           stop=lambda: proc.send_signal(signal.SIGTERM), kill=lambda: _kill_group(proc.pid))
+            got = _collect(
+                proc.stdout.fileno(),
+                proc.stderr.fileno(),
+                status_r,
+                lim,
+                stop=lambda: proc.send_signal(signal.SIGTERM),
+                kill=lambda: _kill_group(proc.pid),
+            )
         finally:
             proc.stdout.close()
             proc.stderr.close()
@@ -201,7 +225,7 @@ def _run(source: str, stdin: str, lim: Limits, isolate: bool) -> SandboxResult:
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.wait()
-        _kill_group(proc.pid)      # the opted-out mode's leftovers; isolated runs leave none
+        _kill_group(proc.pid)  # the opted-out mode's leftovers; isolated runs leave none
     finally:
         if status_w >= 0:
             os.close(status_w)
@@ -213,13 +237,22 @@ def _run(source: str, stdin: str, lim: Limits, isolate: bool) -> SandboxResult:
 def _spec(lim: Limits) -> dict:
     """What the launcher needs besides the program, its stdin and the status descriptor."""
     python = interpreter()
-    return {"python": python, "ro": readonly_paths(python), "timeout_s": lim.timeout_s,
-            "cpu_s": int(lim.timeout_s) + 1, "memory_mb": lim.memory_mb, "nproc": lim.nproc,
-            "nofile": lim.nofile, "fsize_mb": lim.fsize_mb, "disk_mb": lim.disk_mb}
+    return {
+        "python": python,
+        "ro": readonly_paths(python),
+        "timeout_s": lim.timeout_s,
+        "cpu_s": int(lim.timeout_s) + 1,
+        "memory_mb": lim.memory_mb,
+        "nproc": lim.nproc,
+        "nofile": lim.nofile,
+        "fsize_mb": lim.fsize_mb,
+        "disk_mb": lim.disk_mb,
+    }
 
 
-def _collect(out_fd: int, err_fd: int, status_r: int, lim: Limits, stop: Callable[[], None],
-             kill: Callable[[], None]) -> tuple[bytes, bytes, list[dict], bool, bool]:
+def _collect(
+    out_fd: int, err_fd: int, status_r: int, lim: Limits, stop: Callable[[], None], kill: Callable[[], None]
+) -> tuple[bytes, bytes, list[dict], bool, bool]:
     """Read stdout, stderr and the status pipe until every writer is gone; `stop` the run past the
     output limit (the launcher's SIGTERM: it kills the namespace) or, as a backstop, `kill` it past
     the wall limit plus 5 s."""
@@ -243,7 +276,7 @@ def _collect(out_fd: int, err_fd: int, status_r: int, lim: Limits, stop: Callabl
                     continue
                 buf = bufs[key.fd]
                 room = lim.output_limit - len(buf) if key.fd != status_r else len(chunk)
-                buf += chunk[:max(room, 0)]
+                buf += chunk[: max(room, 0)]
                 if len(chunk) > room and not over:
                     over = True
                     stop()
@@ -253,7 +286,7 @@ def _collect(out_fd: int, err_fd: int, status_r: int, lim: Limits, stop: Callabl
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), lines, over, backstop
 
 
-SERVER_REPLY_S = 10.0       # how long a run waits for the server's answer once its outputs are closed
+SERVER_REPLY_S = 10.0  # how long a run waits for the server's answer once its outputs are closed
 
 
 class _ServerDied(Exception):
@@ -268,10 +301,16 @@ class _Server:
     def __init__(self):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = subprocess.Popen([interpreter(), "-I", "-S", "-B", JAIL, "--serve", str(os.getpid()),
-                                          str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True,
-                                         env={}, cwd="/")
+            self.proc = subprocess.Popen(
+                [interpreter(), "-I", "-S", "-B", JAIL, "--serve", str(os.getpid()), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                env={},
+                cwd="/",
+            )
         finally:
             theirs.close()
         os.set_blocking(self.proc.stderr.fileno(), False)
@@ -281,18 +320,19 @@ class _Server:
     def run(self, source: str, stdin: str, lim: Limits) -> tuple:
         """One program: `_collect`'s tuple and the launcher's exit code; `_ServerDied` if the server
         ended before answering (a run it had started is killed with it)."""
-        pipes = [os.pipe() for _ in range(3)]                   # stdout, stderr, status
+        pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, status
         theirs = [_sealed(source), _sealed(stdin)] + [w for _, w in pipes]
         try:
             socket.send_fds(self.sock, [json.dumps(_spec(lim)).encode()], theirs)
-        except OSError as e:    # BrokenPipeError, ConnectionResetError: it is gone; nothing ran
+        except OSError as e:  # BrokenPipeError, ConnectionResetError: it is gone; nothing ran
             raise _ServerDied(self.why(e)) from None
         finally:
             for fd in theirs:
                 os.close(fd)
         try:
-            got = _collect(*(r for r, _ in pipes), lim, stop=lambda: self.tell(b"stop"),
-                           kill=lambda: self.tell(b"kill"))
+            got = _collect(
+                *(r for r, _ in pipes), lim, stop=lambda: self.tell(b"stop"), kill=lambda: self.tell(b"kill")
+            )
         finally:
             for r, _ in pipes:
                 os.close(r)
@@ -301,8 +341,10 @@ class _Server:
             reply = self.sock.recv(4096)
         except TimeoutError:
             self.kill()
-            raise _ServerDied(f"the sandbox's fork server (pid {self.proc.pid}) did not answer within "
-                             f"{SERVER_REPLY_S:.0f} s of a run's end: killed") from None
+            raise _ServerDied(
+                f"the sandbox's fork server (pid {self.proc.pid}) did not answer within "
+                f"{SERVER_REPLY_S:.0f} s of a run's end: killed"
+            ) from None
         except OSError as e:
             raise _ServerDied(self.why(e)) from None
         if not reply:
@@ -312,7 +354,7 @@ class _Server:
     def tell(self, what: bytes) -> None:
         try:
             self.sock.send(what)
-        except OSError:         # it is gone: so is the launcher it had forked (PR_SET_PDEATHSIG)
+        except OSError:  # it is gone: so is the launcher it had forked (PR_SET_PDEATHSIG)
             return
 
     def alive(self) -> bool:
@@ -322,8 +364,11 @@ class _Server:
         """One line: how the server ended, and the last line it wrote."""
         try:
             self.proc.wait(timeout=2.0)
-            how = (f"killed by signal {-self.proc.returncode}" if self.proc.returncode < 0
-                   else f"exit code {self.proc.returncode}")
+            how = (
+                f"killed by signal {-self.proc.returncode}"
+                if self.proc.returncode < 0
+                else f"exit code {self.proc.returncode}"
+            )
         except subprocess.TimeoutExpired:
             how = f"its socket failed ({error})" if error else "its socket closed"
         try:
@@ -350,8 +395,8 @@ class _Server:
         self.proc.stderr.close()
 
 
-_LOCAL = threading.local()          # .server: this thread's
-_SERVERS: list[_Server] = []        # every server this process started, for pruning and exit
+_LOCAL = threading.local()  # .server: this thread's
+_SERVERS: list[_Server] = []  # every server this process started, for pruning and exit
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -411,8 +456,8 @@ def _run_served(source: str, stdin: str, lim: Limits) -> SandboxResult:
             if attempt:
                 return SandboxResult("error", "", f"sandbox: {e}", None, time.monotonic() - start)
             continue
-        except BaseException:   # (KeyboardInterrupt) mid-run: closing the server ends that run, and
-            _forget(server)     # the next request cannot meet the answer meant for this one
+        except BaseException:  # (KeyboardInterrupt) mid-run: closing the server ends that run, and
+            _forget(server)  # the next request cannot meet the answer meant for this one
             raise
         return _result(*got, time.monotonic() - start)
     raise AssertionError("unreachable")
@@ -424,7 +469,7 @@ def _sealed(text: str) -> int:
     data = text.encode()
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
@@ -433,12 +478,13 @@ def _sealed(text: str) -> int:
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:      # the group is already empty
+    except ProcessLookupError:  # the group is already empty
         return
 
 
-def _result(out: bytes, err: bytes, lines: list[dict], over: bool, backstop: bool, launcher_rc: int,
-            seconds: float) -> SandboxResult:
+def _result(
+    out: bytes, err: bytes, lines: list[dict], over: bool, backstop: bool, launcher_rc: int, seconds: float
+) -> SandboxResult:
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     events = {k: v for line in lines for k, v in line.items()}
     cpu = events.get("cpu")
@@ -449,8 +495,15 @@ def _result(out: bytes, err: bytes, lines: list[dict], over: bool, backstop: boo
     if events.get("timeout") or backstop:
         return SandboxResult("timeout", stdout, stderr, None, seconds, cpu)
     if "returncode" not in events:
-        return SandboxResult("error", stdout, f"{stderr}sandbox: the launcher ended without reporting the program's "
-                             f"exit (launcher exit code {launcher_rc})", None, seconds, cpu)
+        return SandboxResult(
+            "error",
+            stdout,
+            f"{stderr}sandbox: the launcher ended without reporting the program's "
+            f"exit (launcher exit code {launcher_rc})",
+            None,
+            seconds,
+            cpu,
+        )
     rc = events["returncode"]
     if rc == 0:
         status = "ok"

@@ -31,7 +31,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.scaling.fit import FitResult
 
 TABLE = Path(__file__).with_name("calibration.json")
-BINS = (0.5, 1.0)        # horizon bins in ln compute: [0, 0.5), [0.5, 1.0), [1.0, ...)
+BINS = (0.5, 1.0)  # horizon bins in ln compute: [0, 0.5), [0.5, 1.0), [1.0, ...)
 LEVEL = 0.9
 MIN_SCALE = 0.002
 
@@ -49,7 +49,7 @@ def scale(fit: FitResult, c_last: float, C) -> np.ndarray:
     C = np.atleast_1d(np.asarray(C, dtype=float))
     h = np.maximum(0.0, np.log(C / c_last))
     g = slope(fit, c_last)
-    s = np.sqrt(fit.rmse ** 2 * (1 / 3 + 1 / max(fit.n_points, 1)) + (g * h) ** 2)
+    s = np.sqrt(fit.rmse**2 * (1 / 3 + 1 / max(fit.n_points, 1)) + (g * h) ** 2)
     return np.maximum(s, MIN_SCALE)
 
 
@@ -84,8 +84,10 @@ def table() -> dict:
     try:
         return json.loads(TABLE.read_text())
     except (OSError, ValueError) as exc:
-        raise ScaleRLError(f"{TABLE}: cannot read the forecast calibration ({exc}); reinstall scalerl or "
-                           "run `python benchmarks/forecast_real.py --calibrate`") from exc
+        raise ScaleRLError(
+            f"{TABLE}: cannot read the forecast calibration ({exc}); reinstall scalerl or "
+            "run `python benchmarks/forecast_real.py --calibrate`"
+        ) from exc
 
 
 def quantiles(identified: bool, h: float, tab: dict | None = None) -> tuple[float, float]:

@@ -27,15 +27,15 @@ from scalerl.errors import ScaleRLError
 
 Scalars = dict[str, list[tuple[int, float, float]]]
 
-_DT_FLOAT, _DT_DOUBLE = 1, 2          # tensorflow DataType
-_SESSION_START = 1                    # SessionLog.SessionStatus.START
+_DT_FLOAT, _DT_DOUBLE = 1, 2  # tensorflow DataType
+_SESSION_START = 1  # SessionLog.SessionStatus.START
 
 
 def _crc_table() -> list[int]:
     table = []
     for n in range(256):
         for _ in range(8):
-            n = (n >> 1) ^ 0x82F63B78 if n & 1 else n >> 1   # CRC-32C (Castagnoli), reflected
+            n = (n >> 1) ^ 0x82F63B78 if n & 1 else n >> 1  # CRC-32C (Castagnoli), reflected
         table.append(n)
     return table
 
@@ -56,14 +56,14 @@ def records(path: Path, data: bytes) -> Iterator[bytes]:
     pos = 0
     while pos + 12 <= len(data):
         length, length_crc = struct.unpack_from("<QI", data, pos)
-        if not any(data[pos:pos + 12]):
+        if not any(data[pos : pos + 12]):
             return  # space the writer has claimed and not yet filled
-        if masked_crc32c(data[pos:pos + 8]) != length_crc:
+        if masked_crc32c(data[pos : pos + 8]) != length_crc:
             raise _damaged(path, pos)
         body_end = pos + 12 + length
         if body_end + 4 > len(data):
             return  # the last record, cut short: still being written
-        body = data[pos + 12:body_end]
+        body = data[pos + 12 : body_end]
         if masked_crc32c(body) != struct.unpack_from("<I", data, body_end)[0]:
             if body_end + 4 == len(data):
                 return  # the last record, its bytes not all written yet
@@ -75,8 +75,9 @@ def records(path: Path, data: bytes) -> Iterator[bytes]:
 def _damaged(path: Path, pos: int) -> ScaleRLError:
     if pos == 0:
         return ScaleRLError(f"{path}: not a TensorBoard event file (no record at its start)")
-    return ScaleRLError(f"{path}: damaged TensorBoard record at byte {pos} (checksum mismatch); "
-                        "the events after it cannot be read")
+    return ScaleRLError(
+        f"{path}: damaged TensorBoard record at byte {pos} (checksum mismatch); the events after it cannot be read"
+    )
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -100,10 +101,10 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire in sizes:
-            value, pos = buf[pos:pos + sizes[wire]], pos + sizes[wire]
+            value, pos = buf[pos : pos + sizes[wire]], pos + sizes[wire]
         elif wire == 2:
             size, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + size], pos + size
+            value, pos = buf[pos : pos + size], pos + size
         else:
             raise ValueError(f"protobuf wire type {wire} (groups) not expected in an Event")
         yield number, wire, value
@@ -116,8 +117,8 @@ def _tensor_scalar(buf: bytes) -> float | None:
         if number == 1:
             dtype = value
         elif number == 2:
-            rank = sum(1 for n, _, _ in fields(value) if n == 2)   # TensorShapeProto.dim
-        elif number in (4, 5, 6):   # tensor_content; float_val, double_val (packed or not)
+            rank = sum(1 for n, _, _ in fields(value) if n == 2)  # TensorShapeProto.dim
+        elif number in (4, 5, 6):  # tensor_content; float_val, double_val (packed or not)
             values.append((number, value))
     if rank or dtype not in (_DT_FLOAT, _DT_DOUBLE) or len(values) != 1:
         return None

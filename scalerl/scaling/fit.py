@@ -61,8 +61,9 @@ WIDE_A = 0.06  # an A interval wider than this is flagged (the paper calls +-0.0
 _CHUNK = 2_000_000  # grid points x data points evaluated at once (memory ~16 MB per array)
 
 
-def window_start(x, frac: float, warns: list | None = None, points: int = MIN_POINTS,
-                 total: float | None = None) -> float:
+def window_start(
+    x, frac: float, warns: list | None = None, points: int = MIN_POINTS, total: float | None = None
+) -> float:
     """Start of a fit window that leaves out the first `frac` of the compute (of `total`, default
     the last of `x`), but never so much that fewer than `points` evaluations of non-zero compute
     remain in it (when there are that many at all: with fewer, the fit's own error says so). A
@@ -73,8 +74,10 @@ def window_start(x, frac: float, warns: list | None = None, points: int = MIN_PO
     if (positive >= start).sum() < points <= len(positive):
         start = float(positive[-points])
         if warns is not None:
-            warns.append(f"the fit window starts at {start:.4g} instead of {frac} of the compute, to keep "
-                         f"{points} evaluations in it (evaluate more often to avoid this)")
+            warns.append(
+                f"the fit window starts at {start:.4g} instead of {frac} of the compute, to keep "
+                f"{points} evaluations in it (evaluate more often to avoid this)"
+            )
     return start
 
 
@@ -122,16 +125,27 @@ class FitResult:
             return None
         names = ["A", "B", "C_mid"] if self.model == "sigmoid" else ["A", "B", "D"]
         values = {n: [getattr(f, n) for f in self.seed_fits] for n in names}
-        return {"n_seeds": len(self.seed_fits), "values": values,
-                "std": {n: float(np.std(v, ddof=1)) for n, v in values.items()}}
+        return {
+            "n_seeds": len(self.seed_fits),
+            "values": values,
+            "std": {n: float(np.std(v, ddof=1)) for n, v in values.items()},
+        }
 
     def to_dict(self, predict: Sequence[float] = ()) -> dict:
         """The `scalerl fit --json` object."""
         names = ["A", "B", "C_mid"] if self.model == "sigmoid" else ["A", "B", "D"]
-        out = {"model": self.model, "A": self.A, "B": self.B, "C_mid": self.C_mid, "R0": self.R0,
-               "rmse": self.rmse, "n_points": self.n_points,
-               "ci": {n: list(self.ci[n]) if n in self.ci else None for n in names},
-               "predictions": self._predictions(predict), "warnings": list(self.warnings)}
+        out = {
+            "model": self.model,
+            "A": self.A,
+            "B": self.B,
+            "C_mid": self.C_mid,
+            "R0": self.R0,
+            "rmse": self.rmse,
+            "n_points": self.n_points,
+            "ci": {n: list(self.ci[n]) if n in self.ci else None for n in names},
+            "predictions": self._predictions(predict),
+            "warnings": list(self.warnings),
+        }
         if self.model == "powerlaw":
             out["D"] = self.D
         if self.grid_check is not None:
@@ -149,9 +163,12 @@ class FitResult:
         lo, hi = self.predict_interval(C) if len(self.boot) else ([None] * C.size,) * 2
         rows = []
         for i, c in enumerate(C):
-            row = {"x": float(c), "y": float(y[i]),
-                   "lo": None if lo[i] is None else float(lo[i]),
-                   "hi": None if hi[i] is None else float(hi[i])}
+            row = {
+                "x": float(c),
+                "y": float(y[i]),
+                "lo": None if lo[i] is None else float(lo[i]),
+                "hi": None if hi[i] is None else float(hi[i]),
+            }
             if self.seed_fits:
                 row["seed_std"] = float(np.std([f.predict(c) for f in self.seed_fits], ddof=1))
             rows.append(row)
@@ -165,10 +182,10 @@ def _curve_of(model: str, p: np.ndarray) -> Sigmoid | PowerLaw:
 # ---------------------------------------------------------------- inputs and diagnostics
 @dataclass(frozen=True)
 class _Data:
-    x: np.ndarray      # compute in the window, > 0, sorted
+    x: np.ndarray  # compute in the window, > 0, sorted
     y: np.ndarray
-    r0: float          # measured start
-    n_r0: int          # points R0 was measured from
+    r0: float  # measured start
+    n_r0: int  # points R0 was measured from
 
 
 def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> _Data:
@@ -186,8 +203,10 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
         raise ScaleRLError("compute must be positive: every compute value is 0")
     if model == "sigmoid" and ((y < 0).any() or (y > 1).any()):
         bad = y[(y < 0) | (y > 1)][0]
-        raise ScaleRLError(f"the sigmoid models a pass rate in [0, 1]; got metric value {bad:g} "
-                           "(use --model powerlaw for an unbounded metric)")
+        raise ScaleRLError(
+            f"the sigmoid models a pass rate in [0, 1]; got metric value {bad:g} "
+            "(use --model powerlaw for an unbounded metric)"
+        )
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
     start = x == x[0]
@@ -199,12 +218,16 @@ def _prepare(x, y, model: str, fit_min: float | None, fit_max: float | None) -> 
     xw, yw = x[keep], y[keep]
     window = f"[{'-' if fit_min is None else f'{fit_min:.4g}'}, {'-' if fit_max is None else f'{fit_max:.4g}'}]"
     if xw.size < MIN_POINTS:
-        raise ScaleRLError(f"only {xw.size} points in the fit window {window} (need at least {MIN_POINTS}); "
-                           "lower --fit-min / raise --fit-max or evaluate more often")
+        raise ScaleRLError(
+            f"only {xw.size} points in the fit window {window} (need at least {MIN_POINTS}); "
+            "lower --fit-min / raise --fit-max or evaluate more often"
+        )
     if np.unique(xw).size < MIN_DISTINCT_X:
-        raise ScaleRLError(f"only {np.unique(xw).size} distinct compute value(s) among the {xw.size} points in the "
-                           f"fit window {window}: a curve needs at least {MIN_DISTINCT_X} (is the compute column "
-                           "the right one?)")
+        raise ScaleRLError(
+            f"only {np.unique(xw).size} distinct compute value(s) among the {xw.size} points in the "
+            f"fit window {window}: a curve needs at least {MIN_DISTINCT_X} (is the compute column "
+            "the right one?)"
+        )
     if np.ptp(yw) == 0:
         raise ScaleRLError(f"the metric is constant ({yw[0]:g}) over the fit window {window}: nothing to fit")
     return _Data(xw, yw, float(y[start].mean()), int(start.sum()))
@@ -225,31 +248,42 @@ def _ranges(d: _Data, a_range, c_mid_range) -> tuple[tuple[float, float], tuple[
 def _diagnose(res: FitResult, d: _Data, a_rng, c_rng) -> list[str]:
     w = []
     if d.x.size < FEW_POINTS:
-        w.append(f"only {d.x.size} points in the fit window; the fit is poorly constrained "
-                 f"({FEW_POINTS} or more recommended)")
+        w.append(
+            f"only {d.x.size} points in the fit window; the fit is poorly constrained "
+            f"({FEW_POINTS} or more recommended)"
+        )
     if res.a_on_edge:
-        w.append(f"A = {res.A:.3f} is on the edge of its search range [{a_rng[0]:.3f}, {a_rng[1]:.3f}]: "
-                 "the data do not pin the ceiling down")
+        w.append(
+            f"A = {res.A:.3f} is on the edge of its search range [{a_rng[0]:.3f}, {a_rng[1]:.3f}]: "
+            "the data do not pin the ceiling down"
+        )
     if "A" in res.ci and res.ci["A"][1] - res.ci["A"][0] > WIDE_A:
         lo, hi = res.ci["A"]
-        w.append(f"the {CI_LEVEL:.0%} interval of A ({lo:.3f} .. {hi:.3f}) is wider than {WIDE_A}: "
-                 "the ceiling is poorly determined by this window; extend it before trusting a forecast")
+        w.append(
+            f"the {CI_LEVEL:.0%} interval of A ({lo:.3f} .. {hi:.3f}) is wider than {WIDE_A}: "
+            "the ceiling is poorly determined by this window; extend it before trusting a forecast"
+        )
     if min(abs(np.log(res.B / B_BOUNDS[0])), abs(np.log(res.B / B_BOUNDS[1]))) < 1e-3:
         w.append(f"B = {res.B:.3g} is on the edge of its search range {B_BOUNDS}")
     if res.model == "sigmoid":
         half_step = np.log(c_rng[1] / c_rng[0]) / (N_C_MID - 1) / 2
         if min(abs(np.log(res.C_mid / c_rng[0])), abs(np.log(res.C_mid / c_rng[1]))) < half_step:
-            w.append(f"C_mid = {res.C_mid:.4g} is on the edge of its search range "
-                     f"[{c_rng[0]:.4g}, {c_rng[1]:.4g}]: the data do not pin the midpoint down")
+            w.append(
+                f"C_mid = {res.C_mid:.4g} is on the edge of its search range "
+                f"[{c_rng[0]:.4g}, {c_rng[1]:.4g}]: the data do not pin the midpoint down"
+            )
         if d.x[-1] < res.C_mid:
-            w.append(f"the fit window ends at C = {d.x[-1]:.4g}, before C_mid = {res.C_mid:.4g}: the curve "
-                     "has not reached half its gain, so the ceiling A is poorly determined")
+            w.append(
+                f"the fit window ends at C = {d.x[-1]:.4g}, before C_mid = {res.C_mid:.4g}: the curve "
+                "has not reached half its gain, so the ceiling A is poorly determined"
+            )
     return w
 
 
 # ---------------------------------------------------------------- the grid over (A, C_mid)
 def _sse_sigmoid(logc, y, A, logcm, r0) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """SSE as a function of log B, for G grid points at once: returns (sse (G,), R0 (G,))."""
+
     def f(u: np.ndarray):
         s = expit(np.exp(u)[:, None] * (logc[None, :] - logcm[:, None]))  # (G, n)
         if r0 is None:  # R = R0 (1 - s) + A s: R0 by linear least squares
@@ -259,15 +293,18 @@ def _sse_sigmoid(logc, y, A, logcm, r0) -> Callable[[np.ndarray], tuple[np.ndarr
             r = np.full(len(A), r0)
         pred = r[:, None] + (A - r)[:, None] * s
         return ((y - pred) ** 2).sum(1), r
+
     return f
 
 
 def _sse_power(logc, y, A) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """SSE of `A - D C^-B` as a function of log B, D by linear least squares: (sse (G,), D (G,))."""
+
     def f(u: np.ndarray):
         v = np.exp(-np.exp(u)[:, None] * logc[None, :])  # (G, n) = C^-B
         D = ((A[:, None] - y) * v).sum(1) / np.maximum((v * v).sum(1), 1e-300)
         return ((y - A[:, None] + D[:, None] * v) ** 2).sum(1), D
+
     return f
 
 
@@ -282,8 +319,12 @@ def _golden_logb(make_sse, G: int, n_iter: int) -> tuple[np.ndarray, np.ndarray,
         hi, lo = np.where(left, d, hi), np.where(left, lo, c)
         new = np.where(left, hi - inv_phi * (hi - lo), lo + inv_phi * (hi - lo))
         f_new = make_sse(new)[0]
-        c, d, fc, fd = (np.where(left, new, d), np.where(left, c, new),
-                        np.where(left, f_new, fd), np.where(left, fc, f_new))
+        c, d, fc, fd = (
+            np.where(left, new, d),
+            np.where(left, c, new),
+            np.where(left, f_new, fd),
+            np.where(left, fc, f_new),
+        )
     u = (lo + hi) / 2
     sse, aux = make_sse(u)
     return u, sse, aux
@@ -300,9 +341,12 @@ def _grid(model: str, d: _Data, a_values, c_values, fit_r0: bool, n_iter: int) -
     rows = []
     step = max(1, _CHUNK // d.x.size)
     for i in range(0, A.size, step):  # chunks of grid points bound the memory
-        a, lcm = A[i:i + step], logcm[i:i + step]
-        make = (_sse_sigmoid(logc, d.y, a, lcm, None if fit_r0 else d.r0) if model == "sigmoid"
-                else _sse_power(logc, d.y, a))
+        a, lcm = A[i : i + step], logcm[i : i + step]
+        make = (
+            _sse_sigmoid(logc, d.y, a, lcm, None if fit_r0 else d.r0)
+            if model == "sigmoid"
+            else _sse_power(logc, d.y, a)
+        )
         u, sse, aux = _golden_logb(make, a.size, n_iter)
         if model == "sigmoid":
             rows.append(np.column_stack([a, np.exp(u), np.exp(lcm), aux, sse]))
@@ -338,10 +382,11 @@ def _refine(model: str, d: _Data, start: np.ndarray, a_rng, c_rng, fit_r0: bool,
         def resid(p):
             a, b, D = unpack(p)
             return a - D * np.exp(-b * logc) - d.y
+
     lo, hi = np.asarray(lo), np.asarray(hi)
     p0 = np.clip(np.asarray(p0, dtype=float), lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
     sol = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
-    return np.array([*unpack(sol.x), float((sol.fun ** 2).sum())])
+    return np.array([*unpack(sol.x), float((sol.fun**2).sum())])
 
 
 def _point_estimate(model, d, a_rng, c_rng, fit_r0, method: str) -> np.ndarray:
@@ -366,16 +411,23 @@ def _check_grid(model, d, est, a_rng, c_rng, fit_r0) -> tuple[np.ndarray, dict, 
     if from_grid[-1] < est[-1]:
         est = from_grid
     gap = abs(float(est[0]) - float(grid[0]))
-    check = {"A": float(grid[0]), "B": float(grid[1]), "sse": float(grid[-1]), "sse_fit": float(est[-1]),
-             "agrees": bool(gap <= AGREE_A)}
+    check = {
+        "A": float(grid[0]),
+        "B": float(grid[1]),
+        "sse": float(grid[-1]),
+        "sse_fit": float(est[-1]),
+        "agrees": bool(gap <= AGREE_A),
+    }
     if model == "sigmoid":
         check["C_mid"] = float(grid[2])
     warns = []
     if not check["agrees"]:
-        warns.append(f"the paper's grid procedure gives A = {grid[0]:.3f}, this fit A = {est[0]:.3f} (apart by "
-                     f"{gap:.3f} > {AGREE_A}): trust this fit, which has the lower squared error (the grid's "
-                     "coarse C_mid steps move its A along a flat valley), and read the gap as the ceiling "
-                     "not being pinned down to 0.01 by these points: use the interval of A")
+        warns.append(
+            f"the paper's grid procedure gives A = {grid[0]:.3f}, this fit A = {est[0]:.3f} (apart by "
+            f"{gap:.3f} > {AGREE_A}): trust this fit, which has the lower squared error (the grid's "
+            "coarse C_mid steps move its A along a flat valley), and read the gap as the ceiling "
+            "not being pinned down to 0.01 by these points: use the interval of A"
+        )
     return est, check, warns
 
 
@@ -394,10 +446,21 @@ def _bootstrap(model, d, est, a_rng, c_rng, fit_r0, n_boot: int, rng) -> np.ndar
     return np.array(reps).reshape(n_boot, n_col)
 
 
-def fit_curve(x, y, model: Model = "sigmoid", fit_min: float | None = None, fit_max: float | None = None,
-              fit_r0: bool = False, n_bootstrap: int = 200, seed: int = 0, *, method: Method = "fast",
-              a_range: tuple[float, float] | None = None,
-              c_mid_range: tuple[float, float] | None = None, check_grid: bool = False) -> FitResult:
+def fit_curve(
+    x,
+    y,
+    model: Model = "sigmoid",
+    fit_min: float | None = None,
+    fit_max: float | None = None,
+    fit_r0: bool = False,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    *,
+    method: Method = "fast",
+    a_range: tuple[float, float] | None = None,
+    c_mid_range: tuple[float, float] | None = None,
+    check_grid: bool = False,
+) -> FitResult:
     """Fit `model` to (compute `x`, metric `y`) over [fit_min, fit_max]; see the module docstring.
     `check_grid`: also run the paper's grid and warn where it disagrees on A (departure 7)."""
     if model not in ("sigmoid", "powerlaw"):
@@ -413,16 +476,28 @@ def fit_curve(x, y, model: Model = "sigmoid", fit_min: float | None = None, fit_
     boot = _bootstrap(model, d, est, a_rng, c_rng, fit_r0, n_bootstrap, np.random.default_rng(seed))
     names = ["A", "B", "C_mid", "R0"] if model == "sigmoid" else ["A", "B", "D"]
     q = 100 * (1 - CI_LEVEL) / 2
-    ci = {n: (float(np.percentile(boot[:, i], q)), float(np.percentile(boot[:, i], 100 - q)))
-          for i, n in enumerate(names) if len(boot) and not (n == "R0" and not fit_r0)}
-    res = FitResult(model=model, A=float(est[0]), B=float(est[1]),
-                    C_mid=float(est[2]) if model == "sigmoid" else None,
-                    R0=float(est[3]) if model == "sigmoid" else None,
-                    D=float(est[2]) if model == "powerlaw" else None,
-                    rmse=float(np.sqrt(est[-1] / d.x.size)), n_points=int(d.x.size), ci=ci,
-                    warnings=[], window=(float(d.x[0]), float(d.x[-1])), method=method, boot=boot,
-                    a_on_edge=bool(min(abs(est[0] - a_rng[0]), abs(est[0] - a_rng[1])) < A_STEP / 2),
-                    grid_check=check)
+    ci = {
+        n: (float(np.percentile(boot[:, i], q)), float(np.percentile(boot[:, i], 100 - q)))
+        for i, n in enumerate(names)
+        if len(boot) and not (n == "R0" and not fit_r0)
+    }
+    res = FitResult(
+        model=model,
+        A=float(est[0]),
+        B=float(est[1]),
+        C_mid=float(est[2]) if model == "sigmoid" else None,
+        R0=float(est[3]) if model == "sigmoid" else None,
+        D=float(est[2]) if model == "powerlaw" else None,
+        rmse=float(np.sqrt(est[-1] / d.x.size)),
+        n_points=int(d.x.size),
+        ci=ci,
+        warnings=[],
+        window=(float(d.x[0]), float(d.x[-1])),
+        method=method,
+        boot=boot,
+        a_on_edge=bool(min(abs(est[0] - a_rng[0]), abs(est[0] - a_rng[1])) < A_STEP / 2),
+        grid_check=check,
+    )
     res.warnings.extend(_diagnose(res, d, a_rng, c_rng) + check_warns)
     return res
 
@@ -468,7 +543,7 @@ def find_fall(y, se=None, window: int = TAIL_EVALS, share: float = FALL_SHARE) -
     fell = gain > 0 and drop >= share * gain
     if fell and se is not None:
         se = np.asarray(se, dtype=float)
-        noise = np.sqrt(np.mean(se[i:i + window] ** 2) / window + np.mean(se[-window:] ** 2) / window)
+        noise = np.sqrt(np.mean(se[i : i + window] ** 2) / window + np.mean(se[-window:] ** 2) / window)
         fell = bool(np.isfinite(noise)) and drop > FALL_SE_MULT * noise
     return {"fell": bool(fell), "peak": peak, "peak_index": i + window - 1, "end": end, "drop": drop, "gain": gain}
 
@@ -478,11 +553,13 @@ def fall_warning(f: dict | None, x=None) -> str | None:
     if not f or not f["fell"]:
         return None
     at = f" (at {x[f['peak_index']]:.4g})" if x is not None else ""
-    return (f"the curve fell after its peak: {f['peak']:.3f}{at} -> {f['end']:.3f} at the end, a drop of "
-            f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; "
-            "a sigmoid does not describe a falling run, so its "
-            "ceiling and forecast do not hold (look for the instability in the training metrics: lengths, "
-            "truncation, gradient norm, staleness)")
+    return (
+        f"the curve fell after its peak: {f['peak']:.3f}{at} -> {f['end']:.3f} at the end, a drop of "
+        f"{f['drop']:.3f} against a gain of {f['gain']:.3f} from its start; "
+        "a sigmoid does not describe a falling run, so its "
+        "ceiling and forecast do not hold (look for the instability in the training metrics: lengths, "
+        "truncation, gradient norm, staleness)"
+    )
 
 
 FIRST_HALF_WINDOW = 0.1  # the frozen method's window starts at this share of the final compute (docs/forecasting.md)
@@ -509,9 +586,17 @@ def _fitted_mean_interval(fit: FitResult, at: np.ndarray, level: float) -> list[
     return [float(np.percentile(means, q)), float(np.percentile(means, 100 - q))]
 
 
-def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAIL_EVALS,
-                          fit_r0: bool = False, cut: float = 0.5, n_bootstrap: int = 0, level: float = CI_LEVEL,
-                          model: Model = "sigmoid") -> dict:
+def first_half_prediction(
+    x,
+    y,
+    frac: float = FIRST_HALF_WINDOW,
+    tail: int = TAIL_EVALS,
+    fit_r0: bool = False,
+    cut: float = 0.5,
+    n_bootstrap: int = 0,
+    level: float = CI_LEVEL,
+    model: Model = "sigmoid",
+) -> dict:
     """The paper's predictability check on one run, frozen on 2026-11-24 (docs/forecasting.md,
     "The first-half check"): Eq. 1 with R0 fixed at the run's starting pass rate (the evaluation at
     the smallest compute), A, B and C_mid fitted to the evaluations in the first half of the compute
@@ -552,8 +637,9 @@ def first_half_prediction(x, y, frac: float = FIRST_HALF_WINDOW, tail: int = TAI
     return out
 
 
-def _first_half_row(x: np.ndarray, y: np.ndarray, half: np.ndarray, end: slice, fit: FitResult, start: float,
-                    cut: float, method: str) -> dict:
+def _first_half_row(
+    x: np.ndarray, y: np.ndarray, half: np.ndarray, end: slice, fit: FitResult, start: float, cut: float, method: str
+) -> dict:
     """`first_half_prediction`'s result but the interval: the fit of the first half (`half`) against the mean
     of the evaluations `end`, the three naive baselines, and what the second half still had to forecast."""
     predicted, measured = float(np.mean(fit.predict(x[end]))), float(np.mean(y[end]))
@@ -562,16 +648,32 @@ def _first_half_row(x: np.ndarray, y: np.ndarray, half: np.ndarray, end: slice, 
     r_start = float(np.mean(y[x == x.min()]))
     at_half = float(np.interp(x[-1] * cut, x, y))
     gain = measured - r_start
-    return {"A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0, "points": int(half.sum()),
-            "half_frac": float(x[half][-1] / x[-1]), "window_from": start, "predicted": predicted,
-            "measured": measured, "error": error,
-            "baseline_last": last, "baseline_last_error": last - measured,
-            "baseline_best": best, "baseline_best_error": best - measured,
-            "baseline_ruler": rule, "baseline_ruler_error": rule - measured,
-            "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
-            "beat_ruler": bool(abs(error) < abs(rule - measured)),
-            "start": r_start, "at_half": at_half, "left": measured - at_half,
-            "left_share": (measured - at_half) / gain if gain > 0 else None, "cut": cut, "method": method}
+    return {
+        "A": fit.A,
+        "B": fit.B,
+        "C_mid": fit.C_mid,
+        "R0": fit.R0,
+        "points": int(half.sum()),
+        "half_frac": float(x[half][-1] / x[-1]),
+        "window_from": start,
+        "predicted": predicted,
+        "measured": measured,
+        "error": error,
+        "baseline_last": last,
+        "baseline_last_error": last - measured,
+        "baseline_best": best,
+        "baseline_best_error": best - measured,
+        "baseline_ruler": rule,
+        "baseline_ruler_error": rule - measured,
+        "beat_baselines": bool(abs(error) < min(abs(last - measured), abs(best - measured))),
+        "beat_ruler": bool(abs(error) < abs(rule - measured)),
+        "start": r_start,
+        "at_half": at_half,
+        "left": measured - at_half,
+        "left_share": (measured - at_half) / gain if gain > 0 else None,
+        "cut": cut,
+        "method": method,
+    }
 
 
 def subset_first_half_prediction(x, subsets: dict[str, np.ndarray], tail: int = TAIL_EVALS) -> dict:

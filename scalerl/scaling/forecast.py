@@ -45,16 +45,16 @@ class Options:
     fit_max: float | None = None
     fit_min_frac: float = FIT_MIN_FRAC
     model: str = "sigmoid"
-    fit_r0: bool = SPEC.fit_r0          # the defaults are the one forecast specification (scalerl.scaling.spec)
+    fit_r0: bool = SPEC.fit_r0  # the defaults are the one forecast specification (scalerl.scaling.spec)
     method: str = SPEC.method
     n_bootstrap: int = SPEC.n_bootstrap
     seed: int = SPEC.seed
     a_range: tuple[float, float] | None = None
     check_grid: bool = SPEC.check_grid
     predict: tuple[float, ...] = ()
-    targets: tuple[float, ...] = ()      # --target: the compute at which the run reaches these values
-    budget: float | None = None          # --budget: the gain left from here to this compute, and the stop rule
-    stop_below: float = SEED_MARGIN      # --stop-when: the stop rule's threshold on the gain's upper end
+    targets: tuple[float, ...] = ()  # --target: the compute at which the run reaches these values
+    budget: float | None = None  # --budget: the gain left from here to this compute, and the stop rule
+    stop_below: float = SEED_MARGIN  # --stop-when: the stop rule's threshold on the gain's upper end
 
     def check(self) -> None:
         """One-line errors for values that cannot make sense (before any file is read)."""
@@ -91,8 +91,17 @@ def read(path: str | Path, o: Options) -> Series:
 
 
 def _kwargs(o: Options, fit_min: float | None) -> dict:
-    return dict(model=o.model, fit_min=fit_min, fit_max=o.fit_max, fit_r0=o.fit_r0, n_bootstrap=o.n_bootstrap,
-                seed=o.seed, method=o.method, a_range=o.a_range, check_grid=o.check_grid)
+    return dict(
+        model=o.model,
+        fit_min=fit_min,
+        fit_max=o.fit_max,
+        fit_r0=o.fit_r0,
+        n_bootstrap=o.n_bootstrap,
+        seed=o.seed,
+        method=o.method,
+        a_range=o.a_range,
+        check_grid=o.check_grid,
+    )
 
 
 def _fit_min(x: np.ndarray, o: Options, warns: list[str]) -> float | None:
@@ -140,8 +149,12 @@ def forecast_dict(s: Series, fit: FitResult, o: Options) -> dict:
     look = outlook(s.x, s.y, fit) if fit.model == "sigmoid" else None
     if look is None:
         out["identified"] = False
-        out["ceiling"] = {"identified": False, "A": None, "text": "the power law's ceiling is not identified by "
-                          "scalerl (the identification and the calibrated interval are the sigmoid's)"}
+        out["ceiling"] = {
+            "identified": False,
+            "A": None,
+            "text": "the power law's ceiling is not identified by "
+            "scalerl (the identification and the calibrated interval are the sigmoid's)",
+        }
         out["predictions"] = fit.to_dict(o.predict)["predictions"]
     else:
         out.update(look.to_dict())

@@ -39,10 +39,10 @@ COARSE_STEP = 0.02
 PROFILE_REACH = 0.1
 LR_90 = float(stats.chi2.ppf(0.9, 1))  # 2.706
 TAIL_MIN = 4
-ID_WIDTH = 0.04   # +-0.02, the paper's margin between recipes
-ID_RISE = 0.02    # gain per doubling of compute still visible in the window's tail
+ID_WIDTH = 0.04  # +-0.02, the paper's margin between recipes
+ID_RISE = 0.02  # gain per doubling of compute still visible in the window's tail
 RULES = ("profile", "profile+midpoint", "profile+tail")
-RULE = "profile"   # chosen on the development half (calibration.json names it too)
+RULE = "profile"  # chosen on the development half (calibration.json names it too)
 
 
 def _data(fit: FitResult, x, y) -> _Data:
@@ -58,7 +58,7 @@ def profile_a(fit: FitResult, x, y, fit_r0: bool = False) -> dict:
     d = _data(fit, x, y)
     a_rng, c_rng = _ranges(d, None, None)
     start = np.array([fit.A, fit.B, fit.C_mid, fit.R0 if fit.R0 is not None else d.r0])
-    sse_min = max(fit.rmse ** 2 * d.x.size, 1e-300)
+    sse_min = max(fit.rmse**2 * d.x.size, 1e-300)
     ends = {}
     for sign in (+1, -1):
         ends[sign], sse_min = _walk(d, start, a_rng, c_rng, fit_r0, sign, sse_min)
@@ -103,8 +103,11 @@ def tail_rise(fit: FitResult, x, y) -> dict:
         return {"points": int(k), "per_doubling": None, "upper": None}
     res = stats.linregress(lx, ty)
     t = float(stats.t.ppf(0.95, k - 2))
-    return {"points": int(k), "per_doubling": float(res.slope * math.log(2)),
-            "upper": float((res.slope + t * res.stderr) * math.log(2))}
+    return {
+        "points": int(k),
+        "per_doubling": float(res.slope * math.log(2)),
+        "upper": float((res.slope + t * res.stderr) * math.log(2)),
+    }
 
 
 def identify(fit: FitResult, x, y, fit_r0: bool = False, rule: str = RULE) -> dict:
@@ -116,30 +119,45 @@ def identify(fit: FitResult, x, y, fit_r0: bool = False, rule: str = RULE) -> di
     tail = tail_rise(fit, x, y)
     passed = bool(fit.C_mid is not None and fit.window[1] >= fit.C_mid)
     ok = rule_checks(prof, tail, passed)[rule]
-    return {"identified": ok, "rule": rule, "profile": prof, "tail": tail, "passed_midpoint": passed,
-            "lower_bound": prof["lo"], "reason": _reason(ok, prof, tail, passed, fit.A)}
+    return {
+        "identified": ok,
+        "rule": rule,
+        "profile": prof,
+        "tail": tail,
+        "passed_midpoint": passed,
+        "lower_bound": prof["lo"],
+        "reason": _reason(ok, prof, tail, passed, fit.A),
+    }
 
 
 def rule_checks(prof: dict, tail: dict, passed: bool) -> dict[str, bool]:
     """Each rule of `RULES` on one profile interval, tail and midpoint: {rule: identified}."""
     bounded = prof["width"] is not None and prof["width"] <= ID_WIDTH + 1e-9
-    return {"profile": bounded, "profile+midpoint": bounded and passed,
-            "profile+tail": bounded and tail["upper"] is not None and tail["upper"] < ID_RISE}
+    return {
+        "profile": bounded,
+        "profile+midpoint": bounded and passed,
+        "profile+tail": bounded and tail["upper"] is not None and tail["upper"] < ID_RISE,
+    }
 
 
 def _reason(ok: bool, prof: dict, tail: dict, passed: bool, a_fit: float) -> str:
     if prof["hi"] is None:
         top = min(1.0, a_fit + PROFILE_REACH)
-        why = (f"the data do not bound A from above (no ceiling from {prof['lo']:.3f} up to {top:.3f} is excluded)"
-               if prof["lo"] is not None else "no profile")
+        why = (
+            f"the data do not bound A from above (no ceiling from {prof['lo']:.3f} up to {top:.3f} is excluded)"
+            if prof["lo"] is not None
+            else "no profile"
+        )
     elif prof["width"] > ID_WIDTH:
         why = f"A's profile interval {prof['lo']:.3f} .. {prof['hi']:.3f} is wider than {ID_WIDTH}"
     else:
         why = f"A's profile 90% interval {prof['lo']:.3f} .. {prof['hi']:.3f}"
     mid = "" if passed else "; the window ends before the fitted midpoint"
     if ok and tail["upper"] is not None and tail["upper"] >= ID_RISE:
-        mid += (f"; but the last {tail['points']} evaluations may still rise (up to {tail['upper']:+.3f} per doubling): "
-                "a slower second rise would lift the end above this ceiling")
+        mid += (
+            f"; but the last {tail['points']} evaluations may still rise (up to {tail['upper']:+.3f} per doubling): "
+            "a slower second rise would lift the end above this ceiling"
+        )
     return ("identified: " if ok else "not identified: ") + why + mid
 
 
@@ -149,5 +167,7 @@ def settle_text(ident: dict, x_last: float) -> str:
         return ""
     lb = ident["lower_bound"]
     bound = f"A >= {lb:.3f}" if lb is not None else "A unknown"
-    return (f"{bound} (a lower bound); the ceiling is settled once the curve flattens inside the window: "
-            f"evaluate on to at least {2 * x_last:.4g} (2x the compute so far) and refit")
+    return (
+        f"{bound} (a lower bound); the ceiling is settled once the curve flattens inside the window: "
+        f"evaluate on to at least {2 * x_last:.4g} (2x the compute so far) and refit"
+    )

@@ -57,35 +57,72 @@ class Outlook:
         then = float(self.point([c_then])[0])
         b = self.interval([c_then])
         lo, hi = float(b["lo"][0]), float(b["hi"][0])
-        return {"compute": float(c_then), "value": then, "value_lo": lo, "value_hi": hi, "gain": then - now,
-                "lo": lo - now, "hi": hi - now, "beyond": bool(b["beyond"][0])}
+        return {
+            "compute": float(c_then),
+            "value": then,
+            "value_lo": lo,
+            "value_hi": hi,
+            "gain": then - now,
+            "lo": lo - now,
+            "hi": hi - now,
+            "beyond": bool(b["beyond"][0]),
+        }
 
     def ceiling(self) -> dict:
         """The ceiling as the data support it: the fitted A where identified, else a lower bound."""
         prof = self.ident["profile"]
         if self.identified:
-            return {"identified": True, "A": self.fit.A, "profile": [prof["lo"], prof["hi"]], "text":
-                    f"ceiling A = {self.fit.A:.3f} (profile 90% interval {prof['lo']:.3f} .. {prof['hi']:.3f}):"
-                    " identified"}
-        return {"identified": False, "A": None, "lower_bound": self.ident["lower_bound"],
-                "fitted_A": self.fit.A, "text": "ceiling not identified: " + settle_text(self.ident, self.c_last)}
+            return {
+                "identified": True,
+                "A": self.fit.A,
+                "profile": [prof["lo"], prof["hi"]],
+                "text": f"ceiling A = {self.fit.A:.3f} (profile 90% interval {prof['lo']:.3f} .. {prof['hi']:.3f}):"
+                " identified",
+            }
+        return {
+            "identified": False,
+            "A": None,
+            "lower_bound": self.ident["lower_bound"],
+            "fitted_A": self.fit.A,
+            "text": "ceiling not identified: " + settle_text(self.ident, self.c_last),
+        }
 
     def predictions(self, C) -> list[dict]:
         C = np.asarray(list(C), dtype=float)
         if C.size == 0:
             return []
         p, b, curve = self.point(C), self.interval(C), self.fit.predict(C)
-        return [{"x": float(c), "y": float(p[i]), "lo": float(b["lo"][i]), "hi": float(b["hi"][i]),
-                 "curve": float(curve[i]), "beyond_calibration": bool(b["beyond"][i])} for i, c in enumerate(C)]
+        return [
+            {
+                "x": float(c),
+                "y": float(p[i]),
+                "lo": float(b["lo"][i]),
+                "hi": float(b["hi"][i]),
+                "curve": float(curve[i]),
+                "beyond_calibration": bool(b["beyond"][i]),
+            }
+            for i, c in enumerate(C)
+        ]
 
     def to_dict(self) -> dict:
         """The identification and the calibration used, for --json, fit.json and reports."""
-        return {"identified": self.identified, "ceiling": self.ceiling(), "identification": {
-            "rule": self.ident["rule"], "reason": self.ident["reason"], "profile_A": [
-                self.ident["profile"]["lo"], self.ident["profile"]["hi"]],
-            "tail_rise_per_doubling": self.ident["tail"]["upper"], "passed_midpoint": self.ident["passed_midpoint"]},
-            "forecast_method": {"point": self.tab["point"], "interval": "calibrated (scalerl/scaling/calibration.json)",
-                                "level": self.tab.get("level", 0.9), "calibrated_up_to": float(np.exp(self.tab["h_max"]))}}
+        return {
+            "identified": self.identified,
+            "ceiling": self.ceiling(),
+            "identification": {
+                "rule": self.ident["rule"],
+                "reason": self.ident["reason"],
+                "profile_A": [self.ident["profile"]["lo"], self.ident["profile"]["hi"]],
+                "tail_rise_per_doubling": self.ident["tail"]["upper"],
+                "passed_midpoint": self.ident["passed_midpoint"],
+            },
+            "forecast_method": {
+                "point": self.tab["point"],
+                "interval": "calibrated (scalerl/scaling/calibration.json)",
+                "level": self.tab.get("level", 0.9),
+                "calibrated_up_to": float(np.exp(self.tab["h_max"])),
+            },
+        }
 
 
 def outlook(x, y, fit: FitResult, tab: dict | None = None) -> Outlook:
@@ -93,7 +130,7 @@ def outlook(x, y, fit: FitResult, tab: dict | None = None) -> Outlook:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
-    seen = x <= fit.window[1]          # a held-out end (--fit-max) is not part of what the forecast knows
+    seen = x <= fit.window[1]  # a held-out end (--fit-max) is not part of what the forecast knows
     x, y = x[seen], y[seen]
     tab = table() if tab is None else tab
     ident = identify(fit, x, y, fit_r0=bool(tab.get("fit_r0")), rule=tab["rule"])
@@ -140,13 +177,23 @@ def first_half_check(x, y, tab: dict | None = None) -> dict | None:
     last3 = float(yc[-TAIL_EVALS:].mean())
     measured, error = h["measured"], pred - h["measured"]
     naive = (h["baseline_last_error"], h["baseline_best_error"])
-    return {**h, "frozen_predicted": h["predicted"], "frozen_error": h["error"], "predicted": pred,
-            "error": error, "interval": [lo, hi], "covered": bool(lo <= measured <= hi),
-            "identified": look.identified, "ceiling": look.ceiling(), "baseline_last3": last3,
-            "baseline_last3_error": last3 - measured, "point_method": look.tab["point"],
-            "beat_baselines": bool(abs(error) < min(abs(v) for v in naive)),
-            "beat_ruler": bool(abs(error) < abs(h["baseline_ruler_error"])),
-            "beat_last3": bool(abs(error) < abs(last3 - measured))}
+    return {
+        **h,
+        "frozen_predicted": h["predicted"],
+        "frozen_error": h["error"],
+        "predicted": pred,
+        "error": error,
+        "interval": [lo, hi],
+        "covered": bool(lo <= measured <= hi),
+        "identified": look.identified,
+        "ceiling": look.ceiling(),
+        "baseline_last3": last3,
+        "baseline_last3_error": last3 - measured,
+        "point_method": look.tab["point"],
+        "beat_baselines": bool(abs(error) < min(abs(v) for v in naive)),
+        "beat_ruler": bool(abs(error) < abs(h["baseline_ruler_error"])),
+        "beat_last3": bool(abs(error) < abs(last3 - measured)),
+    }
 
 
 MULTIPLES = (2, 10)
@@ -159,25 +206,40 @@ def verdict(look: Outlook, c_now: float, y_now: float, margin: float = 0.02, fal
     unidentified ceiling never carries a "will not pay"; a curve that fell overrides the rest."""
     fitted = float(look.fit.predict([c_now])[0])
     ceil = look.ceiling()
-    out = {"compute": c_now, "measured": y_now, "fitted": fitted, "identified": look.identified,
-           "ceiling": ceil["A"] if look.identified else None, "ceiling_lower_bound": ceil.get("lower_bound"),
-           "ceiling_interval": ceil.get("profile"), "margin": margin,
-           "gains": {f"{m}x": look.gain(c_now, m * c_now) for m in MULTIPLES}}
+    out = {
+        "compute": c_now,
+        "measured": y_now,
+        "fitted": fitted,
+        "identified": look.identified,
+        "ceiling": ceil["A"] if look.identified else None,
+        "ceiling_lower_bound": ceil.get("lower_bound"),
+        "ceiling_interval": ceil.get("profile"),
+        "margin": margin,
+        "gains": {f"{m}x": look.gain(c_now, m * c_now) for m in MULTIPLES},
+    }
     g2, g10 = out["gains"]["2x"], out["gains"]["10x"]
     if fall and fall["fell"]:
-        text = (f"the run fell after its peak ({fall['peak']:.3f} -> {fall['end']:.3f}): the fit does not describe it "
-                "and more compute on this recipe will not pay until the instability is found and fixed")
+        text = (
+            f"the run fell after its peak ({fall['peak']:.3f} -> {fall['end']:.3f}): the fit does not describe it "
+            "and more compute on this recipe will not pay until the instability is found and fixed"
+        )
     elif g2["lo"] > margin:
         text = f"more compute pays: 2x the compute is expected to gain {_signed(g2)}"
     elif g10["hi"] < margin and look.identified:
-        text = (f"more compute will not pay: the ceiling is identified and even 10x the compute gains at most "
-                f"{g10['hi']:+.3f} (below the seed margin {margin})")
+        text = (
+            f"more compute will not pay: the ceiling is identified and even 10x the compute gains at most "
+            f"{g10['hi']:+.3f} (below the seed margin {margin})"
+        )
     elif not look.identified:
-        text = (f"cannot tell yet whether more compute pays: {ceil['text']}; 2x gains {_signed(g2)}, "
-                f"10x {_signed(g10)} (calibrated 90% intervals)")
+        text = (
+            f"cannot tell yet whether more compute pays: {ceil['text']}; 2x gains {_signed(g2)}, "
+            f"10x {_signed(g10)} (calibrated 90% intervals)"
+        )
     else:
-        text = (f"more compute may pay: 2x gains {_signed(g2)}, 10x {_signed(g10)} (calibrated 90% intervals): "
-                "continue only if a gain that size is worth the cost")
+        text = (
+            f"more compute may pay: 2x gains {_signed(g2)}, 10x {_signed(g10)} (calibrated 90% intervals): "
+            "continue only if a gain that size is worth the cost"
+        )
     out["recommendation"] = text
     return out
 
@@ -205,8 +267,15 @@ def stop_decision(look: Outlook, c_now: float, budget: float, threshold: float =
     else:
         why = f"go on: the upper end {g['hi']:+.3f} is not below {threshold}"
     text = f"from {c_now:.4g} to the budget {budget:.4g}: gain {g['gain']:+.3f}{band}, value {g['value']:.3f}; {why}"
-    return {**g, "budget": budget, "threshold": threshold, "upper": g["hi"], "stop": stop,
-            "identified": look.identified, "text": text}
+    return {
+        **g,
+        "budget": budget,
+        "threshold": threshold,
+        "upper": g["hi"],
+        "stop": stop,
+        "identified": look.identified,
+        "text": text,
+    }
 
 
 def compute_for(look: Outlook, target: float, reach: float = 1e4) -> dict:
@@ -220,8 +289,13 @@ def compute_for(look: Outlook, target: float, reach: float = 1e4) -> dict:
         hit = np.flatnonzero(v >= target)
         return float(C[hit[0]]) if hit.size else None
 
-    out = {"target": target, "compute": first(p), "lo": first(b["hi"]), "hi": first(b["lo"]),
-           "identified": look.identified}
+    out = {
+        "target": target,
+        "compute": first(p),
+        "lo": first(b["hi"]),
+        "hi": first(b["lo"]),
+        "identified": look.identified,
+    }
     if look.last3 >= target:
         out.update(compute=look.c_last, lo=look.c_last, hi=look.c_last)
     out["text"] = _reach_text(out, reach)
@@ -231,10 +305,13 @@ def compute_for(look: Outlook, target: float, reach: float = 1e4) -> dict:
 def _reach_text(r: dict, reach: float) -> str:
     def c(v):
         return f"{v:.4g}" if v is not None else f"not within {reach:g}x"
+
     t = r["target"]
     if r["compute"] is None and r["lo"] is None:
         return f"{t:.3f} is not reached within {reach:g}x the compute so far, even at the interval's upper end"
     if r["compute"] is None:
-        return (f"{t:.3f} is not reached by the forecast within {reach:g}x the compute so far (the calibrated "
-                f"interval's upper end reaches it at {c(r['lo'])})")
+        return (
+            f"{t:.3f} is not reached by the forecast within {reach:g}x the compute so far (the calibrated "
+            f"interval's upper end reaches it at {c(r['lo'])})"
+        )
     return f"{t:.3f} at compute {c(r['compute'])} (calibrated 90% interval {c(r['lo'])} .. {c(r['hi'])})"

@@ -41,12 +41,12 @@ from scalerl.scaling.report import MULTIPLES, SEED_MARGIN, gain_between, num
 from scalerl.scaling.sources import Series
 
 METRICS = "metrics.jsonl"
-DONE = "done.json"          # what the study runner writes into a finished run (scalerl.study.runner.DONE_FILE)
+DONE = "done.json"  # what the study runner writes into a finished run (scalerl.study.runner.DONE_FILE)
 SEED_DIR = re.compile(r"seed\d+")
-CROSS_HI = 100.0            # crossings are searched up to this multiple of the budget
-EXTRAPOLATION = 10.0        # a budget beyond this multiple of the largest compute measured is flagged
-ALL_PAIRS_UP_TO = 4         # with this many configurations or fewer, every pair's crossing is given
-GRID = 2000                 # log-spaced points on which crossings are bracketed
+CROSS_HI = 100.0  # crossings are searched up to this multiple of the budget
+EXTRAPOLATION = 10.0  # a budget beyond this multiple of the largest compute measured is flagged
+ALL_PAIRS_UP_TO = 4  # with this many configurations or fewer, every pair's crossing is given
+GRID = 2000  # log-spaced points on which crossings are bracketed
 
 
 @dataclass
@@ -70,8 +70,10 @@ def _is_run(p: Path) -> bool:
 
 
 def _seeds(p: Path) -> list[Path]:
-    return sorted((c for c in p.iterdir() if c.is_dir() and SEED_DIR.fullmatch(c.name) and _is_run(c)),
-                  key=lambda c: int(c.name[4:]))
+    return sorted(
+        (c for c in p.iterdir() if c.is_dir() and SEED_DIR.fullmatch(c.name) and _is_run(c)),
+        key=lambda c: int(c.name[4:]),
+    )
 
 
 def _configs_in(p: Path) -> list[Config]:
@@ -100,8 +102,10 @@ def find_configs(paths: Sequence[str | Path]) -> list[Config]:
             raise ScaleRLError(f"{p}: no such file or directory")
         found = _configs_in(p)
         if not found:
-            raise ScaleRLError(f"{p}: no runs found: expected a run directory ({METRICS}), a configuration "
-                               f"folder (seed<N>/{METRICS}) or a study's results folder (<config>/seed<N>/{METRICS})")
+            raise ScaleRLError(
+                f"{p}: no runs found: expected a run directory ({METRICS}), a configuration "
+                f"folder (seed<N>/{METRICS}) or a study's results folder (<config>/seed<N>/{METRICS})"
+            )
         configs += found
     names = [c.name for c in configs]
     for c in configs:
@@ -116,8 +120,10 @@ def _finished(c: Config) -> list[Path]:
     done = [p for p in c.paths if (p / DONE).is_file()]
     if len(c.paths) < 2 or not done or len(done) == len(c.paths):
         return c.paths
-    c.notes.append(f"left out {len(c.paths) - len(done)} unfinished seed(s) (no {DONE}): "
-                   + ", ".join(p.name for p in c.paths if p not in done))
+    c.notes.append(
+        f"left out {len(c.paths) - len(done)} unfinished seed(s) (no {DONE}): "
+        + ", ".join(p.name for p in c.paths if p not in done)
+    )
     return done
 
 
@@ -150,11 +156,13 @@ def fit_configs(configs: Sequence[Config], o: Options) -> tuple[list[Config], li
         if reason is None:
             usable.append(c)
         else:
-            skipped.append({"name": c.name, "path": str(c.paths[0].parent if len(c.paths) > 1 else c.paths[0]),
-                            "reason": reason})
+            skipped.append(
+                {"name": c.name, "path": str(c.paths[0].parent if len(c.paths) > 1 else c.paths[0]), "reason": reason}
+            )
     if not usable:
-        raise ScaleRLError("no configuration has a usable fit: "
-                           + "; ".join(f"{s['path']}: {s['reason']}" for s in skipped))
+        raise ScaleRLError(
+            "no configuration has a usable fit: " + "; ".join(f"{s['path']}: {s['reason']}" for s in skipped)
+        )
     return usable, skipped
 
 
@@ -169,8 +177,13 @@ def seed_std(f: FitResult, C: float) -> float | None:
 def at(f: FitResult, C: float) -> dict:
     """The fitted value at C, its bootstrap interval and its seed std."""
     lo, hi = f.predict_interval([C])
-    return {"compute": C, "value": float(f.predict([C])[0]), "lo": float(lo[0]), "hi": float(hi[0]),
-            "seed_std": seed_std(f, C)}
+    return {
+        "compute": C,
+        "value": float(f.predict([C])[0]),
+        "lo": float(lo[0]),
+        "hi": float(hi[0]),
+        "seed_std": seed_std(f, C),
+    }
 
 
 def gains(f: FitResult, C: float) -> dict:
@@ -198,14 +211,20 @@ def difference(best: FitResult, other: FitResult, C: float) -> dict:
     """best - other at C, the 90% interval over paired bootstrap replicas (the fits are independent),
     and the seed margin: the larger of SEED_MARGIN and either side's seed std there."""
     n = min(len(best.boot), len(other.boot))
-    diffs = np.array([_curve_of(best.model, p).predict(np.array([C]))[0] for p in best.boot[:n]]) - \
-        np.array([_curve_of(other.model, p).predict(np.array([C]))[0] for p in other.boot[:n]])
+    diffs = np.array([_curve_of(best.model, p).predict(np.array([C]))[0] for p in best.boot[:n]]) - np.array(
+        [_curve_of(other.model, p).predict(np.array([C]))[0] for p in other.boot[:n]]
+    )
     q = 100 * (1 - CI_LEVEL) / 2
     value = float(best.predict([C])[0] - other.predict([C])[0])
     stds = [s for s in (seed_std(best, C), seed_std(other, C)) if s is not None]
     margin = max([SEED_MARGIN, *stds])
-    return {"value": value, "lo": float(np.percentile(diffs, q)), "hi": float(np.percentile(diffs, 100 - q)),
-            "margin": margin, "clear": bool(value > margin)}
+    return {
+        "value": value,
+        "lo": float(np.percentile(diffs, q)),
+        "hi": float(np.percentile(diffs, 100 - q)),
+        "margin": margin,
+        "clear": bool(value > margin),
+    }
 
 
 def flags(c: Config, C: float) -> dict:
@@ -213,10 +232,15 @@ def flags(c: Config, C: float) -> dict:
     their peak (`find_fall`), a budget beyond EXTRAPOLATION x the largest compute measured."""
     fell = [str(p) for p, s in c.runs.items() if (find_fall(s.y) or {}).get("fell")]
     ident = _identified(c)
-    return {"a_on_edge": c.fit.a_on_edge, "fell": fell, "extrapolation": C > EXTRAPOLATION * c.x_max,
-            "budget_over_measured": C / c.x_max,
-            "not_identified": not ident["identified"], "A_lower_bound": None if ident["identified"] else ident["lower_bound"],
-            "unidentified_beyond_measured": C > c.x_max and not ident["identified"]}
+    return {
+        "a_on_edge": c.fit.a_on_edge,
+        "fell": fell,
+        "extrapolation": C > EXTRAPOLATION * c.x_max,
+        "budget_over_measured": C / c.x_max,
+        "not_identified": not ident["identified"],
+        "A_lower_bound": None if ident["identified"] else ident["lower_bound"],
+        "unidentified_beyond_measured": C > c.x_max and not ident["identified"],
+    }
 
 
 def _identified(c: Config) -> dict:
@@ -231,39 +255,71 @@ def _identified(c: Config) -> dict:
 # ---------------------------------------------------------------- the plan
 def _entry(c: Config, C: float) -> dict:
     f = c.fit
-    return {"name": c.name, "paths": [str(p) for p in c.runs], "seeds": len(c.runs), "x_max": c.x_max,
-            "window": list(f.window), "A": f.A, "A_interval": list(f.ci["A"]) if "A" in f.ci else None,
-            "B": f.B, "C_mid": f.C_mid, "R0": f.R0, "at_budget": at(f, C), "gains": gains(f, C),
-            "flags": flags(c, C), "warnings": c.notes + list(f.warnings)}
+    return {
+        "name": c.name,
+        "paths": [str(p) for p in c.runs],
+        "seeds": len(c.runs),
+        "x_max": c.x_max,
+        "window": list(f.window),
+        "A": f.A,
+        "A_interval": list(f.ci["A"]) if "A" in f.ci else None,
+        "B": f.B,
+        "C_mid": f.C_mid,
+        "R0": f.R0,
+        "at_budget": at(f, C),
+        "gains": gains(f, C),
+        "flags": flags(c, C),
+        "warnings": c.notes + list(f.warnings),
+    }
 
 
 def _pairs(ranked: list[Config], lo: float, hi: float) -> list[dict]:
     """Crossings of the best with each other, or of every pair with ALL_PAIRS_UP_TO or fewer."""
-    pairs = (itertools.combinations(ranked, 2) if len(ranked) <= ALL_PAIRS_UP_TO
-             else ((ranked[0], c) for c in ranked[1:]))
+    pairs = (
+        itertools.combinations(ranked, 2) if len(ranked) <= ALL_PAIRS_UP_TO else ((ranked[0], c) for c in ranked[1:])
+    )
     out = []
     for a, b in pairs:
         found = crossings(a.fit, b.fit, lo, hi)
-        out.append({"a": a.name, "b": b.name, "range": [lo, hi],
-                    "crossings": [{"compute": x["compute"], "ahead_after": a.name if x["ahead_after"] == "a"
-                                   else b.name} for x in found]})
+        out.append(
+            {
+                "a": a.name,
+                "b": b.name,
+                "range": [lo, hi],
+                "crossings": [
+                    {"compute": x["compute"], "ahead_after": a.name if x["ahead_after"] == "a" else b.name}
+                    for x in found
+                ],
+            }
+        )
     return out
 
 
-def plan(configs: Sequence[Config], budget: float, skipped: Sequence[dict] = (), x_name: str = "compute",
-         y_name: str = "metric") -> dict:
+def plan(
+    configs: Sequence[Config],
+    budget: float,
+    skipped: Sequence[dict] = (),
+    x_name: str = "compute",
+    y_name: str = "metric",
+) -> dict:
     """The plan at `budget` over fitted `configs` (see the module docstring); finite JSON."""
     check_budget(budget)
     ranked = sorted(configs, key=lambda c: -float(c.fit.predict([budget])[0]))
     lo, hi = min(c.fit.window[0] for c in ranked), CROSS_HI * budget
-    out = {"x": x_name, "y": y_name, "budget": budget, "level": CI_LEVEL,
-           "configs": [_entry(c, budget) for c in ranked],
-           "best": ranked[0].name, "runner_up": ranked[1].name if len(ranked) > 1 else None,
-           "difference": difference(ranked[0].fit, ranked[1].fit, budget) if len(ranked) > 1 else None,
-           "crossing_range": [lo, hi], "crossings": _pairs(ranked, lo, hi) if lo < hi else [],
-           "best_at": {f"{m}x": max(ranked, key=lambda c: float(c.fit.predict([m * budget])[0])).name
-                       for m in MULTIPLES},
-           "skipped": list(skipped)}
+    out = {
+        "x": x_name,
+        "y": y_name,
+        "budget": budget,
+        "level": CI_LEVEL,
+        "configs": [_entry(c, budget) for c in ranked],
+        "best": ranked[0].name,
+        "runner_up": ranked[1].name if len(ranked) > 1 else None,
+        "difference": difference(ranked[0].fit, ranked[1].fit, budget) if len(ranked) > 1 else None,
+        "crossing_range": [lo, hi],
+        "crossings": _pairs(ranked, lo, hi) if lo < hi else [],
+        "best_at": {f"{m}x": max(ranked, key=lambda c: float(c.fit.predict([m * budget])[0])).name for m in MULTIPLES},
+        "skipped": list(skipped),
+    }
     out["recommendation"] = recommendation(out)
     return finite_json(out)
 
@@ -275,9 +331,13 @@ def check_budget(budget: float) -> None:
 
 def _next_crossing(p: dict) -> dict | None:
     """The lowest crossing above the budget after which another configuration is ahead of the best."""
-    later = [{"other": x["ahead_after"], "compute": x["compute"]}
-             for pair in p["crossings"] if p["best"] in (pair["a"], pair["b"])
-             for x in pair["crossings"] if x["compute"] > p["budget"] and x["ahead_after"] != p["best"]]
+    later = [
+        {"other": x["ahead_after"], "compute": x["compute"]}
+        for pair in p["crossings"]
+        if p["best"] in (pair["a"], pair["b"])
+        for x in pair["crossings"]
+        if x["compute"] > p["budget"] and x["ahead_after"] != p["best"]
+    ]
     return min(later, key=lambda x: x["compute"]) if later else None
 
 
@@ -288,8 +348,10 @@ def recommendation(p: dict) -> str:
     d = p["difference"]
     if d is not None:
         side = "beyond" if d["clear"] else "within"
-        text = (f"at C = {num(C)}, {best} is ahead of {p['runner_up']} by {d['value']:.3f} ({side} the seed "
-                f"margin {d['margin']:.3f}" + ("" if d["clear"] else ": the choice is within noise") + ")")
+        text = (
+            f"at C = {num(C)}, {best} is ahead of {p['runner_up']} by {d['value']:.3f} ({side} the seed "
+            f"margin {d['margin']:.3f}" + ("" if d["clear"] else ": the choice is within noise") + ")"
+        )
     cross = _next_crossing(p)
     if cross is not None:
         text += f"; its curve crosses {cross['other']} at C = {num(cross['compute'])}"
@@ -302,8 +364,10 @@ def recommendation(p: dict) -> str:
         text += f" (but the fit of {best} is flagged: read its warnings)"
     unbound = [c["name"] for c in p["configs"][:2] if c["flags"]["unidentified_beyond_measured"]]
     if unbound:
-        text += (f"; beyond the compute measured, this ranking rests on a ceiling the data do not bound "
-                 f"({', '.join(unbound)}: not identified), so it is not a forecast: run them further and plan again")
+        text += (
+            f"; beyond the compute measured, this ranking rests on a ceiling the data do not bound "
+            f"({', '.join(unbound)}: not identified), so it is not a forecast: run them further and plan again"
+        )
     return text
 
 
@@ -323,8 +387,11 @@ def _flag_words(f: dict) -> list[str]:
         out.append("A on the edge of its range (the ceiling is not pinned down)")
     if f["not_identified"]:
         lb = f["A_lower_bound"]
-        out.append("ceiling not identified" + (f" (A >= {lb:.3f})" if lb is not None else "")
-                   + ": the data do not bound it; a value beyond the compute measured is not a forecast")
+        out.append(
+            "ceiling not identified"
+            + (f" (A >= {lb:.3f})" if lb is not None else "")
+            + ": the data do not bound it; a value beyond the compute measured is not a forecast"
+        )
     if f["fell"]:
         out.append(f"fell after its peak: {', '.join(f['fell'])}")
     if f["extrapolation"]:
@@ -337,19 +404,25 @@ def plan_lines(p: dict) -> list[str]:
     lines = [f"plan at {p['x']} = {num(p['budget'])} ({p['y']}, {p['level']:.0%} intervals), best first:"]
     for c in p["configs"]:
         g2, g10 = c["gains"]["2x"], c["gains"]["10x"]
-        lines.append(f"  {c['name']} ({c['seeds']} run{'s' if c['seeds'] > 1 else ''}): {_band(c['at_budget'])}; "
-                     f"2x {g2['value']:.3f} (gain {g2['gain']:+.3f}, {g2['lo']:+.3f} .. {g2['hi']:+.3f}); "
-                     f"10x {g10['value']:.3f} (gain {g10['gain']:+.3f}, {g10['lo']:+.3f} .. {g10['hi']:+.3f})")
+        lines.append(
+            f"  {c['name']} ({c['seeds']} run{'s' if c['seeds'] > 1 else ''}): {_band(c['at_budget'])}; "
+            f"2x {g2['value']:.3f} (gain {g2['gain']:+.3f}, {g2['lo']:+.3f} .. {g2['hi']:+.3f}); "
+            f"10x {g10['value']:.3f} (gain {g10['gain']:+.3f}, {g10['lo']:+.3f} .. {g10['hi']:+.3f})"
+        )
         lines += [f"    flag: {w}" for w in _flag_words(c["flags"])]
     d = p["difference"]
     if d is not None:
-        lines.append(f"  {p['best']} - {p['runner_up']} at the budget: {d['value']:+.3f} ({d['lo']:+.3f} .. "
-                     f"{d['hi']:+.3f}); seed margin {d['margin']:.3f}: {'clear' if d['clear'] else 'within noise'}")
+        lines.append(
+            f"  {p['best']} - {p['runner_up']} at the budget: {d['value']:+.3f} ({d['lo']:+.3f} .. "
+            f"{d['hi']:+.3f}); seed margin {d['margin']:.3f}: {'clear' if d['clear'] else 'within noise'}"
+        )
     lo, hi = p["crossing_range"]
     for pair in p["crossings"]:
         where = "; ".join(f"at {num(x['compute'])} ({x['ahead_after']} ahead after)" for x in pair["crossings"])
-        lines.append(f"  {pair['a']} x {pair['b']}: " + (f"cross {where}" if where else
-                                                         f"do not cross in [{num(lo)}, {num(hi)}]"))
+        lines.append(
+            f"  {pair['a']} x {pair['b']}: "
+            + (f"cross {where}" if where else f"do not cross in [{num(lo)}, {num(hi)}]")
+        )
     lines += [f"  skipped {s['name']} ({s['path']}): {s['reason']}" for s in p["skipped"]]
     lines.append(f"  => {p['recommendation']}")
     return lines

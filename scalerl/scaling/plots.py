@@ -36,8 +36,14 @@ def _label(label: str, f: FitResult) -> str:
     return f"{label} (power law): A={f.A:.3f}, B={f.B:.2f}"
 
 
-def plot_fits(runs: Sequence[Run], path: str | Path, linearised_path: str | Path | None = None,
-              xlabel: str = "compute", ylabel: str = "pass rate", extend_to: float | None = None) -> None:
+def plot_fits(
+    runs: Sequence[Run],
+    path: str | Path,
+    linearised_path: str | Path | None = None,
+    xlabel: str = "compute",
+    ylabel: str = "pass rate",
+    extend_to: float | None = None,
+) -> None:
     """Draw every run on one figure at `path`; optionally the linearised view at `linearised_path`."""
     plt, fig, ax = _figure()
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -66,8 +72,7 @@ def plot_fits(runs: Sequence[Run], path: str | Path, linearised_path: str | Path
     ax.set_xscale("log")
     ax.set_xlabel(f"{xlabel} (log scale)")
     ax.set_ylabel(ylabel)
-    ax.set_title("fit: solid over the fit window, dashed beyond; band: 90% bootstrap interval; dotted: A",
-                 fontsize=8)
+    ax.set_title("fit: solid over the fit window, dashed beyond; band: 90% bootstrap interval; dotted: A", fontsize=8)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -88,8 +93,7 @@ def _plot_linearised(runs: Sequence[Run], path: str | Path, xlabel: str) -> None
         lin = linearise(y[keep], f.A, f.R0)
         ax.scatter(x[keep], lin, s=10, color=c, alpha=0.7)
         grid = np.geomspace(float(x[keep].min()), float(x.max()), 100)
-        ax.plot(grid, f.B * (np.log(f.C_mid) - np.log(grid)), color=c, lw=2,
-                label=f"{label}: slope -B = {-f.B:.2f}")
+        ax.plot(grid, f.B * (np.log(f.C_mid) - np.log(grid)), color=c, lw=2, label=f"{label}: slope -B = {-f.B:.2f}")
     ax.set_xscale("log")
     ax.set_xlabel(f"{xlabel} (log scale)")
     ax.set_ylabel("log((A - R0) / (R - R0) - 1)")

@@ -33,8 +33,14 @@ def pooled_std(stds: Sequence[float], ns: Sequence[int]) -> float:
     return math.sqrt(sum((n - 1) * s * s for s, n in zip(stds, ns)) / dof)
 
 
-def detectable_difference(std_a: float, n_a: int, std_b: float | None = None, n_b: int | None = None,
-                          alpha: float = ALPHA, power: float = POWER) -> float | None:
+def detectable_difference(
+    std_a: float,
+    n_a: int,
+    std_b: float | None = None,
+    n_b: int | None = None,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> float | None:
     """The smallest difference between the means of two groups of seeds that a two-sided t-test at
     `alpha` detects with probability `power` (module docstring). Group b defaults to group a's size
     and spread (another configuration seeded as this one). None when a group has fewer than 2
@@ -56,6 +62,8 @@ def power_text(spread: dict | None) -> str | None:
         return None
     n, std = spread["n_seeds"], spread["std"]
     mdd_a, mdd_b = detectable_difference(std["A"], n), detectable_difference(std["B"], n)
-    return (f"detectable difference against another configuration of {n} seeds as spread (two-sided t-test, "
-            f"alpha {ALPHA}, power {POWER}): A {mdd_a:.3f} (seed std {std['A']:.3f}), B {mdd_b:.2f} "
-            f"(seed std {std['B']:.2f})")
+    return (
+        f"detectable difference against another configuration of {n} seeds as spread (two-sided t-test, "
+        f"alpha {ALPHA}, power {POWER}): A {mdd_a:.3f} (seed std {std['A']:.3f}), B {mdd_b:.2f} "
+        f"(seed std {std['B']:.2f})"
+    )

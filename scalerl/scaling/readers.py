@@ -61,8 +61,9 @@ def _file_of(path: str | Path) -> Path:
     if path.stat().st_size == 0 or not path.read_text(encoding="utf-8", errors="replace").strip():
         raise ScaleRLError(f"{path}: the file is empty")
     if path.suffix.lower() not in (".jsonl", ".json", ".ndjson", ".csv", ".tsv"):
-        raise ScaleRLError(f"{path}: unknown file type (expected .jsonl, .csv, a run directory "
-                           "or TensorBoard event files)")
+        raise ScaleRLError(
+            f"{path}: unknown file type (expected .jsonl, .csv, a run directory or TensorBoard event files)"
+        )
     return path
 
 
@@ -96,8 +97,11 @@ def read_table(path: str | Path) -> Table:
     path = _file_of(path)
     if path.name.startswith("events.out.tfevents") or path.is_dir():
         series = _tensorboard_series(path)
-        rows = [{"step": step, tag: value, WALL_TIME: wall}
-                for tag, events in series.items() for step, wall, value in events]
+        rows = [
+            {"step": step, tag: value, WALL_TIME: wall}
+            for tag, events in series.items()
+            for step, wall, value in events
+        ]
         return Table(path, rows, ["step", WALL_TIME, *sorted(series)], [])
     if path.suffix.lower() in (".csv", ".tsv"):
         return _wandb_table(path, *_csv_rows(path))
@@ -148,8 +152,10 @@ def _jsonl_rows(path: Path) -> tuple[list[dict], list[str], list[str]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             if i == len(numbered) - 1:
-                warns.append(f"{path}:{lineno}: skipped a torn last line (not valid JSON: {exc.msg}); "
-                             "its writer was interrupted or is still writing")
+                warns.append(
+                    f"{path}:{lineno}: skipped a torn last line (not valid JSON: {exc.msg}); "
+                    "its writer was interrupted or is still writing"
+                )
                 break
             raise ScaleRLError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
         if not isinstance(row, dict):

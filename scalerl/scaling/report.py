@@ -32,12 +32,20 @@ def _ci(f: FitResult, name: str, fmt: str) -> str:
     return f"  ({CI_LEVEL:.0%} interval {lo:{fmt}} .. {hi:{fmt}})"
 
 
-def summary(label: str, f: FitResult, predict: Sequence[float] = (), x_name: str = "compute",
-            y_name: str = "metric", ceiling: dict | None = None) -> str:
+def summary(
+    label: str,
+    f: FitResult,
+    predict: Sequence[float] = (),
+    x_name: str = "compute",
+    y_name: str = "metric",
+    ceiling: dict | None = None,
+) -> str:
     """What a user needs to read off one fit, in plain words. `ceiling`: the outlook's
     (`scalerl.scaling.outlook.Outlook.ceiling`); an unidentified ceiling is shown as a lower bound."""
-    lines = [f"{label}: {f.model} fit of {y_name} against {x_name}, {f.n_points} points in the fit "
-             f"window {num(f.window[0])} .. {num(f.window[1])} ({f.method} method)"]
+    lines = [
+        f"{label}: {f.model} fit of {y_name} against {x_name}, {f.n_points} points in the fit "
+        f"window {num(f.window[0])} .. {num(f.window[1])} ({f.method} method)"
+    ]
     if ceiling is not None and not ceiling["identified"]:
         lb = ceiling.get("lower_bound")
         bound = f"at least {lb:.3f}" if lb is not None else "unknown"
@@ -68,13 +76,17 @@ def comparison_table(rows: Sequence[tuple[str, FitResult]]) -> str:
     """One line per run, sorted by A (ceiling) then B (efficiency), best first."""
     ordered = sorted(rows, key=lambda r: (-r[1].A, -r[1].B))
     width = max(len("run"), *(len(label) for label, _ in ordered))
-    head = f"{'run':<{width}}  {'A':>6}  {'A 90% interval':>15}  {'B':>5}  {'C_mid':>9}  {'RMSE':>7}  {'n':>4}  warnings"
+    head = (
+        f"{'run':<{width}}  {'A':>6}  {'A 90% interval':>15}  {'B':>5}  {'C_mid':>9}  {'RMSE':>7}  {'n':>4}  warnings"
+    )
     out = [head, "-" * len(head)]
     for label, f in ordered:
         ci = f"{f.ci['A'][0]:.3f}..{f.ci['A'][1]:.3f}" if "A" in f.ci else "-"
         c_mid = num(f.C_mid) if f.C_mid is not None else "-"
-        out.append(f"{label:<{width}}  {f.A:6.3f}  {ci:>15}  {f.B:5.2f}  {c_mid:>9}  {f.rmse:7.4f}  "
-                   f"{f.n_points:4d}  {len(f.warnings)}")
+        out.append(
+            f"{label:<{width}}  {f.A:6.3f}  {ci:>15}  {f.B:5.2f}  {c_mid:>9}  {f.rmse:7.4f}  "
+            f"{f.n_points:4d}  {len(f.warnings)}"
+        )
     return "\n".join(out)
 
 
@@ -109,27 +121,42 @@ def verdict(f: FitResult, c_now: float, y_now: float, margin: float = SEED_MARGI
     """What a user with a run at compute `c_now` (measured value `y_now`) can act on. `fall`:
     `scalerl.scaling.find_fall` of the run's curve; a curve that fell overrides the fit's advice."""
     fitted = float(f.predict([c_now])[0])
-    out = {"compute": c_now, "measured": y_now, "fitted": fitted, "ceiling": f.A,
-           "ceiling_interval": list(f.ci["A"]) if "A" in f.ci else None, "remaining": f.A - fitted,
-           "margin": margin, "gains": {f"{m}x": gain_between(f, c_now, m * c_now) for m in MULTIPLES}}
+    out = {
+        "compute": c_now,
+        "measured": y_now,
+        "fitted": fitted,
+        "ceiling": f.A,
+        "ceiling_interval": list(f.ci["A"]) if "A" in f.ci else None,
+        "remaining": f.A - fitted,
+        "margin": margin,
+        "gains": {f"{m}x": gain_between(f, c_now, m * c_now) for m in MULTIPLES},
+    }
     k = _multiple_for(f, c_now, margin)
     out["multiple_for_margin"] = k
     g2, g10 = out["gains"]["2x"], out["gains"]["10x"]
     lo, hi = f.ci.get("A", (f.A, f.A))
     if fall and fall["fell"]:
-        text = (f"the run fell after its peak ({fall['peak']:.3f} -> {fall['end']:.3f}): the fit does not describe it "
-                "and more compute on this recipe will not pay until the instability is found and fixed")
+        text = (
+            f"the run fell after its peak ({fall['peak']:.3f} -> {fall['end']:.3f}): the fit does not describe it "
+            "and more compute on this recipe will not pay until the instability is found and fixed"
+        )
     elif f.a_on_edge or hi - lo > WIDE_A:
-        text = (f"the ceiling is not pinned down yet (A {f.A:.3f}, interval {lo:.3f} .. {hi:.3f}): keep the run "
-                "going and refit before deciding")
+        text = (
+            f"the ceiling is not pinned down yet (A {f.A:.3f}, interval {lo:.3f} .. {hi:.3f}): keep the run "
+            "going and refit before deciding"
+        )
     elif out["remaining"] < margin or k is None:
-        text = (f"the remaining gain ({out['remaining']:+.3f} to the ceiling) is below the seed margin {margin}: "
-                f"more compute will not pay (10x the compute: {_signed(g10)})")
+        text = (
+            f"the remaining gain ({out['remaining']:+.3f} to the ceiling) is below the seed margin {margin}: "
+            f"more compute will not pay (10x the compute: {_signed(g10)})"
+        )
     elif k <= 2:
         text = f"more compute pays: 2x the compute is expected to gain {_signed(g2)}"
     else:
-        text = (f"a gain of {margin} (the seed margin) needs about {k:.1f}x the current compute; 2x gains "
-                f"{_signed(g2)}, 10x {_signed(g10)}: continue only if that is worth the cost")
+        text = (
+            f"a gain of {margin} (the seed margin) needs about {k:.1f}x the current compute; 2x gains "
+            f"{_signed(g2)}, 10x {_signed(g10)}: continue only if that is worth the cost"
+        )
     out["recommendation"] = text
     return out
 
@@ -142,8 +169,10 @@ def verdict_lines(v: dict, x_name: str = "compute") -> list[str]:
     else:
         lb = v.get("ceiling_lower_bound")
         ceiling = "ceiling not identified" + (f" (A >= {lb:.3f})" if lb is not None else "")
-    lines = [f"  verdict at {x_name} = {num(v['compute'])}: measured {v['measured']:.3f}, fitted {v['fitted']:.3f}; "
-             + ceiling]
+    lines = [
+        f"  verdict at {x_name} = {num(v['compute'])}: measured {v['measured']:.3f}, fitted {v['fitted']:.3f}; "
+        + ceiling
+    ]
     for name, g in v["gains"].items():
         lines.append(f"    {name} the compute ({num(g['compute'])}): {g['value']:.3f}, gain {_signed(g)}")
     lines.append(f"    => {v['recommendation']}")
@@ -166,17 +195,25 @@ def outlook_lines(d: dict, x_name: str = "compute", y_name: str = "metric") -> l
 def first_half_line(h: dict) -> str:
     """The first-half check (`scalerl.scaling.outlook.first_half_check`) with its naive baselines."""
     ruler = f", the ruler {h['baseline_ruler_error']:+.3f}" if h.get("baseline_ruler_error") is not None else ""
-    last3 = (f", the mean of its last three {h['baseline_last3_error']:+.3f}"
-             if h.get("baseline_last3_error") is not None else "")
+    last3 = (
+        f", the mean of its last three {h['baseline_last3_error']:+.3f}"
+        if h.get("baseline_last3_error") is not None
+        else ""
+    )
     band = ""
     if h.get("interval"):
         lo, hi = h["interval"]
         band = f" (calibrated 90% interval {lo:.3f} .. {hi:.3f}, {'covers' if h['covered'] else 'misses'} the end)"
     ident = ""
     if "identified" in h:
-        ident = ("; the first half identified the ceiling" if h["identified"]
-                 else "; the first half did not identify the ceiling")
-    return (f"  first half of the compute predicted the end (mean of the last three evaluations, "
-            f"{h['measured']:.3f}) as {h['predicted']:.3f}{band}: error {h['error']:+.3f}; naive predictors from the "
-            f"same evaluations: the last {h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f}"
-            f"{last3}{ruler}{ident}; the second half still gained {h['left']:+.3f} from the value at half the compute")
+        ident = (
+            "; the first half identified the ceiling"
+            if h["identified"]
+            else "; the first half did not identify the ceiling"
+        )
+    return (
+        f"  first half of the compute predicted the end (mean of the last three evaluations, "
+        f"{h['measured']:.3f}) as {h['predicted']:.3f}{band}: error {h['error']:+.3f}; naive predictors from the "
+        f"same evaluations: the last {h['baseline_last_error']:+.3f}, the best {h['baseline_best_error']:+.3f}"
+        f"{last3}{ruler}{ident}; the second half still gained {h['left']:+.3f} from the value at half the compute"
+    )

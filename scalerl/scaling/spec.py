@@ -50,19 +50,27 @@ def spec_window(x, fit_min_frac: float = SPEC.fit_min_frac, warns: list | None =
 
 
 def _options(spec: ForecastSpec) -> dict:
-    return dict(model="sigmoid", fit_r0=spec.fit_r0, n_bootstrap=spec.n_bootstrap, seed=spec.seed,
-                method=spec.method, check_grid=spec.check_grid)
+    return dict(
+        model="sigmoid",
+        fit_r0=spec.fit_r0,
+        n_bootstrap=spec.n_bootstrap,
+        seed=spec.seed,
+        method=spec.method,
+        check_grid=spec.check_grid,
+    )
 
 
-def spec_fit(x, y, fit_min_frac: float = SPEC.fit_min_frac, warns: list | None = None,
-             spec: ForecastSpec = SPEC) -> FitResult:
+def spec_fit(
+    x, y, fit_min_frac: float = SPEC.fit_min_frac, warns: list | None = None, spec: ForecastSpec = SPEC
+) -> FitResult:
     """The sigmoid fit of (`x`, `y`) by the specification (`fit_min_frac`: the run's own setting,
     `eval.fit_min_frac`); a moved window start is noted in `warns`."""
     return fit_curve(x, y, fit_min=spec_window(x, fit_min_frac, warns), **_options(spec))
 
 
-def spec_fit_pooled(runs: Sequence[tuple], fit_min_frac: float = SPEC.fit_min_frac, warns: list | None = None,
-                    spec: ForecastSpec = SPEC) -> FitResult:
+def spec_fit_pooled(
+    runs: Sequence[tuple], fit_min_frac: float = SPEC.fit_min_frac, warns: list | None = None, spec: ForecastSpec = SPEC
+) -> FitResult:
     """Several seeds of one configuration, (x, y) each, by the specification: one window over all
     their points (`spec_window`), one fit of all of them (its intervals) and one per seed in that
     window (`FitResult.seed_spread`). One run alone is `spec_fit` of it."""

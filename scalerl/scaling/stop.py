@@ -49,8 +49,11 @@ def compute_for(f: FitResult, target: float, level: float = CI_LEVEL) -> dict:
         reps = np.array([_reach(f.model, p, target) for p in f.boot])
         q = (1 - level) / 2
         lo, hi = (float(np.quantile(reps, v, method="inverted_cdf")) for v in (q, 1 - q))
-        out.update(lo=lo if np.isfinite(lo) else None, hi=hi if np.isfinite(hi) else None,
-                   reached_share=float(np.isfinite(reps).mean()))
+        out.update(
+            lo=lo if np.isfinite(lo) else None,
+            hi=hi if np.isfinite(hi) else None,
+            reached_share=float(np.isfinite(reps).mean()),
+        )
     out["text"] = _reach_text(f, out, level)
     return out
 
@@ -59,8 +62,9 @@ def _reach_text(f: FitResult, r: dict, level: float) -> str:
     t = r["target"]
     if r["compute"] is None:
         lo, hi = f.ci.get("A", (f.A, f.A))
-        return (f"{t:.3f} is not reached before the ceiling: A = {f.A:.3f} ({lo:.3f} .. {hi:.3f})"
-                + (f"; {r['reached_share']:.0%} of the bootstrap replicas reach it" if r["reached_share"] else ""))
+        return f"{t:.3f} is not reached before the ceiling: A = {f.A:.3f} ({lo:.3f} .. {hi:.3f})" + (
+            f"; {r['reached_share']:.0%} of the bootstrap replicas reach it" if r["reached_share"] else ""
+        )
     if r["reached_share"] is None:
         return f"{t:.3f} at compute {num(r['compute'])}"
     lo = num(r["lo"]) if r["lo"] is not None else "not before the ceiling"
@@ -76,9 +80,11 @@ def stop_decision(f: FitResult, c_now: float, budget: float, threshold: float = 
     upper = g["hi"] if g["hi"] is not None else g["gain"]
     stop = bool(upper < threshold)
     band = "" if g["hi"] is None else f" (90% interval {g['lo']:+.3f} .. {g['hi']:+.3f})"
-    text = (f"from {num(c_now)} to the budget {num(budget)}: gain {g['gain']:+.3f}{band}, value {g['value']:.3f}; "
-            + (f"stop: even the upper end {upper:+.3f} is below {threshold}" if stop else
-               f"go on: the upper end {upper:+.3f} is not below {threshold}"))
+    text = f"from {num(c_now)} to the budget {num(budget)}: gain {g['gain']:+.3f}{band}, value {g['value']:.3f}; " + (
+        f"stop: even the upper end {upper:+.3f} is below {threshold}"
+        if stop
+        else f"go on: the upper end {upper:+.3f} is not below {threshold}"
+    )
     return {**g, "budget": budget, "threshold": threshold, "upper": upper, "stop": stop, "text": text}
 
 

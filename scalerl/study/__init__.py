@@ -11,5 +11,19 @@ from scalerl.study.runner import RunSpec, budget_overrides, plan_runs, run_study
 from scalerl.study.study import ablate
 from scalerl.study.variants import LEAVE_ONE_OUT, RECIPES, Variant, plan_variants, variants_table
 
-__all__ = ["ConfigFit", "LEAVE_ONE_OUT", "RECIPES", "RunFit", "RunSpec", "Variant", "ablate", "budget_overrides",
-           "fit_study", "plan_runs", "plan_variants", "run_study", "variants_table", "write_report"]
+__all__ = [
+    "ConfigFit",
+    "LEAVE_ONE_OUT",
+    "RECIPES",
+    "RunFit",
+    "RunSpec",
+    "Variant",
+    "ablate",
+    "budget_overrides",
+    "fit_study",
+    "plan_runs",
+    "plan_variants",
+    "run_study",
+    "variants_table",
+    "write_report",
+]

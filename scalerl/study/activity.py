@@ -18,11 +18,21 @@ from typing import Callable
 Summaries = list[dict]
 ActivityCheck = Callable[[Summaries, Summaries], "dict | None"]
 
-ACTIVITY_TRAIN_KEYS = ("curriculum/epoch", "curriculum/retired", "curriculum/pool_size", "batch/zero_variance_dropped",
-                       "batch/drawn", "loss/clip_frac", "loss/ratio_max", "staleness/max", "train/interrupted_rate",
-                       "train/length_penalised_rate", "time/gen_wait")
+ACTIVITY_TRAIN_KEYS = (
+    "curriculum/epoch",
+    "curriculum/retired",
+    "curriculum/pool_size",
+    "batch/zero_variance_dropped",
+    "batch/drawn",
+    "loss/clip_frac",
+    "loss/ratio_max",
+    "staleness/max",
+    "train/interrupted_rate",
+    "train/length_penalised_rate",
+    "time/gen_wait",
+)
 ACTIVITY_EVAL_KEYS = ("val/interrupted_rate",)
-INTERRUPT_FLOOR = 0.01   # forced interruptions "hardly act" below this share of completions
+INTERRUPT_FLOOR = 0.01  # forced interruptions "hardly act" below this share of completions
 
 
 def summarise_activity(rows: list[dict]) -> dict | None:
@@ -34,13 +44,23 @@ def summarise_activity(rows: list[dict]) -> dict | None:
     train = [r for r in rows if r.get("kind") == "train"]
     if not train:
         return None
-    out: dict = {"steps": len(train), "last_step": int(train[-1].get("step", len(train))), "train": {},
-                 "eval_max": {}, "evals": sum(r.get("kind") == "eval" for r in rows)}
+    out: dict = {
+        "steps": len(train),
+        "last_step": int(train[-1].get("step", len(train))),
+        "train": {},
+        "eval_max": {},
+        "evals": sum(r.get("kind") == "eval" for r in rows),
+    }
     for k in ACTIVITY_TRAIN_KEYS:
         v = [float(r[k]) for r in train if isinstance(r.get(k), (int, float))]
         if len(v) == len(train):
-            out["train"][k] = {"last": v[-1], "max": max(v), "mean": sum(v) / len(v), "median": statistics.median(v),
-                               "nonzero": sum(x > 0 for x in v)}
+            out["train"][k] = {
+                "last": v[-1],
+                "max": max(v),
+                "mean": sum(v) / len(v),
+                "median": statistics.median(v),
+                "nonzero": sum(x > 0 for x in v),
+            }
     for k in ACTIVITY_EVAL_KEYS:
         v = [float(r[k]) for r in rows if r.get("kind") == "eval" and isinstance(r.get(k), (int, float))]
         if v:
@@ -70,8 +90,10 @@ def _over(runs: Summaries) -> str:
 
 
 def _partial(runs: Summaries) -> str:
-    return (f" (only the last training step of {sum(r['steps'] < r['last_step'] for r in runs)} of the "
-            f"{len(runs)} runs is kept: not settled)")
+    return (
+        f" (only the last training step of {sum(r['steps'] < r['last_step'] for r in runs)} of the "
+        f"{len(runs)} runs is kept: not settled)"
+    )
 
 
 def _idle(said: str, runs: Summaries) -> dict:
@@ -96,9 +118,15 @@ def resampling_acts(base: Summaries, variant: Summaries) -> dict | None:
     if max(epochs) >= 1:
         return {"acts": True, "evidence": f"curriculum/epoch reached {max(epochs):.0f}: prompts were drawn again"}
     retired, pool = _stat(base, "curriculum/retired", "last"), _stat(base, "curriculum/pool_size", "last")
-    said = (f"curriculum/epoch 0 {_over(both)}: no prompt was drawn twice, so the "
-            + (f"{_range(retired, '.0f')} prompts the base retired (of {_range(pool, '.0f')}) " if retired and pool
-               else "prompts the base retired ") + "were never due again")
+    said = (
+        f"curriculum/epoch 0 {_over(both)}: no prompt was drawn twice, so the "
+        + (
+            f"{_range(retired, '.0f')} prompts the base retired (of {_range(pool, '.0f')}) "
+            if retired and pool
+            else "prompts the base retired "
+        )
+        + "were never due again"
+    )
     return _idle(said, both)
 
 
@@ -111,14 +139,24 @@ def clipping_acts(base: Summaries, variant: Summaries) -> dict | None:
         return None
     ratio = _stat(both, "loss/ratio_max", "max")
     if max(clip) > 0:
+
         def side(runs: Summaries) -> str:
             n, top = _stat(runs, "loss/clip_frac", "nonzero"), _stat(runs, "loss/clip_frac", "max")
-            return f"on {_range(n, '.0f')} of {_range([r['steps'] for r in runs], 'd')} steps (at most {max(top):.2g} of a step's tokens)"
-        return {"acts": True, "evidence": (
-            f"loss/clip_frac above 0: the variant's loss clipped tokens {side(variant)}, the base's "
-            f"{side(base)}" + (f"; loss/ratio_max up to {max(ratio):.2f}" if ratio else ""))}
-    said = (f"loss/clip_frac 0 {_over(both)}" + (f" (loss/ratio_max up to {max(ratio):.3f})" if ratio else "")
-            + ": no ratio clipped, where CISPO's and PPO-clip's gradients are the same")
+            steps = _range([r["steps"] for r in runs], "d")
+            return f"on {_range(n, '.0f')} of {steps} steps (at most {max(top):.2g} of a step's tokens)"
+
+        return {
+            "acts": True,
+            "evidence": (
+                f"loss/clip_frac above 0: the variant's loss clipped tokens {side(variant)}, the base's "
+                f"{side(base)}" + (f"; loss/ratio_max up to {max(ratio):.2f}" if ratio else "")
+            ),
+        }
+    said = (
+        f"loss/clip_frac 0 {_over(both)}"
+        + (f" (loss/ratio_max up to {max(ratio):.3f})" if ratio else "")
+        + ": no ratio clipped, where CISPO's and PPO-clip's gradients are the same"
+    )
     return _idle(said, both)
 
 
@@ -128,9 +166,14 @@ def zero_variance_filter_acts(base: Summaries, variant: Summaries) -> dict | Non
     if dropped is None:
         return None
     if max(dropped) > 0:
-        return {"acts": True, "evidence": (
-            f"the base dropped {_range(dropped, '.1f')} zero-variance groups a step on average"
-            + (f" of {_range(drawn, '.0f')} drawn" if drawn else "") + f" ({_over(base)})")}
+        return {
+            "acts": True,
+            "evidence": (
+                f"the base dropped {_range(dropped, '.1f')} zero-variance groups a step on average"
+                + (f" of {_range(drawn, '.0f')} drawn" if drawn else "")
+                + f" ({_over(base)})"
+            ),
+        }
     return _idle(f"the base dropped no zero-variance group {_over(base)}", base)
 
 
@@ -145,15 +188,25 @@ def length_control_acts(base: Summaries, variant: Summaries) -> dict | None:
         return None
     top = max(train + val)
     if top >= INTERRUPT_FLOOR:
-        return {"acts": True, "evidence": f"the base interrupted up to {top:.3f} of a step's or an evaluation's completions"}
-    said = (f"the base's forced interruptions hardly act: at most {max(train):.4f} of a training step's completions "
-            f"({_over(base)}) and {max(val):.4f} of an evaluation's were interrupted (below {INTERRUPT_FLOOR})")
+        return {
+            "acts": True,
+            "evidence": f"the base interrupted up to {top:.3f} of a step's or an evaluation's completions",
+        }
+    said = (
+        f"the base's forced interruptions hardly act: at most {max(train):.4f} of a training step's completions "
+        f"({_over(base)}) and {max(val):.4f} of an evaluation's were interrupted (below {INTERRUPT_FLOOR})"
+    )
     penalised = _stat(variant, "train/length_penalised_rate", "max")
     if penalised is None:
-        return {"acts": None, "evidence": said + "; whether the penalty acts is not logged (train/length_penalised_rate)"}
+        return {
+            "acts": None,
+            "evidence": said + "; whether the penalty acts is not logged (train/length_penalised_rate)",
+        }
     mean = _stat(variant, "train/length_penalised_rate", "mean")
-    said += (f"; the penalty lowered the reward of at most {max(penalised):.4f} of a step's completions "
-             f"(mean {_range(mean, '.4f')}, {_over(variant)})")
+    said += (
+        f"; the penalty lowered the reward of at most {max(penalised):.4f} of a step's completions "
+        f"(mean {_range(mean, '.4f')}, {_over(variant)})"
+    )
     if max(penalised) >= INTERRUPT_FLOOR:
         return {"acts": True, "evidence": said}
     return _idle(said, base + variant)
@@ -162,16 +215,23 @@ def length_control_acts(base: Summaries, variant: Summaries) -> dict | None:
 def window_acts(k: int) -> ActivityCheck:
     """PipelineRL's window of k binds only at staleness k: `staleness/max` of the variant's own runs,
     which ran with that window (the reference's larger window says nothing of it)."""
+
     def check(base: Summaries, variant: Summaries) -> dict | None:
         stale = _stat(variant, "staleness/max", "max")
         if stale is None:
             return None
         if max(stale) >= k:
-            return {"acts": True, "evidence": f"staleness/max of its runs reached {max(stale):.0f}, at the window "
-                                              f"(k = {k}): the window may have held the generator back"}
-        return _idle(f"staleness/max at most {max(stale):.0f} {_over(variant)}, below k = {k}: no sample was "
-                     "generated that many versions behind the trainer, so the window never held the generator back",
-                     variant)
+            return {
+                "acts": True,
+                "evidence": f"staleness/max of its runs reached {max(stale):.0f}, at the window "
+                f"(k = {k}): the window may have held the generator back",
+            }
+        return _idle(
+            f"staleness/max at most {max(stale):.0f} {_over(variant)}, below k = {k}: no sample was "
+            "generated that many versions behind the trainer, so the window never held the generator back",
+            variant,
+        )
+
     check.__name__ = f"window_acts_k{k}"
     return check
 
@@ -194,6 +254,8 @@ def staleness_side_effect(base: Summaries, variant: Summaries) -> str | None:
     b, v = _stat(base, "staleness/max", "mean"), _stat(variant, "staleness/max", "mean")
     if b is None or v is None or abs(sum(v) / len(v) - sum(b) / len(b)) < STALENESS_SHIFT:
         return None
-    return (f"the swap also changed the data's age: staleness/max {_range(v, '.1f')} optimizer steps on average "
-            f"({_over(variant)}) against the reference's {_range(b, '.1f')}: on this machine the row measures the "
-            "swap and the staler (or fresher) data together")
+    return (
+        f"the swap also changed the data's age: staleness/max {_range(v, '.1f')} optimizer steps on average "
+        f"({_over(variant)}) against the reference's {_range(b, '.1f')}: on this machine the row measures the "
+        "swap and the staler (or fresher) data together"
+    )

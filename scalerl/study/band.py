@@ -40,11 +40,11 @@ from scalerl.run.metrics import read_rows
 
 Y = "val/pass_rate"
 STALENESS = "staleness/max"
-END_EVALS = 3           # the end of a curve: the mean of its last three evaluations
-OUTSIDE_SHARE = 1 / 3   # more evaluations than this outside the band fail the check
-LEVEL = 0.99            # the band: a two-sided prediction interval for one more run
-STALENESS_SLACK = 1.0   # versions above the references' highest mean staleness/max
-PLAN_KEYS = ("schedule", "count", "every", "prompts", "samples", "temperature")   # eval.* that shape a curve
+END_EVALS = 3  # the end of a curve: the mean of its last three evaluations
+OUTSIDE_SHARE = 1 / 3  # more evaluations than this outside the band fail the check
+LEVEL = 0.99  # the band: a two-sided prediction interval for one more run
+STALENESS_SLACK = 1.0  # versions above the references' highest mean staleness/max
+PLAN_KEYS = ("schedule", "count", "every", "prompts", "samples", "temperature")  # eval.* that shape a curve
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Curve:
     subsets: dict[str, np.ndarray] = field(default_factory=dict)
     staleness: float | None = None
     build: str | None = None
-    plan: dict | None = None    # the evaluation plan (PLAN_KEYS of eval, run.max_steps); None without a config.yaml
+    plan: dict | None = None  # the evaluation plan (PLAN_KEYS of eval, run.max_steps); None without a config.yaml
 
     @property
     def end(self) -> float:
@@ -80,12 +80,15 @@ def read_curve(run: Path) -> Curve:
     evals = [r for r in rows if r.get("kind") == "eval" and r.get("step", 0) > 0 and Y in r]
     if len(evals) < END_EVALS:
         raise ScaleRLError(f"{path}: {len(evals)} evaluations after step 0; the check needs at least {END_EVALS}")
-    subsets = {k[len(Y) + 1:] for k in evals[-1] if k.startswith(Y + "/")}
+    subsets = {k[len(Y) + 1 :] for k in evals[-1] if k.startswith(Y + "/")}
     curve = Curve(
-        name=str(run), x=np.array([r[FIT_X] for r in evals], float), y=np.array([r[Y] for r in evals], float),
+        name=str(run),
+        x=np.array([r[FIT_X] for r in evals], float),
+        y=np.array([r[Y] for r in evals], float),
         se=np.array([r.get(Y + "_se", 0.0) for r in evals], float),
-        subsets={s: np.array([r.get(f"{Y}/{s}", np.nan) for r in evals], float) for s in sorted(subsets)})
-    if (Path(run) / "activity.json").is_file():   # a results entry keeps only the last training row
+        subsets={s: np.array([r.get(f"{Y}/{s}", np.nan) for r in evals], float) for s in sorted(subsets)},
+    )
+    if (Path(run) / "activity.json").is_file():  # a results entry keeps only the last training row
         stats = json.loads((Path(run) / "activity.json").read_text()).get("train", {}).get(STALENESS)
         curve.staleness = None if stats is None else float(stats["mean"])
     else:
@@ -127,25 +130,28 @@ def read_references(folder: Path) -> list[Curve]:
     refs = [read_curve(p) for p in runs]
     builds = {r.build for r in refs}
     if len(builds) != 1 or None in builds:
-        raise ScaleRLError(f"{folder}: the reference runs name other model builds ({sorted(map(str, builds))}); "
-                           "a band is of one build")
+        raise ScaleRLError(
+            f"{folder}: the reference runs name other model builds ({sorted(map(str, builds))}); a band is of one build"
+        )
     plans = {_plan_text(r.plan) for r in refs if r.plan is not None}
     if len(plans) > 1:
-        raise ScaleRLError(f"{folder}: the reference runs were evaluated on different plans ({'; '.join(sorted(plans))}); "
-                           "a band is of one evaluation plan")
+        raise ScaleRLError(
+            f"{folder}: the reference runs were evaluated on different plans ({'; '.join(sorted(plans))}); "
+            "a band is of one evaluation plan"
+        )
     return refs
 
 
 def prediction_interval(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The `LEVEL` prediction interval of one more draw from the distribution of `values` (normal, unknown
     variance): `mean +- t * sd * sqrt(1 + 1/n)` along `axis`, NaN entries left out (NaN where n < 2)."""
-    from scipy import stats
-
     import warnings
+
+    from scipy import stats
 
     n = np.sum(~np.isnan(values), axis=axis)
     with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # a compute fewer than two references reach: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)  # a compute fewer than two references reach: NaN
         mean, sd = np.nanmean(values, axis=axis), np.nanstd(values, axis=axis, ddof=1)
         half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * sd * np.sqrt(1 + 1 / n)
     half = np.where(n >= 2, half, np.nan)
@@ -159,17 +165,29 @@ def band(refs: list[Curve], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prediction_interval(at)
 
 
-def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
-    """The verdict (`ok`, `failures`) and every figure it rests on."""
+def _comparable(run: Curve, refs: list[Curve], build: str | None) -> None:
+    """Refuse, in one line, a run that started from another model build or was evaluated on another plan."""
     if build is not None and refs[0].build != build:
-        raise ScaleRLError(f"the checked run started from model build {build}, the references from {refs[0].build}: "
-                           "compare runs of one build (rebuild or use the shipped weights)")
+        raise ScaleRLError(
+            f"the checked run started from model build {build}, the references from {refs[0].build}: "
+            "compare runs of one build (rebuild or use the shipped weights)"
+        )
     ref_plan = next((r.plan for r in refs if r.plan is not None), None)
     if run.plan is not None and ref_plan is not None and run.plan != ref_plan:
-        differ = ", ".join(f"{k} {run.plan.get(k)} (references {ref_plan.get(k)})"
-                           for k in ref_plan if run.plan.get(k) != ref_plan.get(k))
-        raise ScaleRLError(f"{run.name} was evaluated on another plan than the references: {differ}; compare runs "
-                           "evaluated alike (the end is the mean of the last three evaluations)")
+        differ = ", ".join(
+            f"{k} {run.plan.get(k)} (references {ref_plan.get(k)})"
+            for k in ref_plan
+            if run.plan.get(k) != ref_plan.get(k)
+        )
+        raise ScaleRLError(
+            f"{run.name} was evaluated on another plan than the references: {differ}; compare runs "
+            "evaluated alike (the end is the mean of the last three evaluations)"
+        )
+
+
+def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
+    """The verdict (`ok`, `failures`) and every figure it rests on."""
+    _comparable(run, refs, build)
     lo_w, hi_w = band(refs, run.x)
     compared = ~np.isnan(lo_w)
     outside = compared & ((run.y < lo_w) | (run.y > hi_w))
@@ -177,36 +195,59 @@ def check(run: Curve, refs: list[Curve], build: str | None) -> dict:
     end_lo = float(prediction_interval(np.array(ref_ends))[0])
     failures = []
     if run.end < end_lo:
-        failures.append(f"its end pass rate {run.end:.3f} is below the band's end {end_lo:.3f} "
-                        f"(references {min(ref_ends):.3f}-{max(ref_ends):.3f})")
+        failures.append(
+            f"its end pass rate {run.end:.3f} is below the band's end {end_lo:.3f} "
+            f"(references {min(ref_ends):.3f}-{max(ref_ends):.3f})"
+        )
     if outside.sum() > OUTSIDE_SHARE * compared.sum():
         failures.append(f"{int(outside.sum())} of {int(compared.sum())} evaluations are outside the band")
     ref_stale = [r.staleness for r in refs if r.staleness is not None]
     if run.staleness is not None and ref_stale and run.staleness > max(ref_stale) + STALENESS_SLACK:
-        failures.append(f"its mean staleness/max {run.staleness:.2f} exceeds the references' highest "
-                        f"{max(ref_stale):.2f} by more than {STALENESS_SLACK:g}")
+        failures.append(
+            f"its mean staleness/max {run.staleness:.2f} exceeds the references' highest "
+            f"{max(ref_stale):.2f} by more than {STALENESS_SLACK:g}"
+        )
     ref_drops = {}
     for r in refs:
         for k, v in r.drops().items():
             ref_drops[k] = max(ref_drops.get(k, 0.0), v)
-    return {"ok": not failures, "failures": failures, "run": run.name, "references": len(refs),
-            "end": run.end, "reference_ends": [min(ref_ends), max(ref_ends)],
-            "evaluations": [{"x": float(x), "y": float(y), "lo": None if np.isnan(a) else float(a),
-                             "hi": None if np.isnan(b) else float(b), "outside": bool(o)}
-                            for x, y, a, b, o in zip(run.x, run.y, lo_w, hi_w, outside)],
-            "staleness": run.staleness, "reference_staleness": [min(ref_stale), max(ref_stale)] if ref_stale else None,
-            "subset_drops": run.drops(), "reference_subset_drops": ref_drops}
+    return {
+        "ok": not failures,
+        "failures": failures,
+        "run": run.name,
+        "references": len(refs),
+        "end": run.end,
+        "reference_ends": [min(ref_ends), max(ref_ends)],
+        "evaluations": [
+            {
+                "x": float(x),
+                "y": float(y),
+                "lo": None if np.isnan(a) else float(a),
+                "hi": None if np.isnan(b) else float(b),
+                "outside": bool(o),
+            }
+            for x, y, a, b, o in zip(run.x, run.y, lo_w, hi_w, outside)
+        ],
+        "staleness": run.staleness,
+        "reference_staleness": [min(ref_stale), max(ref_stale)] if ref_stale else None,
+        "subset_drops": run.drops(),
+        "reference_subset_drops": ref_drops,
+    }
 
 
 def lines(out: dict) -> list[str]:
-    rows = [f"{out['run']} against {out['references']} reference runs:",
-            f"  end pass rate {out['end']:.3f} (references {out['reference_ends'][0]:.3f}-{out['reference_ends'][1]:.3f})"]
+    rows = [
+        f"{out['run']} against {out['references']} reference runs:",
+        f"  end pass rate {out['end']:.3f} (references {out['reference_ends'][0]:.3f}-{out['reference_ends'][1]:.3f})",
+    ]
     if out["staleness"] is not None and out["reference_staleness"]:
         a, b = out["reference_staleness"]
         rows.append(f"  mean staleness/max {out['staleness']:.2f} (references {a:.2f}-{b:.2f})")
     for name, drop in out["subset_drops"].items():
-        rows.append(f"  subset {name}: peak - last {drop:+.3f} (references at most "
-                    f"{out['reference_subset_drops'].get(name, float('nan')):+.3f})")
+        rows.append(
+            f"  subset {name}: peak - last {drop:+.3f} (references at most "
+            f"{out['reference_subset_drops'].get(name, float('nan')):+.3f})"
+        )
     n_out = sum(e["outside"] for e in out["evaluations"])
     rows.append(f"  evaluations outside the band: {n_out} of {len(out['evaluations'])}")
     rows.append("  PASS: within the band" if out["ok"] else "  FAIL: " + "; ".join(out["failures"]))

@@ -38,8 +38,8 @@ SUBSET_BOOTSTRAP = 100  # bootstrap replicas of each per-subset fit (at most the
 END_EVALS = 3  # the end pass rate averages this many last evaluations
 AT_COMPUTE_WINDOW = 0.75  # the pass rate at compute C averages the evaluations in [0.75 C, C]
 Y_COLUMN = "val/pass_rate"
-PARTITION_RESIDUAL = 0.002    # subsets are a partition when shares reproduce the pass rate within this
-SHARE_TOLERANCE = 0.05        # ... and in near-equal shares when each share is within this of 1/K
+PARTITION_RESIDUAL = 0.002  # subsets are a partition when shares reproduce the pass rate within this
+SHARE_TOLERANCE = 0.05  # ... and in near-equal shares when each share is within this of 1/K
 
 
 @dataclass
@@ -49,15 +49,15 @@ class RunFit:
     x: np.ndarray
     y: np.ndarray
     finished: bool
-    failed: str | None = None              # the training error that stopped the run
+    failed: str | None = None  # the training error that stopped the run
     fit: FitResult | None = None
-    half: dict | None = None               # first_half_check: predicted / measured end, error, baselines
-    error: str | None = None               # why a fit could not be made
-    fall: dict | None = None               # find_fall: did the curve fall after its peak (None: too few evals)
-    subsets: dict[str, np.ndarray] = field(default_factory=dict)   # val/pass_rate/<subset> at each x
-    half_subsets: dict | None = None       # subset_first_half_prediction (exploratory), where the subsets
-                                           # are the validation set in equal shares (`equal_share_subsets`)
-    activity: dict | None = None           # read_activity: what says whether a swapped component acted
+    half: dict | None = None  # first_half_check: predicted / measured end, error, baselines
+    error: str | None = None  # why a fit could not be made
+    fall: dict | None = None  # find_fall: did the curve fall after its peak (None: too few evals)
+    subsets: dict[str, np.ndarray] = field(default_factory=dict)  # val/pass_rate/<subset> at each x
+    half_subsets: dict | None = None  # subset_first_half_prediction (exploratory), where the subsets
+    # are the validation set in equal shares (`equal_share_subsets`)
+    activity: dict | None = None  # read_activity: what says whether a swapped component acted
 
     @property
     def never_passing(self) -> frozenset[str]:
@@ -81,10 +81,10 @@ class ConfigFit:
     fit: FitResult | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
-    trunk_dtype: str = "fp32"              # what its runs' trunk computed in (run_trunk_dtype)
-    frac: float = SPEC.fit_min_frac        # the share of the compute its fit leaves out (eval.fit_min_frac)
-    subset_fits: dict[str, FitResult | str] = field(default_factory=dict)   # per subset: its fit, or why none
-    variant: Variant | None = None         # what it runs (its activity check), where it came from a study's plan
+    trunk_dtype: str = "fp32"  # what its runs' trunk computed in (run_trunk_dtype)
+    frac: float = SPEC.fit_min_frac  # the share of the compute its fit leaves out (eval.fit_min_frac)
+    subset_fits: dict[str, FitResult | str] = field(default_factory=dict)  # per subset: its fit, or why none
+    variant: Variant | None = None  # what it runs (its activity check), where it came from a study's plan
 
     def spread(self, param: str) -> float | None:
         s = self.fit.seed_spread() if self.fit is not None else None
@@ -124,15 +124,23 @@ def fit_run(name: str, seed: int, path: Path, x_col: str, frac: float, n_bootstr
         x, y, _ = read_metrics(path / "metrics.jsonl", x_col, Y_COLUMN)
     except ScaleRLError as exc:  # e.g. a run interrupted before its first evaluation
         return RunFit(name, seed, np.empty(0), np.empty(0), is_done(path), failure(path), error=str(exc))
-    run = RunFit(name, seed, x, y, is_done(path), failure(path), subsets=read_subsets(path / "metrics.jsonl", x_col, x),
-                 activity=read_activity(path))
+    run = RunFit(
+        name,
+        seed,
+        x,
+        y,
+        is_done(path),
+        failure(path),
+        subsets=read_subsets(path / "metrics.jsonl", x_col, x),
+        activity=read_activity(path),
+    )
     run.fall = find_fall(y, read_column_at(path / "metrics.jsonl", x_col, Y_COLUMN + "_se", x))
     try:
         # the one forecast specification (scalerl.scaling.spec), with the study's replica count
         run.fit = spec_fit(x, y, frac, spec=replace(SPEC, n_bootstrap=n_bootstrap))
     except ScaleRLError as exc:  # too few points or a flat curve: reported in the table, not fatal
         run.error = str(exc)
-    half = outlook_half_check(x, y)   # the default forecast, its calibrated interval and identification
+    half = outlook_half_check(x, y)  # the default forecast, its calibrated interval and identification
     if half is not None and "error_reason" in half:
         run.error = run.error or half["error_reason"]
     else:
@@ -163,7 +171,7 @@ def equal_share_subsets(y: np.ndarray, subsets: dict[str, np.ndarray]) -> dict[s
     if len(subsets) < 2:
         return None
     S = np.stack(list(subsets.values()), axis=1)
-    tie = 100.0                                  # the row that holds the shares' sum at 1
+    tie = 100.0  # the row that holds the shares' sum at 1
     shares, _ = nnls(np.vstack([S, np.full((1, S.shape[1]), tie)]), np.append(y, tie))
     if float(np.max(np.abs(S @ shares - y))) > PARTITION_RESIDUAL:
         return None
@@ -177,8 +185,11 @@ def read_subsets(metrics: Path, x_col: str, x: np.ndarray) -> dict[str, np.ndarr
     with open(metrics) as f:
         for line in f:
             row = json.loads(line) if line.strip() else {}
-            names.update(k[len(Y_COLUMN) + 1:] for k, v in row.items()
-                         if k.startswith(Y_COLUMN + "/") and isinstance(v, (int, float)))
+            names.update(
+                k[len(Y_COLUMN) + 1 :]
+                for k, v in row.items()
+                if k.startswith(Y_COLUMN + "/") and isinstance(v, (int, float))
+            )
     out = {}
     for name in sorted(names):
         values = read_column_at(metrics, x_col, f"{Y_COLUMN}/{name}", x)
@@ -197,8 +208,16 @@ def pooled_fit(curves: Sequence[tuple[np.ndarray, np.ndarray]], frac: float, n_b
     return fit
 
 
-def fit_config(name: str, swaps: str, runs: list[RunFit], frac: float, n_bootstrap: int,
-               trunk_dtype: str = "fp32", variant: Variant | None = None, subsets: bool = True) -> ConfigFit:
+def fit_config(
+    name: str,
+    swaps: str,
+    runs: list[RunFit],
+    frac: float,
+    n_bootstrap: int,
+    trunk_dtype: str = "fp32",
+    variant: Variant | None = None,
+    subsets: bool = True,
+) -> ConfigFit:
     """The configuration's fit (`pooled_fit`) of its finished runs (unfinished ones only while none
     has finished) and, with `subsets`, each subset's (`fit_subsets`)."""
     cfg = ConfigFit(name, swaps, runs, trunk_dtype=trunk_dtype, frac=frac, variant=variant)
@@ -245,7 +264,7 @@ def subset_ceiling(c: ConfigFit) -> dict | None:
     if not c.subset_fits or not runs or any(equal_share_subsets(r.y, r.subsets) is None for r in runs):
         return None
     a, lo, hi = [], [], []
-    for name, f in sorted(c.subset_fits.items()):
+    for _, f in sorted(c.subset_fits.items()):
         if f == "never passed":
             a.append(0.0), lo.append(0.0), hi.append(0.0)
         elif isinstance(f, FitResult):
@@ -261,8 +280,7 @@ def sort_key(c: ConfigFit) -> tuple:
     return (c.fit is None, -(c.fit.A if c.fit else 0.0), -(c.fit.B if c.fit else 0.0), c.name)
 
 
-def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
-              n_bootstrap: int = SPEC.n_bootstrap) -> list[ConfigFit]:
+def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X, n_bootstrap: int = SPEC.n_bootstrap) -> list[ConfigFit]:
     """Fit every run with a metrics file, then every configuration, in plan order."""
     configs: dict[str, ConfigFit] = {}
     for spec in specs:
@@ -271,15 +289,27 @@ def fit_study(specs: Sequence[RunSpec], x_col: str = FIT_X,
         if not c.runs:  # a configuration's seeds share their precision: taken from its first run
             c.trunk_dtype = run_trunk_dtype(spec)
         if (spec.run_dir / "metrics.jsonl").is_file():
-            c.runs.append(fit_run(spec.variant.name, spec.seed, spec.run_dir, x_col,
-                                  spec.cfg.eval.fit_min_frac, n_bootstrap))
+            c.runs.append(
+                fit_run(spec.variant.name, spec.seed, spec.run_dir, x_col, spec.cfg.eval.fit_min_frac, n_bootstrap)
+            )
         elif failure(spec.run_dir) is not None:  # failed before its first evaluation: still reported
-            c.runs.append(RunFit(spec.variant.name, spec.seed, np.empty(0), np.empty(0), False,
-                                 failure(spec.run_dir), error="no evaluations"))
+            c.runs.append(
+                RunFit(
+                    spec.variant.name,
+                    spec.seed,
+                    np.empty(0),
+                    np.empty(0),
+                    False,
+                    failure(spec.run_dir),
+                    error="no evaluations",
+                )
+            )
     frac = specs[0].cfg.eval.fit_min_frac if specs else SPEC.fit_min_frac
     variants = {s.variant.name: s.variant for s in specs}
-    return [fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap, c.trunk_dtype, variants[c.name])
-            for c in configs.values()]
+    return [
+        fit_config(c.name, c.swaps, c.runs, frac, n_bootstrap, c.trunk_dtype, variants[c.name])
+        for c in configs.values()
+    ]
 
 
 def run_trunk_dtype(spec: RunSpec) -> str:

@@ -75,12 +75,15 @@ def budget_overrides(budget: str | None) -> list[str]:
     m = re.fullmatch(r"(\d+(?:\.\d*)?)\s*min", text)
     if m and float(m.group(1)) > 0:
         return [f"run.max_minutes={float(m.group(1))}", "run.max_steps=1000000"]
-    raise ScaleRLError(f"--budget {budget!r}: expected a number of optimizer steps (e.g. 200) or wall-clock "
-                       "minutes per run (e.g. 5min)")
+    raise ScaleRLError(
+        f"--budget {budget!r}: expected a number of optimizer steps (e.g. 200) or wall-clock "
+        "minutes per run (e.g. 5min)"
+    )
 
 
-def plan_runs(variants: Sequence[Variant], seeds: int, study_dir: Path, overrides: Sequence[str] = (),
-              budget: str | None = None) -> list[RunSpec]:
+def plan_runs(
+    variants: Sequence[Variant], seeds: int, study_dir: Path, overrides: Sequence[str] = (), budget: str | None = None
+) -> list[RunSpec]:
     """One RunSpec per (variant, seed); configs resolved and validated before anything runs."""
     if seeds < 1:
         raise ScaleRLError(f"--seeds {seeds}: expected at least 1")
@@ -119,7 +122,8 @@ def _check_same_config(spec: RunSpec) -> None:
         raise ScaleRLError(
             f"{spec.run_dir / CONFIG_FILE} differs from the config this study now plans for "
             f"{spec.variant.name} seed {spec.seed} (other --set, --budget or recipe than when it started); "
-            "rerun with the same options, or choose another --out")
+            "rerun with the same options, or choose another --out"
+        )
 
 
 def code_version() -> str:
@@ -143,10 +147,15 @@ def _read_code_version() -> str:
 
     top = Path(scalerl.__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "-C", str(top), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no", "--",
-                                "scalerl"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no", "--", "scalerl"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return scalerl.__version__
     if head.returncode != 0:
@@ -182,7 +191,8 @@ class BuildCheck:
             raise ScaleRLError(
                 f"{done_file} was trained from build {recorded} of model {name}, but this machine's {name} is "
                 f"build {here}: a rebuilt model is another starting point (docs/models-and-tasks.md), so one "
-                "study's runs must share one build; start another --out/--results, or put that build in the cache")
+                "study's runs must share one build; start another --out/--results, or put that build in the cache"
+            )
 
 
 def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = False) -> str:
@@ -190,7 +200,7 @@ def run_one(spec: RunSpec, train_fn: Callable | None = None, progress: bool = Fa
     from scalerl.run.lock import RunLock
     from scalerl.run.rundir import prepare_dir
 
-    code_version()           # read before the run's own imports (see code_version)
+    code_version()  # read before the run's own imports (see code_version)
     if not spec.run_dir.is_dir():
         prepare_dir(spec.run_dir)
     with RunLock(spec.run_dir):
@@ -214,12 +224,18 @@ def _run_locked(spec: RunSpec, train_fn: Callable | None, progress: bool) -> str
         status = "started"
     t0 = time.monotonic()
     tr = train_fn(spec.cfg, spec.run_dir, resume=status == "resumed", progress=progress)
-    done = {"config": spec.variant.name, "seed": spec.seed, "steps": tr.state.step,
-            "compute_dtype": compute_dtype(spec.cfg.model),  # what the trunk computed in, 'auto' resolved here
-            "model_build": weights_id(spec.cfg.model.name), "code": code_version(),
-            "seconds_this_session": time.monotonic() - t0, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "notes": spec.notes}
+    done = {
+        "config": spec.variant.name,
+        "seed": spec.seed,
+        "steps": tr.state.step,
+        "compute_dtype": compute_dtype(spec.cfg.model),  # what the trunk computed in, 'auto' resolved here
+        "model_build": weights_id(spec.cfg.model.name),
+        "code": code_version(),
+        "seconds_this_session": time.monotonic() - t0,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "notes": spec.notes,
+    }
     (spec.run_dir / DONE_FILE).write_text(json.dumps(done, indent=1))
     return status
 
@@ -268,7 +284,7 @@ def restore_archived(spec: RunSpec, results: Path, check: bool = True) -> bool:
         _check_same_config(RunSpec(spec.variant, spec.seed, src, spec.cfg, spec.notes))
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     optional = [ACTIVITY_FILE] if (src / ACTIVITY_FILE).is_file() else []
-    for name in (CONFIG_FILE, METRICS_FILE, *optional, DONE_FILE):   # done.json last: a copy cut short is not done
+    for name in (CONFIG_FILE, METRICS_FILE, *optional, DONE_FILE):  # done.json last: a copy cut short is not done
         (spec.run_dir / name).write_bytes((src / name).read_bytes())
     return True
 
@@ -277,19 +293,31 @@ def archived_dir(spec: RunSpec, results: Path) -> Path:
     return Path(results) / spec.variant.name / f"seed{spec.seed}"
 
 
-def write_plan(study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: Sequence[str],
-               budget: str | None) -> None:
+def write_plan(
+    study_dir: Path, specs: Sequence[RunSpec], base: str, overrides: Sequence[str], budget: str | None
+) -> None:
     variants = list(dict.fromkeys(s.variant for s in specs))
-    plan = {"base": base, "budget": budget, "overrides": list(overrides),
-            "seeds": sorted({s.seed for s in specs}),
-            "configs": [{"name": v.name, "recipe": v.recipe, "swaps": v.swaps, "overrides": list(v.overrides)}
-                        for v in variants]}
+    plan = {
+        "base": base,
+        "budget": budget,
+        "overrides": list(overrides),
+        "seeds": sorted({s.seed for s in specs}),
+        "configs": [
+            {"name": v.name, "recipe": v.recipe, "swaps": v.swaps, "overrides": list(v.overrides)} for v in variants
+        ],
+    }
     Path(study_dir).mkdir(parents=True, exist_ok=True)
     (Path(study_dir) / PLAN_FILE).write_text(json.dumps(plan, indent=1))
 
 
-def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progress: bool = False,
-              log: Callable[[str], None] = print, jobs: int = 1, results: Path | None = None) -> dict[str, int]:
+def run_study(
+    specs: Sequence[RunSpec],
+    train_fn: Callable | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    jobs: int = 1,
+    results: Path | None = None,
+) -> dict[str, int]:
     """Every run (finished ones skipped); returns how many were started/resumed/skipped/failed.
 
     Seed-major order: seed 0 of every configuration, then seed 1 of every one, ..., so a study
@@ -300,13 +328,15 @@ def run_study(specs: Sequence[RunSpec], train_fn: Callable | None = None, progre
     counts = {"started": 0, "resumed": 0, "skipped": 0, "failed": 0}
     todo = []
     builds = BuildCheck()
-    for spec in specs:     # every run checked before any is restored or trained
+    for spec in specs:  # every run checked before any is restored or trained
         builds.check(spec, spec.run_dir / DONE_FILE)
         if results is not None:
             builds.check(spec, archived_dir(spec, results) / DONE_FILE)
     if builds.unrecorded:
-        log(f"{builds.unrecorded} finished runs do not record the build of their model (run before builds were "
-            "recorded): not checked against this machine's build")
+        log(
+            f"{builds.unrecorded} finished runs do not record the build of their model (run before builds were "
+            "recorded): not checked against this machine's build"
+        )
     for i, spec in enumerate(sorted(specs, key=lambda s: s.seed), 1):
         label = f"[{i}/{len(specs)}] {spec.variant.name} seed {spec.seed}"
         if results is not None and restore_archived(spec, results):
@@ -362,7 +392,7 @@ def core_shares(cores: Sequence[int], jobs: int) -> list[list[int]]:
     out, at = [], 0
     for j in range(jobs):
         n = size + (j < extra)
-        out.append(cores[at:at + n])
+        out.append(cores[at : at + n])
         at += n
     return out
 

@@ -15,12 +15,29 @@ from scalerl.study.runner import RunSpec, failure, plan_runs, restore_archived, 
 from scalerl.study.variants import CONTROL_BASE, plan_variants, variants_table
 
 
-def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, recipes: Sequence[str] = (),
-           k_sweep: bool = False, precision: bool = False, controls: bool = False, axes: bool = False,
-           seeds: int = 1, budget: str | None = None, overrides: Sequence[str] = (), only: Sequence[str] = (),
-           x_col: str = FIT_X, n_bootstrap: int = SPEC.n_bootstrap, report_only: bool = False,
-           train_fn: Callable | None = None, progress: bool = False, command: str = "",
-           log: Callable[[str], None] = print, jobs: int = 1, results: str | Path | None = None) -> dict:
+def ablate(
+    out: str | Path,
+    base: str = "scalerl",
+    leave_one_out: bool = False,
+    recipes: Sequence[str] = (),
+    k_sweep: bool = False,
+    precision: bool = False,
+    controls: bool = False,
+    axes: bool = False,
+    seeds: int = 1,
+    budget: str | None = None,
+    overrides: Sequence[str] = (),
+    only: Sequence[str] = (),
+    x_col: str = FIT_X,
+    n_bootstrap: int = SPEC.n_bootstrap,
+    report_only: bool = False,
+    train_fn: Callable | None = None,
+    progress: bool = False,
+    command: str = "",
+    log: Callable[[str], None] = print,
+    jobs: int = 1,
+    results: str | Path | None = None,
+) -> dict:
     """Run every (configuration, seed) not finished yet, then fit them and write the report.
 
     `only` restricts the runs trained this time to the named configurations; the report covers
@@ -35,10 +52,28 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     variants = plan_variants(base, leave_one_out, tuple(recipes), k_sweep, precision, controls, seeds, axes)
     unknown = set(only) - {v.name for v in variants}
     if unknown:
-        raise ScaleRLError(f"--only {', '.join(sorted(unknown))}: not a configuration of this study "
-                           f"({', '.join(v.name for v in variants)})")
+        raise ScaleRLError(
+            f"--only {', '.join(sorted(unknown))}: not a configuration of this study "
+            f"({', '.join(v.name for v in variants)})"
+        )
     specs = drop_no_ops(plan_runs(variants, seeds, Path(out), overrides, budget), base, log)
     write_plan(Path(out), specs, base, overrides, budget)
+    _run_or_restore(specs, only, report_only, results, train_fn, progress, log, jobs)
+    if only:
+        specs = _reported(specs, variants, only, log)
+    configs = fit_study(specs, x_col, n_bootstrap)
+    planned = {s.variant.name for s in specs}
+    base = variants[0].name  # `base` for the controls and the axes alone, else the base recipe
+    report = write_report(
+        Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]), command, specs
+    )
+    log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
+    return report
+
+
+def _run_or_restore(specs, only, report_only, results, train_fn, progress, log, jobs) -> None:
+    """Train every run not finished yet (those of `only` alone when given), or, for the report of a study kept in
+    `results`, take its finished runs from there."""
     if report_only and results is not None:  # the report of a study kept in `results` (a fresh checkout),
         # as its runs were configured: a default changed since does not stop the report of a finished study
         restored = sum(restore_archived(s, Path(results), check=False) for s in specs)
@@ -46,22 +81,20 @@ def ablate(out: str | Path, base: str = "scalerl", leave_one_out: bool = False, 
     if not report_only:
         todo = [s for s in specs if not only or s.variant.name in only]
         counts = run_study(todo, train_fn, progress, log, jobs, None if results is None else Path(results))
-        log(f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
-            f"{counts['failed']} failed")
-    if only:
-        ran = {variants[0].name} | {s.variant.name for s in specs if s.variant.name in only or has_run(s.run_dir)}
-        planned = {s.variant.name for s in specs}
-        left_out = [v.name for v in variants if v.name in planned - ran]
-        if left_out:
-            log(f"not in the report (not in --only, no runs): {', '.join(left_out)}")
-        specs = [s for s in specs if s.variant.name in ran]
-    configs = fit_study(specs, x_col, n_bootstrap)
+        log(
+            f"runs: {counts['started']} started, {counts['resumed']} resumed, {counts['skipped']} already finished, "
+            f"{counts['failed']} failed"
+        )
+
+
+def _reported(specs: list, variants: list, only: Sequence[str], log: Callable[[str], None]) -> list:
+    """Under `--only`: the runs of the base, of the configurations asked for, and of any other that has runs."""
+    ran = {variants[0].name} | {s.variant.name for s in specs if s.variant.name in only or has_run(s.run_dir)}
     planned = {s.variant.name for s in specs}
-    base = variants[0].name             # `base` for the controls and the axes alone, else the base recipe
-    report = write_report(Path(out), configs, base, x_col, variants_table([v for v in variants if v.name in planned]),
-                          command, specs)
-    log(f"report: {Path(out) / 'report.md'}  {Path(out) / 'report.json'}  plots: {Path(out) / 'fits.png'}")
-    return report
+    left_out = [v.name for v in variants if v.name in planned - ran]
+    if left_out:
+        log(f"not in the report (not in --only, no runs): {', '.join(left_out)}")
+    return [s for s in specs if s.variant.name in ran]
 
 
 def has_run(run_dir: Path) -> bool:
@@ -71,6 +104,7 @@ def has_run(run_dir: Path) -> bool:
 
 def drop_no_ops(specs: list[RunSpec], base: str, log: Callable[[str], None]) -> list[RunSpec]:
     """Leave out variants whose config is the base's (e.g. `no-npr` of a base without the curriculum)."""
+
     def key(spec: RunSpec) -> tuple:
         d = spec.cfg.model_dump(mode="json")
         d.pop("recipe")

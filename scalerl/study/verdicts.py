@@ -38,8 +38,10 @@ def task_cap(configs: Sequence[ConfigFit]) -> str | None:
     never = frozenset.intersection(*(r.never_passing for r in runs))
     if not never:
         return None
-    return (f"validation subset(s) {', '.join(sorted(never))} never passed in any evaluation of any of the "
-            f"{len(runs)} runs: every configuration meets the ceiling those items set")
+    return (
+        f"validation subset(s) {', '.join(sorted(never))} never passed in any evaluation of any of the "
+        f"{len(runs)} runs: every configuration meets the ceiling those items set"
+    )
 
 
 def compare(base: ConfigFit, other: ConfigFit) -> dict:
@@ -51,26 +53,39 @@ def compare(base: ConfigFit, other: ConfigFit) -> dict:
     margin_a = max([PAPER_MARGIN, *spreads_a])
     d_a, d_b = other.fit.A - base.fit.A, other.fit.B - base.fit.B
     edge = base.a_on_edge() or other.a_on_edge()  # a ceiling the data do not pin down is not compared
-    out = {"judged": True, "dA": d_a, "margin_A": margin_a, "A_differs": None if edge else abs(d_a) > margin_a,
-           "dB": d_b, "margin_B": max(spreads_b) if spreads_b else None}
+    out = {
+        "judged": True,
+        "dA": d_a,
+        "margin_A": margin_a,
+        "A_differs": None if edge else abs(d_a) > margin_a,
+        "dB": d_b,
+        "margin_B": max(spreads_b) if spreads_b else None,
+    }
     out["B_differs"] = None if out["margin_B"] is None else abs(d_b) > out["margin_B"]
-    for param in ("A", "B"):   # the smallest difference these seeds detect (scalerl.scaling.power)
+    for param in ("A", "B"):  # the smallest difference these seeds detect (scalerl.scaling.power)
         sides = [(c.spread(param), c.seeds()) for c in (base, other)]
-        out[f"detectable_{param}"] = (None if any(s is None for s, _ in sides)
-                                      else detectable_difference(sides[0][0], sides[0][1], sides[1][0], sides[1][1]))
+        out[f"detectable_{param}"] = (
+            None
+            if any(s is None for s, _ in sides)
+            else detectable_difference(sides[0][0], sides[0][1], sides[1][0], sides[1][1])
+        )
     C = base.final_compute()
     at = (lambda c: c.at_compute(C)) if C is not None else (lambda c: np.empty(0))
-    for key, margin, differs, values in (("dEnd", "margin_end", "end_differs", ConfigFit.finals),
-                                         ("dAtBase", "margin_at_base", "at_base_differs", at)):
+    for key, margin, differs, values in (
+        ("dEnd", "margin_end", "end_differs", ConfigFit.finals),
+        ("dAtBase", "margin_at_base", "at_base_differs", at),
+    ):
         mdd = margin.replace("margin", "detectable")
         vb, vo = values(base), values(other)
         if len(vb) and len(vo):  # judged like A: the larger of the paper's margin and either side's seed std
             out[key] = float(vo.mean() - vb.mean())
             out[margin] = max([PAPER_MARGIN, *(float(np.std(v, ddof=1)) for v in (vb, vo) if len(v) >= 2)])
             out[differs] = abs(out[key]) > out[margin]
-            out[mdd] = (detectable_difference(float(np.std(vb, ddof=1)), len(vb),
-                                              float(np.std(vo, ddof=1)), len(vo))
-                        if len(vb) >= 2 and len(vo) >= 2 else None)
+            out[mdd] = (
+                detectable_difference(float(np.std(vb, ddof=1)), len(vb), float(np.std(vo, ddof=1)), len(vo))
+                if len(vb) >= 2 and len(vo) >= 2
+                else None
+            )
     return out
 
 
@@ -87,14 +102,18 @@ def against_paper(configs: Sequence[ConfigFit], base: str, x_col: str = FIT_X) -
         ref = f.against or base
         missing = [x for x in (ref, c.name) if x not in by_name or by_name[x].fit is None]
         if missing:
-            d = {"judged": False, "why": "; ".join(
-                f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing)}
+            d = {
+                "judged": False,
+                "why": "; ".join(f"{x}: {by_name[x].error if x in by_name else 'not in the study'}" for x in missing),
+            }
         else:
             d = compare(by_name[ref], c)
         row = {"figure": f.figure, "claim": f.claim, "against": ref, **judge(d, f, c.trunk_dtype, x_col, cap)}
         if ref in by_name:
-            ref_act, act_runs = ([r.activity for r in by_name[ref].runs if r.activity],
-                                 [r.activity for r in c.runs if r.activity])
+            ref_act, act_runs = (
+                [r.activity for r in by_name[ref].runs if r.activity],
+                [r.activity for r in c.runs if r.activity],
+            )
             act = judge_activity(c.variant.acts if c.variant else None, ref_act, act_runs)
             side = None if c.variant is None or c.variant.sets_pipeline else staleness_side_effect(ref_act, act_runs)
             if side is not None:
@@ -130,8 +149,7 @@ def controls_summary(configs: Sequence[ConfigFit], base: str = CONTROL_BASE) -> 
             sign = 1 if expect == "higher" else -1
             detected = None if d.get("A_differs") is None else bool(d["A_differs"]) and sign * d["dA"] > 0
             end = None if "end_differs" not in d else bool(d["end_differs"]) and sign * d["dEnd"] > 0
-            out["positive"][name] = {"swaps": swaps, "expect": expect, "detected": detected,
-                                     "end_detected": end, **d}
+            out["positive"][name] = {"swaps": swaps, "expect": expect, "detected": detected, "end_detected": end, **d}
     out["graded"] = graded_controls(by_name)
     if CONTROL_AGAIN in by_name:
         d = compare(b, by_name[CONTROL_AGAIN])
@@ -176,9 +194,15 @@ def split_false_positives(a: ConfigFit, b: ConfigFit) -> dict | None:
             judged += 1
             differs_a += bool(d["A_differs"])
         differs_end += bool(d.get("end_differs"))
-    return {"runs": n, "splits": splits, "judged_A": judged, "differs_A": differs_a,
-            "rate_A": differs_a / judged if judged else None, "differs_end": differs_end,
-            "rate_end": differs_end / splits}
+    return {
+        "runs": n,
+        "splits": splits,
+        "judged_A": judged,
+        "differs_A": differs_a,
+        "rate_A": differs_a / judged if judged else None,
+        "differs_end": differs_end,
+        "rate_end": differs_end / splits,
+    }
 
 
 def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
@@ -195,22 +219,29 @@ def predictability_summary(configs: Sequence[ConfigFit]) -> dict | None:
     standing = np.array([not r.fell for r in runs])
     ok = np.abs(errs) <= PAPER_MARGIN
     under = [r for r in runs if r.prediction_error < -PAPER_MARGIN]
-    return {"runs": int(errs.size), "mean_abs_error": float(np.abs(errs).mean()),
-            "max_abs_error": float(np.abs(errs).max()), "mean_error": float(errs.mean()),
-            "within": int(ok.sum()), "fell": int((~standing).sum()), "runs_standing": int(standing.sum()),
-            "under": len(under), "under_bent_early": sum(r.fit is not None and r.half["A"] < r.fit.A for r in under),
-            "within_standing": int((ok & standing).sum()),
-            "baseline_last_mean_abs_error": float(np.abs(last).mean()),
-            "baseline_last_within": int((np.abs(last) <= PAPER_MARGIN).sum()),
-            "baseline_best_mean_abs_error": float(np.abs(best).mean()),
-            "baseline_best_within": int((np.abs(best) <= PAPER_MARGIN).sum()),
-            "baseline_ruler_mean_abs_error": float(np.nanmean(np.abs(ruler))),
-            "baseline_ruler_within": int((np.abs(ruler) <= PAPER_MARGIN).sum()),
-            "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
-            "mean_left": float(np.mean([r.half["left"] for r in runs])),
-            "covered": int(sum(bool(r.half.get("covered")) for r in runs)),
-            "identified": int(sum(bool(r.half.get("identified")) for r in runs)),
-            **subset_summary([r for r in runs if r.half_subsets is not None])}
+    return {
+        "runs": int(errs.size),
+        "mean_abs_error": float(np.abs(errs).mean()),
+        "max_abs_error": float(np.abs(errs).max()),
+        "mean_error": float(errs.mean()),
+        "within": int(ok.sum()),
+        "fell": int((~standing).sum()),
+        "runs_standing": int(standing.sum()),
+        "under": len(under),
+        "under_bent_early": sum(r.fit is not None and r.half["A"] < r.fit.A for r in under),
+        "within_standing": int((ok & standing).sum()),
+        "baseline_last_mean_abs_error": float(np.abs(last).mean()),
+        "baseline_last_within": int((np.abs(last) <= PAPER_MARGIN).sum()),
+        "baseline_best_mean_abs_error": float(np.abs(best).mean()),
+        "baseline_best_within": int((np.abs(best) <= PAPER_MARGIN).sum()),
+        "baseline_ruler_mean_abs_error": float(np.nanmean(np.abs(ruler))),
+        "baseline_ruler_within": int((np.abs(ruler) <= PAPER_MARGIN).sum()),
+        "beat_baselines": int(sum(r.half["beat_baselines"] for r in runs)),
+        "mean_left": float(np.mean([r.half["left"] for r in runs])),
+        "covered": int(sum(bool(r.half.get("covered")) for r in runs)),
+        "identified": int(sum(bool(r.half.get("identified")) for r in runs)),
+        **subset_summary([r for r in runs if r.half_subsets is not None]),
+    }
 
 
 def subset_summary(runs: list[RunFit]) -> dict:
@@ -219,9 +250,12 @@ def subset_summary(runs: list[RunFit]) -> dict:
     if not runs:
         return {"subset_runs": 0}
     errs = np.array([r.half_subsets["error"] for r in runs])
-    return {"subset_runs": len(runs), "subset_mean_abs_error": float(np.abs(errs).mean()),
-            "subset_within": int((np.abs(errs) <= PAPER_MARGIN).sum()),
-            "subset_frozen_mean_abs_error": float(np.mean([abs(r.prediction_error) for r in runs]))}
+    return {
+        "subset_runs": len(runs),
+        "subset_mean_abs_error": float(np.abs(errs).mean()),
+        "subset_within": int((np.abs(errs) <= PAPER_MARGIN).sum()),
+        "subset_frozen_mean_abs_error": float(np.mean([abs(r.prediction_error) for r in runs])),
+    }
 
 
 def provenance(specs: Sequence[RunSpec]) -> dict:

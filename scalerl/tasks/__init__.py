@@ -42,9 +42,9 @@ class Task(Protocol):
     name: str
     train_size: int
     val_size: int
-    answer_marker: str          # where the checker reads the answer (`scalerl.rewards.answer_section`)
+    answer_marker: str  # where the checker reads the answer (`scalerl.rewards.answer_section`)
     isolate_checker: bool
-    score_workers: int          # completions scored concurrently beside generation (0: inline; optional)
+    score_workers: int  # completions scored concurrently beside generation (0: inline; optional)
     checker: Callable[[str, Prompt], float]
 
     def __len__(self) -> int: ...
@@ -53,8 +53,16 @@ class Task(Protocol):
     def check(self, completion_text: str, prompt: Prompt) -> bool: ...
 
 
-def get_task(cfg, tokenizer=None, *, room: int | None = None, min_train: int = 1, think: bool = False,
-             sandbox=None, stop_early: bool = False) -> Task:
+def get_task(
+    cfg,
+    tokenizer=None,
+    *,
+    room: int | None = None,
+    min_train: int = 1,
+    think: bool = False,
+    sandbox=None,
+    stop_early: bool = False,
+) -> Task:
     """The task `cfg` describes (a member of `TaskConfig`, or a short name such as 'rg:chain_sum');
     `tokenizer` decides on a chat template. `room`: the most tokens a prompt may have beside the
     task's own `max_prompt_tokens`; `min_train`: the fewest training prompts accepted (one batch);
@@ -72,8 +80,14 @@ def run_context(cfg, tokenizer, model) -> TaskContext:
     training prompts at least, a thinking section when the recipe interrupts, the run's sandbox."""
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     room = context - cfg.rollout.max_new_tokens if context is not None else None
-    return TaskContext(tokenizer, room, cfg.batch.prompts, cfg.rollout.length.type == "interrupt", cfg.sandbox,
-                       not cfg.reward.partial_credit and cfg.reward.threshold == 1.0)
+    return TaskContext(
+        tokenizer,
+        room,
+        cfg.batch.prompts,
+        cfg.rollout.length.type == "interrupt",
+        cfg.sandbox,
+        not cfg.reward.partial_credit and cfg.reward.threshold == 1.0,
+    )
 
 
 def task_for_run(cfg, tokenizer, model) -> Task:
@@ -88,7 +102,7 @@ class RunTasks:
 
     train: Task
     val_prompts: list[Prompt]
-    downstream: list[tuple[str, Task, list[Prompt], Callable]]   # (name, task, its prompts, its reward)
+    downstream: list[tuple[str, Task, list[Prompt], Callable]]  # (name, task, its prompts, its reward)
 
 
 def run_tasks(cfg, tokenizer, model, train: Task | None = None) -> RunTasks:
@@ -108,6 +122,7 @@ def run_tasks(cfg, tokenizer, model, train: Task | None = None) -> RunTasks:
         downstream.append((spec.name, task, task.val_prompts(n), RewardFn(task, cfg.reward)))
     names = [name for name, *_ in downstream]
     if len(set(names)) != len(names):
-        raise ScaleRLError(f"eval.downstream names a set twice ({', '.join(names)}): its rows would overwrite "
-                           "each other")
+        raise ScaleRLError(
+            f"eval.downstream names a set twice ({', '.join(names)}): its rows would overwrite each other"
+        )
     return RunTasks(train, val, downstream)

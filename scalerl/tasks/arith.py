@@ -66,11 +66,11 @@ from scalerl.tasks.registry import TaskContext, at_least, register
 from scalerl.types import Prompt
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-VAL_SHARE = 0.05            # share of problem space held out for validation
+VAL_SHARE = 0.05  # share of problem space held out for validation
 _SPLIT_SALT = "scalerl-arith-split-v1"
-_MAX_DRAWS = 10_000         # rejection-sampling bound (validation share is tiny)
-DEFAULT_TRAIN_SIZE = 4096   # training pool of the built-in tasks (see "Training pool")
-COLUMNS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"   # column letters (index hints)
+_MAX_DRAWS = 10_000  # rejection-sampling bound (validation share is tiny)
+DEFAULT_TRAIN_SIZE = 4096  # training pool of the built-in tasks (see "Training pool")
+COLUMNS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # column letters (index hints)
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,10 @@ def parse_mix(name: str) -> tuple[tuple[Level, float], ...]:
         except ValueError:
             w = -1.0
         if not colon or not w > 0:
-            raise ScaleRLError(f"task.name {name!r}: in a mix every part is '<operands>x<digits>:<weight>' with a "
-                               f"positive weight, got {level + colon + weight!r}")
+            raise ScaleRLError(
+                f"task.name {name!r}: in a mix every part is '<operands>x<digits>:<weight>' with a "
+                f"positive weight, got {level + colon + weight!r}"
+            )
         mix.append((_level(name, level), w))
     total = sum(w for _, w in mix)
     return tuple((lv, w / total) for lv, w in mix)
@@ -198,7 +200,7 @@ def most_significant_first(target: str) -> str:
     """`target` with its answer's digits in the other order (a2b1c9d6 -> d6c9b1a2): the same
     column-tagged digits, which the checker (least-significant first) refuses."""
     head, sep, answer = target.rpartition(THINK_CLOSE)
-    pairs = [answer[i:i + 2] for i in range(0, len(answer), 2)]
+    pairs = [answer[i : i + 2] for i in range(0, len(answer), 2)]
     return head + sep + "".join(reversed(pairs))
 
 
@@ -234,14 +236,21 @@ def draw_problem(seed: int, split: str, index: int, mix) -> tuple[Level, tuple[i
 class ArithTask:
     """A finite training pool of `train_size` problems, a disjoint validation split; see the module docstring."""
 
-    isolate_checker = False     # bounded work: `checker` runs inline in the calling thread
+    isolate_checker = False  # bounded work: `checker` runs inline in the calling thread
     score_workers = 0
 
-    def __init__(self, name: str = "arith", seed: int = 0, tokenizer=None, train_size: int = DEFAULT_TRAIN_SIZE,
-                 answer_marker: str = THINK_CLOSE, val_size: int = 512):
+    def __init__(
+        self,
+        name: str = "arith",
+        seed: int = 0,
+        tokenizer=None,
+        train_size: int = DEFAULT_TRAIN_SIZE,
+        answer_marker: str = THINK_CLOSE,
+        val_size: int = 512,
+    ):
         self.name = name
         self.seed = seed
-        self.val_size = val_size    # validation prompts evaluated by default; val_prompts draws any number
+        self.val_size = val_size  # validation prompts evaluated by default; val_prompts draws any number
         self.mix = parse_mix(name)
         self.train_size = train_size
         self.answer_marker = answer_marker
@@ -257,8 +266,12 @@ class ArithTask:
             id=f"{self.name}/s{self.seed}/{split}/{index}",
             text=self._template(problem_text(ops)),
             answer=hinted(sum(ops)),
-            meta={"operands": level.operands, "digits": level.digits, "subset": f"{level.operands}x{level.digits}",
-                  "target": completion_text(ops, level.digits)},
+            meta={
+                "operands": level.operands,
+                "digits": level.digits,
+                "subset": f"{level.operands}x{level.digits}",
+                "target": completion_text(ops, level.digits),
+            },
         )
 
     def train_prompt(self, index: int) -> Prompt:
@@ -308,17 +321,28 @@ def _chat_wrapper(tokenizer):
     """Raw problem text for tokenizers without a chat template; an instruction otherwise."""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return lambda text: text
+
     def wrap(text: str) -> str:
-        msg = ("Add the numbers. Every number is written least-significant digit first. "
-               "Think step by step inside <think></think>, then write only the sum, also "
-               f"least-significant digit first.\n{text}")
-        return tokenizer.apply_chat_template([{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True)
+        msg = (
+            "Add the numbers. Every number is written least-significant digit first. "
+            "Think step by step inside <think></think>, then write only the sum, also "
+            f"least-significant digit first.\n{text}"
+        )
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True
+        )
+
     return wrap
 
 
 @register(ArithTaskConfig)
 def build(cfg: ArithTaskConfig, ctx: TaskContext) -> ArithTask:
-    task = ArithTask(cfg.problems, seed=cfg.seed, tokenizer=ctx.tokenizer,
-                     train_size=cfg.train_size or DEFAULT_TRAIN_SIZE, answer_marker=cfg.answer_marker or THINK_CLOSE,
-                     val_size=cfg.val_size or DEFAULT_VAL_SIZE)
+    task = ArithTask(
+        cfg.problems,
+        seed=cfg.seed,
+        tokenizer=ctx.tokenizer,
+        train_size=cfg.train_size or DEFAULT_TRAIN_SIZE,
+        answer_marker=cfg.answer_marker or THINK_CLOSE,
+        val_size=cfg.val_size or DEFAULT_VAL_SIZE,
+    )
     return at_least(task, ctx.min_train)

@@ -60,16 +60,19 @@ from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
 
 PROMPT_FIELDS = ("prompt", "problem", "question")
-STDIO_INSTRUCTION = ("Write a complete Python 3 program in a ```python code block: it reads the input from "
-                     "standard input and prints the answer to standard output.")
+STDIO_INSTRUCTION = (
+    "Write a complete Python 3 program in a ```python code block: it reads the input from "
+    "standard input and prints the answer to standard output."
+)
 FUNCTION_INSTRUCTION = "Write Python 3 code in a ```python code block that defines {what}."
 FENCE = "```"
-SCORE_WORKERS = min(8, 2 * len(os.sched_getaffinity(0)))   # benchmarks/sandbox.py: 2 per core is near the best
+SCORE_WORKERS = min(8, 2 * len(os.sched_getaffinity(0)))  # benchmarks/sandbox.py: 2 per core is near the best
 
 
 @dataclass(frozen=True)
 class CodeTest:
     """One test: `kind` 'stdio' (input, output), 'assert' (code) or 'call' (fn, args, expected)."""
+
     kind: str
     input: str = ""
     output: str = ""
@@ -83,13 +86,20 @@ def parse_tests(row: dict, where: str) -> list[CodeTest]:
     """The tests of one row, in any shape of the module docstring; a `ScaleRLError` naming `where`."""
     if "input_output" in row:
         io = _json(row["input_output"], f"{where} 'input_output'")
-        if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list) \
-                or len(io["inputs"]) != len(io["outputs"]):
-            raise ScaleRLError(f"{where}: 'input_output' must be {{\"inputs\": [...], \"outputs\": [...]}} of equal "
-                               f"lengths")
+        if (
+            not isinstance(io, dict)
+            or not isinstance(io.get("inputs"), list)
+            or not isinstance(io.get("outputs"), list)
+            or len(io["inputs"]) != len(io["outputs"])
+        ):
+            raise ScaleRLError(
+                f'{where}: \'input_output\' must be {{"inputs": [...], "outputs": [...]}} of equal lengths'
+            )
         if io.get("fn_name"):
-            return [CodeTest("call", fn=io["fn_name"], args=tuple(i if isinstance(i, list) else [i]), expected=o)
-                    for i, o in zip(io["inputs"], io["outputs"])]
+            return [
+                CodeTest("call", fn=io["fn_name"], args=tuple(i if isinstance(i, list) else [i]), expected=o)
+                for i, o in zip(io["inputs"], io["outputs"])
+            ]
         return [CodeTest("stdio", input=_text(i), output=_text(o)) for i, o in zip(io["inputs"], io["outputs"])]
     if "tests" not in row:
         raise ScaleRLError(f"{where}: no 'tests' (or 'input_output') column")
@@ -107,8 +117,10 @@ def _one_test(t, fn: str | None, where: str) -> CodeTest:
             raise ScaleRLError(f"{where}: an empty assert statement")
         return CodeTest("assert", code=t)
     if not isinstance(t, dict) or "input" not in t or "output" not in t:
-        raise ScaleRLError(f"{where}: expected an assert statement or {{\"input\": ..., \"output\": ...}}, got "
-                           f"{json.dumps(t, default=str)[:80]}")
+        raise ScaleRLError(
+            f'{where}: expected an assert statement or {{"input": ..., "output": ...}}, got '
+            f"{json.dumps(t, default=str)[:80]}"
+        )
     if t.get("testtype") == "functional":
         if not fn:
             raise ScaleRLError(f"{where}: a functional test needs metadata.func_name")
@@ -139,7 +151,7 @@ def extract_program(completion_text: str, marker: str = THINK_CLOSE) -> str | No
     end = section.rfind(FENCE)
     start = section.rfind(FENCE, 0, end) if end >= 0 else -1
     if start >= 0:
-        body = section[start + len(FENCE):end]
+        body = section[start + len(FENCE) : end]
         first, _, rest = body.partition("\n")
         section = rest if first.strip().isidentifier() or not first.strip() else body
     return section.strip("\n") or None
@@ -147,11 +159,13 @@ def extract_program(completion_text: str, marker: str = THINK_CLOSE) -> str | No
 
 def same_output(got: str, expected: str) -> bool:
     """Line by line, trailing whitespace and trailing blank lines ignored."""
+
     def lines(s: str) -> list[str]:
         out = [line.rstrip() for line in s.splitlines()]
         while out and not out[-1]:
             out.pop()
         return out
+
     return lines(got) == lines(expected)
 
 
@@ -165,8 +179,10 @@ def run_test(program: str, test: CodeTest, limits: Limits, allow_unisolated: boo
     if test.kind == "assert":
         source = f"{program}\n\n{test.code}\nprint({token!r})\n"
     else:
-        source = (f"{program}\n\nimport json as _j\n_r = {test.fn}(*_j.loads({json.dumps(list(test.args))!r}))\n"
-                  f"print({token!r} + _j.dumps(_r))\n")
+        source = (
+            f"{program}\n\nimport json as _j\n_r = {test.fn}(*_j.loads({json.dumps(list(test.args))!r}))\n"
+            f"print({token!r} + _j.dumps(_r))\n"
+        )
     r = run_program(source, limits=limits, allow_unisolated=allow_unisolated)
     _raise_refused(r)
     last = r.stdout.rstrip("\n").rsplit("\n", 1)[-1]
@@ -175,7 +191,7 @@ def run_test(program: str, test: CodeTest, limits: Limits, allow_unisolated: boo
     if test.kind == "assert":
         return last == token
     try:
-        return _plain(json.loads(last[len(token):])) == _plain(test.expected)
+        return _plain(json.loads(last[len(token) :])) == _plain(test.expected)
     except json.JSONDecodeError:
         return False
 
@@ -190,7 +206,7 @@ def _raise_refused(r) -> None:
         raise ScaleRLError(r.stderr)
 
 
-RESULT_CACHE_ENTRIES = 4096   # scores of (program, tests) kept per process (`ResultCache`)
+RESULT_CACHE_ENTRIES = 4096  # scores of (program, tests) kept per process (`ResultCache`)
 
 
 class ResultCache:
@@ -221,7 +237,7 @@ class ResultCache:
                 self.runs += 1
             else:
                 self.reused += 1
-        if not first:   # another thread runs it: its result (or its error)
+        if not first:  # another thread runs it: its result (or its error)
             return running.result()
         try:
             value = compute()
@@ -242,8 +258,15 @@ class ResultCache:
 RESULTS = ResultCache()
 
 
-def code_check(completion_text: str, prompt: Prompt, marker: str = THINK_CLOSE, limits: Limits = Limits(),
-               allow_unisolated: bool = False, stop_early: bool = False, reuse: bool = True) -> float:
+def code_check(
+    completion_text: str,
+    prompt: Prompt,
+    marker: str = THINK_CLOSE,
+    limits: Limits = Limits(),
+    allow_unisolated: bool = False,
+    stop_early: bool = False,
+    reuse: bool = True,
+) -> float:
     """The share of the prompt's tests the completion's program passes (0 without a program);
     `stop_early`: stop at the first failure (all-or-nothing rewards); `reuse`: a program already
     run on these tests is not run again (`RESULTS`; `sandbox.reuse_results`). The task's picklable
@@ -274,16 +297,22 @@ def sandboxed_checker(marker: str, ctx: TaskContext) -> Callable[[str, Prompt], 
     sandbox cannot isolate a program and `sandbox.allow_unisolated` is off."""
     sb = ctx.sandboxed()
     require_isolation(sb.allow_unisolated)
-    return functools.partial(code_check, marker=marker, limits=sandbox_limits(sb), allow_unisolated=sb.allow_unisolated,
-                             stop_early=ctx.stop_early, reuse=sb.reuse_results)
+    return functools.partial(
+        code_check,
+        marker=marker,
+        limits=sandbox_limits(sb),
+        allow_unisolated=sb.allow_unisolated,
+        stop_early=ctx.stop_early,
+        reuse=sb.reuse_results,
+    )
 
 
 @register(CodeTaskConfig)
 class CodeTask(PromptPool):
     """A file of programming problems with tests (see the module docstring)."""
 
-    isolate_checker = False     # the sandbox isolates each run; a worker process would add nothing
-    score_workers = SCORE_WORKERS   # programs mostly wait on their process: score beside generation
+    isolate_checker = False  # the sandbox isolates each run; a worker process would add nothing
+    score_workers = SCORE_WORKERS  # programs mostly wait on their process: score beside generation
 
     def __init__(self, cfg: CodeTaskConfig, ctx: TaskContext = TaskContext()):
         path, limit, self.answer_marker = cfg.path, ctx.limit(cfg), cfg.answer_marker or THINK_CLOSE
@@ -295,8 +324,9 @@ class CodeTask(PromptPool):
         self.instruction = instruction_for(cfg.answer_instruction, self.answer_marker)
         made = [self._make(name, i, r, path, ctx.tokenizer, self.instruction) for i, r in enumerate(records)]
         prompts, duplicates = dedupe(made)
-        self._train, self._val, _ = split_rows(prompts, duplicates, path, limit, cfg.val_size, val_share,
-                                               ctx.min_train, cfg.train_size, cfg.seed)
+        self._train, self._val, _ = split_rows(
+            prompts, duplicates, path, limit, cfg.val_size, val_share, ctx.min_train, cfg.train_size, cfg.seed
+        )
         self.name = f"code:{name}"
         self.seed = cfg.seed
 
@@ -305,8 +335,9 @@ class CodeTask(PromptPool):
         where = f"{path}: row {index}"
         field = next((f for f in PROMPT_FIELDS if f in row), None)
         if field is None or not isinstance(row[field], str) or not row[field].strip():
-            raise ScaleRLError(f"{where}: expected a non-empty text column {' or '.join(PROMPT_FIELDS)}, found "
-                               f"{sorted(row)}")
+            raise ScaleRLError(
+                f"{where}: expected a non-empty text column {' or '.join(PROMPT_FIELDS)}, found {sorted(row)}"
+            )
         tests = parse_tests(row, where)
         question = row[field]
         calls = sorted({t.fn for t in tests if t.kind == "call"})
@@ -315,13 +346,20 @@ class CodeTask(PromptPool):
         elif all(t.kind == "stdio" for t in tests):
             task = STDIO_INSTRUCTION
         else:
-            task = FUNCTION_INSTRUCTION.format(what="what the tests below use") + "\n" + "\n".join(
-                t.code for t in tests[:1] if t.kind == "assert")
+            task = (
+                FUNCTION_INSTRUCTION.format(what="what the tests below use")
+                + "\n"
+                + "\n".join(t.code for t in tests[:1] if t.kind == "assert")
+            )
         body = f"{question}\n\n{task}"
         answer = json.dumps([t.__dict__ for t in tests], default=str)
         h = hashlib.sha256(f"{question}\x00{answer}".encode()).hexdigest()[:12]
-        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(body, tokenizer, instruction), answer=answer,
-                      meta={"row": index, "hash": h, "question": question, "tests": tests, "kind": "code"})
+        return Prompt(
+            id=f"{name}:{index}:{h}",
+            text=_apply_template(body, tokenizer, instruction),
+            answer=answer,
+            meta={"row": index, "hash": h, "question": question, "tests": tests, "kind": "code"},
+        )
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
@@ -329,5 +367,6 @@ class CodeTask(PromptPool):
 
 def sandbox_limits(sb: SandboxConfig) -> Limits:
     """The sandbox's limits of one program run, from `sandbox` of the run's config."""
-    return Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb, output_limit=sb.output_limit, nproc=sb.nproc,
-                  disk_mb=sb.disk_mb)
+    return Limits(
+        timeout_s=sb.timeout_s, memory_mb=sb.memory_mb, output_limit=sb.output_limit, nproc=sb.nproc, disk_mb=sb.disk_mb
+    )

@@ -55,9 +55,11 @@ def random_tree(rng: random.Random, depth: int):
 
 def render(tree) -> str:
     """Python source of the tree, fully parenthesised below the top so precedence is never in doubt."""
+
     def inner(t) -> str:
         s = render(t)
         return f"({s})" if t[0] in BINARY else s
+
     head = tree[0]
     if head in ("a", "b"):
         return head
@@ -116,14 +118,26 @@ def problem(seed: int, levels: tuple[int, ...], split: str, index: int, tokenize
             break
     pairs = [(rng.randint(-50, 50), rng.randint(-50, 50)) for _ in range(TESTS)]
     tests = [CodeTest("stdio", input=f"{a} {b}\n", output=f"{value(tree, a, b)}\n") for a, b in pairs]
-    text = (f"Write a Python program that reads two integers a and b (one line, separated by a space) from "
-            f"standard input and prints the value of {expr}.\n\n{STDIO_INSTRUCTION}")
+    text = (
+        f"Write a Python program that reads two integers a and b (one line, separated by a space) from "
+        f"standard input and prints the value of {expr}.\n\n{STDIO_INSTRUCTION}"
+    )
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
-    return Prompt(id=f"code-expr/s{seed}/{split}/{index}", text=text, answer=reference_program(expr),
-                  meta={"subset": f"depth{depth}", "tests": tests, "expression": expr, "kind": "code",
-                        "target": warm_target(expr)})
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+    return Prompt(
+        id=f"code-expr/s{seed}/{split}/{index}",
+        text=text,
+        answer=reference_program(expr),
+        meta={
+            "subset": f"depth{depth}",
+            "tests": tests,
+            "expression": expr,
+            "kind": "code",
+            "target": warm_target(expr),
+        },
+    )
 
 
 def parse_name(name: str) -> tuple[int, ...]:

@@ -51,7 +51,7 @@ from scalerl.types import Prompt
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _QUESTION_FIELDS = ("prompt", "problem")
-VAL_FRACTION = 10          # a file without task.val_size holds out a tenth of its distinct rows
+VAL_FRACTION = 10  # a file without task.val_size holds out a tenth of its distinct rows
 
 
 def _lines(path: Path) -> list[tuple[int, str]]:
@@ -62,8 +62,9 @@ def _lines(path: Path) -> list[tuple[int, str]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ScaleRLError(f"{path} line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                                   f"{e.start + 1})") from None
+                raise ScaleRLError(
+                    f"{path} line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+                ) from None
             if text.strip():
                 out.append((number, text))
     return out
@@ -84,7 +85,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 def _read_json(path: Path) -> list[dict]:
     text = "".join(t for _, t in _lines(path))
     if not text.lstrip().startswith("["):
-        return _read_jsonl(path)                         # JSON lines in a .json file
+        return _read_jsonl(path)  # JSON lines in a .json file
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
@@ -96,8 +97,8 @@ def _read_json(path: Path) -> list[dict]:
 
 
 def _read_csv(path: Path) -> list[dict]:
-    lines = _lines(path)                                 # checks the encoding, line by line
-    csv.field_size_limit(sys.maxsize)                    # long fields are the length limit's business
+    lines = _lines(path)  # checks the encoding, line by line
+    csv.field_size_limit(sys.maxsize)  # long fields are the length limit's business
     try:
         return list(csv.DictReader(t for _, t in lines))
     except csv.Error as e:
@@ -125,8 +126,10 @@ def _read_saved(path: Path) -> list[dict]:
     try:
         ds = datasets.load_from_disk(str(path))
     except FileNotFoundError as e:
-        raise ScaleRLError(f"task.path {str(path)!r}: a folder, but not one saved by datasets' save_to_disk "
-                           f"({' '.join(str(e).split())[:200]})") from None
+        raise ScaleRLError(
+            f"task.path {str(path)!r}: a folder, but not one saved by datasets' save_to_disk "
+            f"({' '.join(str(e).split())[:200]})"
+        ) from None
     return _train_split(ds, str(path)).to_list()
 
 
@@ -137,13 +140,15 @@ def _read_hub(name: str) -> list[dict]:
     try:
         ds = datasets.load_dataset(name)
     except (ConnectionError, FileNotFoundError, ValueError) as e:
-        raise ScaleRLError(f"task.path {name!r}: no such file or folder, and not loadable as a Hugging Face Hub "
-                           f"dataset ({' '.join(str(e).split())[:200]})") from None
+        raise ScaleRLError(
+            f"task.path {name!r}: no such file or folder, and not loadable as a Hugging Face Hub "
+            f"dataset ({' '.join(str(e).split())[:200]})"
+        ) from None
     return _train_split(ds, name).to_list()
 
 
 def _train_split(ds, source: str):
-    if not hasattr(ds, "keys"):                          # a Dataset, not a DatasetDict
+    if not hasattr(ds, "keys"):  # a Dataset, not a DatasetDict
         return ds
     if "train" not in ds:
         raise ScaleRLError(f"{source}: expected a 'train' split, found {', '.join(ds.keys())}")
@@ -158,8 +163,10 @@ def read_records(path: str) -> list[dict]:
     if p.suffix.lower() not in _READERS:
         if not p.exists() and _HUB_ID.fullmatch(path):
             return _read_hub(path)
-        raise ScaleRLError(f"task.path {path!r}: expected a {', '.join(_SUFFIXES)} file, a folder saved by "
-                           f"datasets' save_to_disk, or a Hugging Face Hub dataset id")
+        raise ScaleRLError(
+            f"task.path {path!r}: expected a {', '.join(_SUFFIXES)} file, a folder saved by "
+            f"datasets' save_to_disk, or a Hugging Face Hub dataset id"
+        )
     if not p.is_file():
         raise ScaleRLError(f"task.path {path!r}: no such file")
     if p.stat().st_size == 0:
@@ -191,7 +198,7 @@ def read_rows(path: str, columns: dict[str, str] | None = None) -> list[Row]:
         q, a = record.get(field), record.get(answer)
         if a is None or isinstance(a, (dict, list)) or not str(a).strip():
             raise ScaleRLError(f"{path}: row {i} has no {answer!r}")
-        others = {k: v for k, v in record.items() if k != field}    # as TRL: the answer too
+        others = {k: v for k, v in record.items() if k != field}  # as TRL: the answer too
         rows.append(Row(_question(path, i, field, q), str(a), others))
     return rows
 
@@ -202,22 +209,36 @@ def _columns(path: str, found: list[str], columns: dict[str, str]) -> tuple[str,
     answer = columns.get("answer", "answer")
     missing = [c for c in (field, answer) if c is not None and c not in found]
     if columns and missing:
-        raise ScaleRLError(f"{path}: task.columns names {', '.join(map(repr, missing))}, not a column of the file "
-                           f"(its columns: {', '.join(found)})")
+        raise ScaleRLError(
+            f"{path}: task.columns names {', '.join(map(repr, missing))}, not a column of the file "
+            f"(its columns: {', '.join(found)})"
+        )
     if field is None or missing:
-        raise ScaleRLError(f"{path}: expected columns prompt/answer or problem/answer, found {found} (set "
-                           f"task.columns={{prompt: <column>, answer: <column>}} to name others)")
+        raise ScaleRLError(
+            f"{path}: expected columns prompt/answer or problem/answer, found {found} (set "
+            f"task.columns={{prompt: <column>, answer: <column>}} to name others)"
+        )
     return field, answer
 
 
 def _question(path: str, row: int, field: str, value) -> str | list[dict]:
     """A row's prompt: non-empty text, or TRL's conversational form, a list of {role, content} messages."""
     if isinstance(value, list):
-        bad = next((m for m in value if not isinstance(m, dict) or not isinstance(m.get("role"), str)
-                    or not isinstance(m.get("content"), str)), None)
+        bad = next(
+            (
+                m
+                for m in value
+                if not isinstance(m, dict)
+                or not isinstance(m.get("role"), str)
+                or not isinstance(m.get("content"), str)
+            ),
+            None,
+        )
         if not value or bad is not None:
-            raise ScaleRLError(f"{path}: row {row} {field!r}: expected text or a list of {{role, content}} messages, "
-                               f"got {json.dumps(bad if value else value, default=str)[:120]}")
+            raise ScaleRLError(
+                f"{path}: row {row} {field!r}: expected text or a list of {{role, content}} messages, "
+                f"got {json.dumps(bad if value else value, default=str)[:120]}"
+            )
         return [{"role": m["role"], "content": m["content"]} for m in value]
     if value is None or isinstance(value, dict) or not str(value).strip():
         raise ScaleRLError(f"{path}: row {row} has no {field!r}")
@@ -238,7 +259,7 @@ def val_share(distinct: int) -> int:
 class FileTask(PromptPool):
     """A finite dataset: a training pool (traversed in epochs by the sampler) and a disjoint validation set."""
 
-    isolate_checker = True      # math-verify uses signal timeouts: run it in a worker process
+    isolate_checker = True  # math-verify uses signal timeouts: run it in a worker process
     score_workers = 0
 
     def __init__(self, cfg: FileTaskConfig, ctx: TaskContext = TaskContext()):
@@ -251,8 +272,9 @@ class FileTask(PromptPool):
         prompts, duplicates = dedupe([self._make(name, i, row, tokenizer, self.instruction, turns) for i, row in rows])
         if len(rows) > 1 and len(prompts) == 1:
             raise ScaleRLError(f"{path}: all {len(rows)} rows repeat one prompt; a dataset needs distinct prompts")
-        self._train, self._val, overlong = split_rows(prompts, duplicates, path, limit, cfg.val_size,
-                                                      val_share, ctx.min_train, cfg.train_size, cfg.seed)
+        self._train, self._val, overlong = split_rows(
+            prompts, duplicates, path, limit, cfg.val_size, val_share, ctx.min_train, cfg.train_size, cfg.seed
+        )
         self.name = f"file:{name}"
         self.seed = cfg.seed
         self.duplicates, self.overlong = duplicates, overlong
@@ -263,10 +285,12 @@ class FileTask(PromptPool):
     def _make(name: str, index: int, row: Row, tokenizer, instruction: str | None, turns: list[dict] = ()) -> Prompt:
         question = _question_key(row)
         h = _content_hash(question, row.answer)
-        return Prompt(id=f"{name}:{index}:{h}", text=_apply_template(row.question, tokenizer, instruction, turns),
-                      answer=row.answer,
-                      meta={"row": index, "hash": h, "question": question, "prompt": row.question,
-                            "columns": row.columns})
+        return Prompt(
+            id=f"{name}:{index}:{h}",
+            text=_apply_template(row.question, tokenizer, instruction, turns),
+            answer=row.answer,
+            meta={"row": index, "hash": h, "question": question, "prompt": row.question, "columns": row.columns},
+        )
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         """math-verify inline (main thread only); `RewardFn` runs it in a worker process."""
@@ -282,7 +306,9 @@ def _question_key(row: Row) -> str:
     return row.question if isinstance(row.question, str) else json.dumps(row.question, ensure_ascii=False)
 
 
-def take_shots(rows: list[tuple[int, Row]], shots: int, path: str, tokenizer) -> tuple[list[tuple[int, Row]], list[Row]]:
+def take_shots(
+    rows: list[tuple[int, Row]], shots: int, path: str, tokenizer
+) -> tuple[list[tuple[int, Row]], list[Row]]:
     """(the rows left, `shots` solved examples taken out of them): the first distinct rows in content-
     hash order, so never a validation row (the split holds out the last ones) and never trained on;
     the same whatever the seed or the file's order. Examples are chat turns: an instruct model only."""
@@ -312,14 +338,18 @@ def example_turns(examples: list[Row], marker: str) -> list[dict]:
     """The examples as earlier chat turns: each question's user turns, then the reply."""
     turns = []
     for row in examples:
-        asked = ([{"role": "user", "content": row.question}] if isinstance(row.question, str) else
-                 [m for m in row.question if m["role"] != "system"])
+        asked = (
+            [{"role": "user", "content": row.question}]
+            if isinstance(row.question, str)
+            else [m for m in row.question if m["role"] != "system"]
+        )
         turns += [*asked, {"role": "assistant", "content": example_reply(row.answer, marker)}]
     return turns
 
 
-def _apply_template(question: str | list[dict], tokenizer, instruction: str | None = None,
-                    turns: list[dict] = ()) -> str:
+def _apply_template(
+    question: str | list[dict], tokenizer, instruction: str | None = None, turns: list[dict] = ()
+) -> str:
     """The prompt text: a chat template's rendering (text becomes a user turn) with a generation
     prompt, `instruction` in a system turn (after the row's own system turn, if it has one; in the
     first user turn when the template refuses a system role), solved examples (`turns`, task.shots)
@@ -342,7 +372,9 @@ def _apply_template(question: str | list[dict], tokenizer, instruction: str | No
 
     try:
         return tokenizer.apply_chat_template(system, tokenize=False, add_generation_prompt=True)
-    except TemplateError:                   # a template without a system role (Gemma's): the first user turn
+    except TemplateError:  # a template without a system role (Gemma's): the first user turn
         first = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
-        told = [dict(m, content=f"{instruction}\n\n{m['content']}") if i == first else m for i, m in enumerate(messages)]
+        told = [
+            dict(m, content=f"{instruction}\n\n{m['content']}") if i == first else m for i, m in enumerate(messages)
+        ]
         return tokenizer.apply_chat_template(told, tokenize=False, add_generation_prompt=True)

@@ -47,15 +47,18 @@ def shares(weights: list[float] | None, n: int, names: list[str]) -> list[float]
 class MixTask:
     """Parts `(domain, task)` mixed by `weights` (see the module docstring)."""
 
-    def __init__(self, parts: list[tuple[str, object]], weights: list[float] | None, seed: int = 0,
-                 train_size: int | None = None):
+    def __init__(
+        self, parts: list[tuple[str, object]], weights: list[float] | None, seed: int = 0, train_size: int | None = None
+    ):
         names = [name for name, _ in parts]
         if len(set(names)) != len(names):
             raise ScaleRLError(f"task.name {','.join(names)}: a part is named twice")
         markers = {task.answer_marker for _, task in parts}
         if len(markers) > 1:
-            raise ScaleRLError(f"task.name {','.join(names)}: the parts read answers at different markers "
-                               f"({', '.join(sorted(markers))}); set task.answer_marker")
+            raise ScaleRLError(
+                f"task.name {','.join(names)}: the parts read answers at different markers "
+                f"({', '.join(sorted(markers))}); set task.answer_marker"
+            )
         self.parts = parts
         self.name = ",".join(names)
         self.shares = shares(weights, len(parts), names)

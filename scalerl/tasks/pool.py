@@ -23,7 +23,7 @@ from typing import Callable
 from scalerl.errors import ScaleRLError
 from scalerl.types import Prompt
 
-CHARS_PER_TOKEN_MAX = 16     # a prompt of more characters per token than this counts as over the limit
+CHARS_PER_TOKEN_MAX = 16  # a prompt of more characters per token than this counts as over the limit
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class PromptLimit:
     """The prompt-length rule of a run (None: no limit)."""
 
     max_tokens: int | None = None
-    overlong: str = "skip"       # skip | refuse
-    tokenizer: object = None     # None: one token per character
+    overlong: str = "skip"  # skip | refuse
+    tokenizer: object = None  # None: one token per character
 
 
 def n_tokens_capped(text: str, limit: PromptLimit) -> int:
@@ -57,8 +57,10 @@ def apply_limit(prompts: list[Prompt], limit: PromptLimit, source: str) -> tuple
         elif limit.overlong == "refuse":
             where = f" row {p.meta['row']}" if "row" in p.meta else f" prompt {p.id!r}"
             size = f"{n} tokens" if n <= limit.max_tokens else f"{len(p.text):,} characters"
-            raise ScaleRLError(f"{source}{where}: a prompt of {size}, over task.max_prompt_tokens={limit.max_tokens} "
-                               f"(set task.overlong=skip to skip such rows, or raise the limit)")
+            raise ScaleRLError(
+                f"{source}{where}: a prompt of {size}, over task.max_prompt_tokens={limit.max_tokens} "
+                f"(set task.overlong=skip to skip such rows, or raise the limit)"
+            )
     return kept, len(prompts) - len(kept)
 
 
@@ -78,8 +80,10 @@ def check_sizes(source: str, distinct: int, val_size: int, min_train: int, dropp
     if distinct - val_size >= min_train:
         return
     need = f"task.val_size={val_size} held out for validation + batch.prompts={min_train} for one training batch"
-    raise ScaleRLError(f"{source}: {distinct} distinct prompts{dropped}, need at least {val_size + min_train} "
-                       f"({need}); lower task.val_size or batch.prompts, or add rows")
+    raise ScaleRLError(
+        f"{source}: {distinct} distinct prompts{dropped}, need at least {val_size + min_train} "
+        f"({need}); lower task.val_size or batch.prompts, or add rows"
+    )
 
 
 def report_dropped(source: str, duplicates: int, overlong: int, limit: PromptLimit) -> str:
@@ -123,8 +127,17 @@ class PromptPool:
         return self._val[:n]
 
 
-def split_rows(prompts: list[Prompt], duplicates: int, source: str, limit: PromptLimit, val_size: int | None,
-               default_val: Callable[[int], int], min_train: int, train_size: int | None, seed: int) -> tuple[list[Prompt], list[Prompt], int]:
+def split_rows(
+    prompts: list[Prompt],
+    duplicates: int,
+    source: str,
+    limit: PromptLimit,
+    val_size: int | None,
+    default_val: Callable[[int], int],
+    min_train: int,
+    train_size: int | None,
+    seed: int,
+) -> tuple[list[Prompt], list[Prompt], int]:
     """A dataset's prompts (already deduplicated) into (train, val, overlong): prompts over `limit`
     dropped, the sizes checked (`val_size` None: `default_val` of the prompts kept), the validation set the last
     `val_size` by content hash (the same whatever the seed), the training pool shuffled by `seed`
@@ -134,6 +147,6 @@ def split_rows(prompts: list[Prompt], duplicates: int, source: str, limit: Promp
     val_size = val_size if val_size is not None else default_val(len(prompts))
     check_sizes(source, len(prompts), val_size, min_train, dropped)
     by_hash = sorted(prompts, key=lambda p: p.meta["hash"])
-    train, val = by_hash[:len(by_hash) - val_size], by_hash[len(by_hash) - val_size:]
+    train, val = by_hash[: len(by_hash) - val_size], by_hash[len(by_hash) - val_size :]
     random.Random(seed).shuffle(train)
     return train[:train_size], val, overlong

@@ -34,14 +34,15 @@ class TaskContext:
     room: int | None = None
     min_train: int = 1
     think: bool = False
-    sandbox: object = None          # a SandboxConfig (None: its defaults)
+    sandbox: object = None  # a SandboxConfig (None: its defaults)
     stop_early: bool = False
 
     def limit(self, cfg) -> PromptLimit:
         """The prompt-length rule of a task that has one (`max_prompt_tokens`, else the context's room)."""
         if cfg.max_prompt_tokens is None and self.room is not None and self.room < 1:
-            raise ScaleRLError(f"rollout.max_new_tokens leaves no room for a prompt in the model's context "
-                               f"({self.room} tokens)")
+            raise ScaleRLError(
+                f"rollout.max_new_tokens leaves no room for a prompt in the model's context ({self.room} tokens)"
+            )
         return PromptLimit(cfg.max_prompt_tokens or self.room, cfg.overlong, self.tokenizer)
 
     def sandboxed(self) -> SandboxConfig:
@@ -56,9 +57,11 @@ class TaskContext:
 def register(config_cls: type) -> Callable:
     """Decorator: `build` (a task class, or a function) makes the task of `config_cls` as `build(cfg, ctx)`
     (see the module docstring)."""
+
     def add(build: Callable) -> Callable:
         TASKS[config_cls] = build
         return build
+
     return add
 
 
@@ -71,8 +74,10 @@ def _first_use(cls: type) -> Callable:
     """The builder of `cls`, its module imported (`cls.module`), which registers it."""
     importlib.import_module(cls.module)
     if cls not in TASKS:
-        raise ScaleRLError(f"task.type {cls.model_fields['type'].default!r}: no task is registered for "
-                           f"{cls.__name__} (its module {cls.module} registers none)")
+        raise ScaleRLError(
+            f"task.type {cls.model_fields['type'].default!r}: no task is registered for "
+            f"{cls.__name__} (its module {cls.module} registers none)"
+        )
     return TASKS[cls]
 
 

@@ -45,11 +45,11 @@ from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
 
 RG_ANSWER_MAX_CHARS = 2048
-DEFAULT_TRAIN_SIZE = 1024            # training pool of a reasoning-gym task (`task.train_size`)
-_VAL_SEED_OFFSET = 1_000_003        # validation entries come from the generator under seed + this
-_SHOT_SEED_OFFSET = 2_000_006       # and the examples of `task.shots` under seed + this
-_OVERDRAW = 4                       # draw at most this many entries per wanted distinct one
-_RESERVED = ("seed", "size")        # set by scalerl (task.seed, task.train_size / val_size)
+DEFAULT_TRAIN_SIZE = 1024  # training pool of a reasoning-gym task (`task.train_size`)
+_VAL_SEED_OFFSET = 1_000_003  # validation entries come from the generator under seed + this
+_SHOT_SEED_OFFSET = 2_000_006  # and the examples of `task.shots` under seed + this
+_OVERDRAW = 4  # draw at most this many entries per wanted distinct one
+_RESERVED = ("seed", "size")  # set by scalerl (task.seed, task.train_size / val_size)
 
 
 def _registry() -> dict:
@@ -80,7 +80,9 @@ def dataset_options(names: list[str], options: dict) -> dict[str, dict]:
     per = {names[0]: dict(options)} if len(names) == 1 else {n: dict(options.get(n) or {}) for n in names}
     if len(names) > 1 and set(options) - set(names):
         extra = sorted(set(options) - set(names))
-        raise ScaleRLError(f"task.options: {extra} are not datasets of the mix {names}; give {{<dataset>: {{options}}}}")
+        raise ScaleRLError(
+            f"task.options: {extra} are not datasets of the mix {names}; give {{<dataset>: {{options}}}}"
+        )
     registry = _registry()
     for n, opts in per.items():
         if not isinstance(opts, dict):
@@ -128,7 +130,7 @@ class RgScorer:
 class RgTask(PromptPool):
     """reasoning-gym dataset(s) as a finite training pool and a disjoint validation set."""
 
-    isolate_checker = False     # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
+    isolate_checker = False  # pure Python scorers on answers of at most RG_ANSWER_MAX_CHARS
     score_workers = 0
 
     def __init__(self, cfg: RgTaskConfig, ctx: TaskContext = TaskContext()):
@@ -142,9 +144,10 @@ class RgTask(PromptPool):
         if cfg.shots:
             shot_ds = build_dataset(self.names, per, weights, seed + _SHOT_SEED_OFFSET, _OVERDRAW * cfg.shots)
             examples = [(e["question"], str(e["answer"])) for e in (shot_ds[i] for i in range(len(shot_ds)))]
-            examples = examples[:cfg.shots]
-        self._format = _formatter(ctx.tokenizer, cfg.system_prompt, ctx.think, examples,
-                                  instruction_for(cfg.answer_instruction, ANSWER_TAG))
+            examples = examples[: cfg.shots]
+        self._format = _formatter(
+            ctx.tokenizer, cfg.system_prompt, ctx.think, examples, instruction_for(cfg.answer_instruction, ANSWER_TAG)
+        )
         held = {q for q, _ in examples}
         train_ds = build_dataset(self.names, per, weights, seed, _OVERDRAW * train_size)
         train = self._draw(train_ds, "train", train_size, exclude=held)
@@ -154,12 +157,14 @@ class RgTask(PromptPool):
         val, over_v = apply_limit(val, limit, f"task {self.name}")
         dropped = report_dropped(f"task {self.name}", 0, over_t + over_v, limit)
         if len(val) < val_size:
-            raise ScaleRLError(f"task {self.name}: only {len(val)} validation prompts distinct from the training "
-                               f"pool{dropped}, task.val_size is {val_size}; lower it or widen the dataset's options")
+            raise ScaleRLError(
+                f"task {self.name}: only {len(val)} validation prompts distinct from the training "
+                f"pool{dropped}, task.val_size is {val_size}; lower it or widen the dataset's options"
+            )
         check_sizes(f"task {self.name}", len(train) + len(val), len(val), min_train, dropped)
         self._train, self._val = train, val
         self.answer_marker = cfg.answer_marker or ANSWER_TAG
-        self.checker = RgScorer(train_ds, self.answer_marker)   # scores any entry (a mix dispatches by its source)
+        self.checker = RgScorer(train_ds, self.answer_marker)  # scores any entry (a mix dispatches by its source)
 
     def _draw(self, ds, split: str, n: int, exclude: set[str]) -> list[Prompt]:
         """Up to `n` entries of `ds` with distinct questions not in `exclude`, in index order."""
@@ -171,18 +176,31 @@ class RgTask(PromptPool):
             if entry["question"] in seen:
                 continue
             seen.add(entry["question"])
-            out.append(Prompt(id=f"{self.name}/s{self.seed}/{split}/{index}", text=self._format(entry["question"]),
-                              answer=str(entry["answer"]),
-                              meta={"entry": entry, "question": entry["question"],
-                                    "subset": entry["metadata"].get("source_dataset", self.names[0])}))
+            out.append(
+                Prompt(
+                    id=f"{self.name}/s{self.seed}/{split}/{index}",
+                    text=self._format(entry["question"]),
+                    answer=str(entry["answer"]),
+                    meta={
+                        "entry": entry,
+                        "question": entry["question"],
+                        "subset": entry["metadata"].get("source_dataset", self.names[0]),
+                    },
+                )
+            )
         return out
 
     def check(self, completion_text: str, prompt: Prompt) -> bool:
         return self.checker(completion_text, prompt) >= 1.0
 
 
-def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list[tuple[str, str]] = (),
-               instruction: str | None = None):
+def _formatter(
+    tokenizer,
+    system_prompt: str | None,
+    think: bool,
+    examples: list[tuple[str, str]] = (),
+    instruction: str | None = None,
+):
     """question -> prompt text, as reasoning-gym's examples format it (see the module docstring);
     `examples`: (question, answer) pairs shown as earlier chat turns (`task.shots`); `instruction`:
     where the answer goes, before the question of a model without a chat template (an instruct
@@ -199,12 +217,17 @@ def _formatter(tokenizer, system_prompt: str | None, think: bool, examples: list
     shown = []
     for q, a in examples:
         reply = f"<answer>{a}</answer>"
-        shown += [{"role": "user", "content": q},
-                  {"role": "assistant", "content": f"<think>\n</think>\n{reply}" if think else reply}]
+        shown += [
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": f"<think>\n</think>\n{reply}" if think else reply},
+        ]
 
     def wrap(question: str) -> str:
-        messages = ([{"role": "system", "content": system}] if system else []) + shown + [
-            {"role": "user", "content": question}]
+        messages = (
+            ([{"role": "system", "content": system}] if system else [])
+            + shown
+            + [{"role": "user", "content": question}]
+        )
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + opener
 
     return wrap

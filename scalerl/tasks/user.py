@@ -31,7 +31,6 @@ import math
 from pathlib import Path
 
 from scalerl.config import DEFAULT_VAL_SIZE, PythonTaskConfig
-from scalerl.user_code import load_module
 from scalerl.errors import ScaleRLError, UserCodeError, located, retold
 from scalerl.rewards import ANSWER_TAG, answer_section, instruction_for
 from scalerl.tasks.arith import DEFAULT_TRAIN_SIZE
@@ -39,9 +38,10 @@ from scalerl.tasks.files import FileTask, Row, val_share
 from scalerl.tasks.pool import PromptPool, dedupe, split_rows
 from scalerl.tasks.registry import TaskContext, register
 from scalerl.types import Prompt
+from scalerl.user_code import load_module
 
 METHODS = ("prompts", "check")
-DRAWS_PER_PROMPT = 20     # a class that repeats itself: give up after this many draws per prompt wanted
+DRAWS_PER_PROMPT = 20  # a class that repeats itself: give up after this many draws per prompt wanted
 
 
 def load_task_class(spec: str) -> type:
@@ -60,17 +60,24 @@ def load_task_class(spec: str) -> type:
         if not inspect.isclass(cls):
             raise ScaleRLError(f"task.path {spec!r}: {target} has no class {name!r}")
     else:
-        found = [c for _, c in inspect.getmembers(module, inspect.isclass)
-                 if c.__module__ == module.__name__ and all(callable(getattr(c, m, None)) for m in METHODS)]
+        found = [
+            c
+            for _, c in inspect.getmembers(module, inspect.isclass)
+            if c.__module__ == module.__name__ and all(callable(getattr(c, m, None)) for m in METHODS)
+        ]
         if len(found) != 1:
             what = "no class" if not found else f"{len(found)} classes ({', '.join(c.__name__ for c in found)})"
-            raise ScaleRLError(f"task.path {spec!r}: {target} defines {what} with methods prompts(seed) and "
-                               f"check(answer, reference); expected one (or name it: {target}:<Class>)")
+            raise ScaleRLError(
+                f"task.path {spec!r}: {target} defines {what} with methods prompts(seed) and "
+                f"check(answer, reference); expected one (or name it: {target}:<Class>)"
+            )
         cls = found[0]
     missing = [m for m in METHODS if not callable(getattr(cls, m, None))]
     if missing:
-        raise ScaleRLError(f"task.path {spec!r}: class {cls.__name__} has no method {' or '.join(missing)}; expected "
-                           "prompts(seed) -> (question, answer) pairs and check(answer, reference) -> bool | float")
+        raise ScaleRLError(
+            f"task.path {spec!r}: class {cls.__name__} has no method {' or '.join(missing)}; expected "
+            "prompts(seed) -> (question, answer) pairs and check(answer, reference) -> bool | float"
+        )
     return cls
 
 
@@ -79,12 +86,16 @@ def _pair(item, spec: str, index: int) -> tuple:
     if isinstance(item, dict) and "prompt" in item and "answer" in item:
         item = (item["prompt"], item["answer"])
     if not isinstance(item, (tuple, list)) or len(item) != 2 or item[1] is None or not str(item[1]).strip():
-        raise ScaleRLError(f"task.path {spec!r}: prompts() item {index} is {str(item)[:80]}; expected (question, "
-                           "answer) or {prompt: ..., answer: ...} with a non-empty answer")
+        raise ScaleRLError(
+            f"task.path {spec!r}: prompts() item {index} is {str(item)[:80]}; expected (question, "
+            "answer) or {prompt: ..., answer: ...} with a non-empty answer"
+        )
     question, answer = item
     if not isinstance(question, (str, list)) or not question:
-        raise ScaleRLError(f"task.path {spec!r}: prompts() item {index}: the question is {str(question)[:80]}; "
-                           "expected text or a list of {role, content} messages")
+        raise ScaleRLError(
+            f"task.path {spec!r}: prompts() item {index}: the question is {str(question)[:80]}; "
+            "expected text or a list of {role, content} messages"
+        )
     return question, str(answer)
 
 
@@ -102,8 +113,10 @@ def draw_rows(source, seed: int, want: int, spec: str) -> tuple[list[Row], bool]
             if len(rows) == want:
                 return rows, False
     if next(items, None) is not None:
-        raise ScaleRLError(f"task.path {spec!r}: {want * DRAWS_PER_PROMPT:,} prompts drawn hold only {len(rows)} "
-                           f"distinct questions of the {want} wanted (task.train_size + task.val_size)")
+        raise ScaleRLError(
+            f"task.path {spec!r}: {want * DRAWS_PER_PROMPT:,} prompts drawn hold only {len(rows)} "
+            f"distinct questions of the {want} wanted (task.train_size + task.val_size)"
+        )
     return rows, True
 
 
@@ -149,7 +162,7 @@ def user_check(completion_text: str, prompt: Prompt, check, marker: str, spec: s
 class UserTask(PromptPool):
     """The prompts of a user's class, a training pool and a disjoint validation set (see the module docstring)."""
 
-    isolate_checker = False     # the user's check runs in the scoring thread (a process would load the file again)
+    isolate_checker = False  # the user's check runs in the scoring thread (a process would load the file again)
     score_workers = 0
 
     def __init__(self, cfg: PythonTaskConfig, ctx: TaskContext = TaskContext()):
@@ -164,11 +177,13 @@ class UserTask(PromptPool):
         rows, ended = draw_rows(source, seed, want, spec)
         self.name = f"python:{cls.__name__}"
         self.instruction = instruction_for(cfg.answer_instruction, answer_marker)
-        prompts, duplicates = dedupe([FileTask._make(self.name, i, row, ctx.tokenizer, self.instruction)
-                                      for i, row in enumerate(rows)])
+        prompts, duplicates = dedupe(
+            [FileTask._make(self.name, i, row, ctx.tokenizer, self.instruction) for i, row in enumerate(rows)]
+        )
         default_val = val_share if ended else (lambda n: DEFAULT_VAL_SIZE)
-        self._train, self._val, self.overlong = split_rows(prompts, duplicates, spec, limit, val_size, default_val,
-                                                           ctx.min_train, train_size, seed)
+        self._train, self._val, self.overlong = split_rows(
+            prompts, duplicates, spec, limit, val_size, default_val, ctx.min_train, train_size, seed
+        )
         self.seed = seed
         self.answer_marker = answer_marker
         self.checker = functools.partial(user_check, check=source.check, marker=answer_marker, spec=spec)

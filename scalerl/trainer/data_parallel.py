@@ -62,7 +62,7 @@ class TrainerWorker:
         self.cfg = Config.model_validate_json(cfg_json)
         device = resolve_device(self.cfg.model.device)
         self.model, tokenizer = load_model(self.cfg.model.name, dtype=self.cfg.model.dtype, device=device)
-        if self.cfg.model.lora is not None:   # the adapters' values come from rank 0 (`load`)
+        if self.cfg.model.lora is not None:  # the adapters' values come from rank 0 (`load`)
             from scalerl.lora import apply_lora
 
             self.model = apply_lora(self.model, self.cfg.model.lora)
@@ -89,16 +89,21 @@ class TrainerWorker:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
 
-def start_workers(cfg: Config, world: int, rendezvous: str, first_rank: int = 1,
-                  options: Callable[[int], dict] | None = None) -> tuple[list, list]:
+def start_workers(
+    cfg: Config, world: int, rendezvous: str, first_rank: int = 1, options: Callable[[int], dict] | None = None
+) -> tuple[list, list]:
     """Trainer worker actors for ranks first_rank..world-1, and the refs of their `join()` calls
     (submitted once all are placed; a rank 0 outside them must join too before those return)."""
     import ray
 
     cls = ray.remote(TrainerWorker)
     threads = max(1, int(cfg.ray.trainer_cpus))
-    workers = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus, **(options(rank) if options else {}))
-               .remote(cfg.model_dump_json(), rank, world, rendezvous, threads) for rank in range(first_rank, world)]
+    workers = [
+        cls.options(
+            num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus, **(options(rank) if options else {})
+        ).remote(cfg.model_dump_json(), rank, world, rendezvous, threads)
+        for rank in range(first_rank, world)
+    ]
     placed(cfg, workers)
     return workers, [w.join.remote() for w in workers]
 
@@ -114,9 +119,11 @@ def placed(cfg: Config, actors: list) -> None:
     except GetTimeoutError:
         for a in actors:
             ray.kill(a)
-        raise ScaleRLError(f"{len(actors)} trainer rank actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
-                           f"ray.trainer_gpus {cfg.ray.trainer_gpus:g} each) were not placed within {PLACE_TIMEOUT_S} s: "
-                           "compare with the free resources in `ray status`") from None
+        raise ScaleRLError(
+            f"{len(actors)} trainer rank actors (ray.trainer_cpus {cfg.ray.trainer_cpus:g}, "
+            f"ray.trainer_gpus {cfg.ray.trainer_gpus:g} each) were not placed within {PLACE_TIMEOUT_S} s: "
+            "compare with the free resources in `ray status`"
+        ) from None
 
 
 class DataParallelStep:
@@ -137,7 +144,7 @@ class DataParallelStep:
         import ray
 
         what = "the data-parallel trainer ranks"
-        self._store, rendezvous = rank_store(what)   # this process hosts it (rank 0) for the group's life
+        self._store, rendezvous = rank_store(what)  # this process hosts it (rank 0) for the group's life
         self.workers, joined = start_workers(self.cfg, self.world, rendezvous, options=self.options)
         device = next(model.parameters()).device
         join_group("nccl" if device.type == "cuda" else "gloo", rendezvous, 0, self.world, what, store=self._store)
@@ -149,8 +156,17 @@ class DataParallelStep:
         """None: rank 0's weights and optimizer are the checkpoint's."""
         return None
 
-    def __call__(self, model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
-                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+    def __call__(
+        self,
+        model,
+        optim: Optimizer,
+        groups: list[Group],
+        cfg: Config,
+        pad_id: int,
+        step: int,
+        ref_model=None,
+        advantages: torch.Tensor | None = None,
+    ) -> dict[str, float] | None:
         import ray
 
         shards = plan_shards(groups, cfg, self.world, advantages)
@@ -164,7 +180,7 @@ class DataParallelStep:
     def close(self) -> None:
         import ray
 
-        if not self.workers:   # never started
+        if not self.workers:  # never started
             return
         for w in self.workers:
             ray.kill(w, no_restart=True)

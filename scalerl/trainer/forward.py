@@ -51,26 +51,30 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 SHARED_ATTENTION = ("eager", "sdpa")  # attention implementations that take our 4D additive mask
-GROUPED = "scalerl_grouped"           # the shared path's attention on a CPU (`_grouped_attention`)
-GROUPED_DEVICES = ("cpu",)            # elsewhere (CUDA) the model's own eager/sdpa kernels run
+GROUPED = "scalerl_grouped"  # the shared path's attention on a CPU (`_grouped_attention`)
+GROUPED_DEVICES = ("cpu",)  # elsewhere (CUDA) the model's own eager/sdpa kernels run
 
 
 @dataclass
 class Batch:
-    input_ids: torch.Tensor       # (N, L) prompt + completion, right-padded
+    input_ids: torch.Tensor  # (N, L) prompt + completion, right-padded
     attention_mask: torch.Tensor  # (N, L)
-    positions: torch.Tensor       # (N, T) index in L of the hidden state predicting targets[:, t]
-    targets: torch.Tensor         # (N, T) completion tokens, padded with 0
-    gen_logprobs: torch.Tensor    # (N, T) generator logprobs (0 where masked)
-    mask: torch.Tensor            # (N, T) 1.0 for sampled completion tokens, 0 for padding/forced
-    prompt_ids: torch.Tensor      # (N,) group index 0..P-1 of each completion
-    prompt_lens: torch.Tensor     # (N,) prompt length of each completion
-    same_prompt: bool = True      # every completion of a group has its group's prompt tokens
+    positions: torch.Tensor  # (N, T) index in L of the hidden state predicting targets[:, t]
+    targets: torch.Tensor  # (N, T) completion tokens, padded with 0
+    gen_logprobs: torch.Tensor  # (N, T) generator logprobs (0 where masked)
+    mask: torch.Tensor  # (N, T) 1.0 for sampled completion tokens, 0 for padding/forced
+    prompt_ids: torch.Tensor  # (N,) group index 0..P-1 of each completion
+    prompt_lens: torch.Tensor  # (N,) prompt length of each completion
+    same_prompt: bool = True  # every completion of a group has its group's prompt tokens
 
     def to(self, device: torch.device) -> "Batch":
         """The same batch with every tensor on `device` (collate builds it on the CPU)."""
-        return Batch(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
-                        for f in fields(self)})
+        return Batch(
+            **{
+                f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+                for f in fields(self)
+            }
+        )
 
 
 def forward_options(cfg) -> dict:
@@ -81,8 +85,15 @@ def forward_options(cfg) -> dict:
     return {"fp32_head": m.fp32_head, "compute_dtype": compute_dtype(m), "share_prompt": m.share_prompt}
 
 
-def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool, compute_dtype: str = "fp32",
-                        share_prompt: bool = True, recompute: bool = False) -> torch.Tensor:
+def completion_logprobs(
+    model,
+    batch: Batch,
+    temperature: float,
+    fp32_head: bool,
+    compute_dtype: str = "fp32",
+    share_prompt: bool = True,
+    recompute: bool = False,
+) -> torch.Tensor:
     """Trainer log-probs (N, T) of the completion tokens under the sampling distribution; 0 where
     `batch.mask` is 0 (padding, forced interruption tokens: the head does not run there).
     `recompute`: each decoder layer keeps only its input for the backward and runs its forward
@@ -100,10 +111,16 @@ def completion_logprobs(model, batch: Batch, temperature: float, fp32_head: bool
         else:
             hidden = _unshared(model, batch, trunk, use_cache=False if recompute else None)
     head = model.get_output_embeddings()
-    on = batch.mask > 0                                                     # (N, T) the tokens the loss uses
-    logp = token_logprobs(hidden[on][None], _grad_leaf(head.weight, head.weight.detach()), batch.targets[on][None], temperature=temperature,
-                          fp32=fp32_head, head_bias=getattr(head, "bias", None))  # (1, M): the head skips padding
-    return logp.new_zeros(on.shape).masked_scatter(on, logp[0])            # (N, T), 0 where masked
+    on = batch.mask > 0  # (N, T) the tokens the loss uses
+    logp = token_logprobs(
+        hidden[on][None],
+        _grad_leaf(head.weight, head.weight.detach()),
+        batch.targets[on][None],
+        temperature=temperature,
+        fp32=fp32_head,
+        head_bias=getattr(head, "bias", None),
+    )  # (1, M): the head skips padding
+    return logp.new_zeros(on.shape).masked_scatter(on, logp[0])  # (N, T), 0 where masked
 
 
 def can_share(model, batch: Batch) -> bool:
@@ -115,8 +132,11 @@ def can_share(model, batch: Batch) -> bool:
 def _takes_our_mask(model) -> bool:
     """eager or sdpa attention, full causal everywhere (no sliding window, no logit soft-capping)."""
     text = model.config.get_text_config()
-    return (model.config._attn_implementation in SHARED_ATTENTION and not getattr(text, "sliding_window", None)
-            and not getattr(text, "attn_logit_softcapping", None))
+    return (
+        model.config._attn_implementation in SHARED_ATTENTION
+        and not getattr(text, "sliding_window", None)
+        and not getattr(text, "attn_logit_softcapping", None)
+    )
 
 
 def _trunks(model, compute_dtype: str, prompt_pass: bool = False):
@@ -133,13 +153,14 @@ def _trunks(model, compute_dtype: str, prompt_pass: bool = False):
     if not bf16 and not prompt_pass:
         return base, base, dtype
     named = list(base.named_parameters())
-    values = {name: p.detach().to(dtype) for name, p in named}       # fp32: the weights' own storage
+    values = {name: p.detach().to(dtype) for name, p in named}  # fp32: the weights' own storage
 
     def on(tensors: dict):
         return lambda **kwargs: functional_call(base, tensors, args=(), kwargs=kwargs)
 
     def leaves() -> dict:
         return {name: _grad_leaf(p, values[name]) for name, p in named}
+
     trunk = on(leaves()) if bf16 else base
     return trunk, (on(leaves()) if prompt_pass else trunk), dtype
 
@@ -163,6 +184,7 @@ def _grad_leaf(param: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             param.grad = torch.zeros_like(param)
         param.grad.add_(leaf.grad)
         leaf.grad = None
+
     leaf.register_post_accumulate_grad_hook(add)
     return leaf
 
@@ -200,14 +222,14 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling, dropo
     B, H, T, d = query.shape
     h = key.shape[1]
     r = H // h
-    q = query.reshape(B, h, r * T, d)                         # query head kv*r + j -> group kv, row j*T + t
-    scores = (torch.matmul(q, key.transpose(-1, -2)) * scaling).view(B, h, r, T, -1)        # (B, h, r, T, K)
+    q = query.reshape(B, h, r * T, d)  # query head kv*r + j -> group kv, row j*T + t
+    scores = (torch.matmul(q, key.transpose(-1, -2)) * scaling).view(B, h, r, T, -1)  # (B, h, r, T, K)
     if attention_mask is not None:
-        scores = scores + attention_mask[:, :, None]                                        # (B, 1, 1, T, K)
+        scores = scores + attention_mask[:, :, None]  # (B, 1, 1, T, K)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = F.dropout(probs, p=dropout, training=module.training)
-    out = torch.matmul(probs.view(B, h, r * T, -1), value)                                  # (B, h, r*T, d)
-    return out.view(B, H, T, -1).transpose(1, 2).contiguous(), None                         # (B, T, H, d_v)
+    out = torch.matmul(probs.view(B, h, r * T, -1), value)  # (B, h, r*T, d)
+    return out.view(B, H, T, -1).transpose(1, 2).contiguous(), None  # (B, T, H, d_v)
 
 
 AttentionInterface.register(GROUPED, _grouped_attention)
@@ -237,8 +259,10 @@ def _recomputed(model, cache: _PromptCache | None):
     the very casts its forward used, so both passes compute alike."""
     layers = _decoder_layers(model)
     if not layers:
-        raise ValueError(f"{type(model).__name__}: no transformers GradientCheckpointingLayer to recompute "
-                         "(batch.recompute needs a transformers decoder model; set batch.recompute=never)")
+        raise ValueError(
+            f"{type(model).__name__}: no transformers GradientCheckpointingLayer to recompute "
+            "(batch.recompute needs a transformers decoder model; set batch.recompute=never)"
+        )
 
     context_fn = _replay_contexts(model, cache)
     for layer in layers:
@@ -247,15 +271,16 @@ def _recomputed(model, cache: _PromptCache | None):
         yield
     finally:
         for layer in layers:
-            del layer.forward   # back to the class's forward
+            del layer.forward  # back to the class's forward
 
 
 def _replay_contexts(model, cache: _PromptCache | None):
     """`_recomputed`'s `context_fn` for `torch.utils.checkpoint`: (forward, replay) contexts, the replay keeping
     the forward's attention kernel and storing no prompt K/V."""
+
     def replay_context():
         attention = model.config._attn_implementation
-        prompt_pass = cache is not None and not cache.layers[0].frozen   # the completion pass only reads
+        prompt_pass = cache is not None and not cache.layers[0].frozen  # the completion pass only reads
 
         @contextmanager
         def replay():
@@ -266,21 +291,23 @@ def _replay_contexts(model, cache: _PromptCache | None):
                     yield
             finally:
                 model.config._attn_implementation = old
+
         return nullcontext(), replay()
+
     return replay_context
 
 
 def _checkpointed(layer, context_fn):
     """`layer`'s forward under `torch.utils.checkpoint` (non-reentrant, contexts from `context_fn`) while
     gradients are on: it keeps what enters the layer and runs the layer again in the backward."""
-    own = type(layer).forward.__get__(layer)   # the class's forward (no recursion into this wrapper)
+    own = type(layer).forward.__get__(layer)  # the class's forward (no recursion into this wrapper)
 
     def forward(*args, **kwargs):
         if not torch.is_grad_enabled():
             return own(*args, **kwargs)
         tensors = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}  # the bf16 casts, if any
 
-        def run(*a, **k):   # the forward, and its replay in the backward (after this context may have ended)
+        def run(*a, **k):  # the forward, and its replay in the backward (after this context may have ended)
             before = layer.__dict__.get("forward")
             layer.forward = own
             try:
@@ -290,14 +317,19 @@ def _checkpointed(layer, context_fn):
                     del layer.forward
                 else:
                     layer.forward = before
+
         return checkpoint(run, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
     return forward
 
 
 def _unshared(model, batch: Batch, trunk, use_cache: bool | None = None) -> torch.Tensor:
     """Every completion as a full sequence; hidden states (N, T, H) at the completion positions."""
-    hidden = trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   **({} if use_cache is None else {"use_cache": use_cache})).last_hidden_state
+    hidden = trunk(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        **({} if use_cache is None else {"use_cache": use_cache}),
+    ).last_hidden_state
     H = hidden.shape[-1]
     return torch.gather(hidden, 1, batch.positions.unsqueeze(-1).expand(-1, -1, H))  # (N, T, H)
 
@@ -309,39 +341,50 @@ def _shared(model, batch: Batch, trunk, dtype: torch.dtype, prompt_cache: _Promp
 
     dev = batch.input_ids.device
     N, T = batch.targets.shape
-    ctx = batch.prompt_lens.to(dev) - 1                                                     # (N,) context before the last prompt token
+    ctx = batch.prompt_lens.to(dev) - 1  # (N,) context before the last prompt token
     rows = torch.arange(N, device=dev)
     first = torch.full((int(batch.prompt_ids.max()) + 1,), N, dtype=torch.long, device=dev)
-    first = first.scatter_reduce(0, batch.prompt_ids, rows, reduce="amin")                 # (P,) first row of each group
-    p_ctx = ctx[first]                                           # (P,)
+    first = first.scatter_reduce(0, batch.prompt_ids, rows, reduce="amin")  # (P,) first row of each group
+    p_ctx = ctx[first]  # (P,)
     Lp = int(p_ctx.max())
     cols = torch.arange(T, device=dev)
     # completion inputs: the last prompt token, then the completion but its last token
-    take = (ctx[:, None] + cols[None, :]).clamp(max=batch.input_ids.shape[1] - 1)            # (N, T)
-    comp_ids = batch.input_ids.gather(1, take)                                              # (N, T)
-    comp_pos = ctx[:, None] + cols[None, :]                                                 # (N, T)
-    causal = cols[:, None] >= cols[None, :]                                                 # (T, T)
+    take = (ctx[:, None] + cols[None, :]).clamp(max=batch.input_ids.shape[1] - 1)  # (N, T)
+    comp_ids = batch.input_ids.gather(1, take)  # (N, T)
+    comp_pos = ctx[:, None] + cols[None, :]  # (N, T)
+    causal = cols[:, None] >= cols[None, :]  # (T, T)
     cache = None
-    kw = cache_kwarg(model.base_model)        # `cache` or, before transformers 5, `past_key_values`
+    kw = cache_kwarg(model.base_model)  # `cache` or, before transformers 5, `past_key_values`
     if Lp > 0:
         pcols = torch.arange(Lp, device=dev)
-        pad = Lp - p_ctx                                                                    # (P,) left padding
-        src = (pcols[None, :] - pad[:, None]).clamp(min=0)                                  # (P, Lp)
-        prompt_ids = batch.input_ids[first].gather(1, src)                                  # (P, Lp) left-padded
-        real = pcols[None, :] >= pad[:, None]                                               # (P, Lp) real tokens
-        allowed = (pcols[:, None] >= pcols[None, :])[None] & (real[:, None, :] | torch.eye(Lp, dtype=torch.bool,
-                                                                                           device=dev)[None])
+        pad = Lp - p_ctx  # (P,) left padding
+        src = (pcols[None, :] - pad[:, None]).clamp(min=0)  # (P, Lp)
+        prompt_ids = batch.input_ids[first].gather(1, src)  # (P, Lp) left-padded
+        real = pcols[None, :] >= pad[:, None]  # (P, Lp) real tokens
+        allowed = (pcols[:, None] >= pcols[None, :])[None] & (
+            real[:, None, :] | torch.eye(Lp, dtype=torch.bool, device=dev)[None]
+        )
         cache = prompt_cache
-        prompt_trunk(input_ids=prompt_ids, attention_mask=_mask(allowed, model, dtype), position_ids=src,
-              use_cache=True, **{kw: cache})                                        # K/V (P, h, Lp, d)
-        cache.expand(batch.prompt_ids)                                                      # K/V (N, h, Lp, d)
-        prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)                        # (N, T, Lp)
-        allowed = torch.cat([prefix, causal[None].expand(N, T, T)], dim=2)                 # (N, T, Lp + T)
+        prompt_trunk(
+            input_ids=prompt_ids,
+            attention_mask=_mask(allowed, model, dtype),
+            position_ids=src,
+            use_cache=True,
+            **{kw: cache},
+        )  # K/V (P, h, Lp, d)
+        cache.expand(batch.prompt_ids)  # K/V (N, h, Lp, d)
+        prefix = real[batch.prompt_ids][:, None, :].expand(N, T, Lp)  # (N, T, Lp)
+        allowed = torch.cat([prefix, causal[None].expand(N, T, T)], dim=2)  # (N, T, Lp + T)
     else:  # every prompt is one token: nothing to share
         allowed = causal[None].expand(N, T, T)
-    out = trunk(input_ids=comp_ids, attention_mask=_mask(allowed, model, dtype), position_ids=comp_pos,
-                use_cache=cache is not None, **{kw: cache})
-    return out.last_hidden_state                                                            # (N, T, H)
+    out = trunk(
+        input_ids=comp_ids,
+        attention_mask=_mask(allowed, model, dtype),
+        position_ids=comp_pos,
+        use_cache=cache is not None,
+        **{kw: cache},
+    )
+    return out.last_hidden_state  # (N, T, H)
 
 
 def _mask(allowed: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
@@ -362,13 +405,13 @@ class _PromptLayer(CacheLayerMixin):
         super().__init__()
         self.is_initialized = True
         self.frozen = False
-        self.replaying = False   # the backward's replay of the prompt pass (`_recomputed`): store nothing
+        self.replaying = False  # the backward's replay of the prompt pass (`_recomputed`): store nothing
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         raise RuntimeError("_PromptLayer needs no initialization")
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if self.replaying:   # the prompt pass again, in the backward: the same K/V, already expanded
+        if self.replaying:  # the prompt pass again, in the backward: the same K/V, already expanded
             return key_states, value_states
         if not self.frozen:  # the prompt pass
             self.keys, self.values = key_states, value_states
@@ -412,8 +455,11 @@ class _PromptCache(Cache):
         blocks = rows.numel() == P * G and torch.equal(rows, torch.arange(P, device=rows.device).repeat_interleave(G))
         for layer in self.layers:
             for name in ("keys", "values"):
-                kv = getattr(layer, name)                                                   # (P, h, Lp, d)
-                kv = kv[:, None].expand(P, G, *kv.shape[1:]).reshape(P * G, *kv.shape[1:]) if blocks \
-                    else kv.index_select(0, rows)                                           # (N, h, Lp, d)
+                kv = getattr(layer, name)  # (P, h, Lp, d)
+                kv = (
+                    kv[:, None].expand(P, G, *kv.shape[1:]).reshape(P * G, *kv.shape[1:])
+                    if blocks
+                    else kv.index_select(0, rows)
+                )  # (N, h, Lp, d)
                 setattr(layer, name, kv)
             layer.frozen = True

@@ -71,8 +71,9 @@ class Policy(torch.nn.Module):
         its FSDP hooks inside the checkpoint: the pre-backward gather serves the replay."""
         for layer in decoder_layers(self.model):
             layer.gradient_checkpointing = recompute
-        return completion_logprobs(self.model, batch, self.temperature, fp32_head=self.fp32_head,
-                                   compute_dtype="fp32", share_prompt=False)
+        return completion_logprobs(
+            self.model, batch, self.temperature, fp32_head=self.fp32_head, compute_dtype="fp32", share_prompt=False
+        )
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -81,8 +82,10 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     if not layers:
-        raise ScaleRLError(f"trainer.strategy=fsdp: {type(model).__name__} has no transformers decoder layers "
-                           "(GradientCheckpointingLayer) to shard; use trainer.strategy=ddp")
+        raise ScaleRLError(
+            f"trainer.strategy=fsdp: {type(model).__name__} has no transformers decoder layers "
+            "(GradientCheckpointingLayer) to shard; use trainer.strategy=ddp"
+        )
     return layers
 
 
@@ -90,12 +93,14 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
     """`model` (fp32) sharded over the default process group: one FSDP unit per decoder layer
     (computing in `model.compute_dtype`), the root `Policy` computing in fp32; gradients summed."""
     if next(model.parameters()).dtype != torch.float32:
-        raise ScaleRLError("trainer.strategy=fsdp keeps fp32 master weights: load the model in fp32 "
-                           "(model.compute_dtype sets the layers' compute dtype)")
+        raise ScaleRLError(
+            "trainer.strategy=fsdp keeps fp32 master weights: load the model in fp32 "
+            "(model.compute_dtype sets the layers' compute dtype)"
+        )
     from scalerl.models import compute_dtype
 
     layer_policy = MixedPrecisionPolicy(param_dtype=DTYPES[compute_dtype(cfg.model)], reduce_dtype=torch.float32)
-    for layer in decoder_layers(model):   # checkpointing is switched on per micro-batch (`Policy.forward`)
+    for layer in decoder_layers(model):  # checkpointing is switched on per micro-batch (`Policy.forward`)
         layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
         layer.gradient_checkpointing = False
         fully_shard(layer, mp_policy=layer_policy)
@@ -103,8 +108,8 @@ def shard(model: torch.nn.Module, cfg: Config) -> Policy:
     fully_shard(policy, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
     for unit in policy.modules():
         if isinstance(unit, FSDPModule):
-            unit.set_gradient_divide_factor(1.0)   # a sum over ranks: each rank's loss is its share already
-            unit.set_force_sum_reduction_for_comms(True)   # gloo has no pre-multiplied sum
+            unit.set_gradient_divide_factor(1.0)  # a sum over ranks: each rank's loss is its share already
+            unit.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
     return policy
 
 
@@ -131,12 +136,14 @@ def check_config(cfg: Config) -> None:
     from scalerl.rl.losses import uses_reference
 
     if uses_reference(cfg.loss):
-        raise ScaleRLError("loss.kl_beta > 0 is not supported with trainer.strategy=fsdp (no sharded reference "
-                           "model); set loss.kl_beta=0 or trainer.strategy=single")
+        raise ScaleRLError(
+            "loss.kl_beta > 0 is not supported with trainer.strategy=fsdp (no sharded reference "
+            "model); set loss.kl_beta=0 or trainer.strategy=single"
+        )
     if cfg.model.lora is not None:
-        raise ScaleRLError("model.lora is not supported with trainer.strategy=fsdp (adapters are small: use "
-                           "trainer.strategy=ddp)")
-
+        raise ScaleRLError(
+            "model.lora is not supported with trainer.strategy=fsdp (adapters are small: use trainer.strategy=ddp)"
+        )
 
 
 def all_reduce(flat: torch.Tensor) -> None:
@@ -157,12 +164,12 @@ class FSDPRank:
         check_config(cfg)
         torch.set_num_threads(threads)
         device = resolve_device(cfg.model.device)
-        if device == "cuda":   # one GPU per rank where there are enough (a Ray actor sees its own as cuda:0)
+        if device == "cuda":  # one GPU per rank where there are enough (a Ray actor sees its own as cuda:0)
             torch.cuda.set_device(rank % torch.cuda.device_count())
         torch.manual_seed(cfg.run.seed)
         model, tokenizer = load_model(cfg.model.name, dtype=cfg.model.dtype, device=device)
         self.cfg, self.rank, self.world, self.pad_id = cfg, rank, world, tokenizer.pad_token_id
-        if not dist.is_initialized():   # through the store its starter hosts (`host_store`: no port to collide)
+        if not dist.is_initialized():  # through the store its starter hosts (`host_store`: no port to collide)
             backend = "nccl" if device.startswith("cuda") else "gloo"
             join_group(backend, rendezvous, rank, world, "the FSDP trainer ranks")
         self.policy = shard(model.train(), cfg)
@@ -180,8 +187,16 @@ class FSDPRank:
     def step(self, shard_: Shard, step: int) -> dict[str, float]:
         from scalerl.trainer.step import shard_step
 
-        return shard_step(self.policy.model, self.optim, shard_, self.cfg, self.pad_id, step, reduce=all_reduce,
-                          sync=FSDPSync(self.policy))
+        return shard_step(
+            self.policy.model,
+            self.optim,
+            shard_,
+            self.cfg,
+            self.pad_id,
+            step,
+            reduce=all_reduce,
+            sync=FSDPSync(self.policy),
+        )
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The model's full state dict on rank 0 (CPU), gathered unit by unit; {} on the others."""
@@ -194,8 +209,11 @@ class FSDPRank:
         """Take the full weights given to rank 0 ({} on the others), broadcast and sharded."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(self.policy, {f"model.{k}": v for k, v in weights.items()},
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            self.policy,
+            {f"model.{k}": v for k, v in weights.items()},
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
 
     def _state(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -221,14 +239,18 @@ class FSDPRank:
 
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds of parameters, gradients and optimizer state (its shards)."""
+
         def local(t: torch.Tensor) -> int:
             t = t.to_local() if isinstance(t, DTensor) else t
             return t.numel() * t.element_size()
 
         params = list(self.policy.parameters())
         state = [v for s in self.optim.opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-        return {"params": sum(local(p) for p in params), "grads": sum(local(p.grad) for p in params if p.grad is not None),
-                "optimizer": sum(local(v) for v in state)}
+        return {
+            "params": sum(local(p) for p in params),
+            "grads": sum(local(p.grad) for p in params if p.grad is not None),
+            "optimizer": sum(local(v) for v in state),
+        }
 
     def close(self) -> None:
         dist.destroy_process_group()
@@ -240,7 +262,7 @@ def load_shards(folder, model: torch.nn.Module, optim, cfg: Config) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    holder = Policy(model, cfg)   # the ranks' names: model.<name>
+    holder = Policy(model, cfg)  # the ranks' names: model.<name>
     weights, moments = get_state_dict(holder, optim.opt)
     state = {"model": weights, "optim": moments, "sched": optim.sched.state_dict()}
     dcp.load(state, checkpoint_id=str(folder))
@@ -271,27 +293,44 @@ class ShardedStep:
         cfg = self.cfg
         shards = restored / SHARDS if restored is not None and (restored / SHARDS).is_dir() else None
         if restored is not None and shards is None and optim.opt.state:
-            raise ScaleRLError(f"{restored} was written by a trainer.strategy other than fsdp (no dcp/ folder): its "
-                               "AdamW state cannot be sharded; resume with that strategy, or start a new run from "
-                               "its weights (model.name=<run dir>)")
-        self._store, rendezvous = rank_store("the FSDP trainer ranks")   # kept for the group's life
+            raise ScaleRLError(
+                f"{restored} was written by a trainer.strategy other than fsdp (no dcp/ folder): its "
+                "AdamW state cannot be sharded; resume with that strategy, or start a new run from "
+                "its weights (model.name=<run dir>)"
+            )
+        self._store, rendezvous = rank_store("the FSDP trainer ranks")  # kept for the group's life
         cls = ray.remote(FSDPRank)
         threads = max(1, int(cfg.ray.trainer_cpus))
-        self.ranks = [cls.options(num_cpus=cfg.ray.trainer_cpus, num_gpus=cfg.ray.trainer_gpus,
-                                  **(self.options(rank) if self.options else {}))
-                      .remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads)
-                      for rank in range(self.world)]
+        self.ranks = [
+            cls.options(
+                num_cpus=cfg.ray.trainer_cpus,
+                num_gpus=cfg.ray.trainer_gpus,
+                **(self.options(rank) if self.options else {}),
+            ).remote(cfg.model_dump_json(), rank, self.world, rendezvous, threads)
+            for rank in range(self.world)
+        ]
         placed(cfg, self.ranks)
-        print(f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
-              f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}")
-        if shards is not None:   # the checkpoint's shards, written by any number of ranks
+        print(
+            f"trainer.strategy fsdp: {self.world} rank actors on Ray node(s) "
+            f"{', '.join(ray.get([r.node.remote() for r in self.ranks]))}"
+        )
+        if shards is not None:  # the checkpoint's shards, written by any number of ranks
             ray.get([r.load.remote(str(shards)) for r in self.ranks])
-        else:                    # the driver's weights (a warm start, a checkpoint of another strategy)
+        else:  # the driver's weights (a warm start, a checkpoint of another strategy)
             full = ray.put({k: v.detach().to("cpu") for k, v in model.state_dict().items()})
             ray.get([r.set_full_weights.remote(full if i == 0 else {}) for i, r in enumerate(self.ranks)])
 
-    def __call__(self, model, optim, groups: list, cfg: Config, pad_id: int, step: int, ref_model=None,
-                 advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+    def __call__(
+        self,
+        model,
+        optim,
+        groups: list,
+        cfg: Config,
+        pad_id: int,
+        step: int,
+        ref_model=None,
+        advantages: torch.Tensor | None = None,
+    ) -> dict[str, float] | None:
         import ray
 
         from scalerl.trainer.step import plan_shards
@@ -339,7 +378,7 @@ def _rank_main(target: Callable, rank: int, world: int, rendezvous: str, args: t
     buf = io.BytesIO()
     try:
         torch.save(("ok", target(rank, world, rendezvous, *args)), buf)
-    except BaseException as exc:   # noqa: BLE001 - handed to the parent, which raises it as one line
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it as one line
         torch.save(("error", str(exc) if isinstance(exc, ScaleRLError) else located(exc, anywhere=True)), buf)
     out.put((rank, buf.getvalue()))
 
@@ -356,10 +395,12 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    store = host_store("127.0.0.1", f"{world} trainer ranks")   # bound here and kept until they end
+    store = host_store("127.0.0.1", f"{world} trainer ranks")  # bound here and kept until they end
     rendezvous = f"127.0.0.1:{store.port}"
-    procs = [ctx.Process(target=_rank_main, args=(target, r, world, rendezvous, args, out), daemon=True)
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(target, r, world, rendezvous, args, out), daemon=True)
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results: dict[int, object] = {}
@@ -369,8 +410,10 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
                 rank, data = out.get(timeout=timeout_s)
             except queue_mod.Empty:
                 dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in results]
-                raise ScaleRLError(f"{world} trainer ranks: no answer within {timeout_s:g} s from rank(s) "
-                                   f"{sorted(set(range(world)) - set(results))} (dead: {dead})") from None
+                raise ScaleRLError(
+                    f"{world} trainer ranks: no answer within {timeout_s:g} s from rank(s) "
+                    f"{sorted(set(range(world)) - set(results))} (dead: {dead})"
+                ) from None
             status, value = torch.load(io.BytesIO(data), weights_only=False)
             if status == "error":
                 raise ScaleRLError(f"trainer rank {rank} of {world} failed: {value}")
@@ -384,5 +427,14 @@ def spawn_ranks(target: Callable, world: int, *args, timeout_s: float = 600) -> 
     return [results[r] for r in range(world)]
 
 
-__all__ = ["FSDPRank", "ShardedStep", "load_shards", "spawn_ranks", "Policy", "FSDPSync", "shard", "decoder_layers",
-           "check_config"]
+__all__ = [
+    "FSDPRank",
+    "ShardedStep",
+    "load_shards",
+    "spawn_ranks",
+    "Policy",
+    "FSDPSync",
+    "shard",
+    "decoder_layers",
+    "check_config",
+]

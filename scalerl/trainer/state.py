@@ -33,8 +33,17 @@ class StepStrategy(Protocol):
         """Start the ranks from `model` and `optim` as restored from checkpoint `restored` (None: a new run)."""
         ...
 
-    def __call__(self, model, optim: Optimizer, groups: list, cfg: Config, pad_id: int, step: int,
-                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+    def __call__(
+        self,
+        model,
+        optim: Optimizer,
+        groups: list,
+        cfg: Config,
+        pad_id: int,
+        step: int,
+        ref_model=None,
+        advantages: torch.Tensor | None = None,
+    ) -> dict[str, float] | None:
         """`train_step`'s contract: one optimizer step, its loss row (None: no trainable token)."""
         ...
 
@@ -42,8 +51,7 @@ class StepStrategy(Protocol):
         """What writes the strategy's own part of a checkpoint (fsdp: the ranks' `dcp/` shards), or None."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 class LocalStep:
@@ -51,8 +59,17 @@ class LocalStep:
 
     def start(self, model: torch.nn.Module, optim: Optimizer, restored: Path | None) -> None: ...
 
-    def __call__(self, model, optim: Optimizer, groups: list, cfg: Config, pad_id: int, step: int,
-                 ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+    def __call__(
+        self,
+        model,
+        optim: Optimizer,
+        groups: list,
+        cfg: Config,
+        pad_id: int,
+        step: int,
+        ref_model=None,
+        advantages: torch.Tensor | None = None,
+    ) -> dict[str, float] | None:
         # looked up at each call: tests swap `train_step` in this module
         return train_step(model, optim, groups, cfg, pad_id, step, ref_model, advantages)
 
@@ -81,11 +98,11 @@ def make_strategy(cfg: Config, options: Callable[[int], dict] | None = None) -> 
 class Counters:
     """The run's totals, checkpointed with it (`TrainState.counters`)."""
 
-    skipped_batches: int = 0          # batches that trained nothing (no group kept, no trainable token)
-    stale_dropped: int = 0            # groups older than k (never, under the PipelineRL-k rule)
-    zero_variance_dropped: int = 0    # groups the zero-variance filter dropped
-    groups_drawn: int = 0             # every group the trainer received
-    train_seconds: float = 0.0        # training wall-clock (`run.max_minutes` counts it; carries over a resume)
+    skipped_batches: int = 0  # batches that trained nothing (no group kept, no trainable token)
+    stale_dropped: int = 0  # groups older than k (never, under the PipelineRL-k rule)
+    zero_variance_dropped: int = 0  # groups the zero-variance filter dropped
+    groups_drawn: int = 0  # every group the trainer received
+    train_seconds: float = 0.0  # training wall-clock (`run.max_minutes` counts it; carries over a resume)
 
     @classmethod
     def from_dict(cls, d: dict) -> Counters:
@@ -112,20 +129,23 @@ class Trainer:
         self.trainable_params = trainable_params(self.model)
         if cfg.model.lora is not None:
             lora = cfg.model.lora
-            print(f"LoRA r={lora.r}, alpha={lora.alpha:g} on {', '.join(lora.targets)}: {self.trainable_params:,} "
-                  f"trainable parameters of {self.meter.n_params:,}")
+            print(
+                f"LoRA r={lora.r}, alpha={lora.alpha:g} on {', '.join(lora.targets)}: {self.trainable_params:,} "
+                f"trainable parameters of {self.meter.n_params:,}"
+            )
         self.counters = Counters()
         # the initial policy (copied before any checkpoint is loaded), for the KL penalty only
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False) if uses_reference(cfg.loss) else None
-        self.restored: Path | None = None     # the checkpoint restored from
+        self.restored: Path | None = None  # the checkpoint restored from
 
     def train_on(self, groups: list, advantages: torch.Tensor) -> dict | None:
         """One optimizer step on the step's kept groups and their (P, G) advantages: its loss row, or
         None when no token was trainable."""
         try:
-            return self.strategy(self.model, self.optim, groups, self.cfg, self.pad_id, self.state.step + 1,
-                                 self.ref_model, advantages)
-        finally:   # gradients live within a step only: one copy of the parameters freed between steps
+            return self.strategy(
+                self.model, self.optim, groups, self.cfg, self.pad_id, self.state.step + 1, self.ref_model, advantages
+            )
+        finally:  # gradients live within a step only: one copy of the parameters freed between steps
             self.optim.opt.zero_grad(set_to_none=True)
 
     def start(self) -> None:
@@ -140,9 +160,11 @@ class Trainer:
         """What scalerl knows holds memory in the trainer process, name -> MiB (the memory warning names
         the largest): weights, gradients, optimizer state, the frozen reference model."""
         params = list(self.model.parameters())
-        out = {"trainer model weights": tensor_mb(params),
-               "trainer gradients": tensor_mb(p.grad for p in params if p.grad is not None),
-               "trainer optimizer state": optimizer_mb(self.optim.opt)}
+        out = {
+            "trainer model weights": tensor_mb(params),
+            "trainer gradients": tensor_mb(p.grad for p in params if p.grad is not None),
+            "trainer optimizer state": optimizer_mb(self.optim.opt),
+        }
         if self.ref_model is not None:
             out["reference model (KL penalty)"] = tensor_mb(self.ref_model.parameters())
         return out
@@ -159,9 +181,11 @@ class Trainer:
         try:
             self.optim.load_state_dict(opt_state)
         except (KeyError, ValueError, TypeError) as exc:
-            raise ScaleRLError(f"{ckpt / 'optimizer.pt'} does not fit this run's optimizer ({exc}): was "
-                               "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
-                               "parameters)") from None
+            raise ScaleRLError(
+                f"{ckpt / 'optimizer.pt'} does not fit this run's optimizer ({exc}): was "
+                "config.yaml changed? (--set on --resume cannot change the model or the optimizer's "
+                "parameters)"
+            ) from None
         if (ckpt / SHARDS).is_dir() and self.cfg.trainer.resolved(self.cfg.ray.trainers) != "fsdp":
             from scalerl.trainer.sharded import load_shards  # FSDP ranks wrote it: AdamW's state is there
 
@@ -178,5 +202,6 @@ class Trainer:
         self.state.sampler = sampler_state
         self.state.metrics_offset = metrics.offset()
         self.state.counters = asdict(self.counters)
-        save_checkpoint(self.run_dir, self.model, self.optim.state_dict(), self.state,
-                        shards=self.strategy.checkpoint_parts())
+        save_checkpoint(
+            self.run_dir, self.model, self.optim.state_dict(), self.state, shards=self.strategy.checkpoint_parts()
+        )

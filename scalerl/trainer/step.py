@@ -37,8 +37,24 @@ from scalerl.run.memory import MB
 from scalerl.trainer.forward import Batch, can_recompute, completion_logprobs, forward_options
 from scalerl.types import Completion, Group, rollout_stats
 
-__all__ = ["ActivationCost", "plan_micro_batches", "micro_batch_sizes", "Batch", "Optimizer", "batch_advantages", "Shard", "aggregation_units", "collate", "completion_logprobs", "forward_options",
-           "logprob_mismatch", "micro_batches", "plan_shards", "shard_step", "train_step"]
+__all__ = [
+    "ActivationCost",
+    "plan_micro_batches",
+    "micro_batch_sizes",
+    "Batch",
+    "Optimizer",
+    "batch_advantages",
+    "Shard",
+    "aggregation_units",
+    "collate",
+    "completion_logprobs",
+    "forward_options",
+    "logprob_mismatch",
+    "micro_batches",
+    "plan_shards",
+    "shard_step",
+    "train_step",
+]
 
 
 def collate(groups: list[Group], pad_id: int) -> Batch:
@@ -64,11 +80,12 @@ def collate(groups: list[Group], pad_id: int) -> Batch:
         mask[i, :t] = torch.tensor([0.0 if f else 1.0 for f in forced])
     gen_logprobs = gen_logprobs * mask
     G = len(groups[0].completions)
-    prompt_ids = torch.arange(len(groups)).repeat_interleave(G)                # (N,)
+    prompt_ids = torch.arange(len(groups)).repeat_interleave(G)  # (N,)
     prompt_lens = torch.tensor([len(c.prompt_tokens) for c in completions])  # (N,)
     same_prompt = all(c.prompt_tokens == g.completions[0].prompt_tokens for g in groups for c in g.completions)
-    return Batch(input_ids, attention_mask, positions, targets, gen_logprobs, mask, prompt_ids, prompt_lens,
-                 same_prompt)
+    return Batch(
+        input_ids, attention_mask, positions, targets, gen_logprobs, mask, prompt_ids, prompt_lens, same_prompt
+    )
 
 
 def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, version: int) -> tuple[float, int]:
@@ -79,9 +96,9 @@ def logprob_mismatch(groups: list[Group], batch: Batch, logprobs: torch.Tensor, 
     N, T = batch.mask.shape
     same = torch.zeros((N, T), dtype=torch.float32)
     for i, c in enumerate(c for g in groups for c in g.completions):
-        v = torch.tensor(c.versions, dtype=torch.long)                                   # (t,)
-        same[i, :len(v)] = torch.cumprod((v == version).float(), dim=0)                  # prefix all `version`
-    on = batch.mask * same.to(batch.mask.device)                                          # (N, T)
+        v = torch.tensor(c.versions, dtype=torch.long)  # (t,)
+        same[i, : len(v)] = torch.cumprod((v == version).float(), dim=0)  # prefix all `version`
+    on = batch.mask * same.to(batch.mask.device)  # (N, T)
     diff = (logprobs.detach().float() - batch.gen_logprobs.to(logprobs.device)).abs() * on
     return float(diff.sum().item()), int(on.sum().item())
 
@@ -94,7 +111,7 @@ def offpolicy_kl(groups: list[Group], batch: Batch, logprobs: torch.Tensor, vers
     N, T = batch.mask.shape
     stale = torch.zeros((N, T), dtype=torch.long)
     for i, c in enumerate(c for g in groups for c in g.completions):
-        stale[i, :len(c.versions)] = version - torch.tensor(c.versions, dtype=torch.long)
+        stale[i, : len(c.versions)] = version - torch.tensor(c.versions, dtype=torch.long)
     logratio = logprobs.detach().float() - batch.gen_logprobs.to(logprobs.device)
     return list(kl_sums(logratio, stale.to(batch.mask.device), batch.mask))
 
@@ -111,8 +128,9 @@ class Optimizer:
         o = cfg.optim
         self.params = [p for p in model.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in self.params)  # ~3x faster step
-        self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-                                     fused=fused or None)
+        self.opt = torch.optim.AdamW(
+            self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=fused or None
+        )
         warm = o.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         self.grad_clip = o.grad_clip
@@ -168,12 +186,18 @@ class ActivationCost:
         layer_token = (8 * c.hidden_size + 4 * inter) * width
         layer_pair = c.num_attention_heads * 2 * 4
         if not recompute:
-            return cls(per_token=c.num_hidden_layers * layer_token, per_pair=c.num_hidden_layers * layer_pair,
-                       per_trained=c.vocab_size * 4)
+            return cls(
+                per_token=c.num_hidden_layers * layer_token,
+                per_pair=c.num_hidden_layers * layer_pair,
+                per_trained=c.vocab_size * 4,
+            )
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv = (getattr(c, "num_key_value_heads", None) or c.num_attention_heads) * head_dim
-        return cls(per_token=c.num_hidden_layers * (c.hidden_size + 2 * kv) * width + layer_token,
-                   per_pair=layer_pair, per_trained=c.vocab_size * 4)
+        return cls(
+            per_token=c.num_hidden_layers * (c.hidden_size + 2 * kv) * width + layer_token,
+            per_pair=layer_pair,
+            per_trained=c.vocab_size * 4,
+        )
 
     def bytes(self, tokens: int, pairs: int, trained: int) -> float:
         """Bytes kept for the backward by a forward of these sizes (`micro_batch_sizes`)."""
@@ -192,8 +216,13 @@ def micro_batch_sizes(groups: list[Group], shared: bool) -> tuple[int, int, int]
     return len(groups) * prompt + rows * T, len(groups) * prompt * prompt + rows * T * (prompt + T), rows * T
 
 
-def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, shared: bool = False,
-                  activations: ActivationCost | None = None, max_bytes: float = math.inf) -> list[list[int]]:
+def micro_batches(
+    groups: list[Group],
+    max_tokens: int = MICRO_BATCH_TOKENS,
+    shared: bool = False,
+    activations: ActivationCost | None = None,
+    max_bytes: float = math.inf,
+) -> list[list[int]]:
     """Group indices packed into micro-batches of similar length (whole groups, sorted by their
     longest sequence), each at most `max_tokens` padded tokens and, given the model's
     `activations`, at most `max_bytes` of activations kept for the backward (the run's
@@ -204,6 +233,7 @@ def micro_batches(groups: list[Group], max_tokens: int = MICRO_BATCH_TOKENS, sha
     once plus its completions (which attend to it). The byte bound is what keeps a model with long
     prompts (SmolLM2 with three worked examples: ~300 tokens) from holding gigabytes of
     activations: 8192 tokens of SmolLM2 keep about 10 GB."""
+
     def longest(g: Group) -> int:
         return max(len(c.prompt_tokens) + len(c.tokens) for c in g.completions)
 
@@ -229,9 +259,9 @@ class Shard:
     and the aggregation units of the whole batch (so that the workers' losses add up to it)."""
 
     groups: list[Group]
-    advantages: torch.Tensor   # (P_w, G) rows of the whole batch's advantages
-    total_units: int           # aggregation units of the whole batch (aggregation_units)
-    weight: float = 1.0        # 0: a stand-in group for a rank that got none (FSDP ranks all run passes)
+    advantages: torch.Tensor  # (P_w, G) rows of the whole batch's advantages
+    total_units: int  # aggregation units of the whole batch (aggregation_units)
+    weight: float = 1.0  # 0: a stand-in group for a rank that got none (FSDP ranks all run passes)
 
 
 def trainable_tokens(c: Completion) -> int:
@@ -257,12 +287,13 @@ def batch_advantages(groups: list[Group], cfg: Config) -> torch.Tensor:
     `advantage.norm` over the whole batch or each prompt: scalerl.rl.advantages)."""
     from scalerl.rl.advantages import group_advantages
 
-    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)          # (P, G)
-    return group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)      # (P, G)
+    rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)  # (P, G)
+    return group_advantages(rewards, cfg.advantage.norm, cfg.advantage.baseline)  # (P, G)
 
 
-def plan_shards(groups: list[Group], cfg: Config, world: int,
-                advantages: torch.Tensor | None = None) -> list[Shard] | None:
+def plan_shards(
+    groups: list[Group], cfg: Config, world: int, advantages: torch.Tensor | None = None
+) -> list[Shard] | None:
     """`world` round-robin shards of whole groups with their rows of the whole batch's advantages
     (`batch_advantages` when not given); None if nothing trains. A rank left without a group
     (fewer groups than ranks) gets the first group with weight 0: every FSDP rank must run the
@@ -270,9 +301,13 @@ def plan_shards(groups: list[Group], cfg: Config, world: int,
     total = aggregation_units(groups, cfg.loss.aggregation)
     if total == 0:
         return None
-    adv = batch_advantages(groups, cfg) if advantages is None else advantages                   # (P, G)
-    return [Shard([groups[i] for i in range(rank, len(groups), world)], adv[rank::world], total)
-            if rank < len(groups) else Shard(groups[:1], adv[:1], total, weight=0.0) for rank in range(world)]
+    adv = batch_advantages(groups, cfg) if advantages is None else advantages  # (P, G)
+    return [
+        Shard([groups[i] for i in range(rank, len(groups), world)], adv[rank::world], total)
+        if rank < len(groups)
+        else Shard(groups[:1], adv[:1], total, weight=0.0)
+        for rank in range(world)
+    ]
 
 
 def _combine(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
@@ -311,8 +346,16 @@ def no_reduce(flat: torch.Tensor) -> None:
     """One worker: its gradients are the batch's."""
 
 
-def train_step(model, optim: Optimizer, groups: list[Group], cfg: Config, pad_id: int, step: int,
-               ref_model=None, advantages: torch.Tensor | None = None) -> dict[str, float] | None:
+def train_step(
+    model,
+    optim: Optimizer,
+    groups: list[Group],
+    cfg: Config,
+    pad_id: int,
+    step: int,
+    ref_model=None,
+    advantages: torch.Tensor | None = None,
+) -> dict[str, float] | None:
     """One optimizer step on already-filtered groups and their (P, G) `advantages` (computed here
     when not given), one worker; None (no step) when no token is trainable. `DataParallelStep`
     (scalerl.trainer.data_parallel) runs `shard_step` on W workers."""
@@ -333,19 +376,24 @@ def plan_micro_batches(groups: list[Group], cfg: Config, model) -> list[tuple[li
     able = mode != "never" and can_recompute(model)
     if mode == "always":
         if not able:
-            raise ScaleRLError(f"batch.recompute=always: {type(model).__name__} has no transformers "
-                               "GradientCheckpointingLayer to recompute; set batch.recompute=auto or never")
-        parts = micro_batches(groups, MICRO_BATCH_TOKENS, shared=shared, activations=ActivationCost.of(model, True),
-                              max_bytes=budget)
+            raise ScaleRLError(
+                f"batch.recompute=always: {type(model).__name__} has no transformers "
+                "GradientCheckpointingLayer to recompute; set batch.recompute=auto or never"
+            )
+        parts = micro_batches(
+            groups, MICRO_BATCH_TOKENS, shared=shared, activations=ActivationCost.of(model, True), max_bytes=budget
+        )
         return [(part, True) for part in parts]
     plain = ActivationCost.of(model)
     parts = micro_batches(groups, MICRO_BATCH_TOKENS, shared=shared, activations=plain, max_bytes=budget)
-    return [(part, able and plain.bytes(*micro_batch_sizes([groups[i] for i in part], shared)) > budget)
-            for part in parts]
+    return [
+        (part, able and plain.bytes(*micro_batch_sizes([groups[i] for i in part], shared)) > budget) for part in parts
+    ]
 
 
-def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model,
-              sync: ShardSync | None = None) -> tuple[list, float, float, list, int]:
+def _backward(
+    model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model, sync: ShardSync | None = None
+) -> tuple[list, float, float, list, int]:
     """Accumulate the shard's weighted micro-batch losses' gradients; (metrics parts, loss, tokens,
     logprob mismatch (sum, tokens), micro-batches recomputed). `sync` (FSDP): the forward through
     the root unit, and as many micro-batches as every other rank (repeats with weight 0)."""
@@ -369,17 +417,21 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
         if sync is not None:
             logprobs = sync.forward(batch, recompute)
         else:
-            logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, **forward_options(cfg),
-                                           recompute=recompute)
-        loss, metrics = policy_loss(cfg.loss, logprobs, batch.gen_logprobs, advantages[part].reshape(-1),
-                                    batch.mask, batch.prompt_ids, ref)   # adv (p, G) -> (p*G,)
+            logprobs = completion_logprobs(
+                model, batch, cfg.rollout.temperature, **forward_options(cfg), recompute=recompute
+            )
+        loss, metrics = policy_loss(
+            cfg.loss, logprobs, batch.gen_logprobs, advantages[part].reshape(-1), batch.mask, batch.prompt_ids, ref
+        )  # adv (p, G) -> (p*G,)
         if not torch.isfinite(loss):
             model.zero_grad(set_to_none=True)
-            raise ScaleRLError(f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
-                               "the last good checkpoint is kept (lower optim.lr or check the rewards)")
+            raise ScaleRLError(
+                f"non-finite loss ({loss.item()}) at step {step}: training stopped; "
+                "the last good checkpoint is kept (lower optim.lr or check the rewards)"
+            )
         w = weight * aggregation_units(groups, cfg.loss.aggregation) / shard.total_units
         (loss * w).backward()
-        if not weight:   # a stand-in pass: its gradients are 0, it adds no loss, token or metric
+        if not weight:  # a stand-in pass: its gradients are 0, it adds no loss, token or metric
             continue
         diff_sum, diff_n = logprob_mismatch(groups, batch, logprobs, step - 1)  # the trainer holds step - 1
         for i, value in enumerate([diff_sum, diff_n, *offpolicy_kl(groups, batch, logprobs, step - 1)]):
@@ -391,8 +443,17 @@ def _backward(model, shard: Shard, cfg: Config, pad_id: int, step: int, ref_mode
     return parts, total, tokens, mismatch, recomputed
 
 
-def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, step: int, ref_model=None,
-               reduce: Reducer = no_reduce, sync: ShardSync | None = None) -> dict[str, float]:
+def shard_step(
+    model,
+    optim: Optimizer,
+    shard: Shard,
+    cfg: Config,
+    pad_id: int,
+    step: int,
+    ref_model=None,
+    reduce: Reducer = no_reduce,
+    sync: ShardSync | None = None,
+) -> dict[str, float]:
     """This worker's part of one optimizer step (every worker of a data-parallel step calls it).
 
     The loss is accumulated over length-sorted micro-batches (`micro_batches`), each weighted by
@@ -410,41 +471,59 @@ def shard_step(model, optim: Optimizer, shard: Shard, cfg: Config, pad_id: int, 
     optim.opt.zero_grad(set_to_none=True)
     parts, total, tokens, mismatch, recomputed = _backward(model, shard, cfg, pad_id, step, ref_model, sync)
     for p in optim.params:
-        if p.grad is None:   # AdamW still decays it, as on a worker where it had a gradient
+        if p.grad is None:  # AdamW still decays it, as on a worker where it had a gradient
             p.grad = torch.zeros_like(p)
-    if reduce is not no_reduce and sync is None:   # one flat buffer for the all-reduce (a second copy of the gradients)
-        flat = torch.cat([p.grad.reshape(-1) for p in optim.params])                       # (n_params,)
-        reduce(flat)
-        offset = 0
-        for p in optim.params:
-            p.grad = flat[offset: offset + p.numel()].view_as(p)
-            offset += p.numel()
-        del flat
+    if reduce is not no_reduce and sync is None:
+        _reduce_gradients(optim, reduce)
     counters = torch.tensor([total, tokens, *mismatch], dtype=torch.float64, device=optim.params[0].device)
     reduce(counters)
     loss_total, tokens_total, diff_sum, diff_n, kl_sum, kl_n, kl_stale, stale_s2 = counters.tolist()
     tokens_total = int(tokens_total)
     grad_norm = torch.nn.utils.clip_grad_norm_(optim.params, optim.grad_clip)
-    if isinstance(grad_norm, DTensor):   # FSDP: the norm over every rank's shards
+    if isinstance(grad_norm, DTensor):  # FSDP: the norm over every rank's shards
         grad_norm = grad_norm.full_tensor()
     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
         optim.opt.zero_grad(set_to_none=True)
-        raise ScaleRLError(f"non-finite loss or gradient norm at step {step}: training stopped; "
-                           "the last good checkpoint is kept")
+        raise ScaleRLError(
+            f"non-finite loss or gradient norm at step {step}: training stopped; the last good checkpoint is kept"
+        )
     lr = optim.sched.get_last_lr()[0]
-    with optim.step_guard(step):   # the parameters change here, and only here
+    with optim.step_guard(step):  # the parameters change here, and only here
         optim.opt.step()
     optim.sched.step()
-    out = {"train/loss": loss_total, "train/grad_norm": grad_norm.item(), "train/lr": lr,
-           "train/micro_batches": len(parts), "train/recomputed": recomputed, "tokens/trained_step": tokens_total}
-    if diff_n:  # absent when no trained token came from the weights the trainer holds
-        out["train/logprob_mismatch"] = diff_sum / diff_n
-    if kl_n:     # the off-policy KL the step trained with (scalerl.rl.staleness)
-        out["pipeline/kl"] = kl_sum / kl_n
-    if (per_version2 := kappa(kl_stale, stale_s2)) is not None:   # None: every trained token was fresh
-        out["pipeline/kl_per_version2"] = per_version2
+    out = {
+        "train/loss": loss_total,
+        "train/grad_norm": grad_norm.item(),
+        "train/lr": lr,
+        "train/micro_batches": len(parts),
+        "train/recomputed": recomputed,
+        "tokens/trained_step": tokens_total,
+    }
+    out.update(_mismatch_metrics(diff_sum, diff_n, kl_sum, kl_n, kl_stale, stale_s2))
     out.update({f"loss/{k}": float(v) for k, v in _combine(parts).items()})
     out["loss/loss"] = loss_total
+    return out
+
+
+def _reduce_gradients(optim: Optimizer, reduce: Reducer) -> None:
+    """Sum every parameter's gradient over the workers through one flat buffer (a second copy of the gradients)."""
+    flat = torch.cat([p.grad.reshape(-1) for p in optim.params])  # (n_params,)
+    reduce(flat)
+    offset = 0
+    for p in optim.params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+
+
+def _mismatch_metrics(diff_sum, diff_n, kl_sum, kl_n, kl_stale, stale_s2) -> dict[str, float]:
+    """The step's logprob mismatch and off-policy KL, each absent when no trained token measured it."""
+    out = {}
+    if diff_n:  # absent when no trained token came from the weights the trainer holds
+        out["train/logprob_mismatch"] = diff_sum / diff_n
+    if kl_n:  # the off-policy KL the step trained with (scalerl.rl.staleness)
+        out["pipeline/kl"] = kl_sum / kl_n
+    if (per_version2 := kappa(kl_stale, stale_s2)) is not None:  # None: every trained token was fresh
+        out["pipeline/kl_per_version2"] = per_version2
     return out
 
 
@@ -462,9 +541,13 @@ def group_stats(groups: list[Group]) -> dict[str, float]:
     scores = [s for g in groups for s in g.scores]
     interrupted = [c for c in comps if c.interrupted]
     row = rollout_stats(comps, scores, "train")
-    row.update({"train/reward_errors": sum(s.error is not None for s in scores),
-                "train/reward_slow": sum(s.slow for s in scores),
-                "train/length_penalised_rate": sum(s.penalty < 0 for s in scores) / max(1, len(scores))})
+    row.update(
+        {
+            "train/reward_errors": sum(s.error is not None for s in scores),
+            "train/reward_slow": sum(s.slow for s in scores),
+            "train/length_penalised_rate": sum(s.penalty < 0 for s in scores) / max(1, len(scores)),
+        }
+    )
     if interrupted:
         row["train/interrupted_answered_rate"] = sum(c.interrupt_answered for c in interrupted) / len(interrupted)
     return row

@@ -21,5 +21,7 @@ def require_ray() -> None:
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise ScaleRLError("pipeline.backend 'ray' needs Ray, which is not installed: "
-                           "pip install 'scalerl[ray]' (or set pipeline.backend=local)") from None
+        raise ScaleRLError(
+            "pipeline.backend 'ray' needs Ray, which is not installed: "
+            "pip install 'scalerl[ray]' (or set pipeline.backend=local)"
+        ) from None

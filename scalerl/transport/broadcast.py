@@ -43,7 +43,7 @@ class Entry:
 
     names: tuple[str, ...]
     shape: tuple[int, ...]
-    offset: int                # elements into the bucket
+    offset: int  # elements into the bucket
     numel: int
 
 
@@ -88,13 +88,15 @@ class GroupLink:
 
     host: str
     port: int
-    world: int                 # 1 + the number of generators
-    backend: str               # gloo | nccl
+    world: int  # 1 + the number of generators
+    backend: str  # gloo | nccl
     timeout_s: float
 
     def describe(self, rank: int) -> str:
-        return (f"the weight-publishing group ({self.backend}, {self.world} members at {self.host}:{self.port}, "
-                f"this process rank {rank})")
+        return (
+            f"the weight-publishing group ({self.backend}, {self.world} members at {self.host}:{self.port}, "
+            f"this process rank {rank})"
+        )
 
 
 def open_link(host: str, world: int, backend: str, timeout_s: float) -> tuple[GroupLink, dist.TCPStore]:
@@ -115,9 +117,12 @@ class _Member:
     def __init__(self, link: GroupLink, rank: int, store: dist.TCPStore | None = None):
         self.link, self.rank, self.what = link, rank, link.describe(rank)
         timeout = datetime.timedelta(seconds=link.timeout_s)
-        try:   # rank 0 brings the store it hosts (`open_link`); the others join it
-            self.store = store if store is not None else dist.TCPStore(link.host, link.port, link.world,
-                                                                       is_master=False, timeout=timeout)
+        try:  # rank 0 brings the store it hosts (`open_link`); the others join it
+            self.store = (
+                store
+                if store is not None
+                else dist.TCPStore(link.host, link.port, link.world, is_master=False, timeout=timeout)
+            )
             if link.backend == "nccl":
                 options = dist.ProcessGroupNCCL.Options()
                 options._timeout = timeout
@@ -125,9 +130,13 @@ class _Member:
             else:
                 self.group = dist.ProcessGroupGloo(self.store, rank, link.world, timeout=timeout)
         except (RuntimeError, dist.DistError) as exc:
-            raise ScaleRLError(f"{self.what}: not every member joined within ray.publish_timeout_s = "
-                               f"{link.timeout_s:g} s: {_first_line(exc)}") from None
-        self.device = torch.device("cuda", torch.cuda.current_device()) if link.backend == "nccl" else torch.device("cpu")
+            raise ScaleRLError(
+                f"{self.what}: not every member joined within ray.publish_timeout_s = "
+                f"{link.timeout_s:g} s: {_first_line(exc)}"
+            ) from None
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if link.backend == "nccl" else torch.device("cpu")
+        )
 
     def broadcast(self, tensor: torch.Tensor, what: str) -> None:
         options = dist.BroadcastOptions()
@@ -138,9 +147,11 @@ class _Member:
             if tensor.device.type == "cuda":
                 torch.cuda.synchronize(tensor.device)
         except (RuntimeError, dist.DistError) as exc:
-            raise ScaleRLError(f"{self.what}: {what} failed after {time.monotonic() - start:.1f} s (limit "
-                               f"ray.publish_timeout_s = {self.link.timeout_s:g} s; a member gone?): "
-                               f"{_first_line(exc)}") from None
+            raise ScaleRLError(
+                f"{self.what}: {what} failed after {time.monotonic() - start:.1f} s (limit "
+                f"ray.publish_timeout_s = {self.link.timeout_s:g} s; a member gone?): "
+                f"{_first_line(exc)}"
+            ) from None
 
 
 class Sender(_Member):
@@ -154,8 +165,10 @@ class Sender(_Member):
     def send(self, weights: Mapping[str, torch.Tensor], version: int, bucket_bytes: int) -> int:
         """Broadcast `weights` (the layout's names, shapes and dtypes) as `version`; the bytes sent."""
         if plan_buckets(weights, bucket_bytes) != self.layout:
-            raise ScaleRLError(f"{self.what}: version {version}'s weights differ in names, shapes or dtypes from "
-                               "the layout the generators joined with")
+            raise ScaleRLError(
+                f"{self.what}: version {version}'s weights differ in names, shapes or dtypes from "
+                "the layout the generators joined with"
+            )
         sent = 0
         with torch.no_grad():
             for i, bucket in enumerate(self.layout):
@@ -176,8 +189,12 @@ class Receiver(_Member):
     def __init__(self, link: GroupLink, rank: int, layout: list[Bucket]):
         super().__init__(link, rank)
         self.buffers = [torch.empty(b.numel, dtype=b.dtype, device=self.device) for b in layout]
-        self.tensors = {name: buf[e.offset:e.offset + e.numel].view(e.shape)
-                        for b, buf in zip(layout, self.buffers) for e in b.entries for name in e.names}
+        self.tensors = {
+            name: buf[e.offset : e.offset + e.numel].view(e.shape)
+            for b, buf in zip(layout, self.buffers)
+            for e in b.entries
+            for name in e.names
+        }
 
     def receive(self) -> None:
         """One publish into the buffers (`tensors`: name -> a view of them)."""

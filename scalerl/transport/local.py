@@ -56,8 +56,9 @@ from scalerl.transport.window import GroupAssembler, InOrder, LockedSampler, Ret
 from scalerl.types import Completion, Group, Prompt
 
 
-def _window_prompts(sampler: LockedSampler, assembler: GroupAssembler, may_start: Callable[[int], bool],
-                    stop) -> Iterator[Prompt | None]:
+def _window_prompts(
+    sampler: LockedSampler, assembler: GroupAssembler, may_start: Callable[[int], bool], stop
+) -> Iterator[Prompt | None]:
     """The engine's prompt iterator: the next draw when `may_start(draw)`, else None (wait)."""
     while not stop.is_set():
         if not may_start(assembler.next_draw):
@@ -84,12 +85,20 @@ class _PausedByEvent:
 class ThreadedRollouts(Streamed, _PausedByEvent):
     """PipelineRL generator in a background thread of this process."""
 
-    def __init__(self, generator, sampler: LockedSampler, n: int,
-                 reward_fn: Callable[[Prompt, Completion], None], window: Window, version: int,
-                 retired: RetiredSet | None = None, score_workers: int = 0):
+    def __init__(
+        self,
+        generator,
+        sampler: LockedSampler,
+        n: int,
+        reward_fn: Callable[[Prompt, Completion], None],
+        window: Window,
+        version: int,
+        retired: RetiredSet | None = None,
+        score_workers: int = 0,
+    ):
         self.generator = generator
         self.sampler = sampler
-        self.retired = retired          # the sampler's view of the curriculum
+        self.retired = retired  # the sampler's view of the curriculum
         self.assembler = GroupAssembler(n, reward_fn, score_workers, deliver=self._deliver, fail=self._fail)
         self.window = window
         self.policy = PipelineRL(window.k)
@@ -104,8 +113,9 @@ class ThreadedRollouts(Streamed, _PausedByEvent):
         self._thread.start()
 
     def _may_start(self, draw: int) -> bool:
-        return not self._paused.is_set() and self.window.may_start(draw, self.generator.version, self.published,
-                                                                   self.order.next)
+        return not self._paused.is_set() and self.window.may_start(
+            draw, self.generator.version, self.published, self.order.next
+        )
 
     def _deliver(self, group: Group) -> None:
         self._groups.put(group)
@@ -121,7 +131,7 @@ class ThreadedRollouts(Streamed, _PausedByEvent):
         try:
             prompts = _window_prompts(self.sampler, self.assembler, self._may_start, self._stop)
             for completion in self.generator.stream(prompts, self.assembler.n, stop=self._stop, hold=self._paused):
-                self.assembler.add(completion)   # the group goes to `_deliver` once scored
+                self.assembler.add(completion)  # the group goes to `_deliver` once scored
         except BaseException as exc:
             self._fail(exc)
         finally:
@@ -163,7 +173,7 @@ class ThreadedRollouts(Streamed, _PausedByEvent):
         self._stop.set()
         self._thread.join(timeout=30)
         self.assembler.close()
-        getattr(self.generator, "close", lambda: None)()   # a server's client stops what it started
+        getattr(self.generator, "close", lambda: None)()  # a server's client stops what it started
 
 
 # ==================================================================== processes
@@ -179,6 +189,7 @@ def watch_parent(parent: int, stop=None) -> None:
                 stop.set()
                 os._exit(0)  # nothing of this process is worth keeping once its parent is gone
             time.sleep(0.05)
+
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
 
@@ -193,8 +204,8 @@ class EvalSpec:
     threads: int
 
 
-SETTLE_EVERY_S = 2.0   # a generator process frees its dropped K/V caches (reference cycles) this often
-_ERROR_SENT = threading.Event()   # a generator process sent the trainer an error (`_report_failure`)
+SETTLE_EVERY_S = 2.0  # a generator process frees its dropped K/V caches (reference cycles) this often
+_ERROR_SENT = threading.Event()  # a generator process sent the trainer an error (`_report_failure`)
 
 
 def _serve_requests(stop, in_q, out_q, retired: RetiredSet | None, evaluator) -> None:
@@ -222,9 +233,41 @@ def _serve_requests(stop, in_q, out_q, retired: RetiredSet | None, evaluator) ->
         _report_failure(exc, out_q, stop)
 
 
-def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_state: dict,
-                    retired: RetiredSet | None, n: int, window: Window, link: WeightsLink, taken,
-                    evals: EvalSpec | None, paused, stop, out_q, in_q, parent: int) -> None:
+def _prompts_and_groups(task, retired, sampler_seed: int, sampler_state: dict, n: int, reward_fn, out_q, stop):
+    """The generator process's prompt sampler (locked: two threads draw) and the assembler that scores each group
+    and sends it, with the sampler's state after its draw, to the trainer."""
+    from scalerl.rl.curriculum import CurriculumSampler
+
+    sampler = CurriculumSampler(task, retired, seed=sampler_seed)
+    sampler.load_state_dict(sampler_state)
+    locked = LockedSampler(sampler)
+    assembler = GroupAssembler(
+        n,
+        reward_fn,
+        GroupAssembler.workers_for(task),
+        deliver=lambda group: out_q.put(("group", group, locked.state_dict())),
+        fail=lambda exc: _report_failure(exc, out_q, stop),
+    )
+    return locked, assembler
+
+
+def _generator_main(
+    build: GeneratorBuild,
+    seed: int,
+    threads: int,
+    sampler_state: dict,
+    retired: RetiredSet | None,
+    n: int,
+    window: Window,
+    link: WeightsLink,
+    taken,
+    evals: EvalSpec | None,
+    paused,
+    stop,
+    out_q,
+    in_q,
+    parent: int,
+) -> None:
     """Body of the generator process: stream, score, send groups, decoding straight from the
     published weights (`StepGate` at every step boundary); a second thread takes the trainer's
     retired prompts and evaluation requests, and frees the dropped caches every `SETTLE_EVERY_S`."""
@@ -234,35 +277,30 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
     tune_malloc()
     torch.set_num_threads(threads)
     try:
-        from scalerl.rl.curriculum import CurriculumSampler
-
         generator, task, reward_fn, sampler_seed = build(seed, weights=link.tensors)
         evaluator = None if evals is None else _Evaluator(build, evals, link, task, reward_fn, threads)
-        freeze()   # the models, tokenizer and task, built for the whole run: never scanned by a collection again
-        sampler = CurriculumSampler(task, retired, seed=sampler_seed)
-        sampler.load_state_dict(sampler_state)
-        locked = LockedSampler(sampler)
-        assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task),
-                                   deliver=lambda group: out_q.put(("group", group, locked.state_dict())),
-                                   fail=lambda exc: _report_failure(exc, out_q, stop))
+        freeze()  # the models, tokenizer and task, built for the whole run: never scanned by a collection again
+        locked, assembler = _prompts_and_groups(task, retired, sampler_seed, sampler_state, n, reward_fn, out_q, stop)
         gate = StepGate(link, generator, paused, window.record)
 
-        threading.Thread(target=_serve_requests, args=(stop, in_q, out_q, retired, evaluator),
-                         name="scalerl-requests", daemon=True).start()
+        threading.Thread(
+            target=_serve_requests, args=(stop, in_q, out_q, retired, evaluator), name="scalerl-requests", daemon=True
+        ).start()
         out_q.put(("ready", None, None))
 
         def may_start(draw: int) -> bool:
             return not paused.is_set() and window.may_start(draw, generator.version, link.version.value, taken.value)
 
         try:
-            for completion in generator.stream(_window_prompts(locked, assembler, may_start, stop), n, stop=stop,
-                                               hold=gate):
-                assembler.add(completion)   # the group goes to `out_q` once scored (`deliver`)
+            for completion in generator.stream(
+                _window_prompts(locked, assembler, may_start, stop), n, stop=stop, hold=gate
+            ):
+                assembler.add(completion)  # the group goes to `out_q` once scored (`deliver`)
         finally:
             gate.release()
             assembler.close()
-            getattr(generator, "close", lambda: None)()   # a server's client stops what it started
-        if not _ERROR_SENT.is_set():   # an error sent must reach the trainer before this process exits
+            getattr(generator, "close", lambda: None)()  # a server's client stops what it started
+        if not _ERROR_SENT.is_set():  # an error sent must reach the trainer before this process exits
             out_q.cancel_join_thread()  # stopped: exit now, even if nobody reads the groups still buffered
     except BaseException as exc:
         _report_failure(exc, out_q, stop)
@@ -271,7 +309,7 @@ def _generator_main(build: GeneratorBuild, seed: int, threads: int, sampler_stat
 def _report_failure(exc: BaseException, out_q, stop) -> None:
     """A generator process's error, from its main thread or a scoring thread, sent to the trainer: a
     user-facing one (e.g. every prompt retired) as its one line, a bug with its traceback."""
-    if isinstance(exc, ScaleRLError):   # a user's code's error whole (its frames), another as its line
+    if isinstance(exc, ScaleRLError):  # a user's code's error whole (its frames), another as its line
         out_q.put(("user_error", exc if isinstance(exc, UserCodeError) else str(exc), None))
     else:
         out_q.put(("error", "".join(traceback.format_exception(exc)), None))
@@ -287,8 +325,9 @@ class _Evaluator:
     def __init__(self, build: GeneratorBuild, evals: EvalSpec, link: WeightsLink, task, reward, threads: int):
         # the training reward is passed only so that nothing builds another (scoring is the trainer's)
         # on the local engine, whatever `rollout.engine` says (a server's client would start a second server)
-        self.generator = build(evals.seed, weights=link.tensors, task=task, reward=reward,
-                               temperature=evals.temperature, local=True).generator
+        self.generator = build(
+            evals.seed, weights=link.tensors, task=task, reward=reward, temperature=evals.temperature, local=True
+        ).generator
         self.evals, self.threads = evals, threads
 
     def __call__(self, prompts: list[Prompt], n: int, reseed: bool) -> list[Completion]:
@@ -336,10 +375,23 @@ class ProcessRollouts(Streamed, _PausedByEvent):
 
     START_S = 600.0  # the generator process's start-up (imports, model build) must end within this
 
-    def __init__(self, build: GeneratorBuild, seed: int, weights: dict[str, torch.Tensor], version: int,
-                 sampler_state: dict, curriculum, n: int, window: Window, threads: int, *,
-                 dtype: torch.dtype | None = None, alias: bool = False, head: str | None = None,
-                 evals: EvalSpec | None = None):
+    def __init__(
+        self,
+        build: GeneratorBuild,
+        seed: int,
+        weights: dict[str, torch.Tensor],
+        version: int,
+        sampler_state: dict,
+        curriculum,
+        n: int,
+        window: Window,
+        threads: int,
+        *,
+        dtype: torch.dtype | None = None,
+        alias: bool = False,
+        head: str | None = None,
+        evals: EvalSpec | None = None,
+    ):
         ctx = torch.multiprocessing.get_context("spawn")
         self.window = window
         self.policy = PipelineRL(window.k)
@@ -354,9 +406,27 @@ class ProcessRollouts(Streamed, _PausedByEvent):
         self._sampler_state = dict(sampler_state)
         self._ready = False
         self._proc = ctx.Process(
-            target=_generator_main, name="scalerl-generator", daemon=False,
-            args=(build, seed, threads, sampler_state, RetiredSet.of(curriculum), n, window, self.weights.link,
-                  self._taken, evals, self._paused, self._stop, self._out, self._in, os.getpid()))
+            target=_generator_main,
+            name="scalerl-generator",
+            daemon=False,
+            args=(
+                build,
+                seed,
+                threads,
+                sampler_state,
+                RetiredSet.of(curriculum),
+                n,
+                window,
+                self.weights.link,
+                self._taken,
+                evals,
+                self._paused,
+                self._stop,
+                self._out,
+                self._in,
+                os.getpid(),
+            ),
+        )
         self._proc.start()
 
     @property
@@ -366,8 +436,10 @@ class ProcessRollouts(Streamed, _PausedByEvent):
 
     def _check_alive(self) -> None:
         if not self._proc.is_alive():
-            raise ScaleRLError(f"{exit_reason('generator process', self._proc.exitcode)}: the run stopped "
-                               "at its last checkpoint, carry on with --resume")
+            raise ScaleRLError(
+                f"{exit_reason('generator process', self._proc.exitcode)}: the run stopped "
+                "at its last checkpoint, carry on with --resume"
+            )
 
     def _receive(self, timeout: float | None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout

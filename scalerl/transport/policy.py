@@ -51,8 +51,9 @@ class PipelineRL:
     def __init__(self, k: int):
         self.k = k
 
-    def collect(self, get: Callable[[], Group], version: int, new_filler: Callable[[], Filler],
-                observe: Callable[[Group], None]) -> list[MiniBatch]:
+    def collect(
+        self, get: Callable[[], Group], version: int, new_filler: Callable[[], Filler], observe: Callable[[Group], None]
+    ) -> list[MiniBatch]:
         t0 = time.monotonic()
         filler, groups, dropped = new_filler(), [], []
         while not filler.full:
@@ -63,8 +64,15 @@ class PipelineRL:
             observe(group)
             groups.append(group)
             filler.add(group)
-        return [MiniBatch(groups, wait_seconds=time.monotonic() - t0, stale_dropped=len(dropped),
-                          tokens_generated=n_tokens(groups) + n_tokens(dropped), metrics=filler.metrics())]
+        return [
+            MiniBatch(
+                groups,
+                wait_seconds=time.monotonic() - t0,
+                stale_dropped=len(dropped),
+                tokens_generated=n_tokens(groups) + n_tokens(dropped),
+                metrics=filler.metrics(),
+            )
+        ]
 
 
 class Streamed:
@@ -77,8 +85,9 @@ class Streamed:
         """The next scored group in draw order (blocks; raises the generator's error if it failed)."""
         raise NotImplementedError
 
-    def collect(self, version: int, new_filler: Callable[[], Filler],
-                observe: Callable[[Group], None]) -> list[MiniBatch]:
+    def collect(
+        self, version: int, new_filler: Callable[[], Filler], observe: Callable[[Group], None]
+    ) -> list[MiniBatch]:
         return self.policy.collect(self.get, version, new_filler, observe)
 
     def device_memory(self) -> dict[str, tuple[float, float]]:
@@ -90,18 +99,28 @@ class Streamed:
 class PPOOffPolicy:
     """PPO-off-policy-k over a generator in this process (see the module docstring)."""
 
-    def __init__(self, generator, sampler, reward_fn, k: int, prompts_per_step: int, generations: int,
-                 decode_threads: int | None = None, retired=None, score_workers: int = 0):
+    def __init__(
+        self,
+        generator,
+        sampler,
+        reward_fn,
+        k: int,
+        prompts_per_step: int,
+        generations: int,
+        decode_threads: int | None = None,
+        retired=None,
+        score_workers: int = 0,
+    ):
         self.generator = generator
         self.score_workers = score_workers
-        self.retired = retired          # the sampler's view of the curriculum (a transport.RetiredSet)
+        self.retired = retired  # the sampler's view of the curriculum (a transport.RetiredSet)
         self.decode_threads = decode_threads
         self.sampler = sampler
         self.reward_fn = reward_fn
         self.k = k
         self.P = prompts_per_step
         self.G = generations
-        self.pending: TrainerUpdate | None = None   # the newest weights, applied when the next round starts
+        self.pending: TrainerUpdate | None = None  # the newest weights, applied when the next round starts
 
     def _generate(self, n_prompts: int) -> list[Group]:
         """n_prompts draws, scored; one group per draw (the same prompt drawn twice: two groups)."""
@@ -121,9 +140,10 @@ class PPOOffPolicy:
             assembler.close()
         return sorted(groups, key=lambda g: g.draw)
 
-    def collect(self, version: int, new_filler: Callable[[], Filler],
-                observe: Callable[[Group], None]) -> list[MiniBatch]:
-        if self.pending is not None:      # a round starts on the newest weights (frozen for its k steps)
+    def collect(
+        self, version: int, new_filler: Callable[[], Filler], observe: Callable[[Group], None]
+    ) -> list[MiniBatch]:
+        if self.pending is not None:  # a round starts on the newest weights (frozen for its k steps)
             self.generator.update_weights(self.pending.weights, self.pending.version)
             self.pending = None
         t0 = time.monotonic()
@@ -142,10 +162,16 @@ class PPOOffPolicy:
                 groups.append(group)
                 filler.add(group)
             drawn.append((groups, filler.metrics()))
-        left_over = n_tokens(pool)   # generated but not drawn: still compute, counted with the last step
-        return [MiniBatch(groups, gen_seconds=gen_seconds / self.k, metrics=metrics,
-                          tokens_generated=n_tokens(groups) + (left_over if i == self.k - 1 else 0))
-                for i, (groups, metrics) in enumerate(drawn)]
+        left_over = n_tokens(pool)  # generated but not drawn: still compute, counted with the last step
+        return [
+            MiniBatch(
+                groups,
+                gen_seconds=gen_seconds / self.k,
+                metrics=metrics,
+                tokens_generated=n_tokens(groups) + (left_over if i == self.k - 1 else 0),
+            )
+            for i, (groups, metrics) in enumerate(drawn)
+        ]
 
     def ready(self) -> None: ...
 
@@ -172,4 +198,4 @@ class PPOOffPolicy:
         return {}
 
     def close(self) -> None:
-        getattr(self.generator, "close", lambda: None)()   # a server's client stops what it started
+        getattr(self.generator, "close", lambda: None)()  # a server's client stops what it started

@@ -23,10 +23,10 @@ from scalerl.types import Group
 class Stage(NamedTuple):
     """A generator stage: what a transport runs (see `GeneratorBuild`)."""
 
-    generator: Any        # a `scalerl.rollout.Generator` (stream, generate, update_weights, reseed)
-    task: Any             # whose training prompts the sampler draws
-    reward: Callable      # the training reward: (prompt, completion) -> Score (a length penalty included)
-    sampler_seed: int     # the curriculum sampler's seed (`run.seed`)
+    generator: Any  # a `scalerl.rollout.Generator` (stream, generate, update_weights, reseed)
+    task: Any  # whose training prompts the sampler draws
+    reward: Callable  # the training reward: (prompt, completion) -> Score (a length penalty included)
+    sampler_seed: int  # the curriculum sampler's seed (`run.seed`)
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,12 @@ class MiniBatch:
     """The groups drawn for one optimizer step, as the source delivered them (scored; the loop's
     filter stage picks the ones it trains on: `scalerl.batching.filter_groups`). Nothing changes it once made."""
 
-    groups: list[Group]             # every group drawn for this step, in draw order (stale ones excluded)
-    gen_seconds: float = 0.0        # generation wall-clock attributed to it (PPO mode)
-    wait_seconds: float = 0.0       # trainer waited this long for data
+    groups: list[Group]  # every group drawn for this step, in draw order (stale ones excluded)
+    gen_seconds: float = 0.0  # generation wall-clock attributed to it (PPO mode)
+    wait_seconds: float = 0.0  # trainer waited this long for data
     stale_dropped: int = 0
-    tokens_generated: int = 0       # every token generated for it: trained, filtered out or dropped
-    metrics: dict[str, float] = field(default_factory=dict)   # the batch rule's (batch/*), the transport's
+    tokens_generated: int = 0  # every token generated for it: trained, filtered out or dropped
+    metrics: dict[str, float] = field(default_factory=dict)  # the batch rule's (batch/*), the transport's
 
 
 class Filler(Protocol):
@@ -93,8 +93,9 @@ class RolloutSource(Protocol):
         """Block until the generator can generate (its start-up is not compute)."""
         ...
 
-    def collect(self, version: int, new_filler: Callable[[], Filler],
-                observe: Callable[[Group], None]) -> list[MiniBatch]:
+    def collect(
+        self, version: int, new_filler: Callable[[], Filler], observe: Callable[[Group], None]
+    ) -> list[MiniBatch]:
         """The next step's batches (PPO-off-policy: k of them), each filled until `new_filler()`'s rule is met;
         `observe` sees each group taken, in order (raises the generator's error if it failed)."""
         ...
@@ -114,8 +115,7 @@ class RolloutSource(Protocol):
         Ray's generators finish theirs."""
         ...
 
-    def resume(self) -> None:
-        ...
+    def resume(self) -> None: ...
 
     def processes(self) -> dict[str, int]:
         """The generator processes it runs on this machine, name -> pid (`generator0`, ...), whose
@@ -127,5 +127,4 @@ class RolloutSource(Protocol):
         or where the generator shares the trainer's process)."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

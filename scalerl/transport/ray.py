@@ -62,8 +62,8 @@ from scalerl.transport.protocol import Filler, GeneratorBuild, MiniBatch, Traine
 from scalerl.transport.window import GroupAssembler, Window
 from scalerl.types import Group, Prompt
 
-POLL_S = 1.0          # trainer: seconds per hub poll before checking that the actors are alive
-SHUTDOWN_S = 60.0     # how long the end of a run waits for the actors to close their generators (a server's stop)
+POLL_S = 1.0  # trainer: seconds per hub poll before checking that the actors are alive
+SHUTDOWN_S = 60.0  # how long the end of a run waits for the actors to close their generators (a server's stop)
 MAX_RETIRED_IN_A_ROW = 100_000
 
 
@@ -103,21 +103,25 @@ def split_sampler_state(state: dict, world: int) -> list[dict]:
 def merge_sampler_states(ranks: list[dict]) -> dict:
     """The checkpoint form: the furthest position at the top level, every actor's under `ranks`."""
     furthest = max(ranks, key=lambda s: (s["epoch"], s["position"]))
-    return {"seed": furthest["seed"], "epoch": furthest["epoch"], "position": furthest["position"],
-            "ranks": [dict(r) for r in ranks]}
+    return {
+        "seed": furthest["seed"],
+        "epoch": furthest["epoch"],
+        "position": furthest["position"],
+        "ranks": [dict(r) for r in ranks],
+    }
 
 
 # ==================================================================== hub actor
 @dataclass
 class _Rank:
-    state: dict                      # ShardSampler state after the last admitted prompt
-    incarnation: int = 0             # 0: never registered; 1: first start; 2+: restarts
+    state: dict  # ShardSampler state after the last admitted prompt
+    incarnation: int = 0  # 0: never registered; 1: first start; 2+: restarts
     leases: dict[int, Prompt] = field(default_factory=dict)  # draw -> prompt, group not delivered yet
-    completions: int = 0             # completions delivered (in accepted groups)
-    idle_s: float = 0.0              # seconds the actor was held back (window or pause) before a start
+    completions: int = 0  # completions delivered (in accepted groups)
+    idle_s: float = 0.0  # seconds the actor was held back (window or pause) before a start
     waiting_since: float | None = None
-    refused_on: int = -1             # the weights it decoded with when it was last held back
-    regenerated: int = 0             # leases a restarted incarnation took over from a dead one
+    refused_on: int = -1  # the weights it decoded with when it was last held back
+    regenerated: int = 0  # leases a restarted incarnation took over from a dead one
     retired_in_a_row: int = 0
 
 
@@ -129,13 +133,13 @@ class RolloutHub:
         self.ranks = [_Rank(state=s) for s in states]
         self.window = window
         window.publish(version, 0)
-        self.admitted = 0                # the next draw number
-        self.taken = 0                   # draws handed to the trainer (in order)
+        self.admitted = 0  # the next draw number
+        self.taken = 0  # draws handed to the trainer (in order)
         self.groups: dict[int, Group] = {}
         self.retired: set[str] = set()
-        self.weights, self.version = weights, version   # [ObjectRef] (a list keeps the ref unresolved)
-        self.sequence = 0                # publishes made in the current group (broadcast: each one to receive)
-        self.epoch, self.group = 0, None     # ray.publish broadcast: the current group, (GroupLink, layout)
+        self.weights, self.version = weights, version  # [ObjectRef] (a list keeps the ref unresolved)
+        self.sequence = 0  # publishes made in the current group (broadcast: each one to receive)
+        self.epoch, self.group = 0, None  # ray.publish broadcast: the current group, (GroupLink, layout)
         self.paused = False
         self.closed = False
         self.error: str | None = None
@@ -150,8 +154,14 @@ class RolloutHub:
             r.waiting_since = None
             if r.incarnation > 1:
                 r.regenerated += len(r.leases)
-            return {"incarnation": r.incarnation, "state": dict(r.state), "pending": sorted(r.leases.items()),
-                    "weights": self.weights, "version": self.version, "epoch": self.epoch}
+            return {
+                "incarnation": r.incarnation,
+                "state": dict(r.state),
+                "pending": sorted(r.leases.items()),
+                "weights": self.weights,
+                "version": self.version,
+                "epoch": self.epoch,
+            }
 
     def admit(self, rank: int, incarnation: int, prompt: Prompt, state: dict, applied: int) -> tuple[str, int]:
         """At once: ('go', draw) (leased), ('wait', -1) (the window or a pause holds it back: ask
@@ -162,8 +172,11 @@ class RolloutHub:
             r = self.ranks[rank]
             if self.closed or r.incarnation != incarnation:
                 return "stop", -1
-            if (self.paused or not self.window.may_start(self.admitted, applied, self.version, self.taken)
-                    or self._behind_another(r)):
+            if (
+                self.paused
+                or not self.window.may_start(self.admitted, applied, self.version, self.taken)
+                or self._behind_another(r)
+            ):
                 r.waiting_since, r.refused_on = r.waiting_since or now, applied
                 return "wait", -1
             if r.waiting_since is not None:
@@ -203,8 +216,9 @@ class RolloutHub:
     def take(self, timeout: float) -> Group | str | None:
         """The next group in draw order; the error text if an actor failed; None after `timeout` s."""
         with self.cond:
-            self.cond.wait_for(lambda: self.taken in self.groups or self.error is not None or self.closed,
-                               timeout=timeout)
+            self.cond.wait_for(
+                lambda: self.taken in self.groups or self.error is not None or self.closed, timeout=timeout
+            )
             if self.error is not None:
                 return self.error
             group = self.groups.pop(self.taken, None)
@@ -284,11 +298,15 @@ class RolloutHub:
 
     def counters(self) -> dict:
         with self.cond:
-            return {"queue_depth": len(self.groups), "rejected": self.rejected,
-                    "completions": [r.completions for r in self.ranks], "idle_s": [r.idle_s for r in self.ranks],
-                    "restarts": [max(0, r.incarnation - 1) for r in self.ranks],
-                    "regenerated": sum(r.regenerated for r in self.ranks),
-                    "leases": [len(r.leases) for r in self.ranks]}
+            return {
+                "queue_depth": len(self.groups),
+                "rejected": self.rejected,
+                "completions": [r.completions for r in self.ranks],
+                "idle_s": [r.idle_s for r in self.ranks],
+                "restarts": [max(0, r.incarnation - 1) for r in self.ranks],
+                "regenerated": sum(r.regenerated for r in self.ranks),
+                "leases": [len(r.leases) for r in self.ranks],
+            }
 
 
 # ==================================================================== generator actor
@@ -300,8 +318,17 @@ def actor_seed(base: int, rank: int, incarnation: int) -> int:
 class GeneratorWorker:
     """One generator actor: streams its shard, scores groups, delivers them to the hub."""
 
-    def __init__(self, hub, rank: int, world: int, build: GeneratorBuild, base_seed: int, n: int,
-                 threads: int, publish: str = "object_store"):
+    def __init__(
+        self,
+        hub,
+        rank: int,
+        world: int,
+        build: GeneratorBuild,
+        base_seed: int,
+        n: int,
+        threads: int,
+        publish: str = "object_store",
+    ):
         from scalerl.rl.curriculum import CurriculumSampler
 
         torch.set_num_threads(threads)
@@ -310,17 +337,20 @@ class GeneratorWorker:
         self.incarnation = reg["incarnation"]
         self.generator, task, reward_fn, sampler_seed = build(actor_seed(base_seed, rank, self.incarnation))
         self.shard = ShardSampler(CurriculumSampler(task, None, seed=sampler_seed), rank, world, reg["state"])
-        self.assembler = GroupAssembler(n, reward_fn, GroupAssembler.workers_for(task),
-                                        deliver=self._deliver, fail=self._fail)
+        self.assembler = GroupAssembler(
+            n, reward_fn, GroupAssembler.workers_for(task), deliver=self._deliver, fail=self._fail
+        )
         self.version = reg["version"]
         self.stop = threading.Event()
-        self.receiver: Receiver | None = None      # ray.publish broadcast: this actor's member of the group
-        self.received = threading.Lock()           # held while a broadcast is received and staged
-        self.pending: list | None = reg["pending"]   # None once streaming
-        if reg["weights"] is not None:    # under broadcast, a restart after the first publish waits for one
+        self.receiver: Receiver | None = None  # ray.publish broadcast: this actor's member of the group
+        self.received = threading.Lock()  # held while a broadcast is received and staged
+        self.pending: list | None = reg["pending"]  # None once streaming
+        if reg["weights"] is not None:  # under broadcast, a restart after the first publish waits for one
             self.generator.update_weights(ray.get(reg["weights"][0]), self.version)
             self._start_streaming()
-        follow, args = (self._follow_weights, ()) if publish == "object_store" else (self._follow_broadcast, (reg["epoch"],))
+        follow, args = (
+            (self._follow_weights, ()) if publish == "object_store" else (self._follow_broadcast, (reg["epoch"],))
+        )
         threading.Thread(target=follow, args=args, name="scalerl-weights", daemon=True).start()
 
     def _start_streaming(self) -> None:
@@ -346,22 +376,27 @@ class GeneratorWorker:
         getattr(self.generator, "close", lambda: None)()
 
     def _prompts(self, pending: list[tuple[int, Prompt]]):
-        for draw, prompt in pending:                # the dead incarnation's groups in flight
+        for draw, prompt in pending:  # the dead incarnation's groups in flight
             yield self.assembler.add_prompt(prompt, draw)
-        held = None                                 # a prompt drawn from the shard, not yet admitted
+        held = None  # a prompt drawn from the shard, not yet admitted
         while not self.stop.is_set():
             prompt = held or self.shard.next()
-            verdict, draw = ray.get(self.hub.admit.remote(self.rank, self.incarnation, prompt,
-                                                          self.shard.state_dict(), self.generator.version))
+            verdict, draw = ray.get(
+                self.hub.admit.remote(
+                    self.rank, self.incarnation, prompt, self.shard.state_dict(), self.generator.version
+                )
+            )
             held = prompt if verdict == "wait" else None
             if verdict == "exhausted":
-                raise ScaleRLError(f"{MAX_RETIRED_IN_A_ROW} consecutive training prompts were retired "
-                                   "(No-Positive-Resampling): the task looks saturated")
+                raise ScaleRLError(
+                    f"{MAX_RETIRED_IN_A_ROW} consecutive training prompts were retired "
+                    "(No-Positive-Resampling): the task looks saturated"
+                )
             if verdict == "stop":
                 self.stop.set()
                 return
             if verdict == "wait":
-                yield None                          # the engine decodes what is in flight, then asks again
+                yield None  # the engine decodes what is in flight, then asks again
             elif verdict == "go":
                 yield self.assembler.add_prompt(prompt, draw)
 
@@ -377,7 +412,7 @@ class GeneratorWorker:
     def _stream(self, pending: list[tuple[int, Prompt]]) -> None:
         try:
             for completion in self.generator.stream(self._prompts(pending), self.assembler.n, stop=self.stop):
-                self.assembler.add(completion)   # the group goes to `_deliver` once scored
+                self.assembler.add(completion)  # the group goes to `_deliver` once scored
         except BaseException as exc:
             self._fail(exc)
         finally:
@@ -397,7 +432,7 @@ class GeneratorWorker:
                 if kind == "group":
                     epoch, sequence = count, 0
                     with self.received:
-                        self.receiver = None        # the old group's sockets closed first
+                        self.receiver = None  # the old group's sockets closed first
                         self.receiver = Receiver(detail[0], self.rank + 1, detail[1])
                 elif self._receive(count - sequence, detail, epoch):
                     sequence = count
@@ -435,19 +470,19 @@ class GeneratorWorker:
 class RolloutSpec:
     """What the actors are built from (all picklable)."""
 
-    build: GeneratorBuild         # build(seed) -> Stage: each actor builds its own
+    build: GeneratorBuild  # build(seed) -> Stage: each actor builds its own
     generators: int
-    n: int                        # completions per prompt (G)
-    window: Window                # the PipelineRL-k admission rule (window.py)
+    n: int  # completions per prompt (G)
+    window: Window  # the PipelineRL-k admission rule (window.py)
     base_seed: int
     threads: int = 1
     cpus: float = 1.0
     gpus: float = 0.0
     max_restarts: int = 3
-    options: list[dict] = field(default_factory=list)   # extra Ray options per rank (placement)
+    options: list[dict] = field(default_factory=list)  # extra Ray options per rank (placement)
     publish: str = "object_store"  # object_store: one ray.put per version; broadcast: broadcast.py
-    bucket_mb: float = 64.0        # broadcast: bucket size
-    publish_timeout_s: float = 300.0   # broadcast: joining the group, each bucket
+    bucket_mb: float = 64.0  # broadcast: bucket size
+    publish_timeout_s: float = 300.0  # broadcast: joining the group, each bucket
 
 
 class Broadcasting:
@@ -468,7 +503,7 @@ class Broadcasting:
         link, store = open_link(host, spec.generators + 1, backend_for(weights, spec.gpus), spec.publish_timeout_s)
         layout = plan_buckets(weights, self.bucket_bytes)
         self.sender, self.epoch = None, self.epoch + 1
-        gc.collect()   # the old group's sockets closed now, so its members stop waiting on it (a failed
+        gc.collect()  # the old group's sockets closed now, so its members stop waiting on it (a failed
         # broadcast's traceback holds it in a reference cycle: measured, it kept a member waiting for the timeout)
         ray.get(self.hub.set_group.remote(self.epoch, (link, layout)))
         self.sender = Sender(link, layout, store)
@@ -500,8 +535,10 @@ class Broadcasting:
         while not self._restarted():
             self.check_alive()
             if time.monotonic() > deadline:
-                raise ScaleRLError(f"a broadcast of the weights failed and no generator actor restarted within "
-                                   f"ray.publish_timeout_s = {self.spec.publish_timeout_s:g} s")
+                raise ScaleRLError(
+                    f"a broadcast of the weights failed and no generator actor restarted within "
+                    f"ray.publish_timeout_s = {self.spec.publish_timeout_s:g} s"
+                )
             time.sleep(0.2)
 
     def rejoin(self) -> None:
@@ -522,10 +559,16 @@ class RayRollouts(Streamed):
         hub_cls = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=4 * spec.generators + 8)
         self.hub = hub_cls.remote(states, spec.window, [self._weights_ref], version)
         worker_cls = ray.remote(GeneratorWorker)
-        self.workers = [worker_cls.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=spec.max_restarts,
-                                           max_concurrency=2, **(spec.options[r] if spec.options else {}))
-                        .remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n,
-                                spec.threads, spec.publish) for r in range(spec.generators)]
+        self.workers = [
+            worker_cls.options(
+                num_cpus=spec.cpus,
+                num_gpus=spec.gpus,
+                max_restarts=spec.max_restarts,
+                max_concurrency=2,
+                **(spec.options[r] if spec.options else {}),
+            ).remote(self.hub, r, spec.generators, spec.build, spec.base_seed, spec.n, spec.threads, spec.publish)
+            for r in range(spec.generators)
+        ]
         ray.get([w.ping.remote() for w in self.workers])  # all started (a build error surfaces here)
         self._pings: list = [None] * spec.generators
         self.broadcasting = None
@@ -533,7 +576,7 @@ class RayRollouts(Streamed):
             try:
                 self.broadcasting = Broadcasting(self.hub, spec, weights, self._check_alive)
             except BaseException:
-                self.close()             # the actors and the hub: the caller never gets this source to close
+                self.close()  # the actors and the hub: the caller never gets this source to close
                 raise
         self._last: dict = {"idle_s": [0.0] * spec.generators}
 
@@ -553,8 +596,10 @@ class RayRollouts(Streamed):
             except ActorUnavailableError:
                 continue
             except ActorDiedError as exc:
-                raise RuntimeError(f"generator actor {i} died and used up its {self.spec.max_restarts} restarts "
-                                   f"(ray.max_restarts): {exc}") from None
+                raise RuntimeError(
+                    f"generator actor {i} died and used up its {self.spec.max_restarts} restarts "
+                    f"(ray.max_restarts): {exc}"
+                ) from None
 
     def ready(self) -> None: ...  # the actors were built (and pinged) in __init__
 
@@ -582,8 +627,9 @@ class RayRollouts(Streamed):
         self._weights_ref = ray.put({k: v.detach().to("cpu", copy=True) for k, v in update.weights.items()})
         ray.get(self.hub.set_weights.remote([self._weights_ref], update.version, update.bound))
 
-    def collect(self, version: int, new_filler: Callable[[], Filler],
-                observe: Callable[[Group], None]) -> list[MiniBatch]:
+    def collect(
+        self, version: int, new_filler: Callable[[], Filler], observe: Callable[[Group], None]
+    ) -> list[MiniBatch]:
         """PipelineRL-k's batch, with the hub's `ray/*` metrics in its row (a new record: a MiniBatch is not
         changed once made)."""
         *batches, last = super().collect(version, new_filler, observe)
@@ -610,9 +656,13 @@ class RayRollouts(Streamed):
         c = self.counters()
         idle = [now - before for now, before in zip(c["idle_s"], self._last["idle_s"])]
         self._last = c
-        out = {"ray/queue_depth": c["queue_depth"], "ray/gen_idle_seconds": sum(idle),
-               "ray/rejected_groups": c["rejected"], "ray/restarts": sum(c["restarts"]),
-               "ray/regenerated_groups": c["regenerated"]}
+        out = {
+            "ray/queue_depth": c["queue_depth"],
+            "ray/gen_idle_seconds": sum(idle),
+            "ray/rejected_groups": c["rejected"],
+            "ray/restarts": sum(c["restarts"]),
+            "ray/regenerated_groups": c["regenerated"],
+        }
         if self.broadcasting is not None:
             out["ray/broadcast_bytes"] = self.broadcasting.sent
             out["ray/broadcast_groups"] = self.broadcasting.epoch
@@ -626,15 +676,16 @@ class RayRollouts(Streamed):
 
         ray.get(self.hub.close.remote())
         try:
-            done, _ = ray.wait([w.shutdown.remote() for w in self.workers], num_returns=len(self.workers),
-                               timeout=SHUTDOWN_S)
+            done, _ = ray.wait(
+                [w.shutdown.remote() for w in self.workers], num_returns=len(self.workers), timeout=SHUTDOWN_S
+            )
             for ref in done:
                 try:
                     ray.get(ref)
                 except RayActorError:
-                    continue     # dead or restarting: nothing of it to close (its server died with it)
+                    continue  # dead or restarting: nothing of it to close (its server died with it)
         finally:
             for worker in self.workers:
                 ray.kill(worker, no_restart=True)
             ray.kill(self.hub, no_restart=True)
-            self.broadcasting = None   # the broadcast group's store and process group, once its members are gone
+            self.broadcasting = None  # the broadcast group's store and process group, once its members are gone

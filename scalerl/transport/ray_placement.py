@@ -24,8 +24,10 @@ PLACE_TIMEOUT_S = 300  # seconds for the cluster to grant the actors' resources
 def _bundle(cpus: float, gpus: float, custom: dict[str, float]) -> dict[str, float]:
     bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus), *custom.items()) if v > 0}
     if not bundle:
-        raise ScaleRLError("ray.placement pack/spread needs resources in every bundle: set ray.generator_cpus "
-                           "and ray.trainer_cpus (or the *_gpus) above 0, or use ray.placement=none")
+        raise ScaleRLError(
+            "ray.placement pack/spread needs resources in every bundle: set ray.generator_cpus "
+            "and ray.trainer_cpus (or the *_gpus) above 0, or use ray.placement=none"
+        )
     return bundle
 
 
@@ -36,7 +38,7 @@ class Placement:
         r = cfg.ray
         self.n_generators = r.generators
         self.generator_resources, self.trainer_resources = r.generator_resources, r.trainer_resources
-        self.first_trainer = r.trainers - cfg.trainer.actors(r.trainers)   # 0 under fsdp (every rank an actor), else 1
+        self.first_trainer = r.trainers - cfg.trainer.actors(r.trainers)  # 0 under fsdp (every rank an actor), else 1
         self.group = None
         if r.placement == "none":
             return
@@ -46,8 +48,10 @@ class Placement:
         ready, _ = ray.wait([self.group.ready()], timeout=PLACE_TIMEOUT_S)
         if not ready:
             remove_placement_group(self.group)
-            raise ScaleRLError(f"ray.placement {r.placement}: the cluster did not grant {len(bundles)} bundles "
-                               f"({bundles[0]} per generator) within {PLACE_TIMEOUT_S} s; compare with `ray status`")
+            raise ScaleRLError(
+                f"ray.placement {r.placement}: the cluster did not grant {len(bundles)} bundles "
+                f"({bundles[0]} per generator) within {PLACE_TIMEOUT_S} s; compare with `ray status`"
+            )
 
     def _options(self, index: int, custom: dict[str, float]) -> dict:
         """An actor's options: its bundle of the group (custom resources included), or its own request."""

@@ -38,21 +38,21 @@ import torch
 
 from scalerl.errors import ScaleRLError
 
-WAIT_S = 0.0005       # the generator's poll while a writer holds the lock
-LOCK_POLL_S = 1.0     # the writer's wait between two checks that the generator process is alive
+WAIT_S = 0.0005  # the generator's poll while a writer holds the lock
+LOCK_POLL_S = 1.0  # the writer's wait between two checks that the generator process is alive
 
 
 @dataclass
 class WeightsLink:
     """What travels to the generator process (picklable by torch.multiprocessing)."""
 
-    tensors: dict[str, torch.Tensor]   # name -> the tensor to decode from (tied names: the same tensor)
-    head32: tuple[str, torch.Tensor] | None   # (head weight's name, its fp32 copy): a low-precision engine's fp32 head
-    lock: Any                  # multiprocessing Lock: a decode step and a write exclude each other
-    want: Any                  # multiprocessing Value('b'): a writer waits for the lock
-    version: Any               # multiprocessing Value('q'): the policy version the buffer holds
-    horizon: Any               # multiprocessing Value('q'): the PipelineRL-k horizon of that version
-    cuda_mb: Any               # multiprocessing Array('d', 2): the generator's CUDA allocated / reserved MiB
+    tensors: dict[str, torch.Tensor]  # name -> the tensor to decode from (tied names: the same tensor)
+    head32: tuple[str, torch.Tensor] | None  # (head weight's name, its fp32 copy): a low-precision engine's fp32 head
+    lock: Any  # multiprocessing Lock: a decode step and a write exclude each other
+    want: Any  # multiprocessing Value('b'): a writer waits for the lock
+    version: Any  # multiprocessing Value('q'): the policy version the buffer holds
+    horizon: Any  # multiprocessing Value('q'): the PipelineRL-k horizon of that version
+    cuda_mb: Any  # multiprocessing Array('d', 2): the generator's CUDA allocated / reserved MiB
 
 
 def _storage_key(t: torch.Tensor) -> tuple:
@@ -75,11 +75,20 @@ class SharedWeights:
     head's weight, whose fp32 values a lower-precision engine keeps for its fp32 head.
     `alive()` raises when the generator process is gone (checked while waiting for the lock)."""
 
-    def __init__(self, ctx, weights: Mapping[str, torch.Tensor], version: int, horizon: int, dtype: torch.dtype,
-                 alias: bool, head: str | None = None, alive: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        ctx,
+        weights: Mapping[str, torch.Tensor],
+        version: int,
+        horizon: int,
+        dtype: torch.dtype,
+        alias: bool,
+        head: str | None = None,
+        alive: Callable[[], None] = lambda: None,
+    ):
         self.alive = alive
-        self.names: dict[str, str] = {}              # name -> the first name of its storage (tied weights)
-        self.buffers: dict[str, torch.Tensor] = {}   # first name -> buffer
+        self.names: dict[str, str] = {}  # name -> the first name of its storage (tied weights)
+        self.buffers: dict[str, torch.Tensor] = {}  # first name -> buffer
         seen: dict[tuple, str] = {}
         with torch.no_grad():
             for name, t in weights.items():
@@ -91,7 +100,7 @@ class SharedWeights:
                 if alias and t.dtype == dtype:
                     buf = t.detach()
                     if buf.device.type == "cpu":
-                        buf.share_memory_()          # in place: the trainer's parameter now lives in shared memory
+                        buf.share_memory_()  # in place: the trainer's parameter now lives in shared memory
                 else:
                     buf = torch.empty(t.shape, dtype=dtype, device=t.device)
                     if buf.device.type == "cpu":
@@ -106,9 +115,15 @@ class SharedWeights:
                     self.head32[1].share_memory_()
                 self.head32[1].copy_(src)
         self.aliased = all(self._is_source(n, weights[n]) for n in self.buffers) and self.head32 is None
-        self.link = WeightsLink({n: self.buffers[first] for n, first in self.names.items()}, self.head32,
-                                ctx.Lock(), ctx.Value("b", 0, lock=False), ctx.Value("q", version, lock=False),
-                                ctx.Value("q", horizon, lock=False), ctx.Array("d", 2, lock=False))
+        self.link = WeightsLink(
+            {n: self.buffers[first] for n, first in self.names.items()},
+            self.head32,
+            ctx.Lock(),
+            ctx.Value("b", 0, lock=False),
+            ctx.Value("q", version, lock=False),
+            ctx.Value("q", horizon, lock=False),
+            ctx.Array("d", 2, lock=False),
+        )
 
     def _is_source(self, name: str, t: torch.Tensor) -> bool:
         buf = self.buffers[name]
@@ -146,8 +161,11 @@ class SharedWeights:
         """Copy `weights` (name -> tensor, cast to the buffer's dtype) into the buffer as `version`.
         Aliased weights are already there: then only the version is set (if the optimizer's guarded
         step has not set it already)."""
-        copies = [(self.buffers[first], weights[name]) for name, first in self.names.items()
-                  if name == first and not self._is_source(name, weights[name])]
+        copies = [
+            (self.buffers[first], weights[name])
+            for name, first in self.names.items()
+            if name == first and not self._is_source(name, weights[name])
+        ]
         if self.head32 is not None:
             copies.append((self.head32[1], weights[self.head32[0]]))
         if not copies and self.version == version:
@@ -168,12 +186,14 @@ def adopt(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
     for name, target in own.items():
         src = tensors[name]
         if src.shape != target.shape or src.dtype != target.dtype or src.device != target.device:
-            raise ScaleRLError(f"published weight {name!r} is {tuple(src.shape)} {src.dtype} on {src.device}; the "
-                               f"model's is {tuple(target.shape)} {target.dtype} on {target.device}")
+            raise ScaleRLError(
+                f"published weight {name!r} is {tuple(src.shape)} {src.dtype} on {src.device}; the "
+                f"model's is {tuple(target.shape)} {target.dtype} on {target.device}"
+            )
     for name, target in own.items():
         target.data = tensors[name]
     if any(t.device.type == "cuda" for t in own.values()):
-        torch.cuda.empty_cache()   # the model's own copy, now unused, back to the device
+        torch.cuda.empty_cache()  # the model's own copy, now unused, back to the device
 
 
 class StepGate:

@@ -23,7 +23,7 @@ class Window:
 
     def __init__(self, prompts_per_step: int, k: int):
         self.P, self.k = prompts_per_step, k
-        self.bound = k                     # the staleness bound in force (<= k; `scalerl.rl.staleness`)
+        self.bound = k  # the staleness bound in force (<= k; `scalerl.rl.staleness`)
         self.horizons: dict[int, int] = {}
 
     @classmethod
@@ -65,7 +65,7 @@ class InOrder:
     """Trainer side: hands groups out in draw order, whatever order they finish in."""
 
     def __init__(self) -> None:
-        self.next = 0                      # draws taken so far = the next draw to hand out
+        self.next = 0  # draws taken so far = the next draw to hand out
         self.waiting: dict[int, Group] = {}
 
     def push(self, group: Group) -> None:
@@ -139,9 +139,14 @@ class GroupAssembler:
       its last completion arrives, after waiting for its scores (`Group.score_wait`).
     """
 
-    def __init__(self, n: int, reward_fn: Callable[[Prompt, Completion], Score], workers: int = 0,
-                 deliver: Callable[[Group], None] | None = None,
-                 fail: Callable[[BaseException], None] | None = None):
+    def __init__(
+        self,
+        n: int,
+        reward_fn: Callable[[Prompt, Completion], Score],
+        workers: int = 0,
+        deliver: Callable[[Group], None] | None = None,
+        fail: Callable[[BaseException], None] | None = None,
+    ):
         if (deliver is None) != (fail is None):
             raise ValueError("GroupAssembler: deliver and fail go together")
         self.n = n
@@ -188,7 +193,7 @@ class GroupAssembler:
         del self.partial[completion.prompt_id], self.draws[completion.prompt_id]
         last = time.monotonic()
         if self.deliver is None:
-            results = [s.result() if isinstance(s, Future) else s for s in scored]   # a scorer's error raises here
+            results = [s.result() if isinstance(s, Future) else s for s in scored]  # a scorer's error raises here
             waited = time.monotonic() - last
             return _group(prompt, done, draw, results, wait=waited, latency=waited)
         if self._pool is None:
@@ -204,25 +209,45 @@ class GroupAssembler:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _group(prompt: Prompt, completions: list[Completion], draw: int, results: list[tuple[Score, float, float]],
-           wait: float, latency: float) -> Group:
-    return Group(prompt=prompt, completions=completions, scores=[s for s, _, _ in results], draw=draw,
-                 score_seconds=sum(t for _, t, _ in results), score_wait=wait, score_latency=latency,
-                 score_cpu_seconds=sum(c for _, _, c in results))
+def _group(
+    prompt: Prompt,
+    completions: list[Completion],
+    draw: int,
+    results: list[tuple[Score, float, float]],
+    wait: float,
+    latency: float,
+) -> Group:
+    return Group(
+        prompt=prompt,
+        completions=completions,
+        scores=[s for s, _, _ in results],
+        draw=draw,
+        score_seconds=sum(t for _, t, _ in results),
+        score_wait=wait,
+        score_latency=latency,
+        score_cpu_seconds=sum(c for _, _, c in results),
+    )
 
 
 class _Pending:
     """One group whose completions are being scored in the pool: delivered (or its error reported)
     by the done-callback of whichever of its futures finishes last."""
 
-    def __init__(self, owner: GroupAssembler, prompt: Prompt, completions: list[Completion], draw: int,
-                 futures: list[Future], last: float):
+    def __init__(
+        self,
+        owner: GroupAssembler,
+        prompt: Prompt,
+        completions: list[Completion],
+        draw: int,
+        futures: list[Future],
+        last: float,
+    ):
         self.owner, self.prompt, self.completions, self.draw = owner, prompt, completions, draw
         self.futures, self.last = futures, last
         self.left = len(futures)
         self.lock = threading.Lock()
         for f in futures:
-            f.add_done_callback(self._one_done)   # runs at once, in this thread, if already done
+            f.add_done_callback(self._one_done)  # runs at once, in this thread, if already done
 
     def _one_done(self, _: Future) -> None:
         with self.lock:
@@ -231,14 +256,17 @@ class _Pending:
                 return
         owner = self.owner
         if owner._closed or any(f.cancelled() for f in self.futures):
-            return   # the assembler was closed (the run is stopping): nobody takes this group
+            return  # the assembler was closed (the run is stopping): nobody takes this group
         error = next((f.exception() for f in self.futures if f.exception() is not None), None)
         if error is not None:
             owner.fail(error)
             return
         results = [f.result() for f in self.futures]
         try:
-            owner.deliver(_group(self.prompt, self.completions, self.draw, results, wait=0.0,
-                                 latency=time.monotonic() - self.last))
+            owner.deliver(
+                _group(
+                    self.prompt, self.completions, self.draw, results, wait=0.0, latency=time.monotonic() - self.last
+                )
+            )
         except BaseException as exc:  # e.g. the Ray hub gone: reported like a scorer's error
             owner.fail(exc)

@@ -27,7 +27,7 @@ import numpy as np
 from scalerl.config import eval_schedule
 from scalerl.scaling.fit import first_half_prediction, fit_curve, subset_first_half_prediction
 
-TAIL = 3   # the end of a curve: the mean of its last three evaluations
+TAIL = 3  # the end of a curve: the mean of its last three evaluations
 
 
 def evals(path: Path) -> list[dict]:
@@ -81,7 +81,8 @@ def one(folder: Path, thin: int | None = None) -> dict:
     half = first_half_prediction(x[pos], y[pos])
     in_window = int(((x[pos] >= half["window_from"]) & (x[pos] <= x[pos][-1] / 2)).sum())
     by_rung = subset_first_half_prediction(
-        x[pos], {g: np.array([r[f"val/pass_rate/{g}"] for r in rows], float)[pos] for g in rungs})
+        x[pos], {g: np.array([r[f"val/pass_rate/{g}"] for r in rows], float)[pos] for g in rungs}
+    )
     hx, hy = x[pos][x[pos] <= x[pos][-1] / 2], y[pos][x[pos] <= x[pos][-1] / 2]
     target = float(np.mean(x[pos][-TAIL:]))
     # the ceiling as the mean of the rungs' own ceilings (scalerl.study.report.subset_ceiling; a rung that
@@ -90,29 +91,60 @@ def one(folder: Path, thin: int | None = None) -> dict:
     for g in rungs:
         yg = np.array([r[f"val/pass_rate/{g}"] for r in rows], float)
         rung_a.append(0.0 if not (yg > 0).any() else fit_curve(x[pos], yg[pos], "sigmoid", n_bootstrap=0).A)
-    return {"run": str(folder), "start": float(y[0]), "half": float(np.interp(x[-1] / 2, x, y)), "end": end,
-            "peak_minus_end": peak_drop, "A": fit.A, "A_ci": list(fit.ci.get("A", (np.nan, np.nan))),
-            "A_rungs": float(np.mean(rung_a)), "A_each_rung": dict(zip(rungs, rung_a)),
-            "residual_ratio": float(np.sqrt(np.mean(resid ** 2)) / np.nanmedian(se[pos])),
-            "residual_rms": float(np.sqrt(np.mean(resid ** 2))), "se_median": float(np.nanmedian(se[pos])),
-            "window_points": in_window, "evaluations": int(pos.sum()),
-            "rungs_error": by_rung["predicted"] - half["measured"],
-            "first_half_error": half["error"], "last_error": half["baseline_last_error"],
-            "best_error": half["baseline_best_error"], "ruler_error": ruler(hx, hy, target) - half["measured"],
-            "first_half_points": half["points"], "staleness_max_mean": train_stat(folder, "staleness/max"),
-            "gen_wait_median": train_stat(folder, "time/gen_wait", "median")}
+    return {
+        "run": str(folder),
+        "start": float(y[0]),
+        "half": float(np.interp(x[-1] / 2, x, y)),
+        "end": end,
+        "peak_minus_end": peak_drop,
+        "A": fit.A,
+        "A_ci": list(fit.ci.get("A", (np.nan, np.nan))),
+        "A_rungs": float(np.mean(rung_a)),
+        "A_each_rung": dict(zip(rungs, rung_a)),
+        "residual_ratio": float(np.sqrt(np.mean(resid**2)) / np.nanmedian(se[pos])),
+        "residual_rms": float(np.sqrt(np.mean(resid**2))),
+        "se_median": float(np.nanmedian(se[pos])),
+        "window_points": in_window,
+        "evaluations": int(pos.sum()),
+        "rungs_error": by_rung["predicted"] - half["measured"],
+        "first_half_error": half["error"],
+        "last_error": half["baseline_last_error"],
+        "best_error": half["baseline_best_error"],
+        "ruler_error": ruler(hx, hy, target) - half["measured"],
+        "first_half_points": half["points"],
+        "staleness_max_mean": train_stat(folder, "staleness/max"),
+        "gen_wait_median": train_stat(folder, "time/gen_wait", "median"),
+    }
 
 
 def summary(results: list[dict]) -> list[str]:
     def med(key):
         v = [r[key] for r in results]
         return f"{np.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"
-    out = [f"{len(results)} runs; median [range]:",
-           *(f"  {k}: {med(k)}" for k in ("start", "half", "end", "A", "A_rungs", "residual_ratio", "residual_rms",
-                                           "se_median", "window_points", "evaluations")),
-           *(f"  |{k}|: mean {np.mean([abs(r[k]) for r in results]):.3f}, within 0.02 on "
-             f"{sum(abs(r[k]) <= 0.02 for r in results)} of {len(results)}"
-             for k in ("first_half_error", "rungs_error", "last_error", "best_error", "ruler_error"))]
+
+    out = [
+        f"{len(results)} runs; median [range]:",
+        *(
+            f"  {k}: {med(k)}"
+            for k in (
+                "start",
+                "half",
+                "end",
+                "A",
+                "A_rungs",
+                "residual_ratio",
+                "residual_rms",
+                "se_median",
+                "window_points",
+                "evaluations",
+            )
+        ),
+        *(
+            f"  |{k}|: mean {np.mean([abs(r[k]) for r in results]):.3f}, within 0.02 on "
+            f"{sum(abs(r[k]) <= 0.02 for r in results)} of {len(results)}"
+            for k in ("first_half_error", "rungs_error", "last_error", "best_error", "ruler_error")
+        ),
+    ]
     worst = max(max(r["peak_minus_end"].values()) for r in results)
     out.append(f"  largest drop of a rung from its peak to its last evaluation: {worst:.3f} (criterion: at most 0.05)")
     return out
@@ -120,18 +152,24 @@ def summary(results: list[dict]) -> list[str]:
 
 def table(results: list[dict]) -> list[str]:
     rungs = sorted(results[0]["peak_minus_end"])
-    head = ("| run | start | half | end | " + " | ".join(f"{g} peak-last" for g in rungs)
-            + " | A [90%] | A (rungs: mean (each)) | resid/se | in window | first-half err | rungs err | last | best"
-            " | ruler | staleness/max | trainer wait (median s) |")
+    head = (
+        "| run | start | half | end | "
+        + " | ".join(f"{g} peak-last" for g in rungs)
+        + " | A [90%] | A (rungs: mean (each)) | resid/se | in window | first-half err | rungs err | last | best"
+        " | ruler | staleness/max | trainer wait (median s) |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         each = ", ".join(f"{a:.2f}" for a in r["A_each_rung"].values())
-        lines.append(f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
-                     f"{r['end']:.3f} | " + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
-                     + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({each})"
-                     f" | {r['residual_ratio']:.2f} | {r['window_points']} | {r['first_half_error']:+.3f}"
-                     f" | {r['rungs_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
-                     f"{r['ruler_error']:+.3f} | {rounded(r['staleness_max_mean'], 2)} | {rounded(r['gen_wait_median'], 3)} |")
+        lines.append(
+            f"| {Path(r['run']).parent.name}/{Path(r['run']).name} | {r['start']:.3f} | {r['half']:.3f} | "
+            f"{r['end']:.3f} | "
+            + " | ".join(f"{r['peak_minus_end'][g]:+.3f}" for g in rungs)
+            + f" | {r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}] | {r['A_rungs']:.3f} ({each})"
+            f" | {r['residual_ratio']:.2f} | {r['window_points']} | {r['first_half_error']:+.3f}"
+            f" | {r['rungs_error']:+.3f} | {r['last_error']:+.3f} | {r['best_error']:+.3f} | "
+            f"{r['ruler_error']:+.3f} | {rounded(r['staleness_max_mean'], 2)} | {rounded(r['gen_wait_median'], 3)} |"
+        )
     return lines
 
 

@@ -23,8 +23,15 @@ from pathlib import Path
 
 from scalerl.run.metrics import read_rows
 
-COLUMNS = ("wall s/step", "device-s/step", "train s/step", "not training", "staleness mean",
-           "staleness max", "device-hours")
+COLUMNS = (
+    "wall s/step",
+    "device-s/step",
+    "train s/step",
+    "not training",
+    "staleness mean",
+    "staleness max",
+    "device-hours",
+)
 
 
 def run_summary(run_dir: Path) -> dict[str, float] | None:
@@ -61,8 +68,15 @@ def main(root: str) -> None:
     for name, runs in sorted(table.items(), key=lambda kv: (kv[0] != "scalerl", kv[0])):
         cells = [statistics.median(r[c] for r in runs) for c in COLUMNS]
         ratio = f"x{cells[1] / ref:.2f}" if ref else ""
-        fmt = [f"{cells[0]:.2f}", f"{cells[1]:.2f}", f"{cells[2]:.2f}", f"{cells[3]:.2f}",
-               f"{cells[4]:.2f}", f"{cells[5]:.0f}", f"{cells[6]:.3f}"]
+        fmt = [
+            f"{cells[0]:.2f}",
+            f"{cells[1]:.2f}",
+            f"{cells[2]:.2f}",
+            f"{cells[3]:.2f}",
+            f"{cells[4]:.2f}",
+            f"{cells[5]:.0f}",
+            f"{cells[6]:.3f}",
+        ]
         print(f"| {name} | {len(runs)} | " + " | ".join(fmt) + f" | {ratio} |")
 
 

@@ -42,13 +42,18 @@ def main() -> None:
         at = np.array([np.interp(step, x, y) for x, y in refs])
         ok = at.min() <= rate <= at.max()
         inside += ok
-        print(f"| {step:g} | {rate:.3f} | {at.min():.3f}-{at.max():.3f}{'' if ok else ' (outside)'} | {at.mean():.3f} |")
+        print(
+            f"| {step:g} | {rate:.3f} | {at.min():.3f}-{at.max():.3f}{'' if ok else ' (outside)'} | {at.mean():.3f} |"
+        )
     print(f"\n{inside} of {len(steps)} evaluations inside the seeds' range")
     train = [r for r in rows(args.run) if r["kind"] == "train"]
     evals = [r["time/eval"] for r in rows(args.run) if r["kind"] == "eval"]
     med = {k: statistics.median(r.get(f"time/{k}", 0.0) for r in train) for k in ("step", "train", "publish")}
-    print(f"{len(train)} steps: staleness/max at most {max(r['staleness/max'] for r in train)}, medians: "
-          + ", ".join(f"time/{k} {v:.2f} s" for k, v in med.items()) + f", time/eval {statistics.median(evals):.1f} s")
+    print(
+        f"{len(train)} steps: staleness/max at most {max(r['staleness/max'] for r in train)}, medians: "
+        + ", ".join(f"time/{k} {v:.2f} s" for k, v in med.items())
+        + f", time/eval {statistics.median(evals):.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -27,17 +27,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ values refused at load
-@pytest.mark.parametrize("override,named", [
-    ("optim.lr=inf", "optim.lr = inf"), ("optim.lr=.nan", "optim.lr = nan"), ("optim.lr=-.inf", "optim.lr"),
-    ("batch.prompts=true", "batch.prompts = True"), ("batch.generations=false", "batch.generations = False"),
-    ("run.checkpoint_every=true", "run.checkpoint_every = True"),
-    (f"batch.prompts={MAX_PROMPTS + 1}", f"batch.prompts = {MAX_PROMPTS + 1}"),
-    ("batch.prompts=1000000000000", "batch.prompts = 1000000000000"),
-    ("batch.generations=100000", "batch.generations = 100000"),
-    (f"run.threads={available_cores() + 1}", f"run.threads = {available_cores() + 1}"),
-    ("reward.pass_value=-1", "reward.pass_value = -1.0"),
-    ("reward.fail_value=2", "reward.fail_value = 2.0"),
-])
+@pytest.mark.parametrize(
+    "override,named",
+    [
+        ("optim.lr=inf", "optim.lr = inf"),
+        ("optim.lr=.nan", "optim.lr = nan"),
+        ("optim.lr=-.inf", "optim.lr"),
+        ("batch.prompts=true", "batch.prompts = True"),
+        ("batch.generations=false", "batch.generations = False"),
+        ("run.checkpoint_every=true", "run.checkpoint_every = True"),
+        (f"batch.prompts={MAX_PROMPTS + 1}", f"batch.prompts = {MAX_PROMPTS + 1}"),
+        ("batch.prompts=1000000000000", "batch.prompts = 1000000000000"),
+        ("batch.generations=100000", "batch.generations = 100000"),
+        (f"run.threads={available_cores() + 1}", f"run.threads = {available_cores() + 1}"),
+        ("reward.pass_value=-1", "reward.pass_value = -1.0"),
+        ("reward.fail_value=2", "reward.fail_value = 2.0"),
+    ],
+)
 def test_nonsense_value_is_one_line_and_creates_nothing(tmp_path, capsys, override, named):
     run = tmp_path / "run"
     code, _, err = train_cli(capsys, *SETS, "--set", override, "--run-dir", str(run))
@@ -131,7 +137,7 @@ def test_failed_start_leaves_nothing_and_the_fixed_command_runs(tmp_path, capsys
     monkeypatch.setattr(build_mod, "build_components", broken)
     code, _, err = train_cli(capsys, *SETS, "--max-steps", "2", "--run-dir", str(run))
     assert code == 2 and "data.jsonl" in one_line(err)
-    assert not run.exists()                                # no stray config.yaml to block the next try
+    assert not run.exists()  # no stray config.yaml to block the next try
     monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     code, _, err = train_cli(capsys, *SETS, "--max-steps", "2", "--run-dir", str(run))
     assert code == 0, err
@@ -153,15 +159,20 @@ def _disk_full_at(step: int, monkeypatch, exc: BaseException):
 
     def save(obj, path, *args, **kwargs):
         if f"step_{step:06d}" in str(path):
-            Path(path).write_bytes(b"\0" * 100)            # part of the file made it to disk
+            Path(path).write_bytes(b"\0" * 100)  # part of the file made it to disk
             raise exc
         return real(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint_mod.torch, "save", save)
 
 
-@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"),
-                                 RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1408 vs 1310")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1408 vs 1310"),
+    ],
+)
 def test_full_disk_at_checkpoint_is_one_line_and_leaves_no_partial_folder(tmp_path, capsys, monkeypatch, exc):
     run = tmp_path / "r"
     _disk_full_at(4, monkeypatch, exc)
@@ -172,7 +183,7 @@ def test_full_disk_at_checkpoint_is_one_line_and_leaves_no_partial_folder(tmp_pa
     assert sorted(p.name for p in (run / CHECKPOINT_DIR).iterdir()) == ["step_000000", "step_000002"]  # no partial
     monkeypatch.undo()
     monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
-    code, out, err = train_cli(capsys, "--resume", "--run-dir", str(run))        # space freed: it carries on
+    code, out, err = train_cli(capsys, "--resume", "--run-dir", str(run))  # space freed: it carries on
     assert code == 0, err
     assert "continuing from checkpoint step_000002" in out
     assert [r["step"] for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
@@ -203,20 +214,28 @@ def test_os_errors_of_the_machine_are_one_line_others_keep_their_traceback(monke
     import scalerl.config as config_mod
 
     real_run = recipes_cmd.run
-    monkeypatch.setattr(recipes_cmd, "run", lambda args: (_ for _ in ()).throw(
-        OSError(errno.ENOSPC, "No space left on device", "/runs/x/tb/events")))
+    monkeypatch.setattr(
+        recipes_cmd,
+        "run",
+        lambda args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device", "/runs/x/tb/events")),
+    )
     assert main(["recipes"]) == 2
     assert "No space left on device (/runs/x/tb/events)" in one_line(capsys.readouterr().err)
     # scalerl's own (raised where no frame is the user's: a test's lambda would be the user's code, told so)
     monkeypatch.setattr(recipes_cmd, "run", real_run)
-    monkeypatch.setattr(config_mod, "list_recipes", functools.partial(os.close, -1))   # EBADF, in recipes.run
+    monkeypatch.setattr(config_mod, "list_recipes", functools.partial(os.close, -1))  # EBADF, in recipes.run
     with pytest.raises(OSError, match="Bad file descriptor"):
         main(["recipes"])
 
 
 def test_cli_error_has_no_traceback_in_a_real_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--set", "optim.lr=inf", "--run-dir",
-                           str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalerl", "train", "--set", "optim.lr=inf", "--run-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "optim.lr = inf" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()

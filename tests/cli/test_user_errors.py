@@ -34,8 +34,21 @@ def _line(path: Path, text: str) -> int:
 
 
 def _train(capsys, tmp_path: Path, *sets: str) -> tuple[int, str, str]:
-    args = ["train", "--no-progress", "--run-dir", str(tmp_path / "run"), "--max-steps", "2", *SETS,
-            "--set", "task.train_size=32", "--set", "task.val_size=4", "--set", "filter.zero_variance=false"]
+    args = [
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "2",
+        *SETS,
+        "--set",
+        "task.train_size=32",
+        "--set",
+        "task.val_size=4",
+        "--set",
+        "filter.zero_variance=false",
+    ]
     code = main(args + [a for s in sets for a in ("--set", s)])
     out, err = capsys.readouterr()
     return code, out, err
@@ -53,30 +66,55 @@ def _told(err: str, path: Path) -> tuple[str, list[str]]:
 
 def test_a_task_whose_prompts_raise_is_one_line_then_its_own_frames_in_a_real_process(tmp_path):
     """The issue's case, as a user runs it: `python -m scalerl train` on a task file whose prompts() raises."""
-    path = _task(tmp_path, prompts="        return helper(seed)",
-                 extra="\n\ndef helper(seed):\n    raise ValueError(f'no prompts for seed {seed}')\n")
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir",
-                           str(tmp_path / "run"), "--set", "model.name=tiny-random", "--set", "task.type=python",
-                           "--set", f"task.path={path}"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    path = _task(
+        tmp_path,
+        prompts="        return helper(seed)",
+        extra="\n\ndef helper(seed):\n    raise ValueError(f'no prompts for seed {seed}')\n",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalerl",
+            "train",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "model.name=tiny-random",
+            "--set",
+            "task.type=python",
+            "--set",
+            f"task.path={path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     line, frames = _told(proc.stderr, path)
     raised = _line(path, "raise ValueError")
     assert proc.returncode == 2
-    assert line == (f"scalerl: error: task.path '{path}': T.prompts(0) raised ValueError: no prompts for seed 0 "
-                    f"({path}:{raised} in helper)")
+    assert line == (
+        f"scalerl: error: task.path '{path}': T.prompts(0) raised ValueError: no prompts for seed 0 "
+        f"({path}:{raised} in helper)"
+    )
     assert frames == [f'  File "{path}", line 3, in prompts', f'  File "{path}", line {raised}, in helper']
 
 
-def test_a_ray_that_times_out_starting_for_fsdp_ranks_without_the_ray_backend_is_one_line(tmp_path, capsys,
-                                                                                           monkeypatch):
+def test_a_ray_that_times_out_starting_for_fsdp_ranks_without_the_ray_backend_is_one_line(
+    tmp_path, capsys, monkeypatch
+):
     """The issue's other case: trainer.strategy=fsdp, ray.trainers=2, no --backend ray, on a machine too loaded
     for Ray's 30 s start (Ray's own exception, raised by a stand-in for `ray.init`)."""
     import ray
 
     def timed_out(**kwargs):
-        raise Exception("The current node timed out during startup. This could happen because some of the "
-                        "raylet failed to startup or the GCS has become overloaded.")
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the "
+            "raylet failed to startup or the GCS has become overloaded."
+        )
 
     monkeypatch.setattr(ray, "init", timed_out)
     code, _, err = _train(capsys, tmp_path, "trainer.strategy=fsdp", "ray.trainers=2", "ray.num_cpus=2")
@@ -86,7 +124,8 @@ def test_a_ray_that_times_out_starting_for_fsdp_ranks_without_the_ray_backend_is
         "runs its ranks as Ray actors, with or without --backend ray) could not start: Exception: The current node "
         "timed out during startup. This could happen because some of the raylet failed to startup or the GCS has "
         "become overloaded.; rerun when the machine is less loaded, or start Ray first (`ray start --head`, which "
-        "waits as long as it takes) and add --set ray.address=auto")
+        "waits as long as it takes) and add --set ray.address=auto"
+    )
 
 
 def test_a_task_class_whose_constructor_raises(tmp_path, capsys):
@@ -94,8 +133,10 @@ def test_a_task_class_whose_constructor_raises(tmp_path, capsys):
     code, _, err = _train(capsys, tmp_path, "task.type=python", f"task.path={path}:U", "task.options={size: big}")
     line, frames = _told(err, path)
     at = _line(path, "int(size)")
-    assert code == 2 and line == (f"scalerl: error: task.path '{path}:U': U(**{{'size': 'big'}}) raised ValueError: "
-                                  f"invalid literal for int() with base 10: 'big' ({path}:{at} in __init__)")
+    assert code == 2 and line == (
+        f"scalerl: error: task.path '{path}:U': U(**{{'size': 'big'}}) raised ValueError: "
+        f"invalid literal for int() with base 10: 'big' ({path}:{at} in __init__)"
+    )
     assert frames == [f'  File "{path}", line {at}, in __init__']
 
 
@@ -104,8 +145,10 @@ def test_a_prompt_generator_that_fails_part_way_an_os_error_of_the_users(tmp_pat
     path = _task(tmp_path, prompts="        yield ('1 + 1 =', '2')\n        open('/no/such/prompts.txt')")
     code, _, err = _train(capsys, tmp_path, "task.type=python", f"task.path={path}")
     line, frames = _told(err, path)
-    assert code == 2 and line == (f"scalerl: error: task.path '{path}': T.prompts(0) raised FileNotFoundError: "
-                                  f"[Errno 2] No such file or directory: '/no/such/prompts.txt' ({path}:4 in prompts)")
+    assert code == 2 and line == (
+        f"scalerl: error: task.path '{path}': T.prompts(0) raised FileNotFoundError: "
+        f"[Errno 2] No such file or directory: '/no/such/prompts.txt' ({path}:4 in prompts)"
+    )
     assert frames == [f'  File "{path}", line 4, in prompts']
 
 
@@ -117,10 +160,13 @@ def test_a_task_file_that_fails_on_import_through_a_module_of_the_users(tmp_path
     monkeypatch.syspath_prepend(str(tmp_path))
     code, _, err = _train(capsys, tmp_path, "task.type=python", f"task.path={path}")
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and lines[0] == (f"scalerl: error: task.path '{path}': importing {path} raised KeyError: 'first' "
-                                      f"({helper}:2 in <module>)"), err
-    assert [ln for ln in lines if ln.startswith("  File ")] == [f'  File "{path}", line 1, in <module>',
-                                                                 f'  File "{helper}", line 2, in <module>']
+    assert code == 2 and lines[0] == (
+        f"scalerl: error: task.path '{path}': importing {path} raised KeyError: 'first' ({helper}:2 in <module>)"
+    ), err
+    assert [ln for ln in lines if ln.startswith("  File ")] == [
+        f'  File "{path}", line 1, in <module>',
+        f'  File "{helper}", line 2, in <module>',
+    ]
     assert PACKAGE not in err and "importlib" not in err
 
 
@@ -136,20 +182,39 @@ def test_a_check_that_raises_is_that_answers_error_naming_the_file_and_line(tmp_
     task = get_task(task_config(type="python", path=str(path), train_size=32, val_size=4))
     prompt = task.val_prompts(1)[0]
     answer = Completion("c", prompt.id, [], [], [], [], text="<answer>2</answer>", finish_reason="eos")
-    score = pickle.loads(pickle.dumps(RewardFn(task, RewardConfig())(prompt, answer)))   # as a process passes it
-    at = _line(path, '1 / 0')
-    assert score.error == (f"RuntimeError: task.path {path}: T.check raised ZeroDivisionError: division by zero "
-                           f"({path}:{at} in check)")
+    score = pickle.loads(pickle.dumps(RewardFn(task, RewardConfig())(prompt, answer)))  # as a process passes it
+    at = _line(path, "1 / 0")
+    assert score.error == (
+        f"RuntimeError: task.path {path}: T.check raised ZeroDivisionError: division by zero ({path}:{at} in check)"
+    )
     assert score.error.frames == ((str(path), at, "check", "return 1 / 0 > answer.count(reference)"),)
 
 
 def _cli_train(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess:
     """`python -m scalerl train` on tiny-random, as a user types it, in a process of its own."""
-    args = ["train", "--no-progress", "--run-dir", str(tmp_path / "run"), "--max-steps", "2", *SETS,
-            "--set", "task.train_size=32", "--set", "task.val_size=4", "--set", "filter.zero_variance=false"]
-    return subprocess.run([sys.executable, "-m", "scalerl", *args, *(a for s in sets for a in ("--set", s))],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore::UserWarning"})
+    args = [
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "2",
+        *SETS,
+        "--set",
+        "task.train_size=32",
+        "--set",
+        "task.val_size=4",
+        "--set",
+        "filter.zero_variance=false",
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "scalerl", *args, *(a for s in sets for a in ("--set", s))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore::UserWarning"},
+    )
 
 
 def _kept(run: Path) -> list[dict]:
@@ -166,10 +231,11 @@ def test_a_reward_function_that_raises_on_every_answer_stops_the_step_naming_it_
     run = tmp_path / "run"
     assert proc.returncode == 2 and line.startswith(
         "scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
-        f"reward.function {reward}:score raised on "), proc.stderr
+        f"reward.function {reward}:score raised on "
+    ), proc.stderr
     assert f": TypeError: string indices must be integers, not 'str' ({reward}:2 in score));" in line
     assert frames == [f'  File "{reward}", line 2, in score']
-    assert [r["kind"] for r in _kept(run)] == ["eval"]     # the step-0 evaluation, written before: still there
+    assert [r["kind"] for r in _kept(run)] == ["eval"]  # the step-0 evaluation, written before: still there
     assert line.endswith(f"; what the run wrote is kept in {run} (continue it: --resume --run-dir {run})")
 
 
@@ -177,13 +243,16 @@ def test_a_reward_function_that_raises_in_a_generator_process_crosses_to_the_tra
     """The function raises in the scoring thread of a generator process (`pipeline.transport=process`): the
     step's line (in the trainer's process) names the file, the function and the exception, then its frames."""
     reward = tmp_path / "myreward.py"
-    reward.write_text("def score(prompts, completions, answer, **kw):\n    return [parse(completions[0])]\n\n\n"
-                      "def parse(text):\n    return {}[text[:0]]\n")
+    reward.write_text(
+        "def score(prompts, completions, answer, **kw):\n    return [parse(completions[0])]\n\n\n"
+        "def parse(text):\n    return {}[text[:0]]\n"
+    )
     proc = _cli_train(tmp_path, f"reward.function={reward}:score", "pipeline.transport=process")
     line, frames = _told(proc.stderr, reward)
     assert proc.returncode == 2 and line.startswith(
         "scalerl: error: step 1: the reward failed on all 8 answers of the batch (first error: "
-        f"reward.function {reward}:score raised on "), proc.stderr
+        f"reward.function {reward}:score raised on "
+    ), proc.stderr
     assert f": KeyError: '' ({reward}:6 in parse));" in line
     assert frames == [f'  File "{reward}", line 2, in score', f'  File "{reward}", line 6, in parse']
     assert [r["kind"] for r in _kept(tmp_path / "run")] == ["eval"]
@@ -194,36 +263,60 @@ def test_a_loss_of_the_users_that_raises_is_one_line_then_its_frames_and_the_ste
     stay, and the line says so."""
     path = tmp_path / "myloss.py"
     run = tmp_path / "run"
-    path.write_text("import os\n\n\ndef reinforce(logprobs, gen_logprobs, advantages, mask):\n"
-                    "    return advantages[:, None] * logprobs / check()\n\n\n"
-                    f"def check(first={str(run / 'checkpoints' / 'step_000001')!r}):\n"
-                    "    if os.path.isdir(first):\n"
-                    "        raise ValueError('a checkpoint is written')\n    return 1.0\n")
+    path.write_text(
+        "import os\n\n\ndef reinforce(logprobs, gen_logprobs, advantages, mask):\n"
+        "    return advantages[:, None] * logprobs / check()\n\n\n"
+        f"def check(first={str(run / 'checkpoints' / 'step_000001')!r}):\n"
+        "    if os.path.isdir(first):\n"
+        "        raise ValueError('a checkpoint is written')\n    return 1.0\n"
+    )
     proc = _cli_train(tmp_path, "loss.type=custom", f"loss.function={path}:reinforce", "run.checkpoint_every=1")
     line, frames = _told(proc.stderr, path)
     at = _line(path, "raise ValueError")
     assert proc.returncode == 2 and line == (
         f"scalerl: error: loss.function '{path}:reinforce': reinforce raised ValueError: a checkpoint is written "
         f"({path}:{at} in check); "
-        f"what the run wrote is kept in {run} (continue it: --resume --run-dir {run})"), proc.stderr
+        f"what the run wrote is kept in {run} (continue it: --resume --run-dir {run})"
+    ), proc.stderr
     assert frames == [f'  File "{path}", line 5, in reinforce', f'  File "{path}", line {at}, in check']
     assert [(r["kind"], r["step"]) for r in _kept(run) if r["kind"] == "train"] == [("train", 1)]
     assert (run / "checkpoints" / "step_000001").is_dir()
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("{path}:nope", "loss.function '{path}:nope': {path} has no function 'nope'"),
-    ("{tmp}/missing.py:f", "loss.function '{tmp}/missing.py:f': no such file '{tmp}/missing.py'"),
-    ("myloss.py:two", "loss.function '{path}:two': two(a, b) cannot be called as (logprobs, gen_logprobs, advantages, "
-                   "mask): missing a required argument: 'a'"),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("{path}:nope", "loss.function '{path}:nope': {path} has no function 'nope'"),
+        ("{tmp}/missing.py:f", "loss.function '{tmp}/missing.py:f': no such file '{tmp}/missing.py'"),
+        (
+            "myloss.py:two",
+            "loss.function '{path}:two': two(a, b) cannot be called as (logprobs, gen_logprobs, advantages, "
+            "mask): missing a required argument: 'a'",
+        ),
+    ],
+)
 def test_a_loss_function_that_cannot_be_called_is_one_line_before_anything_is_built(tmp_path, spec, expected):
     path = tmp_path / "myloss.py"
     path.write_text("def two(a, b):\n    return a\n")
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "train", "--run-dir", str(tmp_path / "run"), "--set",
-                           "loss.type=custom", "--set", "loss.function=" + spec.format(path=path, tmp=tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalerl",
+            "train",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "loss.type=custom",
+            "--set",
+            "loss.function=" + spec.format(path=path, tmp=tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 2 and proc.stderr.strip() == "scalerl: error: " + expected.format(path=path, tmp=tmp_path)
 
 
@@ -244,14 +337,20 @@ def test_any_exception_of_the_users_code_is_told_so_and_scalerls_own_keep_their_
     assert line == f"scalerl: error: mine.py: f raised KeyError: 'k' ({path}:2 in f)"
     assert frames == [f'  File "{path}", line 4, in <module>', f'  File "{path}", line 2, in f']
     own = _raise_from(ROOT / "scalerl" / "loop.py", "raise KeyError('scalerl bug')\n")
-    assert report(own) is None and capsys.readouterr().err == ""      # re-raised by main: the full traceback
+    assert report(own) is None and capsys.readouterr().err == ""  # re-raised by main: the full traceback
 
 
-@pytest.mark.parametrize("fail, expected", [
-    (ConnectionError("Could not find any running Ray instance."),
-     "Ray at ray.address = 10.0.0.9:6379 could not start: ConnectionError: Could not find any running Ray instance.; "
-     "check that `ray status` there shows the cluster, or leave ray.address unset for a local Ray"),
-])
+@pytest.mark.parametrize(
+    "fail, expected",
+    [
+        (
+            ConnectionError("Could not find any running Ray instance."),
+            "Ray at ray.address = 10.0.0.9:6379 could not start: "
+            "ConnectionError: Could not find any running Ray instance.; "
+            "check that `ray status` there shows the cluster, or leave ray.address unset for a local Ray",
+        ),
+    ],
+)
 def test_a_ray_cluster_that_cannot_be_reached_is_one_line(fail, expected, monkeypatch):
     import ray
 
@@ -278,4 +377,5 @@ def test_a_user_code_error_crosses_a_process_whole(tmp_path):
     back = pickle.loads(pickle.dumps(err))
     assert isinstance(back, UserCodeError) and user_report(back) == user_report(err) == (
         f"task.path 'mine.py': T.prompts(0) raised ZeroDivisionError: division by zero ({path}:2 in f); what the run "
-        f"wrote is kept\n  File \"{path}\", line 4, in <module>\n  File \"{path}\", line 2, in f\n")
+        f'wrote is kept\n  File "{path}", line 4, in <module>\n  File "{path}", line 2, in f\n'
+    )

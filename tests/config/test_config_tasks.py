@@ -36,7 +36,7 @@ def test_every_recipe_and_committed_study_config_loads_and_round_trips():
     loads the model, left out); the resolved config dumps and reads back to itself; the task is the
     old section's name, or a section written since, unchanged. Files with the same content are checked once."""
     configs = _distinct_study_configs()
-    assert len(configs) > 100                       # the studies are there: the check is not vacuous
+    assert len(configs) > 100  # the studies are there: the check is not vacuous
     base = Config().model_dump(mode="json")
     recipes = {name: merge(base, _yaml(recipe_path(name)), Config, name) for name in list_recipes()}
     for name, data in recipes.items():
@@ -45,9 +45,9 @@ def test_every_recipe_and_committed_study_config_loads_and_round_trips():
     for path in configs.values():
         data = _yaml(path)
         cfg = validate(merge(recipes[data.get("recipe", "scalerl")], data, Config, str(path)), str(path))
-        if "name" in data["task"]:                   # the flat section of old: the kind its name stood for
+        if "name" in data["task"]:  # the flat section of old: the kind its name stood for
             assert cfg.task.name == data["task"]["name"], path
-        else:                                         # written since: the union's own section, kept as it was
+        else:  # written since: the union's own section, kept as it was
             assert cfg.task.model_dump(mode="json") == {**cfg.task.model_dump(mode="json"), **data["task"]}, path
         again = Config.model_validate(json.loads(cfg.model_dump_json()))
         assert again == cfg, path
@@ -57,9 +57,13 @@ def test_every_recipe_and_committed_study_config_loads_and_round_trips():
 
 def _prompts(task) -> dict:
     val = task.val_prompts(min(3, task.val_size))
-    return {"name": task.name, "train_size": len(task), "val_size": task.val_size,
-            "train": [[p.id, p.text, p.answer] for p in (task.train_prompt(i) for i in (0, 1, 7))],
-            "val": [[p.id, p.text, p.answer] for p in val]}
+    return {
+        "name": task.name,
+        "train_size": len(task),
+        "val_size": task.val_size,
+        "train": [[p.id, p.text, p.answer] for p in (task.train_prompt(i) for i in (0, 1, 7))],
+        "val": [[p.id, p.text, p.answer] for p in val],
+    }
 
 
 @pytest.mark.parametrize("name", list(BEFORE["named"]))
@@ -96,8 +100,14 @@ def test_recipes_resolve_to_the_values_they_had_but_the_task_section(recipe):
     now = (Config() if recipe == "default" else load_config(recipe)).model_dump(mode="json")
     assert {k: v for k, v in now.items() if k != "task"} == {k: v for k, v in before.items() if k != "task"}
     assert now["task"] == task_config(**expand_task(before["task"])).model_dump(mode="json")
-    assert now["task"] == {"type": "arith", "problems": "arith", "train_size": None, "val_size": None, "seed": 0,
-                           "answer_marker": None}
+    assert now["task"] == {
+        "type": "arith",
+        "problems": "arith",
+        "train_size": None,
+        "val_size": None,
+        "seed": 0,
+        "answer_marker": None,
+    }
 
 
 def test_short_names_and_their_typed_form():
@@ -107,33 +117,46 @@ def test_short_names_and_their_typed_form():
     assert [p.type for p in mix.parts] == ["arith", "code"] and mix.parts[1].path == "p.jsonl"
     assert "path" not in mix.parts[0].model_dump() and mix.weights == [3, 1]
     for name in ("arith", "arith-2x7", "code-expr-3", "rg:a,b", "arith,code-expr", "file", "python"):
-        assert expand_task(name)["type"] and task_config(**expand_task(name), **(
-            {"path": "x"} if name in ("file", "python") else {})).name == name
+        assert (
+            expand_task(name)["type"]
+            and task_config(**expand_task(name), **({"path": "x"} if name in ("file", "python") else {})).name == name
+        )
     cfg = load_config("scalerl", overrides=["task.name=rg:chain_sum", "task.val_size=8", "task.options={min_terms: 2}"])
-    assert (cfg.task.type, cfg.task.datasets, cfg.task.val_size, cfg.task.options) == ("rg", ["chain_sum"], 8,
-                                                                                       {"min_terms": 2})
-    typed = load_config("scalerl", overrides=["task.type=rg", "task.datasets=[chain_sum]", "task.val_size=8",
-                                              "task.options={min_terms: 2}"])
+    assert (cfg.task.type, cfg.task.datasets, cfg.task.val_size, cfg.task.options) == (
+        "rg",
+        ["chain_sum"],
+        8,
+        {"min_terms": 2},
+    )
+    typed = load_config(
+        "scalerl",
+        overrides=["task.type=rg", "task.datasets=[chain_sum]", "task.val_size=8", "task.options={min_terms: 2}"],
+    )
     assert typed.task == cfg.task
     assert task_config("data/train.jsonl").model_dump()["path"] == "data/train.jsonl"
-    assert (task_config("my_task.py:Letters").type, task_config("my_task.py:Letters").path) == ("python",
-                                                                                                "my_task.py:Letters")
+    assert (task_config("my_task.py:Letters").type, task_config("my_task.py:Letters").path) == (
+        "python",
+        "my_task.py:Letters",
+    )
     mix = load_config("scalerl", overrides=["task.name=arith,code", "task.path=p.jsonl", "task.val_size=8"]).task
     assert [(p.type, p.val_size) for p in mix.parts] == [("arith", 8), ("code", 8)] and mix.parts[1].path == "p.jsonl"
     downstream = load_config("scalerl", overrides=["eval.downstream=[arith-2x12, code-expr-4]"]).eval.downstream
     assert [d.name for d in downstream] == ["arith-2x12", "code-expr-4"]
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["task.shots=2"], "'task.shots' is not a field of task type 'arith' (it belongs to type file, rg"),
-    (["task.name=code-expr", "task.columns={prompt: q}"], "'task.columns' is not a field of task type 'code_expr'"),
-    (["task.name=file"], "task type 'file' needs task.path"),
-    (["task.name=rg:chain_sum", "task.path=x.jsonl"], "'task.path' is not a field of task type 'rg'"),
-    (["task.name=poetry"], "task.name 'poetry': expected arith, arith-easy"),
-    (["task.name=code-expr-x"], "expected code-expr or code-expr-<depth 1-6>"),
-    (["task.type=python"], "task type 'python' needs task.path"),
-    (["task.type=mix"], "task type 'mix' needs at least two parts"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["task.shots=2"], "'task.shots' is not a field of task type 'arith' (it belongs to type file, rg"),
+        (["task.name=code-expr", "task.columns={prompt: q}"], "'task.columns' is not a field of task type 'code_expr'"),
+        (["task.name=file"], "task type 'file' needs task.path"),
+        (["task.name=rg:chain_sum", "task.path=x.jsonl"], "'task.path' is not a field of task type 'rg'"),
+        (["task.name=poetry"], "task.name 'poetry': expected arith, arith-easy"),
+        (["task.name=code-expr-x"], "expected code-expr or code-expr-<depth 1-6>"),
+        (["task.type=python"], "task type 'python' needs task.path"),
+        (["task.type=mix"], "task type 'mix' needs at least two parts"),
+    ],
+)
 def test_misapplied_task_fields_are_refused_on_load_in_one_line(overrides, expected):
     with pytest.raises(ScaleRLError, match="^[^\n]*$") as err:
         load_config("scalerl", overrides=[f"{o}" for o in overrides])

@@ -14,10 +14,21 @@ from scalerl.cli import main
 
 pytestmark = pytest.mark.gpu
 
-RUN = ["model.name=tiny-random", "model.device=cuda", "batch.prompts=4", "batch.generations=4",
-       "rollout.max_new_tokens=12", "rollout.length.type=none", "eval.every=2", "eval.prompts=8",
-       "eval.samples=2", "run.checkpoint_every=2", "run.max_steps=4", "optim.warmup_steps=1",
-       "filter.zero_variance=false"]
+RUN = [
+    "model.name=tiny-random",
+    "model.device=cuda",
+    "batch.prompts=4",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.length.type=none",
+    "eval.every=2",
+    "eval.prompts=8",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "run.max_steps=4",
+    "optim.warmup_steps=1",
+    "filter.zero_variance=false",
+]
 
 
 @pytest.mark.parametrize("transport", ["thread", "process"])

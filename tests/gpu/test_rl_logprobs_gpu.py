@@ -21,6 +21,8 @@ def test_cuda_bf16_memory_bounded_and_values_match():
     r = bench.measure("chunked", V, M, H, chunk, dtype="bf16", device="cuda")
     bound = (5 * chunk * V * 4 + 5 * V * H * 4) / 2**20 + 32
     assert r["delta_mib"] < bound, r
-    h, w, b, t = (x.cuda() if x.dtype == torch.long else x.detach().cuda().requires_grad_() for x in inputs(torch.bfloat16))
+    h, w, b, t = (
+        x.cuda() if x.dtype == torch.long else x.detach().cuda().requires_grad_() for x in inputs(torch.bfloat16)
+    )
     ref_lp, _ = reference(h.detach().cpu(), w.detach().cpu(), t.cpu())
     assert (token_logprobs(h, w, t, chunk_size=8).double().cpu() - ref_lp).abs().max() < 1e-5

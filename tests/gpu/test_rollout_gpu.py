@@ -30,8 +30,8 @@ def test_cuda_graphs_greedy_equal_eager(tok, name):
     eager = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True)
     b = eager.generate(prompts(LONG_AND_SHORT), n=2)
     assert [c.tokens for c in a] == [c.tokens for c in b]
-    assert static._loop._graphs                    # the steps ran as captured graphs
-    again = static.generate(prompts(LONG_AND_SHORT), n=2)   # graphs and buffers reused across calls
+    assert static._loop._graphs  # the steps ran as captured graphs
+    again = static.generate(prompts(LONG_AND_SHORT), n=2)  # graphs and buffers reused across calls
     assert [c.tokens for c in again] == [c.tokens for c in a]
 
 
@@ -44,9 +44,9 @@ def test_cuda_graphs_sampled_logprobs_and_reused_slots(tok, dtype, atol):
     for c in engine.generate(prompts(LONG_AND_SHORT), n=2):
         ids = torch.tensor([c.prompt_tokens + c.tokens], device="cuda")
         with torch.no_grad():
-            hidden = model.model(ids).last_hidden_state[0, len(c.prompt_tokens) - 1: -1]
+            hidden = model.model(ids).last_hidden_state[0, len(c.prompt_tokens) - 1 : -1]
         ref = torch.log_softmax(hidden.float() @ model.lm_head.weight.float().T, -1)
-        ref = ref.gather(-1, ids[0, len(c.prompt_tokens):, None])[:, 0].cpu()
+        ref = ref.gather(-1, ids[0, len(c.prompt_tokens) :, None])[:, 0].cpu()
         assert (torch.tensor(c.logprobs) - ref).abs().mean() < atol, c.id
     greedy = Engine(model, tok, cfg, greedy=True)
     together = greedy.generate(prompts(LONG_AND_SHORT), n=1)
@@ -63,8 +63,11 @@ def test_cuda_graphs_follow_in_flight_weight_updates(tok, monkeypatch):
     engine = Engine(old, tok, cfg, greedy=True, ignore_eos=True)
     calls = iter(range(1, 10**6))
     real_step = engine._step
-    monkeypatch.setattr(engine, "_step", lambda s, c: (engine.update_weights(new.state_dict(), 7)
-                                                       if next(calls) == 5 else None, real_step(s, c))[1])
+    monkeypatch.setattr(
+        engine,
+        "_step",
+        lambda s, c: (engine.update_weights(new.state_dict(), 7) if next(calls) == 5 else None, real_step(s, c))[1],
+    )
     out = engine.generate(prompts(["12+7=", "What is 3*4?"]), n=1)
     for c in out:
         assert c.versions == [0] * 5 + [7] * 9
@@ -79,5 +82,5 @@ def test_logprobs_equal_fresh_forward_on_cuda(tok):
         ids = torch.tensor([c.prompt_tokens + c.tokens], device="cuda")
         with torch.no_grad():
             logits = model(ids).logits[0, len(c.prompt_tokens) - 1 : -1].float() / 0.7
-        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(c.prompt_tokens):, None])[:, 0].cpu()
+        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(c.prompt_tokens) :, None])[:, 0].cpu()
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4)

@@ -27,15 +27,34 @@ def _trainer(tmp_path, steps: int, **cb_kwargs):
 
     tokenizer = build_tokenizer()
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(tmp_path / "tb")
-    cfg = GRPOConfig(output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=8,
-                     per_device_eval_batch_size=8, num_generations=4, num_generations_eval=4,
-                     max_completion_length=8, learning_rate=3e-3, logging_steps=1, eval_strategy="steps",
-                     eval_steps=2, save_strategy="no", report_to="tensorboard", seed=0, use_cpu=True,
-                     dataloader_num_workers=0, temperature=1.0, disable_tqdm=True)
-    trainer = GRPOTrainer(model=build_random(tokenizer, seed=0), reward_funcs=trl_forecast.share_of_a, args=cfg,
-                          train_dataset=Dataset.from_dict({"prompt": [f"say a{i}:" for i in range(32)]}),
-                          eval_dataset=Dataset.from_dict({"prompt": [f"write a{i}." for i in range(4)]}),
-                          processing_class=tokenizer)
+    cfg = GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        num_generations=4,
+        num_generations_eval=4,
+        max_completion_length=8,
+        learning_rate=3e-3,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="no",
+        report_to="tensorboard",
+        seed=0,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        temperature=1.0,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=build_random(tokenizer, seed=0),
+        reward_funcs=trl_forecast.share_of_a,
+        args=cfg,
+        train_dataset=Dataset.from_dict({"prompt": [f"say a{i}:" for i in range(32)]}),
+        eval_dataset=Dataset.from_dict({"prompt": [f"write a{i}." for i in range(4)]}),
+        processing_class=tokenizer,
+    )
     return trainer, ForecastCallback.attach(trainer, **cb_kwargs)
 
 
@@ -49,9 +68,12 @@ def test_forecast_reaches_tensorboard_and_the_stop_rule_ends_training(tmp_path):
     assert cb.x == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
     tb = trl_forecast.tensorboard_forecasts(tmp_path / "tb")
     for key in ("A", "A_lo", "A_hi", "B", "C_mid", "identified", "gain_2x", "gain_10x_hi", "gain_to_budget", "stop"):
-        (step, value), = tb[f"train/forecast/{key}"]       # one refit, logged once, at step 10
+        ((step, value),) = tb[f"train/forecast/{key}"]  # one refit, logged once, at step 10
         assert step == 10 and value == pytest.approx(cb.last[f"forecast/{key}"], rel=1e-6), key
-    assert cb.last["forecast/stop"] == 1.0 and cb.last["forecast/A_lo"] <= cb.last["forecast/A"] <= cb.last["forecast/A_hi"]
+    assert (
+        cb.last["forecast/stop"] == 1.0
+        and cb.last["forecast/A_lo"] <= cb.last["forecast/A"] <= cb.last["forecast/A_hi"]
+    )
     # the eval rewards the callback fitted are the ones TRL logged (train() starts a new history, so
     # the evaluation before training is in TensorBoard only), and scalerl fit on the same logs agrees
     history = [r["eval_reward"] for r in trainer.state.log_history if "eval_reward" in r]
@@ -68,8 +90,15 @@ def test_a_missing_metric_is_one_clear_error(tmp_path):
 
 
 def test_the_callback_imports_without_trl():
-    code = ("import sys; sys.modules['trl'] = None; import scalerl.integrations.trl as t; "
-            "print(t.ForecastCallback.__name__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; sys.modules['trl'] = None; import scalerl.integrations.trl as t; "
+        "print(t.ForecastCallback.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ForecastCallback", out.stderr

@@ -16,11 +16,35 @@ from scalerl.run.metrics import read_rows
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 P, G, STEPS = 8, 4, 3
-RUN = ["--no-progress", "--max-steps", str(STEPS), "--set", "model.name=tiny",
-       "--set", f"batch.prompts={P}", "--set", f"batch.generations={G}",
-       "--set", "eval.prompts=8", "--set", "eval.samples=1", "--set", "eval.every=100",
-       "--set", "run.checkpoint_every=100", "--set", "rollout.batch_slots=32", "--set", "pipeline.transport=thread",
-       "--set", "run.threads=1", "--set", "rollout.length.think_min=26", "--set", "rollout.length.think_max=34"]
+RUN = [
+    "--no-progress",
+    "--max-steps",
+    str(STEPS),
+    "--set",
+    "model.name=tiny",
+    "--set",
+    f"batch.prompts={P}",
+    "--set",
+    f"batch.generations={G}",
+    "--set",
+    "eval.prompts=8",
+    "--set",
+    "eval.samples=1",
+    "--set",
+    "eval.every=100",
+    "--set",
+    "run.checkpoint_every=100",
+    "--set",
+    "rollout.batch_slots=32",
+    "--set",
+    "pipeline.transport=thread",
+    "--set",
+    "run.threads=1",
+    "--set",
+    "rollout.length.think_min=26",
+    "--set",
+    "rollout.length.think_max=34",
+]
 
 
 def _train(run_dir, *sets: str) -> list[dict]:

@@ -18,9 +18,18 @@ class ScriptedGenerator:
         for p in prompts:
             for i in range(n):
                 text = p.answer if i < self.right[p.id] else "wrong"
-                out.append(Completion(id=f"{p.id}/{i}", prompt_id=p.id, prompt_tokens=[1], tokens=[1] * (i + 1),
-                                      logprobs=[0.0] * (i + 1), versions=[0] * (i + 1), text=text,
-                                      finish_reason="eos"))
+                out.append(
+                    Completion(
+                        id=f"{p.id}/{i}",
+                        prompt_id=p.id,
+                        prompt_tokens=[1],
+                        tokens=[1] * (i + 1),
+                        logprobs=[0.0] * (i + 1),
+                        versions=[0] * (i + 1),
+                        text=text,
+                        finish_reason="eos",
+                    )
+                )
         return out
 
 
@@ -29,12 +38,16 @@ def check(prompt, completion):
 
 
 def test_pass_rate_overall_and_per_subset():
-    prompts = [Prompt("a", "q", "1", {"subset": "easy"}), Prompt("b", "q", "2", {"subset": "easy"}),
-               Prompt("c", "q", "3", {"subset": "hard"}), Prompt("d", "q", "4")]     # d: no subset
+    prompts = [
+        Prompt("a", "q", "1", {"subset": "easy"}),
+        Prompt("b", "q", "2", {"subset": "easy"}),
+        Prompt("c", "q", "3", {"subset": "hard"}),
+        Prompt("d", "q", "4"),
+    ]  # d: no subset
     row = evaluate(ScriptedGenerator({"a": 4, "b": 3, "c": 1, "d": 2}), prompts, 4, check)
     assert row["val/pass_rate"] == (4 + 3 + 1 + 2) / 16
     assert row["val/pass_rate/easy"] == 7 / 8 and row["val/pass_rate/hard"] == 1 / 4
-    assert not any(k.startswith("val/pass_rate/") for k in row if k[len("val/pass_rate/"):] not in ("easy", "hard"))
+    assert not any(k.startswith("val/pass_rate/") for k in row if k[len("val/pass_rate/") :] not in ("easy", "hard"))
     assert row["val/completions"] == 16 and row["tokens/val_generated"] == 4 * (1 + 2 + 3 + 4)
     assert row["val/reward_mean"] == (10 - 6) / 16
 
@@ -46,9 +59,9 @@ def test_final_fit_window_keeps_five_evaluations():
 
     warns = []
     x = np.array([0.0, 1, 2, 3, 4, 5, 6])
-    assert window_start(x, 0.2, warns) == 0.2 * 6 and warns == []          # 1.2: points 2..6 remain
+    assert window_start(x, 0.2, warns) == 0.2 * 6 and warns == []  # 1.2: points 2..6 remain
     assert window_start(x, 0.5, warns) == 2.0 and "instead of 0.5 of the compute" in warns[0]  # 3 would leave 4
-    assert window_start(np.array([0.0, 1, 2, 3]), 0.5, []) == 1.5             # too few anyway: left to the fit's error
+    assert window_start(np.array([0.0, 1, 2, 3]), 0.5, []) == 1.5  # too few anyway: left to the fit's error
 
 
 class RandomGenerator:
@@ -60,9 +73,20 @@ class RandomGenerator:
         self.p, self.rng = p, random.Random(seed)
 
     def generate(self, prompts, n):
-        return [Completion(id=f"{q.id}/{i}", prompt_id=q.id, prompt_tokens=[1], tokens=[1], logprobs=[0.0],
-                           versions=[0], text=q.answer if self.rng.random() < self.p[q.id] else "wrong",
-                           finish_reason="eos") for q in prompts for i in range(n)]
+        return [
+            Completion(
+                id=f"{q.id}/{i}",
+                prompt_id=q.id,
+                prompt_tokens=[1],
+                tokens=[1],
+                logprobs=[0.0],
+                versions=[0],
+                text=q.answer if self.rng.random() < self.p[q.id] else "wrong",
+                finish_reason="eos",
+            )
+            for q in prompts
+            for i in range(n)
+        ]
 
 
 def test_sampling_se_matches_the_spread_of_repeated_evaluations():
@@ -78,9 +102,9 @@ def test_sampling_se_matches_the_spread_of_repeated_evaluations():
     rows = [evaluate(RandomGenerator(p, seed), prompts, k, check) for seed in range(400)]
     rates = np.array([r["val/pass_rate"] for r in rows])
     ses = np.array([r["val/pass_rate_se"] for r in rows])
-    assert abs(rates.std(ddof=1) / truth - 1) < 0.12           # 400 repeats: the sd's own error is ~3.5%
-    assert abs(ses.mean() / truth - 1) < 0.05                   # the per-evaluation estimate agrees on average
-    assert truth < 0.75 * np.sqrt(0.5 * 0.5 / (n * k))          # and is smaller than the binomial figure
+    assert abs(rates.std(ddof=1) / truth - 1) < 0.12  # 400 repeats: the sd's own error is ~3.5%
+    assert abs(ses.mean() / truth - 1) < 0.05  # the per-evaluation estimate agrees on average
+    assert truth < 0.75 * np.sqrt(0.5 * 0.5 / (n * k))  # and is smaller than the binomial figure
 
 
 class SideGenerator(ScriptedGenerator):
@@ -114,7 +138,7 @@ def test_a_split_evaluation_deals_the_prompts_in_turn_runs_both_sides_at_once_an
     prompts = [Prompt(c, "q", str(i), {"subset": "easy" if i % 3 else "hard"}) for i, c in enumerate("abcdefg")]
     right = {p.id: i % 3 for i, p in enumerate(prompts)}
     remote_started, local_started = threading.Event(), threading.Event()
-    remote = SideGenerator(right, remote_started, wait=local_started)   # returns only once the local side started
+    remote = SideGenerator(right, remote_started, wait=local_started)  # returns only once the local side started
     local = SideGenerator(right, local_started, wait=remote_started)
     split = SplitEvaluator(remote, local, 0.5)
     split.reseed()

@@ -19,20 +19,31 @@ PENALTY = {2: 0.0, 3: -0.25, 4: -0.5, 6: -1.0, 8: -1.0}
 
 def group(pid: str, answers: list[tuple[bool, int]]) -> Group:
     """A scored group from (passed, length) pairs; reward = +-1 plus the length penalty above."""
-    comps = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[1], tokens=[2] * n, logprobs=[-1.0] * n,
-                        versions=[0] * n, text="", finish_reason="eos", forced_mask=[False] * n)
-             for i, (ok, n) in enumerate(answers)]
+    comps = [
+        Completion(
+            id=f"{pid}/{i}",
+            prompt_id=pid,
+            prompt_tokens=[1],
+            tokens=[2] * n,
+            logprobs=[-1.0] * n,
+            versions=[0] * n,
+            text="",
+            finish_reason="eos",
+            forced_mask=[False] * n,
+        )
+        for i, (ok, n) in enumerate(answers)
+    ]
     return Group(Prompt(pid, "q", "a"), comps, [Score((1.0 if ok else -1.0) + PENALTY[n], ok) for ok, n in answers])
 
 
-ALL_CORRECT_UNEQUAL = group("long", [(True, 2), (True, 3), (True, 4), (True, 6)])   # rewards 1, .75, .5, 0
+ALL_CORRECT_UNEQUAL = group("long", [(True, 2), (True, 3), (True, 4), (True, 6)])  # rewards 1, .75, .5, 0
 ALL_WRONG_UNEQUAL = group("wrong", [(False, 2), (False, 8), (False, 3), (False, 2)])  # -1, -2, -1.25, -1
-MIXED = group("mixed", [(True, 6), (False, 2), (False, 2), (False, 2)])              # 0, -1, -1, -1
+MIXED = group("mixed", [(True, 6), (False, 2), (False, 2), (False, 2)])  # 0, -1, -1, -1
 MIXED_EQUAL_LENGTHS = group("mixed2", [(True, 2), (False, 2), (True, 2), (True, 2)])
 
 
 def test_rewards_of_the_groups_vary_as_intended():
-    assert ALL_CORRECT_UNEQUAL.rewards == [1.0, 0.75, 0.5, 0.0]       # reward variance from length alone
+    assert ALL_CORRECT_UNEQUAL.rewards == [1.0, 0.75, 0.5, 0.0]  # reward variance from length alone
     assert ALL_WRONG_UNEQUAL.rewards == [-1.0, -2.0, -1.25, -1.0]
 
 
@@ -48,12 +59,19 @@ def test_dapo_dynamic_sampling_keeps_drawing_past_all_correct_unequal_length_gro
     offered = [ALL_CORRECT_UNEQUAL, MIXED, ALL_WRONG_UNEQUAL, MIXED_EQUAL_LENGTHS]
     joined = [f.add(g) for g in offered]
     assert joined == [False, True, False, True] and f.full
-    assert f.metrics() == {"batch/groups": 2.0, "batch/drawn": 4.0, "batch/zero_variance_dropped": 2.0,
-                           "batch/exhausted": 0.0, "batch/extra_prompts": 2.0, "batch/empty": 0.0}
+    assert f.metrics() == {
+        "batch/groups": 2.0,
+        "batch/drawn": 4.0,
+        "batch/zero_variance_dropped": 2.0,
+        "batch/exhausted": 0.0,
+        "batch/extra_prompts": 2.0,
+        "batch/empty": 0.0,
+    }
 
 
-@pytest.mark.parametrize("recipe,kept", [("magistral", ["mixed"]), ("scalerl", ["mixed"]),
-                                         ("grpo", ["long", "mixed", "wrong"])])
+@pytest.mark.parametrize(
+    "recipe,kept", [("magistral", ["mixed"]), ("scalerl", ["mixed"]), ("grpo", ["long", "mixed", "wrong"])]
+)
 def test_each_recipe_filters_on_correctness_or_not_at_all(recipe, kept):
     cfg = load_config(recipe, overrides=["batch.prompts=3"])
     f = BatchFiller.from_config(cfg)
@@ -86,10 +104,22 @@ def _run_dapo(tmp_path, monkeypatch, extra: list[str]) -> tuple[list[Group], lis
             return Score(1.0, True)
         return parity_reward(prompt, completion)
 
-    sets = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-            "rollout.length.tolerance=4", "rollout.length.max_len=6", "run.max_steps=4", "eval.every=100",
-            "eval.prompts=2", "eval.samples=2", "optim.warmup_steps=1", "pipeline.transport=thread",
-            "run.threads=1", *extra]
+    sets = [
+        "model.name=tiny-random",
+        "batch.prompts=2",
+        "batch.generations=4",
+        "rollout.max_new_tokens=12",
+        "rollout.length.tolerance=4",
+        "rollout.length.max_len=6",
+        "run.max_steps=4",
+        "eval.every=100",
+        "eval.prompts=2",
+        "eval.samples=2",
+        "optim.warmup_steps=1",
+        "pipeline.transport=thread",
+        "run.threads=1",
+        *extra,
+    ]
     cfg = load_config("dapo", overrides=sets)
     model, tokenizer = load_model("tiny-random")
 
@@ -118,7 +148,8 @@ def test_dapo_trains_no_all_correct_group_even_when_lengths_make_rewards_differ(
     assert all(0 < g.passes < 4 for g in trained)
     assert sum(r["batch/zero_variance_dropped"] for r in rows) >= 1
     # the same run with the filter off trains such groups: the forced reward does produce them
-    trained_off, rows_off = _run_dapo(tmp_path / "off", monkeypatch,
-                                      ["filter.zero_variance=false", "filter.dynamic_sampling=false"])
+    trained_off, rows_off = _run_dapo(
+        tmp_path / "off", monkeypatch, ["filter.zero_variance=false", "filter.dynamic_sampling=false"]
+    )
     assert any(_all_correct_unequal(g) for g in trained_off)
     assert all(r["batch/zero_variance_dropped"] == 0 for r in rows_off)

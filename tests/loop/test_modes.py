@@ -26,7 +26,7 @@ def _members(cls) -> set[str]:
 def _sources() -> list[type]:
     try:
         from scalerl.transport.ray import RayRollouts
-    except ImportError:   # the Ray extra is not installed: the in-machine sources only
+    except ImportError:  # the Ray extra is not installed: the in-machine sources only
         return SOURCES
     return [*SOURCES, RayRollouts]
 
@@ -36,7 +36,7 @@ def test_make_mode_returns_the_one_protocol_and_every_source_implements_it():
     for cls in _sources():
         source = cls.__new__(cls)
         assert isinstance(source, RolloutSource), cls.__name__
-        for name in _members(RolloutSource):   # the same parameters as the protocol's
+        for name in _members(RolloutSource):  # the same parameters as the protocol's
             ours = list(inspect.signature(getattr(cls, name)).parameters)
             assert ours == list(inspect.signature(getattr(RolloutSource, name)).parameters), (cls.__name__, name)
 
@@ -45,7 +45,7 @@ def test_the_protocol_declares_what_the_loop_and_the_build_ask_of_a_source():
     loop = (ROOT / "loop.py").read_text()
     build = (ROOT / "assembly" / "run.py").read_text()
     asked = set(re.findall(r"self\.source\.(\w+)", loop)) | set(re.findall(r"\bsource\.(\w+)", build))
-    asked -= {"evaluator", "published_mb"}   # the process transport's own (its evaluation engine, its buffer)
+    asked -= {"evaluator", "published_mb"}  # the process transport's own (its evaluation engine, its buffer)
     assert asked == _members(RolloutSource)
     assert not isinstance(object(), RolloutSource)
 
@@ -80,7 +80,7 @@ def test_pipeline_rl_takes_groups_in_draw_order_and_drops_only_those_staler_than
         c = Completion(f"c{i}", f"p{i}", [1], [7, 7, 7], [0.0] * 3, [oldest, 5, 5], "", "stop")
         return scored(Prompt(f"p{i}", "x", ""), [c], [1.0], draw=i)
 
-    oldest = [5 - k - 1, 0, 5 - k, 5, 5]   # staleness k+1, 5, k, 0, 0
+    oldest = [5 - k - 1, 0, 5 - k, 5, 5]  # staleness k+1, 5, k, 0, 0
     stream = iter([group(i, v) for i, v in enumerate(oldest)])
     seen = []
     (mb,) = PipelineRL(k).collect(lambda: next(stream), 5, _TakeTwo, seen.append)

@@ -1,6 +1,5 @@
 """PipelineRL-k, draws and compute through the real loop (`train`), with fake generators."""
 
-
 import pytest
 
 from doubles import parity_reward
@@ -16,13 +15,21 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_k_sweep_staleness_reaches_k_never_exceeds_it_and_nothing_is_dropped(k, tmp_path, monkeypatch):
-    cfg = small_cfg(extra=[f"run.max_steps={k + 5}", f"pipeline.k={k}", "filter.zero_variance=false",
-                           "eval.every=100", "run.checkpoint_every=100", "pipeline.max_kl=null"])   # the paper's fixed k
+    cfg = small_cfg(
+        extra=[
+            f"run.max_steps={k + 5}",
+            f"pipeline.k={k}",
+            "filter.zero_variance=false",
+            "eval.every=100",
+            "run.checkpoint_every=100",
+            "pipeline.max_kl=null",
+        ]
+    )  # the paper's fixed k
     comps, gens = fake_components(cfg, step_seconds=0.0005)
     real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
-        gens[1].wait_idle()   # a trainer slower than the generator: it steps once the generator waits at the window
+        gens[1].wait_idle()  # a trainer slower than the generator: it steps once the generator waits at the window
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)
@@ -38,13 +45,21 @@ def test_the_staleness_bound_follows_the_measured_kl(max_kl, lo, hi, tmp_path, m
     """pipeline.max_kl: with a trainer slower than the generator, a bound no measured KL fits keeps every
     batch at most 1 version stale; one every KL fits lets the bound grow a version a step up to k (4)."""
     k = 4
-    cfg = small_cfg(extra=[f"run.max_steps={3 * k}", f"pipeline.k={k}", f"pipeline.max_kl={max_kl}",
-                           "filter.zero_variance=false", "eval.every=100", "run.checkpoint_every=100"])
+    cfg = small_cfg(
+        extra=[
+            f"run.max_steps={3 * k}",
+            f"pipeline.k={k}",
+            f"pipeline.max_kl={max_kl}",
+            "filter.zero_variance=false",
+            "eval.every=100",
+            "run.checkpoint_every=100",
+        ]
+    )
     comps, gens = fake_components(cfg, step_seconds=0.0005)
     real_step = state_mod.train_step
 
     def slow_step(*args, **kwargs):
-        gens[1].wait_idle()   # slower than the generator: once it waits at the window
+        gens[1].wait_idle()  # slower than the generator: once it waits at the window
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(state_mod, "train_step", slow_step)
@@ -54,7 +69,7 @@ def test_the_staleness_bound_follows_the_measured_kl(max_kl, lo, hi, tmp_path, m
     # slow start: nothing stale at step 1, so the bound grows to 2; then one version a step at most
     assert bounds[:k] == ([2, 1, 1, 1] if hi == 1 else [2, 3, 4, 4])
     assert min(bounds[1:]) >= 1 and max(bounds[1:]) == hi
-    late = [r["staleness/max"] for r in rows[2 * k:]]
+    late = [r["staleness/max"] for r in rows[2 * k :]]
     assert lo <= min(late) and max(late) <= hi
     assert all(r["pipeline/kl"] >= 0 for r in rows)
     assert rows[-1]["staleness/dropped"] == 0
@@ -79,8 +94,17 @@ class _TwoPrompts:
 
 @pytest.mark.parametrize("mode", ["pipeline_rl", "ppo_off_policy"])
 def test_the_same_prompt_in_flight_twice_trains_as_two_groups(mode, tmp_path, monkeypatch):
-    cfg = small_cfg(extra=["run.max_steps=3", "batch.prompts=4", f"pipeline.mode={mode}", "pipeline.k=2",
-                           "filter.zero_variance=false", "eval.every=100", "curriculum.no_positive_resampling=false"])
+    cfg = small_cfg(
+        extra=[
+            "run.max_steps=3",
+            "batch.prompts=4",
+            f"pipeline.mode={mode}",
+            "pipeline.k=2",
+            "filter.zero_variance=false",
+            "eval.every=100",
+            "curriculum.no_positive_resampling=false",
+        ]
+    )
     comps, _ = fake_components(cfg)
     comps.task = _TwoPrompts()
     seen = []
@@ -110,7 +134,7 @@ def test_a_batch_whose_every_check_failed_stops_the_run_naming_the_error(tmp_pat
 
 
 def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_path, two_cores):
-    cfg = small_cfg(extra=["run.max_steps=4", "eval.every=100"])   # run.threads=1: one core for both stages
+    cfg = small_cfg(extra=["run.max_steps=4", "eval.every=100"])  # run.threads=1: one core for both stages
     comps, _ = fake_components(cfg)
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = train_rows(tmp_path)
@@ -120,7 +144,7 @@ def test_one_device_shared_by_generator_and_trainer_books_wall_clock_once(tmp_pa
         assert r["compute/step_device_seconds"] == pytest.approx(r["time/step"])
         total += r["time/step"]
         assert r["compute/device_hours"] == pytest.approx(total / 3600)
-    assert split_threads(cfg, "cuda").devices == 1.0          # one GPU, both stages: counted once
+    assert split_threads(cfg, "cuda").devices == 1.0  # one GPU, both stages: counted once
     assert split_threads(small_cfg(extra=["run.threads=2", "pipeline.transport=process"]), "cpu").devices == 2.0
 
 
@@ -146,10 +170,11 @@ def test_skipped_batches_still_count_their_generated_tokens(tmp_path):
     rows = train_rows(tmp_path)
     assert rows[-1]["train/skipped_batches"] >= 1
     per_step = sum(r["tokens/generated"] for r in rows)
-    assert rows[-1]["compute/tokens_generated"] > per_step   # the skipped batches' tokens are in the total
+    assert rows[-1]["compute/tokens_generated"] > per_step  # the skipped batches' tokens are in the total
     n = sum(p.numel() for p in comps.model.parameters())
-    assert rows[-1]["compute/flops"] == pytest.approx(2 * n * rows[-1]["compute/tokens_generated"]
-                                                      + 6 * n * rows[-1]["compute/tokens_trained"])
+    assert rows[-1]["compute/flops"] == pytest.approx(
+        2 * n * rows[-1]["compute/tokens_generated"] + 6 * n * rows[-1]["compute/tokens_trained"]
+    )
 
 
 def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds(two_cores):
@@ -157,7 +182,7 @@ def test_the_evaluation_of_a_large_model_uses_every_core_the_run_holds(two_cores
 
     cfg = small_cfg(extra=["run.threads=2", "pipeline.transport=process"])
     threads = split_threads(cfg, "cpu")
-    assert (threads.train, threads.decode) == (1, 1)               # generator and trainer, a core each
-    assert eval_threads(cfg, threads, 134_515_008, "cpu") == 2     # SmolLM2-135M: both cores
-    assert eval_threads(cfg, threads, 1_050_000, "cpu") == 1       # the tiny model: the generator's share
-    assert eval_threads(cfg, split_threads(cfg, "cuda"), 134_515_008, "cuda") == 2   # a GPU: as decoding
+    assert (threads.train, threads.decode) == (1, 1)  # generator and trainer, a core each
+    assert eval_threads(cfg, threads, 134_515_008, "cpu") == 2  # SmolLM2-135M: both cores
+    assert eval_threads(cfg, threads, 1_050_000, "cpu") == 1  # the tiny model: the generator's share
+    assert eval_threads(cfg, split_threads(cfg, "cuda"), 134_515_008, "cuda") == 2  # a GPU: as decoding

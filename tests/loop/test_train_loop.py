@@ -37,8 +37,18 @@ def test_every_recipe_trains_every_parameter_and_writes_metrics(recipe, tmp_path
     train_rows = [r for r in rows if r["kind"] == "train"]
     assert [r["step"] for r in train_rows] == [1, 2]
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 2]
-    for key in ("compute/device_hours", "compute/flops", "train/reward_mean", "train/truncation_rate",
-                "staleness/max", "tokens/generated", "time/train", "loss/loss", "time/score", "time/score_wait"):
+    for key in (
+        "compute/device_hours",
+        "compute/flops",
+        "train/reward_mean",
+        "train/truncation_rate",
+        "staleness/max",
+        "tokens/generated",
+        "time/train",
+        "loss/loss",
+        "time/score",
+        "time/score_wait",
+    ):
         assert all(r[key] is not None for r in train_rows), key
     assert all(0 <= r["time/score"] < r["time/step"] for r in train_rows)
     hours = [r["compute/device_hours"] for r in train_rows]
@@ -66,8 +76,15 @@ def test_pipeline_rl_staleness_bounded_with_slow_trainer(tmp_path, monkeypatch):
 
 
 def test_ppo_off_policy_takes_k_steps_per_generated_batch(tmp_path):
-    cfg = small_cfg(extra=["run.max_steps=7", "pipeline.mode=ppo_off_policy", "pipeline.k=3",
-                           "filter.zero_variance=false", "eval.every=100"])
+    cfg = small_cfg(
+        extra=[
+            "run.max_steps=7",
+            "pipeline.mode=ppo_off_policy",
+            "pipeline.k=3",
+            "filter.zero_variance=false",
+            "eval.every=100",
+        ]
+    )
     comps, gens = fake_components(cfg)
     train(cfg, tmp_path, comps=comps, progress=False)
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
@@ -93,7 +110,7 @@ def test_kill_9_then_resume_keeps_rows_unique_and_compute_continuous(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     code = _CHILD.format(tests=os.path.dirname(os.path.dirname(__file__)), run=str(run), resume=False)
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
-    deadline = time.monotonic() + 600   # a loaded machine (load 8 on 2 cores) took over 120 s to get there
+    deadline = time.monotonic() + 600  # a loaded machine (load 8 on 2 cores) took over 120 s to get there
     while time.monotonic() < deadline and proc.poll() is None:  # kill -9 once a few checkpoints and rows exist
         ckpt = latest_checkpoint(run)
         if ckpt is not None and int(ckpt.name.split("_")[1]) >= 6:
@@ -110,16 +127,16 @@ def test_kill_9_then_resume_keeps_rows_unique_and_compute_continuous(tmp_path):
     tr = train(cfg, run, resume=True, comps=tiny_random_components(cfg), progress=False)
     rows = read_rows(run / "metrics.jsonl")
     train_steps = [r["step"] for r in rows if r["kind"] == "train"]
-    assert train_steps == list(range(1, 15))                      # unique and continuous
+    assert train_steps == list(range(1, 15))  # unique and continuous
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 4, 8, 12, 14]
     hours = [r["compute/device_hours"] for r in rows if r["kind"] == "train"]
-    assert all(a < b for a, b in zip(hours, hours[1:]))           # compute carries on, never resets
+    assert all(a < b for a, b in zip(hours, hours[1:]))  # compute carries on, never resets
     upto = [r for r in written_before if r["step"] <= saved["step"]]  # rows covered by the checkpoint
-    assert rows[:len(upto)] == upto                                  # kept as written
+    assert rows[: len(upto)] == upto  # kept as written
     rolled = run / "metrics.rolledback.jsonl"
     archived = [json.loads(line) for line in rolled.read_text().splitlines()] if rolled.exists() else []
-    assert [r for r in archived if "torn_line" not in r] == written_before[len(upto):]  # archived, not lost
-    for pid in saved["curriculum"]["retired"]:                    # curriculum restored
+    assert [r for r in archived if "torn_line" not in r] == written_before[len(upto) :]  # archived, not lost
+    for pid in saved["curriculum"]["retired"]:  # curriculum restored
         assert tr.curriculum.is_retired(pid)
     for pid, (_passed, total) in saved["curriculum"]["history"].items():
         assert tr.curriculum.state_dict()["history"][pid][1] >= total
@@ -158,8 +175,23 @@ def test_existing_run_dir_without_resume(capsys, tmp_path):
 def test_dataset_row_without_answer(capsys, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
-    code, err = _cli(["--set", "model.name=tiny-random", "--set", "task.name=file", "--set", f"task.path={data}",
-                      "--set", "eval.prompts=1", "--set", "task.val_size=1", "--run-dir", str(tmp_path / "r")], capsys)
+    code, err = _cli(
+        [
+            "--set",
+            "model.name=tiny-random",
+            "--set",
+            "task.name=file",
+            "--set",
+            f"task.path={data}",
+            "--set",
+            "eval.prompts=1",
+            "--set",
+            "task.val_size=1",
+            "--run-dir",
+            str(tmp_path / "r"),
+        ],
+        capsys,
+    )
     assert code == 2 and "row 1 has no 'answer'" in err  # rows counted from 0: the second row
 
 
@@ -209,13 +241,22 @@ def test_a_run_on_maths_and_code_logs_both_domains_and_score_time(tmp_path):
         with pytest.raises(ScaleRLError, match="sandbox isolation unavailable"):
             train(small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1"]), tmp_path, progress=False)
         return
-    cfg = small_cfg("scalerl", ["run.max_steps=2", "task.name=arith,code-expr-1", "task.val_size=8",
-                                "rollout.max_new_tokens=12", "filter.zero_variance=false"])
-    train(cfg, tmp_path, progress=False)         # an untrained model fails everything: keep those groups
+    cfg = small_cfg(
+        "scalerl",
+        [
+            "run.max_steps=2",
+            "task.name=arith,code-expr-1",
+            "task.val_size=8",
+            "rollout.max_new_tokens=12",
+            "filter.zero_variance=false",
+        ],
+    )
+    train(cfg, tmp_path, progress=False)  # an untrained model fails everything: keep those groups
     rows = read_rows(tmp_path / "metrics.jsonl")
     evals = [r for r in rows if r["kind"] == "eval"]
     assert evals and all(0 <= r["val/pass_rate/arith"] <= 1 and 0 <= r["val/pass_rate/code-expr-1"] <= 1 for r in evals)
     steps = [r for r in rows if r["kind"] == "train"]
-    assert len(steps) == 2 and all(r["time/score"] >= 0 and r["time/score_wait"] >= 0 and r["time/score_cpu"] >= 0
-                                   for r in steps)
+    assert len(steps) == 2 and all(
+        r["time/score"] >= 0 and r["time/score_wait"] >= 0 and r["time/score_cpu"] >= 0 for r in steps
+    )
     assert max(r["time/score"] for r in steps) > 0

@@ -20,10 +20,10 @@ def tiny_random():
 def test_tiny_tokenizer_is_character_level_with_single_think_tokens(tiny_random):
     _, tok = tiny_random
     ids = tok(PHRASE)["input_ids"]
-    assert len(ids) == len(PHRASE) - len("</think>") + 1               # one token a character, one for </think>
+    assert len(ids) == len(PHRASE) - len("</think>") + 1  # one token a character, one for </think>
     assert ids[-1] == tok.convert_tokens_to_ids("</think>")
-    assert tok.decode(ids) == PHRASE                                    # no unknowns, no spaces inserted
-    assert tok.decode(ids, skip_special_tokens=True) == PHRASE          # think tags survive decoding
+    assert tok.decode(ids) == PHRASE  # no unknowns, no spaces inserted
+    assert tok.decode(ids, skip_special_tokens=True) == PHRASE  # think tags survive decoding
     assert tok("12+34=")["input_ids"] == tok("12+34=", add_special_tokens=False)["input_ids"]
     assert len({tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id}) == 4
 
@@ -53,8 +53,11 @@ def test_checkpoint_directory_round_trip_and_bf16(tmp_path, tiny_random):
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):
-    with pytest.raises(ScaleRLError, match="ladder-1m, ladder-2m, ladder-4m, ladder-code-1m, tiny, tiny-random, tiny-order, small, small-order, "
-                                           "smollm2-135m, smollm2-shape-random"):
+    with pytest.raises(
+        ScaleRLError,
+        match="ladder-1m, ladder-2m, ladder-4m, ladder-code-1m, tiny, tiny-random, tiny-order, small, small-order, "
+        "smollm2-135m, smollm2-shape-random",
+    ):
         load_model("gpt-17")
     with pytest.raises(ScaleRLError, match="no config.json"):
         load_model(str(tmp_path))
@@ -75,12 +78,12 @@ def test_cache_build_is_atomic_and_happens_once(tmp_path, monkeypatch):
 
     def broken(d):
         (d / "half.bin").write_text("x")
-        raise KeyboardInterrupt            # a build killed half-way
+        raise KeyboardInterrupt  # a build killed half-way
 
     with pytest.raises(KeyboardInterrupt):
         cached_build("k", broken)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.lock"]     # nothing half-built left
-    (tmp_path / ".k.killed").mkdir()                                   # as a SIGKILLed build leaves it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.lock"]  # nothing half-built left
+    (tmp_path / ".k.killed").mkdir()  # as a SIGKILLed build leaves it
 
     def slow_build(d):
         calls.append(1)
@@ -106,11 +109,13 @@ def test_small_order_is_the_default_testbed_at_the_small_shape(monkeypatch, tmp_
     from scalerl.models import checkpoint_dir, tiny
 
     seen = {}
-    monkeypatch.setattr(cache, "cached_build", lambda key, build, build_missing=True: seen.setdefault(key, build) and tmp_path)
+    monkeypatch.setattr(
+        cache, "cached_build", lambda key, build, build_missing=True: seen.setdefault(key, build) and tmp_path
+    )
     checkpoint_dir("small-order")
     checkpoint_dir("tiny-order")
     (small_key, build), tiny_key = list(seen.items())[0], list(seen)[1]
-    assert small_key.startswith("small-order-") and tiny_key == "tiny-order-1f3ddbdbbb74"   # the default's cache
+    assert small_key.startswith("small-order-") and tiny_key == "tiny-order-1f3ddbdbbb74"  # the default's cache
     spec = tiny.build_spec(tiny.order_settings(), "small", tiny.WRONG_ORDER_SHARE)
     assert cache.build_key("small-order", spec) == small_key
     assert spec["model"]["hidden_size"] == 512 and spec["model"]["num_hidden_layers"] == 8

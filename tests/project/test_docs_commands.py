@@ -33,17 +33,19 @@ HISTORY_NOTE = "not run by the docs test"
 BLOCK_TIMEOUT_S = 300
 # `$DOCS_TINY` in a `# tested as:` line: the settings of a training run of seconds (a random tiny model, 2 x 4
 # completions of at most 12 tokens, no zero-variance filter: a random model passes nothing).
-DOCS_TINY = ("--no-progress --set model.name=tiny-random --set filter.zero_variance=false --set batch.prompts=2 "
-             "--set batch.generations=4 --set rollout.max_new_tokens=12 --set rollout.length.think_min=4 "
-             "--set rollout.length.think_max=6 --set rollout.length.answer_budget=4 "
-             "--set rollout.length.phrase=</think> --set eval.prompts=4 --set eval.samples=2 --set run.threads=1")
+DOCS_TINY = (
+    "--no-progress --set model.name=tiny-random --set filter.zero_variance=false --set batch.prompts=2 "
+    "--set batch.generations=4 --set rollout.max_new_tokens=12 --set rollout.length.think_min=4 "
+    "--set rollout.length.think_max=6 --set rollout.length.answer_budget=4 "
+    "--set rollout.length.phrase=</think> --set eval.prompts=4 --set eval.samples=2 --set run.threads=1"
+)
 COMMAND_WORDS = re.compile(r"^\s*(\$ |scalerl |make |python3? |\.venv/bin/|bash |pip |ray |PY=|PYTHONPATH=|cd |git )")
 
 
 @dataclass
 class Block:
     page: Path
-    line: int          # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     lang: str
     lines: list[str]
 
@@ -127,15 +129,29 @@ def scratch_env(scratch: Path) -> dict[str, str]:
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {target} "$@"\n')
         shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-           "DOCS_TINY": DOCS_TINY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "DOCS_TINY": DOCS_TINY,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "MPLBACKEND": "Agg",
+    }
     return env
 
 
 def run_bash(script: str, scratch: Path, env: dict[str, str], where: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], cwd=scratch, env=env,
-                              capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
+        return subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + script],
+            cwd=scratch,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{where}: still running after {BLOCK_TIMEOUT_S} s: {script[:200]!r}")
 
@@ -154,11 +170,13 @@ def check_block(block: Block, scratch: Path, env: dict[str, str]) -> None:
     for script, error in runs:
         done = run_bash(script, scratch, env, block.where)
         if error is None:
-            assert done.returncode == 0, (f"{block.where}: exit {done.returncode}: {script}\n"
-                                          f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+            assert done.returncode == 0, (
+                f"{block.where}: exit {done.returncode}: {script}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            )
         else:
             assert done.returncode == 2 and error in done.stderr, (
-                f"{block.where}: expected exit 2 and {error!r}; got exit {done.returncode}: {done.stderr[-2000:]}")
+                f"{block.where}: expected exit 2 and {error!r}; got exit {done.returncode}: {done.stderr[-2000:]}"
+            )
 
 
 def is_history(page: Path) -> bool:
@@ -182,34 +200,41 @@ def test_commands_are_tagged_and_marked(page):
     for block in blocks(page):
         if block.lang not in SHELL | {"console"}:
             commands = [t for t in block.lines if COMMAND_WORDS.match(t)]
-            assert not commands, f"{block.where}: commands in a block tagged {block.lang or 'nothing'!r}: " \
-                                 f"{commands[0].strip()!r}; tag it bash (or console with `$ ` lines)"
+            assert not commands, (
+                f"{block.where}: commands in a block tagged {block.lang or 'nothing'!r}: "
+                f"{commands[0].strip()!r}; tag it bash (or console with `$ ` lines)"
+            )
         else:
             markers(block)
     if not is_history(page):
         loose = indented_commands(page)
-        assert not loose, f"{page.relative_to(ROOT)}:{loose[0][0]}: a command in an indented block: " \
-                          f"{loose[0][1]!r}; fence it as bash so the docs test sees it"
+        assert not loose, (
+            f"{page.relative_to(ROOT)}:{loose[0][0]}: a command in an indented block: "
+            f"{loose[0][1]!r}; fence it as bash so the docs test sees it"
+        )
     if is_history(page):
-        assert HISTORY_NOTE in page.read_text()[:1500], f"{page.relative_to(ROOT)}: a history page says at " \
-                                                        f"its top that its commands are {HISTORY_NOTE}"
+        assert HISTORY_NOTE in page.read_text()[:1500], (
+            f"{page.relative_to(ROOT)}: a history page says at its top that its commands are {HISTORY_NOTE}"
+        )
 
 
 def test_the_checker_catches_a_broken_command(tmp_path):
     """The harness itself: a block whose command fails, and a console block whose error line is wrong, fail."""
     page = tmp_path / "page.md"
-    page.write_text("```bash\nscalerl fit no-such-dir\n```\n\n```console\n$ scalerl recipes show nope\n"
-                    "scalerl: error: not this line\n```\n\n```bash\n# not run: needs a GPU\nexit 3\n```\n")
+    page.write_text(
+        "```bash\nscalerl fit no-such-dir\n```\n\n```console\n$ scalerl recipes show nope\n"
+        "scalerl: error: not this line\n```\n\n```bash\n# not run: needs a GPU\nexit 3\n```\n"
+    )
     found = blocks(page)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = scratch_env(scratch)
     for block in found:
-        block.page = ROOT / "README.md"      # `where` names a path under the repository
+        block.page = ROOT / "README.md"  # `where` names a path under the repository
     for block in found[:2]:
         with pytest.raises(AssertionError, match="README.md"):
             check_block(block, scratch, env)
-    check_block(found[2], scratch, env)     # not run: passes without running `exit 3`
+    check_block(found[2], scratch, env)  # not run: passes without running `exit 3`
     assert console_commands(found[1]) == [("scalerl recipes show nope", "scalerl: error: not this line")]
 
 

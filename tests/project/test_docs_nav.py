@@ -13,9 +13,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 HISTORY = DOCS / "history"
-MAX_DATES = 5            # ISO dates and commits a reference page may name
+MAX_DATES = 5  # ISO dates and commits a reference page may name
 ISO_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
-COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7}\b")   # a short hash: build ids are 12
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7}\b")  # a short hash: build ids are 12
 ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 
@@ -23,7 +23,7 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 def nav_pages(nav: list) -> list[str]:
     out = []
     for entry in nav:
-        for value in (entry.values() if isinstance(entry, dict) else [entry]):
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
             out += nav_pages(value) if isinstance(value, list) else [value]
     return out
 
@@ -50,8 +50,10 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page():
 def test_a_reference_page_names_few_dates_no_commit_and_no_issue(page):
     text = page.read_text()
     found = when(text)
-    assert len(found) <= MAX_DATES, f"{page.relative_to(ROOT)} names {len(found)} dates or commits " \
-                                    f"({', '.join(found)}): when and on which commit goes to docs/history/"
+    assert len(found) <= MAX_DATES, (
+        f"{page.relative_to(ROOT)} names {len(found)} dates or commits "
+        f"({', '.join(found)}): when and on which commit goes to docs/history/"
+    )
     assert not COMMIT.findall(LINK_TARGET.sub("]", text)), f"{page.relative_to(ROOT)} names a commit"
     assert not ISSUE.findall(text), f"{page.relative_to(ROOT)} names an issue a user cannot look up"
 

@@ -33,8 +33,9 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in TRAIN)))
 
 
 def imported_train_modules(extra: str = "") -> list[str]:
-    code = (FORECASTER.replace("FIT_ARGS", repr(FIT_TRL)).replace("TRAIN", repr(set(TRAIN_MODULES)))
-            .replace("EXTRA", extra))
+    code = (
+        FORECASTER.replace("FIT_ARGS", repr(FIT_TRL)).replace("TRAIN", repr(set(TRAIN_MODULES))).replace("EXTRA", extra)
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -53,10 +54,17 @@ def test_control_the_contract_sees_a_torch_import():
 def test_forecast_callback_needs_only_the_forecaster_of_scalerl():
     """`pip install scalerl trl` is enough for ForecastCallback: of scalerl it imports the forecaster alone."""
     pytest.importorskip("transformers")
-    code = ("import sys, json, scalerl.integrations.trl; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalerl.'))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys, json, scalerl.integrations.trl; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalerl.'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ours = json.loads(done.stdout.strip().splitlines()[-1])
     assert "scalerl.integrations.trl" in ours
@@ -75,12 +83,13 @@ def test_a_trainer_command_without_the_extra_says_what_to_install(argv, monkeypa
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert err.endswith(f"`scalerl {argv[0]}` needs the train extra (torch, peft not installed): "
-                        "pip install 'scalerl[train]'")
+    assert err.endswith(
+        f"`scalerl {argv[0]}` needs the train extra (torch, peft not installed): pip install 'scalerl[train]'"
+    )
 
 
 def test_train_modules_are_the_train_extra():
-    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].replace("-", "_") for req in extras["train"]}
     assert names == set(TRAIN_MODULES)
@@ -89,8 +98,13 @@ def test_train_modules_are_the_train_extra():
 
 
 # ------------------------------------------------------- a wheel of this checkout in a fresh venv
-NETWORK_ERRORS = ("NewConnectionError", "Network is unreachable", "Temporary failure in name resolution",
-                  "ConnectionError", "No route to host")
+NETWORK_ERRORS = (
+    "NewConnectionError",
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "ConnectionError",
+    "No route to host",
+)
 
 
 def user_env() -> dict[str, str]:
@@ -115,8 +129,24 @@ def build_wheel(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "scalerl", src / "scalerl", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *offline_build(), str(src),
-                    "-w", str(tmp_path / "wheel")], check=True, capture_output=True, env=user_env(), timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            *offline_build(),
+            str(src),
+            "-w",
+            str(tmp_path / "wheel"),
+        ],
+        check=True,
+        capture_output=True,
+        env=user_env(),
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "wheel").glob("scalerl-*.whl")
     return wheel
 
@@ -124,32 +154,53 @@ def build_wheel(tmp_path: Path) -> Path:
 def fresh_venv_with(tmp_path: Path, wheel: Path) -> Path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=user_env(), timeout=300)
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
-                           str(wheel)],
-                          capture_output=True, text=True, env=user_env(), timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        timeout=600,
+    )
     if done.returncode and any(e in done.stdout + done.stderr for e in NETWORK_ERRORS):
-        pytest.skip("no package index reachable for the wheel's dependencies (pip: "
-                    f"{(done.stderr.strip().splitlines() or [''])[-1][:200]})")
+        pytest.skip(
+            "no package index reachable for the wheel's dependencies (pip: "
+            f"{(done.stderr.strip().splitlines() or [''])[-1][:200]})"
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     return venv / "bin"
 
 
 def in_venv(bin_dir: Path, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**user_env(), "MPLBACKEND": "Agg", "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [str(bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
 
 
 def test_a_wheel_in_a_fresh_venv_forecasts_without_torch_and_ships_its_data(tmp_path):
     bin_dir = fresh_venv_with(tmp_path, build_wheel(tmp_path))
     cwd = tmp_path / "work"
-    cwd.mkdir()   # not the checkout: the venv's scalerl, not this one's
+    cwd.mkdir()  # not the checkout: the venv's scalerl, not this one's
     where = in_venv(bin_dir, "python", "-c", "import scalerl, sys; print(scalerl.__file__); import torch", cwd=cwd)
     assert str(tmp_path / "venv") in where.stdout and "No module named 'torch'" in where.stderr
     fit = in_venv(bin_dir, "scalerl", *FIT_TRL, cwd=cwd)
     assert fit.returncode == 0 and "A " in fit.stdout, fit.stderr
-    synthetic = in_venv(bin_dir, "scalerl", "fit", str(ROOT / "examples" / "synthetic-8b"), "--fit-min", "1500",
-                        "--fit-max", "8000", "--predict", "16000", "32000", "--bootstrap", "20", cwd=cwd)
+    synthetic = in_venv(
+        bin_dir,
+        "scalerl",
+        "fit",
+        str(ROOT / "examples" / "synthetic-8b"),
+        "--fit-min",
+        "1500",
+        "--fit-max",
+        "8000",
+        "--predict",
+        "16000",
+        "32000",
+        "--bootstrap",
+        "20",
+        cwd=cwd,
+    )
     assert synthetic.returncode == 0 and "compute/device_hours = 16,000" in synthetic.stdout, synthetic.stderr
     train = in_venv(bin_dir, "scalerl", "train", cwd=cwd)
     assert train.returncode == 2 and train.stderr.strip().endswith("pip install 'scalerl[train]'"), train.stderr

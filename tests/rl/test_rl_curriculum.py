@@ -12,29 +12,40 @@ from scalerl.types import Completion, Group, Prompt
 
 
 def group(pid, n_pass, n=10):
-    comps = [Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[1], tokens=[2], logprobs=[-1.0], versions=[0],
-                        text="", finish_reason="eos") for i in range(n)]
+    comps = [
+        Completion(
+            id=f"{pid}/{i}",
+            prompt_id=pid,
+            prompt_tokens=[1],
+            tokens=[2],
+            logprobs=[-1.0],
+            versions=[0],
+            text="",
+            finish_reason="eos",
+        )
+        for i in range(n)
+    ]
     return scored(Prompt(pid, "q", "a"), comps, [1.0 if i < n_pass else -1.0 for i in range(n)])
 
 
 def test_retires_exactly_when_history_reaches_threshold():
     c = NoPositiveResampling(0.9, "cumulative")
-    assert c.update(group("p", 8)) is False and not c.is_retired("p")    # 8/10 = 0.80
-    assert c.update(group("p", 9)) is False and not c.is_retired("p")    # 17/20 = 0.85
-    assert c.update(group("p", 10)) is True and c.is_retired("p")        # 27/30 = 0.90: retired now
+    assert c.update(group("p", 8)) is False and not c.is_retired("p")  # 8/10 = 0.80
+    assert c.update(group("p", 9)) is False and not c.is_retired("p")  # 17/20 = 0.85
+    assert c.update(group("p", 10)) is True and c.is_retired("p")  # 27/30 = 0.90: retired now
     assert c.pass_rate("p") == pytest.approx(0.9)
-    assert c.update(group("p", 0)) is False and c.is_retired("p")        # permanent (in-flight group)
-    assert c.update(group("q", 9)) is True                               # 9/10 in one group
+    assert c.update(group("p", 0)) is False and c.is_retired("p")  # permanent (in-flight group)
+    assert c.update(group("q", 9)) is True  # 9/10 in one group
     assert c.update(group("r", 8)) is False
     assert c.n_retired == 2 and c.n_seen == 3
 
 
 def test_last_pass_rate_retires_on_the_latest_group():
-    c = NoPositiveResampling(0.9)                                        # default: the latest group's rate
-    assert c.update(group("p", 2)) is False                              # 2/10
-    assert c.update(group("p", 8)) is False                              # 8/10 (cumulative 10/20)
-    assert c.update(group("p", 9)) is True and c.is_retired("p")         # 9/10, though cumulative 19/30 = 0.63
-    assert c.pass_rate("p") == pytest.approx(19 / 30)                    # the history stays cumulative
+    c = NoPositiveResampling(0.9)  # default: the latest group's rate
+    assert c.update(group("p", 2)) is False  # 2/10
+    assert c.update(group("p", 8)) is False  # 8/10 (cumulative 10/20)
+    assert c.update(group("p", 9)) is True and c.is_retired("p")  # 9/10, though cumulative 19/30 = 0.63
+    assert c.pass_rate("p") == pytest.approx(19 / 30)  # the history stays cumulative
     with pytest.raises(ScaleRLError, match="'last' or 'cumulative'"):
         NoPositiveResampling(0.9, "mean")
 
@@ -55,7 +66,7 @@ def test_state_round_trips_through_json():
     d = NoPositiveResampling(0.5, "cumulative")
     d.load_state_dict(state)
     assert d.threshold == 0.9 and d.n_retired == 2 and d.is_retired("c") and not d.is_retired("b")
-    assert d.update(group("b", 10)) is False                             # 18/30 = 0.6 < 0.9
+    assert d.update(group("b", 10)) is False  # 18/30 = 0.6 < 0.9
     assert d.pass_rate("b") == pytest.approx(18 / 30)
 
 
@@ -105,7 +116,7 @@ def test_finite_sampler_epochs_are_permutations_without_retired():
     ids = [next(s).id for _ in range(9)]
     for epoch in (ids[0:3], ids[3:6], ids[6:9]):
         assert sorted(epoch) == ["t/0", "t/2", "t/4"]
-    assert s.epoch == 2 or (s.epoch, s.position) == (3, 0)   # trailing retired ids not yet skipped
+    assert s.epoch == 2 or (s.epoch, s.position) == (3, 0)  # trailing retired ids not yet skipped
 
 
 def test_finite_sampler_stops_after_epochs():
@@ -162,7 +173,7 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
     from scalerl.run.metrics import read_rows
     from scalerl.transport import window as transport
 
-    events = []                                            # ("draw" | "retire", prompt id), in order
+    events = []  # ("draw" | "retire", prompt id), in order
     next_prompt, update = transport.LockedSampler.next, NoPositiveResampling.update
 
     def recording_next(self):
@@ -178,10 +189,24 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
 
     monkeypatch.setattr(transport.LockedSampler, "next", recording_next)
     monkeypatch.setattr(NoPositiveResampling, "update", recording_update)
-    common = ["model.name=tiny-random", "task.train_size=20", "batch.prompts=4", "batch.generations=4",
-              "rollout.max_new_tokens=8", "rollout.length.type=none", "rollout.batch_slots=4", "eval.every=100",
-              "eval.prompts=2", "eval.samples=1", "run.checkpoint_every=2", "pipeline.transport=thread",
-              "pipeline.k=1", "run.threads=1", "curriculum.threshold=1.0", "run.seed=1"]
+    common = [
+        "model.name=tiny-random",
+        "task.train_size=20",
+        "batch.prompts=4",
+        "batch.generations=4",
+        "rollout.max_new_tokens=8",
+        "rollout.length.type=none",
+        "rollout.batch_slots=4",
+        "eval.every=100",
+        "eval.prompts=2",
+        "eval.samples=1",
+        "run.checkpoint_every=2",
+        "pipeline.transport=thread",
+        "pipeline.k=1",
+        "run.threads=1",
+        "curriculum.threshold=1.0",
+        "run.seed=1",
+    ]
     cfg = load_config("scalerl", overrides=common + ["run.max_steps=5"])
     train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
     first = list(events)
@@ -194,7 +219,7 @@ def test_retired_prompts_never_drawn_again_in_a_run_over_epochs_and_resume(tmp_p
             retired.add(pid)
         else:
             assert pid not in retired, f"{pid} drawn after it was retired"
-    assert retired_at_resume and not retired_at_resume & {i for k, i in events[len(first):] if k == "draw"}
+    assert retired_at_resume and not retired_at_resume & {i for k, i in events[len(first) :] if k == "draw"}
     rows = [r for r in read_rows(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in rows] == list(range(1, 11))
     assert {r["curriculum/pool_size"] for r in rows} == {20} and rows[-1]["curriculum/epoch"] >= 2

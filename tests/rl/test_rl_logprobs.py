@@ -35,7 +35,7 @@ def test_bf16_model_gets_fp32_head():
     lp = token_logprobs(h, w, t, chunk_size=4)
     assert lp.dtype == torch.float32
     h64, w64 = (x.detach().double().requires_grad_() for x in (h, w))
-    ref_lp, _ = reference(h64, w64, t)            # same bf16 values, full precision maths
+    ref_lp, _ = reference(h64, w64, t)  # same bf16 values, full precision maths
     assert (lp.double() - ref_lp).abs().max() < 1e-5
     lp.sum().backward()
     ref_lp.sum().backward()
@@ -53,12 +53,18 @@ def test_gradcheck_fp64_with_entropy():
     assert torch.autograd.gradcheck(fn, (h, w, b))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(targets=torch.full((3, 7), 1000)), r"targets: token ids must be in \[0, 1000\), got range \[1000, 1000\]"),
-    (dict(targets=torch.zeros(3, 6, dtype=torch.long)), r"targets: expected shape \(3, 7\)"),
-    (dict(temperature=0.0), r"temperature must be > 0, got 0.0"),
-    (dict(chunk_size=0), r"chunk_size must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            dict(targets=torch.full((3, 7), 1000)),
+            r"targets: token ids must be in \[0, 1000\), got range \[1000, 1000\]",
+        ),
+        (dict(targets=torch.zeros(3, 6, dtype=torch.long)), r"targets: expected shape \(3, 7\)"),
+        (dict(temperature=0.0), r"temperature must be > 0, got 0.0"),
+        (dict(chunk_size=0), r"chunk_size must be >= 1, got 0"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     h, w, b, t = inputs()
     args = dict(targets=t) | kwargs
@@ -76,6 +82,6 @@ def test_memory_stays_bounded_for_49k_vocab_4k_positions():
     V, M, H, chunk = 49152, 4096, 64, 256
     r = bench.measure("chunked", V, M, H, chunk, threads=2)
     mib = 2**20
-    logits = V * M * 4 / mib                        # one full fp32 logits tensor
-    bound = (5 * chunk * V * 4 + 4 * V * H * 4) / mib + 32   # design: ~3 chunk buffers + W grads + slack
+    logits = V * M * 4 / mib  # one full fp32 logits tensor
+    bound = (5 * chunk * V * 4 + 4 * V * H * 4) / mib + 32  # design: ~3 chunk buffers + W grads + slack
     assert r["delta_mib"] < bound < logits / 2, r

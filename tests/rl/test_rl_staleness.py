@@ -19,7 +19,7 @@ def test_k3_is_the_kl_of_two_categoricals_in_expectation():
 def test_kl_sums_counts_masked_tokens_and_stale_ones():
     lr = torch.tensor([[0.1, -0.2, 0.3], [0.0, 0.5, 9.0]])
     stale = torch.tensor([[0, 1, 2], [3, 0, 1]])
-    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])        # the last token not trained
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # the last token not trained
     kl = [math.expm1(x) - x for x in (0.1, -0.2, 0.3, 0.0, 0.5)]
     total, n, stale_kl, s2 = kl_sums(lr, stale, mask)
     assert total == pytest.approx(sum(kl), rel=1e-6) and n == 5
@@ -28,12 +28,12 @@ def test_kl_sums_counts_masked_tokens_and_stale_ones():
 
 
 def test_next_bound_grows_one_step_falls_at_once_and_stays_in_1_to_k():
-    assert next_bound(1, 8, None, 0.01) == 2                      # nothing stale measured: grow by one
+    assert next_bound(1, 8, None, 0.01) == 2  # nothing stale measured: grow by one
     assert next_bound(8, 8, None, 0.01) == 8
-    assert next_bound(3, 8, 1e-9, 0.01) == 4                      # KL fits any staleness: still one a step
-    assert next_bound(8, 8, 0.01 / 4, 0.01) == 2                   # kappa * 2**2 = max_kl: s = 2 fits, 3 does not
+    assert next_bound(3, 8, 1e-9, 0.01) == 4  # KL fits any staleness: still one a step
+    assert next_bound(8, 8, 0.01 / 4, 0.01) == 2  # kappa * 2**2 = max_kl: s = 2 fits, 3 does not
     assert next_bound(8, 8, 0.01 / 9 * 1.001, 0.01) == 2
-    assert next_bound(5, 8, 1.0, 0.01) == 1                        # never below 1
+    assert next_bound(5, 8, 1.0, 0.01) == 1  # never below 1
     assert kappa(0.5, 0.0) is None and kappa(0.5, 2.0) == 0.25
     b = StalenessBound(4, 0.01)
     assert [b.update({}) for _ in range(5)] == [2, 3, 4, 4, 4]

@@ -8,14 +8,14 @@ import torch
 from scalerl.config import CispoLoss, CustomLoss
 from scalerl.rl.losses import policy_loss
 
-MINE = '''
+MINE = """
 import torch
 
 
 def cispo(logprobs, gen_logprobs, advantages, mask, eps_max):
     weight = torch.minimum(torch.exp(logprobs - gen_logprobs), torch.tensor(eps_max)).detach()
     return weight * advantages[:, None] * logprobs
-'''
+"""
 
 
 def _step_tensors(seed: int = 0):
@@ -40,10 +40,11 @@ def test_a_users_cispo_gives_the_builtin_loss_and_gradients(tmp_path, aggregatio
     path.write_text(MINE)
     tensors = _step_tensors()
     ratio = (tensors[0] - tensors[1]).exp()[tensors[3] > 0]
-    assert (ratio > 1.5).any() and (ratio < 1.5).any()          # the truncation is exercised
+    assert (ratio > 1.5).any() and (ratio < 1.5).any()  # the truncation is exercised
     builtin = _loss_and_grad(CispoLoss(eps_max=1.5, aggregation=aggregation), *tensors)
-    mine = _loss_and_grad(CustomLoss(function=f"{path}:cispo", options={"eps_max": 1.5}, aggregation=aggregation),
-                          *tensors)
+    mine = _loss_and_grad(
+        CustomLoss(function=f"{path}:cispo", options={"eps_max": 1.5}, aggregation=aggregation), *tensors
+    )
     assert torch.allclose(mine[0], builtin[0], rtol=1e-12, atol=0) and builtin[0].abs() > 1e-3
     assert torch.allclose(mine[1], builtin[1], rtol=1e-12, atol=1e-15) and builtin[1].abs().sum() > 1e-3
     assert mine[2]["tokens"] == builtin[2]["tokens"] == 30.0
@@ -52,8 +53,7 @@ def test_a_users_cispo_gives_the_builtin_loss_and_gradients(tmp_path, aggregatio
 def test_the_documented_example_is_cispo():
     tensors = _step_tensors(seed=1)
     builtin = _loss_and_grad(CispoLoss(eps_max=5.0), *tensors)
-    mine = _loss_and_grad(CustomLoss(function="examples/my_loss.py:truncated_is", options={"eps_max": 5.0}),
-                          *tensors)
+    mine = _loss_and_grad(CustomLoss(function="examples/my_loss.py:truncated_is", options={"eps_max": 5.0}), *tensors)
     assert torch.allclose(mine[0], builtin[0], rtol=1e-12) and torch.allclose(mine[1], builtin[1], rtol=1e-12)
 
 
@@ -69,8 +69,10 @@ def test_one_trainer_step_with_the_users_cispo_moves_the_weights_as_the_builtin_
     path.write_text(MINE)
     groups = step_groups(P=4, G=4, seed=3)
     results = []
-    for loss in (["loss.type=cispo", "loss.eps_max=1.5"],
-                 ["loss.type=custom", f"loss.function={path}:cispo", "loss.options={eps_max: 1.5}"]):
+    for loss in (
+        ["loss.type=cispo", "loss.eps_max=1.5"],
+        ["loss.type=custom", f"loss.function={path}:cispo", "loss.options={eps_max: 1.5}"],
+    ):
         cfg = load_config("scalerl", overrides=loss)
         model, _ = load_model("tiny-random")
         row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)

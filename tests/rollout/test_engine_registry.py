@@ -27,7 +27,7 @@ def test_the_default_is_the_local_engine_and_vllm_is_a_typed_choice():
     with pytest.raises(ScaleRLError, match="rollout.engine.type = 'sglang' is not one of local, vllm"):
         load_config("scalerl", overrides=["rollout.engine=sglang"])
     with pytest.raises(ScaleRLError, match="port"):
-        load_config("scalerl", overrides=["rollout.engine.port=1"])   # a field of type vllm only
+        load_config("scalerl", overrides=["rollout.engine.port=1"])  # a field of type vllm only
 
 
 def test_each_engine_declares_what_it_needs():
@@ -36,7 +36,7 @@ def test_each_engine_declares_what_it_needs():
     assert local.needs.hosts == {"thread", "process", "ray"} and local.needs.copy and local.needs.lora
     assert (vllm.name, vllm.build) == ("vllm", VllmClient)
     assert vllm.needs == EngineNeeds(copy=False, devices=frozenset({"cpu", "cuda"}), lora=False)
-    assert vllm.needs.hosts == {"thread", "process", "ray"}     # a server per generator actor under Ray
+    assert vllm.needs.hosts == {"thread", "process", "ray"}  # a server per generator actor under Ray
 
 
 def _one_line(match: str, call, *args) -> str:
@@ -60,9 +60,13 @@ def test_the_build_asks_the_declaration_where_the_generator_runs_and_what_it_ref
     # a generator process of ours hosts vLLM's client when asked (auto keeps the thread: the server decodes)
     assert use_process(cfg("rollout.engine=vllm", "pipeline.transport=process"), "cpu")
     assert generator_host(cfg("rollout.engine=vllm", "pipeline.backend=ray"), "cpu") == "ray"
-    _one_line("model.lora: rollout.engine vllm does not decode a LoRA model", split_threads,
-              cfg("rollout.engine=vllm", "model.lora.r=4"), "cpu")
-    assert generator_host(cfg("model.lora.r=4"), "cpu") == "process"   # the local engine decodes one
+    _one_line(
+        "model.lora: rollout.engine vllm does not decode a LoRA model",
+        split_threads,
+        cfg("rollout.engine=vllm", "model.lora.r=4"),
+        "cpu",
+    )
+    assert generator_host(cfg("model.lora.r=4"), "cpu") == "process"  # the local engine decodes one
 
 
 # ---------------------------------------------------------------- an engine added in this file only
@@ -89,8 +93,9 @@ class OracleEngine:
             for k in range(n):
                 text = f"</think> {p.answer}" if k % 2 == 0 else "no idea"
                 tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-                out.append(Completion(f"{p.id}/{k}", p.id, [1], tokens, [0.0] * len(tokens), [0] * len(tokens),
-                                      text, "eos"))
+                out.append(
+                    Completion(f"{p.id}/{k}", p.id, [1], tokens, [0.0] * len(tokens), [0] * len(tokens), text, "eos")
+                )
         return out
 
     def close(self):
@@ -105,8 +110,9 @@ def oracle(monkeypatch, two_cores):
     """The oracle registered (in a copy of the registry) with its declaration."""
     monkeypatch.setattr(registry, "ENGINES", dict(registry.ENGINES))
     BUILT.clear()
-    registry.register(ToyEngineConfig, EngineNeeds(hosts=frozenset({"thread"}), copy=False,
-                                                   devices=frozenset({"cpu"})))(OracleEngine)
+    registry.register(
+        ToyEngineConfig, EngineNeeds(hosts=frozenset({"thread"}), copy=False, devices=frozenset({"cpu"}))
+    )(OracleEngine)
     base = load_config("scalerl", overrides=["run.threads=2"])
     return base.model_copy(update={"rollout": base.rollout.model_copy(update={"engine": ToyEngineConfig()})})
 
@@ -125,20 +131,28 @@ def test_an_engine_registered_in_a_test_runs_in_scalerl_generate(oracle):
     # the build asks its declaration: a thread under auto (not a process), refusals in one line
     assert generator_host(oracle, "cpu") == "thread"
     forced = oracle.model_copy(update={"pipeline": oracle.pipeline.model_copy(update={"transport": "process"})})
-    _one_line("rollout.engine oracle runs its generator in a thread of the trainer's process only", use_process,
-              forced, "cpu")
+    _one_line(
+        "rollout.engine oracle runs its generator in a thread of the trainer's process only", use_process, forced, "cpu"
+    )
     _one_line("model.device = 'cuda:0': rollout.engine oracle decodes on cpu only", generator_host, oracle, "cuda:0")
     on_ray = oracle.model_copy(update={"pipeline": oracle.pipeline.model_copy(update={"backend": "ray"})})
-    _one_line("pipeline.backend = ray: rollout.engine oracle runs its generator in a thread of the trainer's "
-              "process only, not in Ray actors .*use pipeline.backend=local", generator_host, on_ray, "cpu")
+    _one_line(
+        "pipeline.backend = ray: rollout.engine oracle runs its generator in a thread of the trainer's "
+        "process only, not in Ray actors .*use pipeline.backend=local",
+        generator_host,
+        on_ray,
+        "cpu",
+    )
 
 
 # ---------------------------------------------------------------- generate and train: the same engine
 def test_generate_and_train_build_the_same_engine_with_the_same_tokens():
     """A seeded `scalerl generate` samples what the engine built directly (the path before `build_engine`)
     samples, and so does a generator stage of `scalerl train` on the same model and seed."""
-    cfg = load_config("scalerl", overrides=["model.name=tiny-random", "rollout.max_new_tokens=12",
-                                            "rollout.length.type=none", "run.threads=1"])
+    cfg = load_config(
+        "scalerl",
+        overrides=["model.name=tiny-random", "rollout.max_new_tokens=12", "rollout.length.type=none", "run.threads=1"],
+    )
     model, tok = load_model("tiny-random")
     args = _args(n=2, prompts=2, seed=3)
     from scalerl.tasks import get_task
@@ -147,10 +161,17 @@ def test_generate_and_train_build_the_same_engine_with_the_same_tokens():
     prompts = task.val_prompts(2)
     direct = Engine(model, tok, cfg.rollout, fp32_head=cfg.model.fp32_head, seed=3).generate(prompts, 2)
     built = build_engine(cfg, model, tok, seed=3).generate(prompts, 2)
-    staged = build_generator(cfg.model_dump_json(), "cpu", seed=3, model=model, tokenizer=tok, task=task,
-                             reward=lambda prompt, completion: None).generator
+    staged = build_generator(
+        cfg.model_dump_json(),
+        "cpu",
+        seed=3,
+        model=model,
+        tokenizer=tok,
+        task=task,
+        reward=lambda prompt, completion: None,
+    ).generator
     assert [c.tokens for c in built] == [c.tokens for c in direct] == [c.tokens for c in staged.generate(prompts, 2)]
-    assert len({tuple(c.tokens) for c in direct}) > 1                  # sampled, not one fixed answer
+    assert len({tuple(c.tokens) for c in direct}) > 1  # sampled, not one fixed answer
     shown = generate.show(cfg, args)
     for c in direct:
         assert f"{c.finish_reason}, {len(c.tokens)} tokens" in shown and c.text in shown

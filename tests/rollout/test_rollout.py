@@ -23,7 +23,7 @@ from scalerl.rollout.eager import EagerLoop
 from scalerl.rollout.sampling import sample, top_p_filter
 from scalerl.rollout.static import StaticLoop
 
-BOTH = pytest.mark.parametrize("decode", ["static", "eager"])   # the fixed-shape loop and the reference
+BOTH = pytest.mark.parametrize("decode", ["static", "eager"])  # the fixed-shape loop and the reference
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_logprobs_equal_fresh_forward_with_refilled_rows(tok, decode, attn, monk
     if decode == "eager":
         assert moved and resized  # the run exercised compaction / shifting and growth of the cache
     else:
-        assert grown             # the late long prompt made every slot longer, the rows in flight kept
+        assert grown  # the late long prompt made every slot longer, the rows in flight kept
     for c in out:
         assert c.tokens[-1] == tok.eos_token_id if c.finish_reason == "eos" else len(c.tokens) == 16
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 0.7)
@@ -80,8 +80,14 @@ def test_greedy_matches_hf_generate(tok):
     out = Engine(model, tok, cfg, greedy=True).generate(prompts(TEXTS), n=1)
     for c, text in zip(out, TEXTS):
         ids = torch.tensor([tok(text)["input_ids"]])
-        ref = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:]
+        ref = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=24,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )[0, ids.shape[1] :]
         assert c.tokens == ref.tolist()
     assert any(c.finish_reason == "eos" for c in out) and any(c.finish_reason == "length" for c in out)
 
@@ -98,7 +104,7 @@ def test_in_flight_update_uses_new_weights_on_stale_cache(tok, decode, monkeypat
     calls = itertools.count(1)
     real_step = engine._step
 
-    def step(state, cache):   # staged during decode step 5: the swap lands in the middle of both sequences
+    def step(state, cache):  # staged during decode step 5: the swap lands in the middle of both sequences
         if next(calls) == 5:
             engine.update_weights(new.state_dict(), 7)
         return real_step(state, cache)
@@ -118,8 +124,9 @@ def test_in_flight_update_uses_new_weights_on_stale_cache(tok, decode, monkeypat
         ref = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c.tokens[s:])[:, None])[:, 0]
         got = torch.tensor(c.logprobs[s:])
         assert torch.allclose(got, ref, atol=1e-4)
-        assert torch.allclose(torch.tensor(c.logprobs[:s]), fresh_logprobs(reference_old, c.prompt_tokens,
-                                                                           c.tokens[:s], 1.0), atol=1e-4)
+        assert torch.allclose(
+            torch.tensor(c.logprobs[:s]), fresh_logprobs(reference_old, c.prompt_tokens, c.tokens[:s], 1.0), atol=1e-4
+        )
         # not what a fresh forward under the new weights would give: the cache really was stale
         assert (got - fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)[s:]).abs().max() > 1e-3
 
@@ -133,18 +140,22 @@ def test_forced_interruption_phrase_then_the_whole_answer_budget(tok, decode):
     bias_tokens(model, tok, eos=-30.0, think_end=-30.0)  # the model never stops or closes thinking itself
     phrase = tok(PHRASE, add_special_tokens=False)["input_ids"]
     p, budget = len(phrase), 5
-    assert p == len("Time is up. ") + 1                   # one token a character, one for </think>
-    max_new = 8 + p + budget                              # exactly what the check allows
-    cfg = RolloutConfig(max_new_tokens=max_new, batch_slots=12,
-                        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget, phrase=PHRASE), decode=decode)
+    assert p == len("Time is up. ") + 1  # one token a character, one for </think>
+    max_new = 8 + p + budget  # exactly what the check allows
+    cfg = RolloutConfig(
+        max_new_tokens=max_new,
+        batch_slots=12,
+        length=InterruptConfig(think_min=4, think_max=8, answer_budget=budget, phrase=PHRASE),
+        decode=decode,
+    )
     out = Engine(model, tok, cfg, seed=0).generate(prompts(["12+7=", "99-1="]), n=6)
     triggers = set()
     for c in out:
         t = c.forced_mask.index(True)  # where the phrase starts = the drawn trigger
         triggers.add(t)
         assert 4 <= t <= 8 and c.forced_mask == [False] * t + [True] * p + [False] * budget
-        assert c.tokens[t:t + p] == phrase and all(lp == 0.0 for lp in c.logprobs[t:t + p])
-        assert all(lp < 0.0 for lp in c.logprobs[:t] + c.logprobs[t + p:])
+        assert c.tokens[t : t + p] == phrase and all(lp == 0.0 for lp in c.logprobs[t : t + p])
+        assert all(lp < 0.0 for lp in c.logprobs[:t] + c.logprobs[t + p :])
         assert c.finish_reason == "interrupted_budget" and c.interrupted and c.interrupt_answered
         assert not c.truncated and len(c.tokens) == t + p + budget
         assert PHRASE in c.text and c.text.index(PHRASE) + len(PHRASE) < len(c.text)  # an answer follows
@@ -153,9 +164,12 @@ def test_forced_interruption_phrase_then_the_whole_answer_budget(tok, decode):
 
 def test_interrupted_answer_that_ends_by_eos(tok):
     model = tiny_llama(len(tok), seed=8, head_bias=True)
-    bias_tokens(model, tok, eos=4.0, think_end=-30.0)     # EOS likely at every step
-    cfg = RolloutConfig(max_new_tokens=1 + 3 + 6, batch_slots=16,
-                        length=InterruptConfig(think_min=1, think_max=1, answer_budget=6, phrase="ok</think>"))
+    bias_tokens(model, tok, eos=4.0, think_end=-30.0)  # EOS likely at every step
+    cfg = RolloutConfig(
+        max_new_tokens=1 + 3 + 6,
+        batch_slots=16,
+        length=InterruptConfig(think_min=1, think_max=1, answer_budget=6, phrase="ok</think>"),
+    )
     out = Engine(model, tok, cfg, seed=0).generate(prompts(["1+1="]), n=32)
     by_reason = {}
     for c in out:
@@ -173,10 +187,14 @@ def test_interrupted_answer_that_ends_by_eos(tok):
 @pytest.mark.parametrize("think_max,phrase,answer,max_new", [(8, PHRASE, 5, 8 + 13 + 5 - 1), (2, "xy", 3, 6)])
 def test_a_budget_that_cuts_the_answer_is_refused_naming_the_numbers(tok, think_max, phrase, answer, max_new):
     n_phrase = len(tok(phrase, add_special_tokens=False)["input_ids"])
-    cfg = RolloutConfig(max_new_tokens=max_new, length=InterruptConfig(think_min=1, think_max=think_max,
-                                                                       answer_budget=answer, phrase=phrase))
-    expected = (rf"think_max \({think_max}\) \+ interruption phrase \({n_phrase} tokens with this tokenizer\) "
-                rf"\+ answer_budget \({answer}\) = {think_max + n_phrase + answer} > rollout.max_new_tokens \({max_new}\)")
+    cfg = RolloutConfig(
+        max_new_tokens=max_new,
+        length=InterruptConfig(think_min=1, think_max=think_max, answer_budget=answer, phrase=phrase),
+    )
+    expected = (
+        rf"think_max \({think_max}\) \+ interruption phrase \({n_phrase} tokens with this tokenizer\) "
+        rf"\+ answer_budget \({answer}\) = {think_max + n_phrase + answer} > rollout.max_new_tokens \({max_new}\)"
+    )
     with pytest.raises(ScaleRLError, match=expected):
         Engine(tiny_llama(len(tok)), tok, cfg)
     Engine(tiny_llama(len(tok)), tok, cfg.model_copy(update={"max_new_tokens": max_new + 1}))  # one more fits
@@ -191,8 +209,11 @@ def test_a_phrase_the_tokenizer_cannot_write_is_refused(tok):
 def test_thinking_closed_by_the_model_gets_the_answer_budget(tok):
     model = tiny_llama(len(tok), seed=6, head_bias=True)
     bias_tokens(model, tok, eos=-30.0, think_end=30.0)  # closes `</think>` at once, never EOS
-    cfg = RolloutConfig(max_new_tokens=40, batch_slots=2,
-                        length=InterruptConfig(think_min=10, think_max=12, answer_budget=3, phrase=PHRASE))
+    cfg = RolloutConfig(
+        max_new_tokens=40,
+        batch_slots=2,
+        length=InterruptConfig(think_min=10, think_max=12, answer_budget=3, phrase=PHRASE),
+    )
     for c in Engine(model, tok, cfg).generate(prompts(["1+1="]), n=2):
         assert c.tokens[0] == tok.convert_tokens_to_ids("</think>")
         assert len(c.tokens) == 1 + 3 and c.finish_reason == "length" and not any(c.forced_mask)
@@ -271,7 +292,7 @@ def test_the_default_interruption_fits_the_tiny_tokenizer():
     from scalerl.rollout.length import check_budget, phrase_ids
 
     n = len(phrase_ids(build_tokenizer(), DEFAULT_PHRASE))
-    assert n == len(" Time is up. ") + 1                        # one token a character, one for </think>
+    assert n == len(" Time is up. ") + 1  # one token a character, one for </think>
     cfg = RolloutConfig()
     assert cfg.length.think_max + n + cfg.length.answer_budget == 104 + 14 + 32 <= cfg.max_new_tokens == 160
     check_budget(cfg, n)
@@ -280,11 +301,13 @@ def test_the_default_interruption_fits_the_tiny_tokenizer():
 @BOTH
 def test_reseed_repeats_the_samples_of_unchanged_weights(tok, decode):
     model = tiny_llama(len(tok), seed=4)
-    engine = Engine(model, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl(), decode=decode), seed=11)
+    engine = Engine(
+        model, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl(), decode=decode), seed=11
+    )
     first = [c.tokens for c in engine.generate(prompts(TEXTS), n=2)]
-    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] != first   # the stream moved on
+    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] != first  # the stream moved on
     engine.reseed()
-    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] == first   # common random numbers
+    assert [c.tokens for c in engine.generate(prompts(TEXTS), n=2)] == first  # common random numbers
 
 
 @BOTH
@@ -295,25 +318,28 @@ def test_idle_rows_are_given_up_while_no_prompt_may_start_and_taken_back_after(t
     model = tiny_llama(len(tok), seed=11)
     widths = []
     real_step = Engine._step
-    monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (widths.append(state.active.shape[0]),
-                                                                     real_step(self, state, cache))[1])
+    monkeypatch.setattr(
+        Engine,
+        "_step",
+        lambda self, state, cache: (widths.append(state.active.shape[0]), real_step(self, state, cache))[1],
+    )
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl(), decode=decode)
     ps = prompts([f"{i}+{i}=" for i in range(16)])
     ps = [p.__class__(id=f"q{i}", text=p.text, answer="") for i, p in enumerate(ps)]
-    staggered = [x for p in ps[:8] for x in (p, None)]          # one prompt starts per step: rows end apart
+    staggered = [x for p in ps[:8] for x in (p, None)]  # one prompt starts per step: rows end apart
     source = iter([*staggered, *[None] * 30, *ps[8:]])
     out = list(Engine(model, tok, cfg, seed=5, ignore_eos=True).stream(source, n=1))
 
     assert sorted(c.prompt_id for c in out) == sorted(p.id for p in ps)
-    assert max(widths) == 8 and min(widths) <= 2        # rows given up while only the last ones ran ...
-    assert widths[-16] == 8                              # ... and taken back for the eight late prompts
+    assert max(widths) == 8 and min(widths) <= 2  # rows given up while only the last ones ran ...
+    assert widths[-16] == 8  # ... and taken back for the eight late prompts
     for c in out:
         assert len(c.tokens) == 16
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 1.0)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
 
 
-SHARED = "you are a careful calculator; answer with digits only. "   # > MIN_SHARED_PREFIX characters
+SHARED = "you are a careful calculator; answer with digits only. "  # > MIN_SHARED_PREFIX characters
 
 
 def prefill_widths(monkeypatch) -> list[tuple[int, int]]:
@@ -321,8 +347,9 @@ def prefill_widths(monkeypatch) -> list[tuple[int, int]]:
     shared prefix), in order, on either loop."""
     widths = []
     eager, static = EagerLoop._prefill, StaticLoop.prefill
-    monkeypatch.setattr(EagerLoop, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)),
-                                                                        eager(self, ids, lens))[1])
+    monkeypatch.setattr(
+        EagerLoop, "_prefill", lambda self, ids, lens: (widths.append(tuple(ids.shape)), eager(self, ids, lens))[1]
+    )
 
     def static_prefill(self, rows, ids, start):
         if start == 0:
@@ -344,7 +371,7 @@ def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(to
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=12, batch_slots=4, length=NoLengthControl(), decode=decode)
     engine = Engine(model, tok, cfg, seed=2)
     out = engine.generate(prompts(texts), n=2)
-    assert widths == [(1, len(SHARED))]        # one prefill: the shared prefix; the rest ran after it
+    assert widths == [(1, len(SHARED))]  # one prefill: the shared prefix; the rest ran after it
     for c in out:
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 1.0)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
@@ -353,7 +380,7 @@ def test_a_prefix_shared_by_the_prompts_is_prefilled_once_with_exact_logprobs(to
     engine.update_weights(new.state_dict(), version=1)
     widths.clear()
     out = engine.generate(prompts(texts), n=1)
-    assert widths and widths[0] == (1, len(SHARED))   # recomputed under the new weights
+    assert widths and widths[0] == (1, len(SHARED))  # recomputed under the new weights
     for c in out:
         assert c.versions[0] == 1
         ref = fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0)
@@ -375,15 +402,15 @@ def test_an_in_flight_weight_update_invalidates_the_shared_prefix_within_one_str
     first, later = every[:2], every[2:]
 
     def feed():
-        yield from first                                    # admitted under version 0
+        yield from first  # admitted under version 0
         engine.update_weights(new.state_dict(), version=1)  # staged mid-stream
         for _ in range(3):
-            yield None                                      # a few decode-step boundaries: it is applied
+            yield None  # a few decode-step boundaries: it is applied
         yield from later
 
     out = list(engine.stream(feed(), n=1))
     assert len(out) == 4
-    assert widths.count((1, len(SHARED))) == 2              # the prefix, once under each weights version
+    assert widths.count((1, len(SHARED))) == 2  # the prefix, once under each weights version
     late = [c for c in out if c.prompt_id in {p.id for p in later}]
     assert len(late) == 2
     for c in late:
@@ -413,14 +440,14 @@ def test_the_samples_of_a_prompt_admitted_one_by_one_are_prefilled_once_per_weig
     real_step = engine._step
 
     def step(state, cache):
-        if next(steps) == 3:                                  # during the first sample (6 steps long)
+        if next(steps) == 3:  # during the first sample (6 steps long)
             engine.update_weights(new.state_dict(), version=1)
         return real_step(state, cache)
 
     monkeypatch.setattr(engine, "_step", step)
     first, *rest = engine.generate(prompts(texts[:1]), n=3)
     assert first.versions == [0, 0, 0, 1, 1, 1] and widths == [(1, len(first.prompt_tokens) - 1)] * 2
-    for c in rest:                                            # admitted under version 1: its prefill, exact
+    for c in rest:  # admitted under version 1: its prefill, exact
         assert c.versions == [1] * 6
         assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(new, c.prompt_tokens, c.tokens, 1.0), atol=1e-4)
 
@@ -431,7 +458,9 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, dec
     no decode step; released, it finishes the sequences in flight exactly as an unheld stream
     with the same seed does (the held rows keep their caches and random streams)."""
     model = tiny_llama(len(tok), seed=4)
-    cfg = RolloutConfig(temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl(), decode=decode)   # rows to spare:
+    cfg = RolloutConfig(
+        temperature=1.0, max_new_tokens=16, batch_slots=8, length=NoLengthControl(), decode=decode
+    )  # rows to spare:
     unheld = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(prompts(TEXTS[:2]), n=2))
 
     steps = []
@@ -439,7 +468,7 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, dec
     monkeypatch.setattr(Engine, "_step", lambda self, state, cache: (steps.append(1), real(self, state, cache))[1])
     real_held, hold, turns = Engine._held, threading.Event(), []
 
-    def held(self):                    # each turn held: the steps taken so far; released after 50 turns
+    def held(self):  # each turn held: the steps taken so far; released after 50 turns
         turns.append(len(steps))
         if len(turns) == 50:
             hold.clear()
@@ -449,10 +478,10 @@ def test_a_held_stream_takes_no_step_and_then_yields_what_it_would_have(tok, dec
 
     def feed():
         yield from prompts(TEXTS[:2])
-        hold.set()                     # asked for a third prompt with both admitted: hold them in flight
+        hold.set()  # asked for a third prompt with both admitted: hold them in flight
 
     held_out = list(Engine(model, tok, cfg, seed=9, ignore_eos=True).stream(feed(), n=2, hold=hold))
-    assert len(turns) == 50 and len(set(turns)) == 1 and turns[0] < 16   # held: not one step in 50 turns
+    assert len(turns) == 50 and len(set(turns)) == 1 and turns[0] < 16  # held: not one step in 50 turns
     assert [(c.id, c.tokens, c.logprobs) for c in held_out] == [(c.id, c.tokens, c.logprobs) for c in unheld]
 
 
@@ -467,8 +496,9 @@ def test_stall_slows_the_training_stream_once_per_completion_and_not_the_evaluat
     model = tiny_llama(len(tok), seed=2)
 
     def run(stall: float, how: str) -> list[list[int]]:
-        cfg = RolloutConfig(max_new_tokens=12, batch_slots=2, length=NoLengthControl(),
-                            engine=LocalEngineConfig(stall_s=stall))
+        cfg = RolloutConfig(
+            max_new_tokens=12, batch_slots=2, length=NoLengthControl(), engine=LocalEngineConfig(stall_s=stall)
+        )
         eng = Engine(model, tok, cfg, greedy=True)
         out = eng.generate(prompts(TEXTS), n=2) if how == "generate" else list(eng.stream(prompts(TEXTS), 2))
         return sorted(c.tokens for c in out)

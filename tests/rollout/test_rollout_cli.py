@@ -51,16 +51,34 @@ def test_generate_prints_samples_rewards_and_summary(monkeypatch, capsys):
     import scalerl.rollout.engine  # noqa: F401 (the real engine, imported before scalerl.models is replaced:
     # alone, this test otherwise failed on the engine's own import of scalerl.models)
 
-    monkeypatch.setattr(facts, "model_facts", lambda name: None)   # "m" is no model: no derived profile
+    monkeypatch.setattr(facts, "model_facts", lambda name: None)  # "m" is no model: no derived profile
     monkeypatch.setitem(sys.modules, "scalerl.models", types.SimpleNamespace(load_model=load_model))
     monkeypatch.setitem(sys.modules, "scalerl.tasks", types.SimpleNamespace(get_task=get_task))
     from scalerl.rewards import answer_section
 
-    monkeypatch.setitem(sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward,
-                                                                               answer_section=answer_section))
-    rc = main(["generate", "--model", "m", "--task", "arith-2x3", "--n", "3", "--prompts", "2", "--greedy",
-               "--set", "rollout.max_new_tokens=6", "--set", "rollout.length.type=none",
-               "--set", "reward.fail_value=0"])
+    monkeypatch.setitem(
+        sys.modules, "scalerl.rewards", types.SimpleNamespace(RewardFn=FakeReward, answer_section=answer_section)
+    )
+    rc = main(
+        [
+            "generate",
+            "--model",
+            "m",
+            "--task",
+            "arith-2x3",
+            "--n",
+            "3",
+            "--prompts",
+            "2",
+            "--greedy",
+            "--set",
+            "rollout.max_new_tokens=6",
+            "--set",
+            "rollout.length.type=none",
+            "--set",
+            "reward.fail_value=0",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and seen == {"model": ("m", "fp32", "auto"), "task": "arith-2x3"}
     assert out.count("=== v") == 2 and out.count("--- ") == 6
@@ -86,15 +104,32 @@ def test_train_refuses_an_interruption_budget_that_cuts_the_answer(tmp_path):
 
     run = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "scalerl", "train", "--no-progress", "--run-dir", str(run),
-         "--set", "model.name=tiny-random", "--set", "rollout.length.think_max=140",
-         "--set", "rollout.length.phrase=Time is up. </think>"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "scalerl",
+            "train",
+            "--no-progress",
+            "--run-dir",
+            str(run),
+            "--set",
+            "model.name=tiny-random",
+            "--set",
+            "rollout.length.think_max=140",
+            "--set",
+            "rollout.length.phrase=Time is up. </think>",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scalerl: error: rollout.length:")
-    assert ("think_max (140) + interruption phrase (13 tokens with this tokenizer) + answer_budget (32) = 185 > "
-            "rollout.max_new_tokens (160)") in lines[0]
+    assert (
+        "think_max (140) + interruption phrase (13 tokens with this tokenizer) + answer_budget (32) = 185 > "
+        "rollout.max_new_tokens (160)"
+    ) in lines[0]
     metrics = run / "metrics.jsonl"
     assert not metrics.exists() or metrics.read_text() == ""  # refused before the step-0 evaluation
 
@@ -104,11 +139,19 @@ def test_generate_says_no_answer_apart_from_wrong_answer():
     from scalerl.types import Completion
 
     def completion(text):
-        return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[1, 2], logprobs=[], versions=[],
-                          text=text, finish_reason="eos")
+        return Completion(
+            id="c",
+            prompt_id="p",
+            prompt_tokens=[],
+            tokens=[1, 2],
+            logprobs=[],
+            versions=[],
+            text=text,
+            finish_reason="eos",
+        )
 
     texts = ["<think>1+1</think>2", "<think>1+1</think>3", "<think>1+1 is"]
-    answered = [True, True, False]                       # the last has no '</think>': no answer section
+    answered = [True, True, False]  # the last has no '</think>': no answer section
     scores = [Score(1.0, True), Score(-1.0, False), Score(-1.0, False)]
     out = format_samples([Prompt("p", "1+1=", "2")], [completion(t) for t in texts], scores, 3, answered)
     marks = [line.split("  ")[0] for line in out.splitlines() if line.startswith("--- ")]

@@ -35,7 +35,7 @@ def fresh_logprobs(model, prompt_tokens: list[int], tokens: list[int], temperatu
     ids = torch.tensor([prompt_tokens + tokens], device=device)
     with torch.no_grad():
         logits = model(ids).logits[0].float() / temperature
-    steps = logits[len(prompt_tokens) - 1: -1]
+    steps = logits[len(prompt_tokens) - 1 : -1]
     return torch.log_softmax(steps, -1).gather(-1, torch.tensor(tokens, device=device)[:, None])[:, 0].cpu()
 
 
@@ -75,12 +75,13 @@ def test_attention_output_in_any_memory_layout_decodes_the_same(tok, monkeypatch
 
     calls: list[bool] = []
     monkeypatch.setattr(forward_mod, "F", StridedSdpa())
-    model = smollm2_shape(len(tok))            # fp32: the static path takes SDPA on a CPU too
+    model = smollm2_shape(len(tok))  # fp32: the static path takes SDPA on a CPU too
     cfg = RolloutConfig(max_new_tokens=12, batch_slots=3, length=NoLengthControl())
     a = Engine(model, tok, cfg, greedy=True).generate(prompts(LONG_AND_SHORT[:3]), n=1)
     b = Engine(model, tok, cfg.model_copy(update={"decode": "eager"}), greedy=True).generate(
-        prompts(LONG_AND_SHORT[:3]), n=1)
-    assert calls and not all(calls)            # the prefill's attention did come back strided
+        prompts(LONG_AND_SHORT[:3]), n=1
+    )
+    assert calls and not all(calls)  # the prefill's attention did come back strided
     assert [c.tokens for c in a] == [c.tokens for c in b]
     for x, y in zip(a, b):
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
@@ -89,9 +90,10 @@ def test_attention_output_in_any_memory_layout_decodes_the_same(tok, monkeypatch
 @pytest.mark.parametrize("name", list(MODELS))
 def test_sampled_logprobs_equal_a_fresh_forward(tok, name):
     model = MODELS[name](len(tok))
-    out = Engine(model, tok, RolloutConfig(temperature=0.8, max_new_tokens=16, batch_slots=4, length=NoLengthControl()),
-                 seed=3).generate(prompts(LONG_AND_SHORT), n=2)
-    assert len({tuple(c.tokens) for c in out}) > len(LONG_AND_SHORT)   # sampled, not one answer per prompt
+    out = Engine(
+        model, tok, RolloutConfig(temperature=0.8, max_new_tokens=16, batch_slots=4, length=NoLengthControl()), seed=3
+    ).generate(prompts(LONG_AND_SHORT), n=2)
+    assert len({tuple(c.tokens) for c in out}) > len(LONG_AND_SHORT)  # sampled, not one answer per prompt
     for c in out:
         ref = fresh_logprobs(model, c.prompt_tokens, c.tokens, 0.8)
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), c.id
@@ -109,16 +111,21 @@ def test_bf16_generator_log_probs_are_what_the_bf16_trainer_recomputes(tok):
     from scalerl.trainer.forward import completion_logprobs, match_trainer_attention
     from scalerl.trainer.step import collate, logprob_mismatch
 
-    model = smollm2_shape(len(tok))                                    # the trainer's fp32 weights
+    model = smollm2_shape(len(tok))  # the trainer's fp32 weights
     generator = match_trainer_attention(cast_model(copy.deepcopy(model), "bf16"))
     mismatch = {}
     for decode in ("static", "eager"):
-        engine = Engine(generator, tok, RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl(),
-                                                      decode=decode), fp32_head=True, seed=1)
+        engine = Engine(
+            generator,
+            tok,
+            RolloutConfig(max_new_tokens=8, batch_slots=4, length=NoLengthControl(), decode=decode),
+            fp32_head=True,
+            seed=1,
+        )
         engine.update_weights(model.state_dict(), 0)
         ps = prompts(LONG_AND_SHORT[:4])
         out = engine.generate(ps, 2)
-        groups = [scored(p, out[2 * i: 2 * i + 2], [0.0, 0.0]) for i, p in enumerate(ps)]
+        groups = [scored(p, out[2 * i : 2 * i + 2], [0.0, 0.0]) for i, p in enumerate(ps)]
         batch = collate(groups, tok.pad_token_id)
         with torch.no_grad():
             trainer = completion_logprobs(model, batch, 1.0, fp32_head=True, compute_dtype="bf16")
@@ -158,10 +165,15 @@ def test_interruption_and_eos_on_the_static_path_match_eager(tok):
     with torch.no_grad():
         model.lm_head.bias[tok.eos_token_id] = 1.5
     length = InterruptConfig(think_min=3, think_max=6, answer_budget=4, phrase="ok</think>")
-    out = {d: Engine(model, tok, RolloutConfig(max_new_tokens=16, batch_slots=3, length=length, decode=d), greedy=True,
-                     seed=2).generate(prompts(LONG_AND_SHORT), n=2) for d in ("static", "eager")}
-    assert [(c.tokens, c.forced_mask, c.finish_reason) for c in out["static"]] == \
-        [(c.tokens, c.forced_mask, c.finish_reason) for c in out["eager"]]
+    out = {
+        d: Engine(
+            model, tok, RolloutConfig(max_new_tokens=16, batch_slots=3, length=length, decode=d), greedy=True, seed=2
+        ).generate(prompts(LONG_AND_SHORT), n=2)
+        for d in ("static", "eager")
+    }
+    assert [(c.tokens, c.forced_mask, c.finish_reason) for c in out["static"]] == [
+        (c.tokens, c.forced_mask, c.finish_reason) for c in out["eager"]
+    ]
     assert {"interrupted_budget", "eos"} & {c.finish_reason for c in out["static"]}
 
 
@@ -173,20 +185,24 @@ def test_batch_slots_auto_follows_the_kv_budget_by_hand(tok, monkeypatch):
     model = tiny_llama(len(tok), seed=9)
     seen = []
     real = StaticLoop._allocate
-    monkeypatch.setattr(StaticLoop, "_allocate", lambda self, s, c: (seen.append((s, c)), real(self, s, c),
-                                                                      seen.append(self.kv.nbytes()))[1])
+    monkeypatch.setattr(
+        StaticLoop,
+        "_allocate",
+        lambda self, s, c: (seen.append((s, c)), real(self, s, c), seen.append(self.kv.nbytes()))[1],
+    )
     cfg = RolloutConfig(max_new_tokens=16, kv_budget_mb=1.0, length=NoLengthControl())
     assert cfg.batch_slots == "auto"
     out = Engine(model, tok, cfg, ignore_eos=True).generate(prompts(["12+34="]), n=40)
     assert len(out) == 40
     assert seen[0] == (25, CONTEXT_ROUND + 16) and seen[1] == 25 * 80 * 512 <= 2**20
     seen.clear()
-    Engine(model, tok, cfg.model_copy(update={"kv_budget_mb": 1e4, "max_new_tokens": 1}),
-           ignore_eos=True).generate(prompts(["1+2="]), n=300)
-    assert seen[0] == (SLOTS_MAX["cpu"], 80)     # a large budget stops at the CPU's cap
+    Engine(model, tok, cfg.model_copy(update={"kv_budget_mb": 1e4, "max_new_tokens": 1}), ignore_eos=True).generate(
+        prompts(["1+2="]), n=300
+    )
+    assert seen[0] == (SLOTS_MAX["cpu"], 80)  # a large budget stops at the CPU's cap
     seen.clear()
     Engine(model, tok, cfg, ignore_eos=True).generate(prompts(["1+2="]), n=3)
-    assert seen[0][0] == 3                       # never more rows than the call has requests
+    assert seen[0][0] == 3  # never more rows than the call has requests
 
 
 def test_batch_slots_must_be_a_positive_number_or_auto():
@@ -198,10 +214,21 @@ def test_batch_slots_must_be_a_positive_number_or_auto():
 
 def test_a_model_the_static_path_cannot_run_is_refused_or_decoded_eagerly(tok):
     torch.manual_seed(0)
-    mistral = MistralForCausalLM(MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                               sliding_window=16, eos_token_id=1, pad_token_id=0, bos_token_id=None,
-                                               attn_implementation="sdpa")).eval()
+    mistral = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=16,
+            eos_token_id=1,
+            pad_token_id=0,
+            bos_token_id=None,
+            attn_implementation="sdpa",
+        )
+    ).eval()
     with pytest.raises(ScaleRLError, match=r"rollout.decode = static: sliding-window attention \(sliding_window=16\)"):
         Engine(mistral, tok, RolloutConfig(max_new_tokens=4, length=NoLengthControl(), decode="static"))
     auto = Engine(mistral, tok, RolloutConfig(max_new_tokens=4, length=NoLengthControl()))
@@ -218,8 +245,9 @@ def test_a_lora_wrapped_model_decodes_with_its_adapters(tok):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.5)       # adapters that change the output
-    out = Engine(model, tok, RolloutConfig(max_new_tokens=10, batch_slots=2, length=NoLengthControl()),
-                 seed=4).generate(prompts(TEXTS[:3]), n=2)
+                p.normal_(0, 0.5)  # adapters that change the output
+    out = Engine(
+        model, tok, RolloutConfig(max_new_tokens=10, batch_slots=2, length=NoLengthControl()), seed=4
+    ).generate(prompts(TEXTS[:3]), n=2)
     for c in out:
         assert torch.allclose(torch.tensor(c.logprobs), fresh_logprobs(model, c.prompt_tokens, c.tokens), atol=1e-4)

@@ -63,15 +63,18 @@ def test_a_killed_starter_takes_every_process_of_the_server_with_it(tmp_path):
     folder = tmp_path / "starter"
     (folder / "model").mkdir(parents=True)
     (folder / "model" / "weights").write_bytes(b"x")
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log"), vllm_server.__file__,
-                                str(folder)],
-                               stdout=subprocess.PIPE, text=True, env=env)
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, SERVER, str(tmp_path / "server.log"), vllm_server.__file__, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         guard = int(starter.stdout.readline())
         procs = tree(guard)
         assert os.getsid(starter.pid) not in {os.getsid(p.pid) for p in procs}
         time.sleep(0.5)
-        assert not [p for p in procs if p not in running(procs)]   # the starting thread's end stopped nothing
+        assert not [p for p in procs if p not in running(procs)]  # the starting thread's end stopped nothing
     finally:
         for p in [psutil.Process(starter.pid), *psutil.Process(starter.pid).children()]:
             p.kill()
@@ -95,4 +98,4 @@ def test_a_stopped_guard_stops_its_server(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
     gone_within(procs, timeout=10)
-    assert tmp_path.exists()      # its starter lives on: the folder is the starter's to remove
+    assert tmp_path.exists()  # its starter lives on: the folder is the starter's to remove

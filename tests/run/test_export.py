@@ -28,8 +28,19 @@ def trained(tmp_path_factory):
     mp.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     torch.set_num_threads(1)
     try:
-        code = main(["train", "--no-progress", *SETS, "--set", "run.checkpoint_every=1", "--max-steps", "2",
-                     "--run-dir", str(run)])
+        code = main(
+            [
+                "train",
+                "--no-progress",
+                *SETS,
+                "--set",
+                "run.checkpoint_every=1",
+                "--max-steps",
+                "2",
+                "--run-dir",
+                str(run),
+            ]
+        )
     finally:
         mp.undo()
     assert code == 0
@@ -43,12 +54,14 @@ def test_export_loads_with_transformers_and_equals_the_checkpoint(trained, tmp_p
 
     out = tmp_path / "hf"
     assert main(["export", str(trained), str(out)]) == 0
-    ckpt = trained / "checkpoints" / "step_000002"                  # the newest
-    assert {"config.json", "generation_config.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
+    ckpt = trained / "checkpoints" / "step_000002"  # the newest
+    assert {"config.json", "generation_config.json", "model.safetensors", "README.md"} <= {
+        p.name for p in out.iterdir()
+    }
 
     exported, saved = load_file(out / "model.safetensors"), load_file(ckpt / "model.safetensors")
     shared = set(exported) & set(saved)
-    assert len(shared) >= len(saved) - 1                           # a tied head may be stored under either name
+    assert len(shared) >= len(saved) - 1  # a tied head may be stored under either name
     for name in shared:
         assert torch.equal(exported[name], saved[name]), name
     base, _ = load_model("tiny-random")
@@ -63,22 +76,29 @@ def test_export_loads_with_transformers_and_equals_the_checkpoint(trained, tmp_p
         got, want = model(ids).logits[0, -1], ref(ids).logits[0, -1]
         assert torch.equal(got, want)
         new = model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert new.shape[1] == ids.shape[1] + 3 or tok.eos_token_id in new[0, ids.shape[1]:].tolist()
-    assert new[0, ids.shape[1]].item() == int(want.argmax())         # greedy: the reference's argmax
+    assert new.shape[1] == ids.shape[1] + 3 or tok.eos_token_id in new[0, ids.shape[1] :].tolist()
+    assert new[0, ids.shape[1]].item() == int(want.argmax())  # greedy: the reference's argmax
 
     card = (out / "README.md").read_text()
     assert "recipe: scalerl" in card and "base model: tiny-random" in card and "step 2" in card
-    assert "No fit" in card                                          # 2 steps: too few evaluations to fit
+    assert "No fit" in card  # 2 steps: too few evaluations to fit
 
 
 def test_export_an_older_step_and_the_fit_in_the_card(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
-    fit = {"model": "sigmoid", "A": 0.8125, "B": 1.5, "C_mid": 3.0e9, "ci": {"A": [0.75, 0.875]},
-           "x": "flops", "final": {"start_pass_rate": 0.0625, "end_pass_rate": 0.5}}
+    fit = {
+        "model": "sigmoid",
+        "A": 0.8125,
+        "B": 1.5,
+        "C_mid": 3.0e9,
+        "ci": {"A": [0.75, 0.875]},
+        "x": "flops",
+        "final": {"start_pass_rate": 0.0625, "end_pass_rate": 0.5},
+    }
     (run / "fit.json").write_text(json.dumps(fit))
     out = tmp_path / "hf"
-    out.mkdir()                                                      # an empty folder is fine
+    out.mkdir()  # an empty folder is fine
     assert main(["export", str(run), str(out), "--step", "1"]) == 0
     exported, saved = load_file(out / "model.safetensors"), load_file(run / "checkpoints/step_000001/model.safetensors")
     assert all(torch.equal(exported[n], saved[n]) for n in set(exported) & set(saved))

@@ -43,7 +43,7 @@ def test_the_ranks_meet_at_a_port_their_starter_holds_from_before_they_start():
     import errno
 
     got = spawn_ranks(_forming_ranks, 2, timeout_s=300)
-    assert got == [(f"errno {errno.EADDRINUSE}", 3.0)] * 2     # the port was never free; 1 + 2 summed
+    assert got == [(f"errno {errno.EADDRINUSE}", 3.0)] * 2  # the port was never free; 1 + 2 summed
 
 
 def test_a_hosted_store_keeps_its_port_and_a_client_reaches_it():
@@ -55,11 +55,14 @@ def test_a_hosted_store_keeps_its_port_and_a_client_reaches_it():
 
 
 def test_a_store_nobody_hosts_is_one_line_naming_the_component_and_the_address():
-    with socket.socket() as s:       # a port bound and not listening: a connection is refused
+    with socket.socket() as s:  # a port bound and not listening: a connection is refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        with pytest.raises(ScaleRLError, match=rf"^the test ranks: could not reach its rendezvous at 127.0.0.1:{port} "
-                                               r"within 1 s: .*; is the process that hosts it still running") as err:
+        with pytest.raises(
+            ScaleRLError,
+            match=rf"^the test ranks: could not reach its rendezvous at 127.0.0.1:{port} "
+            r"within 1 s: .*; is the process that hosts it still running",
+        ) as err:
             join_store(f"127.0.0.1:{port}", "the test ranks", timeout_s=1)
     assert "\n" not in str(err.value)
 
@@ -68,7 +71,7 @@ def test_a_reserved_port_goes_to_no_other_binder_but_to_the_server_that_listens_
     with reserve_port() as port:
         assert port > 0 and _bind(port) != "bound"
         others = []
-        for _ in range(200):         # the OS's own choices skip it while it is held
+        for _ in range(200):  # the OS's own choices skip it while it is held
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             others.append(s)
@@ -77,7 +80,7 @@ def test_a_reserved_port_goes_to_no_other_binder_but_to_the_server_that_listens_
         finally:
             for s in others:
                 s.close()
-        with socket.socket() as server:              # how vLLM's (uvicorn's) socket binds: SO_REUSEADDR
+        with socket.socket() as server:  # how vLLM's (uvicorn's) socket binds: SO_REUSEADDR
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind(("127.0.0.1", port))
             server.listen()
@@ -89,8 +92,11 @@ def test_a_port_another_process_listens_on_is_one_line_naming_it():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(ScaleRLError, match=rf"^this process could not listen on 127.0.0.1:{port}: .*Address "
-                                               r"already in use \(another process holds it") as err:
+        with pytest.raises(
+            ScaleRLError,
+            match=rf"^this process could not listen on 127.0.0.1:{port}: .*Address "
+            r"already in use \(another process holds it",
+        ) as err:
             with reserve_port("127.0.0.1", port):
                 pass
     assert "\n" not in str(err.value)
@@ -129,8 +135,11 @@ def _fake_server(tmp_path, monkeypatch, reuse: bool, port: int = 0):
     script, starts = tmp_path / "fake_server.py", tmp_path / "starts.txt"
     script.write_text(FAKE_SERVER)
     monkeypatch.setattr(vs, "require_vllm", lambda: None)
-    monkeypatch.setattr(vs.VllmServer, "_args", lambda self, model_dir, dtype, length, p:
-                        [sys.executable, str(script), "--port", str(p)])
+    monkeypatch.setattr(
+        vs.VllmServer,
+        "_args",
+        lambda self, model_dir, dtype, length, p: [sys.executable, str(script), "--port", str(p)],
+    )
     monkeypatch.setenv("FAKE_STARTS", str(starts))
     monkeypatch.setenv("FAKE_REUSE", "1" if reuse else "0")
     server = vs.VllmServer(VllmEngineConfig(port=port, start_timeout_s=120), log=tmp_path / "server.log")
@@ -143,7 +152,7 @@ def test_a_server_that_binds_as_uvicorn_does_starts_on_the_port_held_for_it(tmp_
         server.start(tmp_path / "model", "fp32", 64)
         port = int(starts.read_text().split()[0])
         assert server.url == f"http://127.0.0.1:{port}" and server.call("GET", "/health") == {}
-        assert _bind(port) != "bound"                   # the server listens on it now
+        assert _bind(port) != "bound"  # the server listens on it now
     finally:
         server.close()
 
@@ -159,9 +168,11 @@ def test_a_server_that_finds_its_port_taken_is_started_again_then_told_in_one_li
         server.start(tmp_path / "model", "fp32", 64)
     ports = [int(p) for p in starts.read_text().split()]
     assert len(ports) == PORT_ATTEMPTS == 3
-    assert str(err.value).startswith(f"the vLLM server could not listen on 127.0.0.1:{ports[-1]}: address already "
-                                     f"in use (another process holds it; free it or choose another) (the last of 3 "
-                                     f"ports tried); see its log {tmp_path / 'server.log'}")
+    assert str(err.value).startswith(
+        f"the vLLM server could not listen on 127.0.0.1:{ports[-1]}: address already "
+        f"in use (another process holds it; free it or choose another) (the last of 3 "
+        f"ports tried); see its log {tmp_path / 'server.log'}"
+    )
     assert "\n" not in str(err.value)
 
 
@@ -171,7 +182,10 @@ def test_a_busy_rollout_engine_port_is_one_line_and_nothing_starts(tmp_path, mon
         busy.listen()
         port = busy.getsockname()[1]
         server, starts = _fake_server(tmp_path, monkeypatch, reuse=True, port=port)
-        with pytest.raises(ScaleRLError, match=rf"^the vLLM server \(rollout.engine.port\) could not listen on "
-                                               rf"127.0.0.1:{port}: .*Address already in use") as err:
+        with pytest.raises(
+            ScaleRLError,
+            match=rf"^the vLLM server \(rollout.engine.port\) could not listen on "
+            rf"127.0.0.1:{port}: .*Address already in use",
+        ) as err:
             server.start(tmp_path / "model", "fp32", 64)
     assert not starts.exists() and "\n" not in str(err.value)

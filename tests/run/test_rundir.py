@@ -37,8 +37,9 @@ def start(capsys, run, steps=4):
 
 def snapshot(run: Path) -> dict[str, bytes]:
     """Every file of a run directory (but the lock) and its bytes."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
-            if p.is_file() and p.name != LOCK_FILE}
+    return {
+        str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != LOCK_FILE
+    }
 
 
 def steps_of(run: Path, kind="train") -> list[int]:
@@ -77,8 +78,12 @@ _HOLDER = textwrap.dedent("""
 
 
 def _hold_lock(run: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(run)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout.readline().strip() == "locked"
     return proc
 
@@ -91,16 +96,16 @@ def test_second_writer_is_refused_naming_the_holder_then_a_dead_holders_lock_is_
         assert code == 2
         line = one_line(err)
         assert f"PID {holder.pid}" in line and str(run) in line
-        assert snapshot(run) == before                     # nothing written, config not rewritten
+        assert snapshot(run) == before  # nothing written, config not rewritten
     finally:
-        holder.kill()                                      # kill -9: it never releases the lock
+        holder.kill()  # kill -9: it never releases the lock
         holder.wait()
     assert (run / LOCK_FILE).read_text().strip() == str(holder.pid)  # the dead holder's PID is still there
     code, out, err = train_cli(capsys, "--resume", "--max-steps", "6", "--run-dir", str(run))
     assert code == 0, err
     assert f"took over the lock of PID {holder.pid}" in out
     assert steps_of(run) == [1, 2, 3, 4, 5, 6]
-    assert (run / LOCK_FILE).read_text() == ""             # released cleanly this time
+    assert (run / LOCK_FILE).read_text() == ""  # released cleanly this time
 
 
 def test_a_new_run_in_a_directory_being_started_is_refused(tmp_path, capsys):
@@ -122,8 +127,9 @@ def test_ablate_refuses_a_run_another_process_trains(tmp_path):
     from scalerl.study.runner import RunSpec, run_study
     from scalerl.study.variants import Variant
 
-    spec = RunSpec(Variant("base", "scalerl"), 0, tmp_path / "runs" / "base" / "seed0",
-                   load_config("scalerl", None, SMALL), [])
+    spec = RunSpec(
+        Variant("base", "scalerl"), 0, tmp_path / "runs" / "base" / "seed0", load_config("scalerl", None, SMALL), []
+    )
     spec.run_dir.mkdir(parents=True)
     holder = _hold_lock(spec.run_dir)
     trained = []
@@ -140,7 +146,7 @@ def test_lock_in_one_process_twice_is_refused_too(tmp_path):
     with RunLock(tmp_path):
         with pytest.raises(RunDirInUse, match=f"PID {os.getpid()}"):
             RunLock(tmp_path).acquire()
-    with RunLock(tmp_path) as again:                       # released: free again
+    with RunLock(tmp_path) as again:  # released: free again
         assert again.held
 
 
@@ -153,13 +159,22 @@ def _truncate(path: Path) -> None:
 def _garble(path: Path) -> None:
     data = bytearray(path.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 8] = bytes(b ^ 0xFF for b in data[mid:mid + 8])
+    data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("name,damage", [
-    ("model.safetensors", _truncate), ("model.safetensors", _garble), ("optimizer.pt", _truncate),
-    ("optimizer.pt", _garble), ("rng.pt", _truncate), ("state.json", _truncate), ("state.json", _garble)])
+@pytest.mark.parametrize(
+    "name,damage",
+    [
+        ("model.safetensors", _truncate),
+        ("model.safetensors", _garble),
+        ("optimizer.pt", _truncate),
+        ("optimizer.pt", _garble),
+        ("rng.pt", _truncate),
+        ("state.json", _truncate),
+        ("state.json", _garble),
+    ],
+)
 def test_damaged_newest_checkpoint_is_named_and_the_older_one_resumed(run, capsys, name, damage):
     newest = run / CHECKPOINT_DIR / "step_000004"
     damage(newest / name)
@@ -169,8 +184,8 @@ def test_damaged_newest_checkpoint_is_named_and_the_older_one_resumed(run, capsy
     assert code == 0, err
     assert f"step_000004 is damaged ({name}" in out
     assert "continuing from checkpoint step_000002" in out
-    assert steps_of(run) == [1, 2, 3, 4, 5, 6]                       # steps 3-4 redone once, no row twice
-    assert read_rows(run / "metrics.jsonl")[:len(kept)] == kept      # rows the older checkpoint covers: as written
+    assert steps_of(run) == [1, 2, 3, 4, 5, 6]  # steps 3-4 redone once, no row twice
+    assert read_rows(run / "metrics.jsonl")[: len(kept)] == kept  # rows the older checkpoint covers: as written
     assert (run / CHECKPOINT_DIR / "damaged-step_000004" / name).read_bytes() == damaged_bytes  # kept aside
 
 
@@ -191,7 +206,7 @@ def test_every_checkpoint_damaged_is_refused_then_restart_keeps_everything(run, 
 
 
 def test_partial_checkpoint_folder_is_never_picked(run, capsys):
-    partial = run / CHECKPOINT_DIR / ".tmp-step_000006"    # a save torn by kill -9 or a full disk
+    partial = run / CHECKPOINT_DIR / ".tmp-step_000006"  # a save torn by kill -9 or a full disk
     shutil.copytree(run / CHECKPOINT_DIR / "step_000004", partial)
     _truncate(partial / "model.safetensors")
     code, out, err = train_cli(capsys, "--resume", "--max-steps", "5", "--run-dir", str(run))
@@ -201,8 +216,15 @@ def test_partial_checkpoint_folder_is_never_picked(run, capsys):
 
 
 # ------------------------------------------------------------------ config.yaml, checkpoints/
-@pytest.mark.parametrize("content,problem", [(b"", "is empty"), (b"batch: [1, 2\n", "not valid YAML"),
-                                             (b"recipe: scalerl\n", "incomplete"), (b"\xff\xfe\n", "not UTF-8")])
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        (b"", "is empty"),
+        (b"batch: [1, 2\n", "not valid YAML"),
+        (b"recipe: scalerl\n", "incomplete"),
+        (b"\xff\xfe\n", "not UTF-8"),
+    ],
+)
 def test_damaged_config_yaml_is_refused_never_replaced(run, capsys, content, problem):
     (run / "config.yaml").write_bytes(content)
     before = snapshot(run)
@@ -260,7 +282,7 @@ def _not_utf8(run):
 
 def _invalid_line(run):
     lines = _metrics_lines(run)
-    lines[1] = b"{" + b"x" * (len(lines[1]) - 1)            # same length: the byte offsets still agree
+    lines[1] = b"{" + b"x" * (len(lines[1]) - 1)  # same length: the byte offsets still agree
     (run / "metrics.jsonl").write_bytes(b"\n".join(lines))
     return "line 2: not valid JSON"
 
@@ -272,14 +294,14 @@ def test_damaged_metrics_is_reported_with_the_line_before_any_training(run, caps
     def generate(self):
         raise AssertionError("a step began: the damage was not found at start")
 
-    monkeypatch.setattr(Stages, "generate", generate)      # found at start, not after 36 steps: by construction
+    monkeypatch.setattr(Stages, "generate", generate)  # found at start, not after 36 steps: by construction
     expected = damage(run)
     before = snapshot(run)
     code, _, err = train_cli(capsys, "--resume", "--max-steps", "40", "--run-dir", str(run))
     assert code == 2
     line = one_line(err)
     assert "metrics.jsonl" in line and expected in line and "--restart" in line
-    assert snapshot(run) == before                         # no step trained, nothing rolled back
+    assert snapshot(run) == before  # no step trained, nothing rolled back
 
 
 # ------------------------------------------------------------------ --max-steps on resume, fit.json
@@ -304,7 +326,7 @@ def test_lower_max_steps_on_a_finished_run_is_refused_config_untouched(run, caps
 
 
 def test_run_that_cannot_be_fitted_writes_the_reason_and_exits_0(run, capsys, monkeypatch):
-    fit = json.loads((run / "fit.json").read_text())       # 4 steps, 3 evaluations: too few
+    fit = json.loads((run / "fit.json").read_text())  # 4 steps, 3 evaluations: too few
     assert fit["fitted"] is False and "3 evaluations" in fit["reason"]
     import scalerl.scaling.spec
     from scalerl.errors import ScaleRLError
@@ -312,10 +334,10 @@ def test_run_that_cannot_be_fitted_writes_the_reason_and_exits_0(run, capsys, mo
     def impossible(*args, **kwargs):
         raise ScaleRLError("every pass rate is equal: no curve to fit")
 
-    monkeypatch.setattr(scalerl.scaling.spec, "fit_curve", impossible)   # the fit of the one forecast specification
+    monkeypatch.setattr(scalerl.scaling.spec, "fit_curve", impossible)  # the fit of the one forecast specification
     code, out, err = train_cli(capsys, "--resume", "--max-steps", "10", "--set", "eval.every=1", "--run-dir", str(run))
     assert code == 0, err
-    assert steps_of(run) == list(range(1, 11))             # the training finished
+    assert steps_of(run) == list(range(1, 11))  # the training finished
     fit = json.loads((run / "fit.json").read_text())
     assert fit == {"fitted": False, "reason": "every pass rate is equal: no curve to fit"}
     assert "no fit: every pass rate is equal" in out

@@ -144,24 +144,25 @@ def test_pipeline_rl_staleness_reaches_k_and_never_exceeds_it_with_a_slow_traine
 def test_pipeline_rl_applies_weights_in_flight_with_a_slow_generator():
     ages, mixed = _run_pipeline(2, P=2, G=4, token_s=0.004, slow_trainer=False)
     assert max(ages) <= 2
-    assert mixed > 0           # some completions span several policy versions (in-flight update)
+    assert mixed > 0  # some completions span several policy versions (in-flight update)
 
 
 def test_window_rule_on_known_numbers():
     w = Window(prompts_per_step=4, k=2)
-    w.publish(0, taken=0)                       # horizon 0 + 4 * 3 = 12
+    w.publish(0, taken=0)  # horizon 0 + 4 * 3 = 12
     assert w.may_start(11, applied=0, published=0, taken=0)
     assert not w.may_start(12, applied=0, published=0, taken=0)
-    w.publish(1, taken=6)                       # a dynamic-sampling step took 6 draws: horizon 18
-    assert not w.may_start(12, applied=0, published=1, taken=6)   # the generator still decodes version 0
+    w.publish(1, taken=6)  # a dynamic-sampling step took 6 draws: horizon 18
+    assert not w.may_start(12, applied=0, published=1, taken=6)  # the generator still decodes version 0
     assert w.may_start(17, applied=1, published=1, taken=6)
     assert not w.may_start(18, applied=1, published=1, taken=6)
-    w.publish(2, taken=6)                       # horizon 18; then empty batches are skipped: taken 20, no new version
-    assert w.may_start(22, applied=2, published=2, taken=20)      # the escape: the draws the trainer needs next
+    w.publish(2, taken=6)  # horizon 18; then empty batches are skipped: taken 20, no new version
+    assert w.may_start(22, applied=2, published=2, taken=20)  # the escape: the draws the trainer needs next
     assert not w.may_start(24, applied=2, published=2, taken=20)  # ... and no further
     assert not w.may_start(22, applied=1, published=2, taken=20)  # only on the newest weights
     order = InOrder()
     from scalerl.types import Group
+
     for d in (2, 0, 1):
         order.push(Group(prompt=Prompt("p", "", ""), completions=[], scores=[], draw=d))
     assert order.pop().draw == 0 and order.pop().draw == 1 and order.pop().draw == 2 and order.pop() is None
@@ -184,8 +185,17 @@ def test_process_transport_streams_groups_and_applies_published_weights():
 
     k, P, G = 2, 2, 3
     weights = {"w": torch.zeros(3)}
-    src = ProcessRollouts(GeneratorBuild(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002)), 0, weights, 0,
-                          {"seed": 0, "epoch": 0, "position": 0}, None, G, Window(P, k), 1)
+    src = ProcessRollouts(
+        GeneratorBuild(build_fake, ([3, 4, 5, 6], (3, 6), 6, 0.002)),
+        0,
+        weights,
+        0,
+        {"seed": 0, "epoch": 0, "position": 0},
+        None,
+        G,
+        Window(P, k),
+        1,
+    )
     seen = []
     try:
         for version in range(6):
@@ -206,9 +216,9 @@ def test_a_paused_transport_holds_its_sequences_in_flight_and_resumes_them():
     gen = FakeGenerator(vocab=range(3, 20), length=(40, 60), slots=8, step_seconds=0.002)
     src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), 4, parity_reward, Window(2, 8), 0)
     try:
-        gen.wait_for(lambda: gen.decode_steps >= 5, "5 decode steps")   # sequences in flight
+        gen.wait_for(lambda: gen.decode_steps >= 5, "5 decode steps")  # sequences in flight
         src.pause()
-        gen.wait_for(lambda: gen.held_steps > 0, "held")       # a decode step under way finished first
+        gen.wait_for(lambda: gen.held_steps > 0, "held")  # a decode step under way finished first
         held_at, turns = gen.decode_steps, gen.held_steps
         gen.wait_for(lambda: gen.held_steps >= turns + 50, "50 turns held")
         assert gen.decode_steps == held_at
@@ -235,15 +245,16 @@ def test_a_slow_score_does_not_hold_the_generator_and_groups_still_arrive_in_dra
                 calls.append((t0, time.monotonic() - t0))
         return parity_reward(prompt, c)
 
-    src = ThreadedRollouts(gen, LockedSampler(CurriculumSampler(_Task())), 4, slow_first, Window(2, 30), 0,
-                           score_workers=4)
+    src = ThreadedRollouts(
+        gen, LockedSampler(CurriculumSampler(_Task())), 4, slow_first, Window(2, 30), 0, score_workers=4
+    )
     try:
         groups = [src.get(timeout=120) for _ in range(6)]
     finally:
         src.close()
     assert [g.draw for g in groups] == list(range(6)) and len(calls) == 4
     assert groups[0].score_wait == 0.0
-    assert groups[0].score_latency > 0                  # handed on once its scores were in, not at its last add
+    assert groups[0].score_latency > 0  # handed on once its scores were in, not at its last add
     assert groups[0].score_seconds >= sum(span for _, span in calls)
 
 
@@ -253,8 +264,17 @@ def test_a_scoring_threads_error_in_the_generator_process_reaches_the_trainer():
     before the process exits)."""
     from doubles import build_fake_failing_scorer
 
-    src = ProcessRollouts(GeneratorBuild(build_fake_failing_scorer), 0, {"w": torch.zeros(3)}, 0,
-                          {"seed": 0, "epoch": 0, "position": 0}, None, 2, Window(2, 2), 1)
+    src = ProcessRollouts(
+        GeneratorBuild(build_fake_failing_scorer),
+        0,
+        {"w": torch.zeros(3)},
+        0,
+        {"seed": 0, "epoch": 0, "position": 0},
+        None,
+        2,
+        Window(2, 2),
+        1,
+    )
     try:
         with pytest.raises(RuntimeError, match="scorer exploded"):
             src.get(timeout=120)

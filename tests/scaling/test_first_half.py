@@ -16,7 +16,7 @@ def eq1(c, A=0.7, B=1.8, C_mid=30.0, R0=0.05):
     return np.where(c > 0, R0 + (A - R0) / (1 + (C_mid / np.maximum(c, 1e-12)) ** B), R0)
 
 
-X = np.array([0, 6, 8, 10, 13, 16, 21, 27, 35, 45, 58, 75, 97, 120], dtype=float)   # the default schedule's steps
+X = np.array([0, 6, 8, 10, 13, 16, 21, 27, 35, 45, 58, 75, 97, 120], dtype=float)  # the default schedule's steps
 
 
 def test_frozen_window_and_r0_are_the_documented_ones():
@@ -24,13 +24,13 @@ def test_frozen_window_and_r0_are_the_documented_ones():
     y = eq1(X)
     h = first_half_prediction(X, y)
     assert h["method"] == "frozen"
-    assert h["R0"] == pytest.approx(y[0])              # fixed at the step-0 evaluation, not fitted
+    assert h["R0"] == pytest.approx(y[0])  # fixed at the step-0 evaluation, not fitted
     assert h["window_from"] == pytest.approx(0.1 * 120)
-    assert h["points"] == int((X <= 60).sum()) == 11   # first half: compute <= 60
-    assert abs(h["error"]) < 0.005                     # a noise-free Eq. 1 curve is extrapolated to its end
+    assert h["points"] == int((X <= 60).sum()) == 11  # first half: compute <= 60
+    assert abs(h["error"]) < 0.005  # a noise-free Eq. 1 curve is extrapolated to its end
     # evaluations below the window (other than the start, which sets R0) are not fitted:
     moved = y.copy()
-    moved[1:4] = [0.9, 0.0, 0.9]                       # steps 6, 8, 10 < 12
+    moved[1:4] = [0.9, 0.0, 0.9]  # steps 6, 8, 10 < 12
     assert first_half_prediction(X, moved)["predicted"] == pytest.approx(h["predicted"], abs=1e-6)
     # ... and the start is R0: moving it moves the fit
     lower = y.copy()
@@ -45,14 +45,14 @@ def test_baselines_come_from_the_first_half_only():
     y = eq1(X) + rng.normal(0, 0.01, X.size)
     h = first_half_prediction(X, y)
     first = y[X <= 60]
-    end = y[-3:].mean()                                # the end: the mean of the last three evaluations
+    end = y[-3:].mean()  # the end: the mean of the last three evaluations
     assert h["measured"] == pytest.approx(end)
     assert h["baseline_last"] == pytest.approx(first[-1]) and h["baseline_best"] == pytest.approx(first.max())
     assert h["baseline_last_error"] == pytest.approx(first[-1] - end)
     assert h["baseline_best_error"] == pytest.approx(first.max() - end)
     assert h["beat_baselines"] is bool(abs(h["error"]) < min(abs(first[-1] - end), abs(first.max() - end)))
     # the second half's evaluations other than the last three move neither the fit nor the baselines
-    xs = np.array([*X[:11], 66, 70, *X[11:]])          # two more evaluations after half the compute
+    xs = np.array([*X[:11], 66, 70, *X[11:]])  # two more evaluations after half the compute
     ys = eq1(xs) + rng.normal(0, 0.01, xs.size)
     h1 = first_half_prediction(xs, ys)
     ys[11:13] = [0.99, 0.0]
@@ -67,14 +67,14 @@ def test_baselines_come_from_the_first_half_only():
 
 
 def test_a_curve_still_rising_is_forecast_better_than_by_the_baselines():
-    y = eq1(X, C_mid=60.0)                              # half the gain still ahead at half the compute
+    y = eq1(X, C_mid=60.0)  # half the gain still ahead at half the compute
     h = first_half_prediction(X, y)
     assert h["left"] > 0.1 and h["beat_baselines"] is True
     assert abs(h["baseline_last_error"]) > 0.1
 
 
 def test_first_half_check_says_when_there_is_nothing_to_check():
-    assert first_half_check(X[:4], eq1(X[:4])) is None   # 3 evaluations past 0, too few in the first half
+    assert first_half_check(X[:4], eq1(X[:4])) is None  # 3 evaluations past 0, too few in the first half
     h = first_half_check(X, eq1(X))
     assert h is not None and "baseline_best_error" in h
 
@@ -84,8 +84,9 @@ def test_fit_json_carries_the_baselines(tmp_path, capsys):
 
     y = eq1(X, C_mid=60.0)
     path = tmp_path / "run.jsonl"
-    path.write_text("".join(json.dumps({"compute/flops": float(c), "val/pass_rate": float(v)}) + "\n"
-                            for c, v in zip(X, y)))
+    path.write_text(
+        "".join(json.dumps({"compute/flops": float(c), "val/pass_rate": float(v)}) + "\n" for c, v in zip(X, y))
+    )
     assert main(["fit", str(path), "--x", "compute/flops", "--bootstrap", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     h = out["first_half_fit"]
@@ -110,7 +111,7 @@ def test_per_subset_forecast_recovers_a_curve_made_of_two_rungs_learnt_at_differ
     true_end = float(np.mean((early[-3:] + late[-3:]) / 2))
     frozen = first_half_prediction(X, total)
     got = subset_first_half_prediction(X, {"2x3": early, "2x7": late})
-    assert frozen["error"] < -0.03                                 # one sigmoid bends too early
+    assert frozen["error"] < -0.03  # one sigmoid bends too early
     assert got["predicted"] == pytest.approx(true_end, abs=0.01)
     assert all(v["fitted"] for v in got["subsets"].values())
     zero = np.zeros_like(X)
@@ -139,9 +140,17 @@ def test_the_study_report_gives_the_per_subset_forecast_where_the_subsets_are_th
     for s in specs:
         split = s.variant.name == "scalerl"
         y = 0.52 * early + 0.48 * late if split else 0.8 * early + 0.2 * late
-        rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v),
-                 "val/pass_rate/2x3": float(e), "val/pass_rate/2x7": float(lt)}
-                for i, (c, v, e, lt) in enumerate(zip(x, y, early, late))]
+        rows = [
+            {
+                "step": i,
+                "kind": "eval",
+                "compute/flops": float(c),
+                "val/pass_rate": float(v),
+                "val/pass_rate/2x3": float(e),
+                "val/pass_rate/2x7": float(lt),
+            }
+            for i, (c, v, e, lt) in enumerate(zip(x, y, early, late))
+        ]
         s.run_dir.mkdir(parents=True, exist_ok=True)
         (s.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (s.run_dir / DONE_FILE).write_text("{}")

@@ -22,7 +22,7 @@ def test_geometric_schedule_is_even_in_log_steps():
     # 80 steps, 16 evaluations: 80 ** (i / 15) rounds to 1, 1, 2, 2, 3, 4, ...; repeats move up one step
     steps = eval_schedule(80, 16)
     assert len(steps) == 16 and steps[0] == 1 and steps[-1] == 80 and steps == sorted(set(steps))
-    late = np.log(steps[9:])                       # past the repeats, the spacing is even in log(step)
+    late = np.log(steps[9:])  # past the repeats, the spacing is even in log(step)
     assert np.allclose(np.diff(late), np.log(80) / 15, atol=0.06)
     assert eval_schedule(4, 16) == [1, 2, 3, 4]
 
@@ -36,7 +36,7 @@ def test_default_is_geometric_and_eval_every_picks_linear():
     first = total * cfg.eval.fit_min_frac / 2
     assert steps[0] == round(first) and steps[-1] == total and len(steps) == cfg.eval.count
     assert steps == sorted(set(steps))
-    late = np.log([s for s in steps if s >= total / 3])   # past the consecutive early steps, even in log(step)
+    late = np.log([s for s in steps if s >= total / 3])  # past the consecutive early steps, even in log(step)
     assert np.allclose(np.diff(late), np.log(total / first) / (len(steps) - 1), atol=0.03)
     cfg = load_config("scalerl", overrides=["eval.every=3", "run.max_steps=10"])
     assert cfg.eval.schedule == "linear" and cfg.eval.steps(10) == [3, 6, 9, 10]
@@ -52,8 +52,16 @@ def test_train_evaluates_on_the_schedule(tmp_path, capsys):
 
 
 def _write(path, flops, hours, y):
-    rows = [{"step": i, "kind": "eval", "compute/flops": float(f), "compute/device_hours": float(h),
-             "val/pass_rate": float(v)} for i, (f, h, v) in enumerate(zip(flops, hours, y))]
+    rows = [
+        {
+            "step": i,
+            "kind": "eval",
+            "compute/flops": float(f),
+            "compute/device_hours": float(h),
+            "val/pass_rate": float(v),
+        }
+        for i, (f, h, v) in enumerate(zip(flops, hours, y))
+    ]
     path.mkdir(parents=True, exist_ok=True)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -63,7 +71,7 @@ def test_fits_use_flops_not_device_hours(tmp_path):
     # half-way, so device-hours per FLOP triple there: in device-hours the curve is another shape
     flops = np.concatenate([[0.0], np.geomspace(5e10, 1.6e13, 16)])
     y = np.where(flops > 0, 0.1 + 0.5 / (1 + (1e12 / np.maximum(flops, 1)) ** 1.5), 0.1)
-    rate = np.where(flops <= 8e12, 1.0, 3.0)                              # device-hours per 1e13 FLOPs
+    rate = np.where(flops <= 8e12, 1.0, 3.0)  # device-hours per 1e13 FLOPs
     hours = np.concatenate([[0.0], np.cumsum(np.diff(flops) * rate[1:] / 1e13)])
     _write(tmp_path / "run", flops, hours, y)
     out = final_fit(tmp_path / "run", 0.1)
@@ -84,6 +92,6 @@ def test_a_metrics_file_inside_a_run_directory_fits_the_directorys_axis(tmp_path
     for path in (tmp_path / "run", tmp_path / "run" / "metrics.jsonl"):
         s = read_run(path, y="val/pass_rate")
         assert (s.x_name, s.x.tolist()) == ("compute/flops", flops)
-    _write(tmp_path / "loose", flops, hours, y)              # no config.yaml: not a scalerl run directory
+    _write(tmp_path / "loose", flops, hours, y)  # no config.yaml: not a scalerl run directory
     s = read_run(tmp_path / "loose" / "metrics.jsonl", y="val/pass_rate")
     assert (s.x_name, s.x.tolist()) == ("compute/device_hours", hours)

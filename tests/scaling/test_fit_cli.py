@@ -29,6 +29,7 @@ def fit_cli(capsys, *argv):
 def strict_json(text):
     def refuse(name):
         raise AssertionError(f"invalid JSON constant {name}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -39,23 +40,26 @@ def assert_refused(code, err, *words):
         assert w in err, (w, err)
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--predict", "-5"], ["--predict -5", "positive"]),
-    (["--predict", "nan"], ["--predict nan"]),
-    (["--predict", "20000", "0"], ["--predict 0"]),
-    (["--predict", "inf"], ["--predict inf"]),
-    (["--bootstrap", "-5"], ["--bootstrap -5", "at least 1"]),
-    (["--bootstrap", "0"], ["--bootstrap 0"]),
-    (["--a-range", "2", "3"], ["--a-range 2 3", "[0, 1]"]),
-    (["--a-range", "0.7", "0.6"], ["--a-range 0.7 0.6", "LO < HI"]),
-    (["--fit-min-frac", "1.5"], ["--fit-min-frac 1.5"]),
-    (["--plot", "no/such/folder/f.png"], ["no/such/folder", "does not exist"]),
-    (["--plot", "PLOT.xyz"], ["'.xyz'", ".png"]),
-    (["--compute", "tokens"], ["--compute tokens needs --params"]),
-    (["--compute", "wall"], ["--compute wall needs --devices"]),
-    (["--compute", "wall", "--devices", "0"], ["--devices 0"]),
-    (["--compute", "steps", "--per-step", "-1"], ["--per-step -1"]),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--predict", "-5"], ["--predict -5", "positive"]),
+        (["--predict", "nan"], ["--predict nan"]),
+        (["--predict", "20000", "0"], ["--predict 0"]),
+        (["--predict", "inf"], ["--predict inf"]),
+        (["--bootstrap", "-5"], ["--bootstrap -5", "at least 1"]),
+        (["--bootstrap", "0"], ["--bootstrap 0"]),
+        (["--a-range", "2", "3"], ["--a-range 2 3", "[0, 1]"]),
+        (["--a-range", "0.7", "0.6"], ["--a-range 0.7 0.6", "LO < HI"]),
+        (["--fit-min-frac", "1.5"], ["--fit-min-frac 1.5"]),
+        (["--plot", "no/such/folder/f.png"], ["no/such/folder", "does not exist"]),
+        (["--plot", "PLOT.xyz"], ["'.xyz'", ".png"]),
+        (["--compute", "tokens"], ["--compute tokens needs --params"]),
+        (["--compute", "wall"], ["--compute wall needs --devices"]),
+        (["--compute", "wall", "--devices", "0"], ["--devices 0"]),
+        (["--compute", "steps", "--per-step", "-1"], ["--per-step -1"]),
+    ],
+)
 def test_nonsense_is_refused_in_one_line(tmp_path, capsys, argv, words):
     log = write_log(tmp_path / "m.jsonl")
     argv = [a.replace("PLOT", str(tmp_path / "plot")) for a in argv]
@@ -66,9 +70,23 @@ def test_nonsense_is_refused_in_one_line(tmp_path, capsys, argv, words):
 
 def test_a_range_outside_0_1_is_accepted_for_an_unbounded_power_law(tmp_path, capsys):
     log = tmp_path / "loss.jsonl"
-    log.write_text("".join(json.dumps({"c": c, "score": 3 - 2 / c ** 0.5}) + "\n" for c in range(1, 30)))
-    code, out, err = fit_cli(capsys, log, "--x", "c", "--y", "score", "--model", "powerlaw",
-                             "--a-range", "2", "5", "--json", "--bootstrap", "5")
+    log.write_text("".join(json.dumps({"c": c, "score": 3 - 2 / c**0.5}) + "\n" for c in range(1, 30)))
+    code, out, err = fit_cli(
+        capsys,
+        log,
+        "--x",
+        "c",
+        "--y",
+        "score",
+        "--model",
+        "powerlaw",
+        "--a-range",
+        "2",
+        "5",
+        "--json",
+        "--bootstrap",
+        "5",
+    )
     assert code == 0, err
     assert strict_json(out)["A"] == pytest.approx(3, abs=0.05)
 
@@ -140,18 +158,33 @@ def test_runs_with_the_same_folder_name_are_told_apart(tmp_path, capsys):
         write_log(tmp_path / name / "seed0" / "metrics.jsonl")
     (tmp_path / "solo").mkdir()
     write_log(tmp_path / "solo" / "metrics.jsonl")
-    code, out, _ = fit_cli(capsys, tmp_path / "a" / "seed0", tmp_path / "b" / "seed0", tmp_path / "solo",
-                           "--bootstrap", "5", "--no-grid-check")
+    code, out, _ = fit_cli(
+        capsys,
+        tmp_path / "a" / "seed0",
+        tmp_path / "b" / "seed0",
+        tmp_path / "solo",
+        "--bootstrap",
+        "5",
+        "--no-grid-check",
+    )
     assert code == 0
-    table = out[out.index("run "):].splitlines()[2:]
+    table = out[out.index("run ") :].splitlines()[2:]
     assert sorted(line.split()[0] for line in table) == ["a/seed0", "b/seed0", "solo"]
 
 
 def test_a_scalerl_run_directory_is_fitted_on_its_own_axis(tmp_path, capsys):
     """`scalerl fit runs/<run>` uses compute/flops, the axis `scalerl train` fits; a folder that is
     not a run directory (no config.yaml) keeps compute/device_hours."""
-    rows = [{"step": i, "kind": "eval", "compute/flops": 1e9 * i, "compute/device_hours": 250.0 * i,
-             Y: round(truth(250.0 * i), 5)} for i in range(40)]
+    rows = [
+        {
+            "step": i,
+            "kind": "eval",
+            "compute/flops": 1e9 * i,
+            "compute/device_hours": 250.0 * i,
+            Y: round(truth(250.0 * i), 5),
+        }
+        for i in range(40)
+    ]
     for name, config in (("run", True), ("plain", False)):
         d = tmp_path / name
         d.mkdir()
@@ -161,7 +194,7 @@ def test_a_scalerl_run_directory_is_fitted_on_its_own_axis(tmp_path, capsys):
     code, out, _ = fit_cli(capsys, tmp_path / "run", "--json", "--bootstrap", "5", "--no-grid-check")
     data = strict_json(out)
     assert code == 0 and data["x"] == "compute/flops"
-    assert data["C_mid"] == pytest.approx(2500 / 250 * 1e9, rel=0.02)   # the same curve in FLOPs
+    assert data["C_mid"] == pytest.approx(2500 / 250 * 1e9, rel=0.02)  # the same curve in FLOPs
     code, out, _ = fit_cli(capsys, tmp_path / "plain", "--json", "--bootstrap", "5", "--no-grid-check")
     data = strict_json(out)
     assert code == 0 and data["x"] == "compute/device_hours"
@@ -175,8 +208,11 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     import sys
 
     log = write_log(tmp_path / "metrics.jsonl")
-    p = subprocess.Popen([sys.executable, "-m", "scalerl", "fit", str(log), "--json", "--bootstrap", "5",
-                          "--no-grid-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "scalerl", "fit", str(log), "--json", "--bootstrap", "5", "--no-grid-check"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()  # the reader is gone before a byte is written
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err
@@ -185,11 +221,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
 def test_metric_fits_one_domain_of_a_mixed_task(tmp_path, capsys):
     """`--metric val/pass_rate/code` (the issue's name; `--y` is the same option) fits that domain's
     column, not the overall pass rate: the two are written from different curves (A 0.6 and 0.35)."""
-    def code_truth(c):
-        return 0.1 + 0.25 / (1 + (4000 / c) ** 1.5) if c > 0 else 0.1   # A 0.35, B 1.5, C_mid 4000, R0 0.1
 
-    rows = [{"step": i, "kind": "eval", X: 250.0 * i, Y: round(truth(250.0 * i), 5),
-             f"{Y}/code": round(code_truth(250.0 * i), 5)} for i in range(40)]
+    def code_truth(c):
+        return 0.1 + 0.25 / (1 + (4000 / c) ** 1.5) if c > 0 else 0.1  # A 0.35, B 1.5, C_mid 4000, R0 0.1
+
+    rows = [
+        {
+            "step": i,
+            "kind": "eval",
+            X: 250.0 * i,
+            Y: round(truth(250.0 * i), 5),
+            f"{Y}/code": round(code_truth(250.0 * i), 5),
+        }
+        for i in range(40)
+    ]
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, out, err = fit_cli(capsys, log, "--x", X, "--metric", f"{Y}/code", "--bootstrap", 20, "--json")

@@ -27,11 +27,11 @@ def _fit(x, y):
 
 
 def test_a_curve_whose_midpoint_lies_beyond_the_window_is_not_identified():
-    x, y = _curve(c_mid=400.0)          # the rise has barely started at x = 100
+    x, y = _curve(c_mid=400.0)  # the rise has barely started at x = 100
     fit = _fit(x, y)
     ident = identify(fit, x, y)
     assert not ident["identified"]
-    assert ident["profile"]["hi"] is None       # no ceiling up to the walk's reach is excluded
+    assert ident["profile"]["hi"] is None  # no ceiling up to the walk's reach is excluded
     # the lower bound: at least what the curve reached, well below the true ceiling (0.7)
     assert y.max() <= ident["lower_bound"] <= 0.3
     assert "not identified" in ident["reason"]
@@ -40,12 +40,12 @@ def test_a_curve_whose_midpoint_lies_beyond_the_window_is_not_identified():
 
 
 def test_a_long_flat_curve_is_identified():
-    x, y = _curve(c_mid=2.0, n=60)     # risen by x = 10, flat for the last decade and more
+    x, y = _curve(c_mid=2.0, n=60)  # risen by x = 10, flat for the last decade and more
     fit = _fit(x, y)
     ident = identify(fit, x, y)
     assert ident["identified"], ident["reason"]
     lo, hi = ident["profile"]["lo"], ident["profile"]["hi"]
-    assert lo - A_STEP <= 0.7 <= hi + A_STEP and hi - lo <= ID_WIDTH     # within the walk's grid step
+    assert lo - A_STEP <= 0.7 <= hi + A_STEP and hi - lo <= ID_WIDTH  # within the walk's grid step
     assert abs(ident["tail"]["per_doubling"]) < 0.01
 
 
@@ -57,7 +57,7 @@ def test_a_late_slow_rise_inside_the_window_is_seen_in_the_tail():
     x, y = np.concatenate([[0.0], x]), np.concatenate([[0.1], y])
     fit = _fit(x, y)
     tail = tail_rise(fit, x, y)
-    assert tail["upper"] > 0.02                 # about 0.086 per doubling over the last third
+    assert tail["upper"] > 0.02  # about 0.086 per doubling over the last third
     assert not identify(fit, x, y, rule="profile+tail")["identified"]
     ident = identify(fit, x, y, rule="profile")
     assert not ident["identified"] or "second rise" in ident["reason"]
@@ -72,12 +72,12 @@ def test_the_profile_interval_shrinks_with_less_noise():
 
 
 def test_conformal_quantiles_match_a_sorted_count():
-    z = np.arange(1, 100, dtype=float)          # 99 scores: 1 .. 99
+    z = np.arange(1, 100, dtype=float)  # 99 scores: 1 .. 99
     lo, hi = conformal_quantiles(z)
     # weight 1/99 each; the 5% end pushed out by one point: the first index whose cumulative
     # share reaches 0.05 - 1/99 = 0.0399 is the 4th score; the upper: 0.95 + 1/99 -> the 96th
     assert (lo, hi) == (4.0, 96.0)
-    lo_w, hi_w = conformal_quantiles(z, np.where(z > 50, 3.0, 1.0))   # heavier upper half: both move up
+    lo_w, hi_w = conformal_quantiles(z, np.where(z > 50, 3.0, 1.0))  # heavier upper half: both move up
     assert lo_w > lo and hi_w >= hi
 
 
@@ -103,7 +103,7 @@ def test_an_unidentified_ceiling_never_says_more_compute_will_not_pay_nor_stops(
     look = outlook(x, y, _fit(x, y))
     v = verdict(look, float(x[-1]), float(y[-1]))
     assert "will not pay" not in v["recommendation"] and v["ceiling"] is None
-    d = stop_decision(look, float(x[-1]), 2 * float(x[-1]), threshold=10.0)   # any gain is "small"
+    d = stop_decision(look, float(x[-1]), 2 * float(x[-1]), threshold=10.0)  # any gain is "small"
     assert not d["stop"] and "not identified" in d["text"]
 
 
@@ -153,8 +153,14 @@ def test_the_live_row_says_whether_the_ceiling_is_identified():
 def test_the_progress_bar_shows_a_lower_bound_when_not_identified():
     from scalerl.monitor import eval_postfix
 
-    row = {"val/pass_rate": 0.1, "forecast/A": 1.0, "forecast/A_lo": 0.5, "forecast/A_hi": 1.0,
-           "forecast/identified": 0, "forecast/A_lower_bound": 0.18}
+    row = {
+        "val/pass_rate": 0.1,
+        "forecast/A": 1.0,
+        "forecast/A_lo": 0.5,
+        "forecast/A_hi": 1.0,
+        "forecast/identified": 0,
+        "forecast/A_lower_bound": 0.18,
+    }
     assert eval_postfix(row)["A"] == ">=0.18 (not identified)"
     row.update({"forecast/identified": 1})
     assert eval_postfix(row)["A"] == "1.000[0.50,1.00]"

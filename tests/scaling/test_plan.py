@@ -12,8 +12,8 @@ import pytest
 from scalerl.cli import main
 
 X = np.geomspace(1.0, 1000.0, 40)
-SLOW_HIGH = (0.80, 1.0, 100.0, 0.10)   # A, B, C_mid, R0: late and high
-FAST_LOW = (0.60, 3.0, 20.0, 0.10)     # early and low
+SLOW_HIGH = (0.80, 1.0, 100.0, 0.10)  # A, B, C_mid, R0: late and high
+FAST_LOW = (0.60, 3.0, 20.0, 0.10)  # early and low
 FAST = ["--bootstrap", "60", "--no-grid-check"]
 
 
@@ -42,8 +42,9 @@ def write_run(path, params, seed=0, noise=0.003, done=True, x=X):
     rng = np.random.default_rng(seed)
     y = np.clip(eq1(x, *params) + rng.normal(0, noise, x.size), 0, 1)
     rows = [{"step": 0, "compute/flops": 0.0, "val/pass_rate": params[3]}]
-    rows += [{"step": i + 1, "compute/flops": float(c), "val/pass_rate": float(v)}
-             for i, (c, v) in enumerate(zip(x, y))]
+    rows += [
+        {"step": i + 1, "compute/flops": float(c), "val/pass_rate": float(v)} for i, (c, v) in enumerate(zip(x, y))
+    ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (path / "config.yaml").write_text("run: {}\n")
     if done:
@@ -69,7 +70,7 @@ def two_runs(tmp_path_factory):
 
 
 def test_the_best_changes_at_the_crossing_computed_from_the_formula(two_runs, capsys):
-    window = X[X >= 0.1 * X[-1]][0]                          # the fit leaves out the first tenth of the compute
+    window = X[X >= 0.1 * X[-1]][0]  # the fit leaves out the first tenth of the compute
     below = 100.0
     # about 250; another crossing lies near 11, below the window, outside the range searched
     cross = brute_crossing(SLOW_HIGH, FAST_LOW, window, 100 * below)
@@ -77,10 +78,10 @@ def test_the_best_changes_at_the_crossing_computed_from_the_formula(two_runs, ca
     p = plan_json(capsys, *two_runs, "--budget", below)
     assert p["crossing_range"] == pytest.approx([window, 100 * below])
     assert p["best"] == "fast-low" and p["runner_up"] == "slow-high"
-    (pair,) = p["crossings"]                                 # two configurations: the one pair
+    (pair,) = p["crossings"]  # two configurations: the one pair
     (x,) = pair["crossings"]
     assert abs(np.log(x["compute"] / cross)) < 0.1 and x["ahead_after"] == "slow-high"
-    assert p["best_at"]["10x"] == "slow-high"                # 10x the budget is past the crossing
+    assert p["best_at"]["10x"] == "slow-high"  # 10x the budget is past the crossing
     assert "with 10x the budget, slow-high would be ahead" in p["recommendation"]
     truth = eq1(below, *FAST_LOW) - eq1(below, *SLOW_HIGH)
     assert abs(p["difference"]["value"] - truth) < 0.01
@@ -116,7 +117,7 @@ def test_a_difference_below_the_margin_is_within_noise(tmp_path, capsys):
     b = write_run(tmp_path / "b", (0.69, 1.5, 50.0, 0.1), seed=4)
     p = plan_json(capsys, a, b, "--budget", 500, *FAST)
     d = p["difference"]
-    truth = eq1(500, 0.70, 1.5, 50.0, 0.1) - eq1(500, 0.69, 1.5, 50.0, 0.1)   # 0.0082
+    truth = eq1(500, 0.70, 1.5, 50.0, 0.1) - eq1(500, 0.69, 1.5, 50.0, 0.1)  # 0.0082
     assert abs(abs(d["value"]) - truth) < 0.01 and d["value"] < 0.02 and not d["clear"]
     assert "within the seed margin" in p["recommendation"]
 
@@ -137,17 +138,18 @@ def test_a_results_folder_pools_seeds_and_measures_their_spread(tmp_path, capsys
         write_run(root / "slow-high" / f"seed{s}", SLOW_HIGH, seed=10 + s, noise=0.01)
     for s in range(2):
         write_run(root / "fast-low" / f"seed{s}", FAST_LOW, seed=20 + s, noise=0.01)
-    write_run(root / "fast-low" / "seed2", (0.9, 1.0, 5.0, 0.1), seed=29, done=False)   # unfinished: left out
+    write_run(root / "fast-low" / "seed2", (0.9, 1.0, 5.0, 0.1), seed=29, done=False)  # unfinished: left out
     flat = root / "flat" / "seed0"
     flat.mkdir(parents=True)
-    (flat / "metrics.jsonl").write_text("".join(json.dumps({"compute/flops": float(c), "val/pass_rate": 0.3}) + "\n"
-                                                for c in X))
+    (flat / "metrics.jsonl").write_text(
+        "".join(json.dumps({"compute/flops": float(c), "val/pass_rate": 0.3}) + "\n" for c in X)
+    )
     C = 1000.0
     p = plan_json(capsys, root, "--budget", C, *FAST)
     cfg = by_name(p)
     assert cfg["slow-high"]["seeds"] == 3 and cfg["fast-low"]["seeds"] == 2
     assert any("unfinished" in w and "seed2" in w for w in cfg["fast-low"]["warnings"])
-    assert abs(cfg["fast-low"]["at_budget"]["value"] - eq1(C, *FAST_LOW)) < 0.02   # the unfinished seed is not in it
+    assert abs(cfg["fast-low"]["at_budget"]["value"] - eq1(C, *FAST_LOW)) < 0.02  # the unfinished seed is not in it
     (skip,) = p["skipped"]
     assert skip["name"] == "flat" and "constant" in skip["reason"]
     stds = [cfg[n]["at_budget"]["seed_std"] for n in ("slow-high", "fast-low")]
@@ -158,7 +160,7 @@ def test_a_results_folder_pools_seeds_and_measures_their_spread(tmp_path, capsys
 
 def test_flags_extrapolation_edge_and_fall(tmp_path, capsys):
     a = write_run(tmp_path / "a", SLOW_HIGH, seed=7)
-    p = plan_json(capsys, a, "--budget", 20_000, *FAST)        # 20x the largest compute measured
+    p = plan_json(capsys, a, "--budget", 20_000, *FAST)  # 20x the largest compute measured
     e = p["configs"][0]
     assert e["flags"]["extrapolation"] and e["flags"]["budget_over_measured"] == pytest.approx(20.0)
     assert p["runner_up"] is None and p["difference"] is None and p["crossings"] == []

@@ -36,7 +36,7 @@ def test_the_t_test_has_about_the_stated_power_at_the_detectable_difference():
     for n_a, n_b, s_a, s_b in ((2, 2, 0.02, 0.02), (3, 3, 0.02, 0.03), (5, 5, 0.01, 0.01), (3, 6, 0.02, 0.01)):
         d = detectable_difference(s_a, n_a, s_b, n_b)
         dof = n_a + n_b - 2
-        sp = math.sqrt(((n_a - 1) * s_a ** 2 + (n_b - 1) * s_b ** 2) / dof)
+        sp = math.sqrt(((n_a - 1) * s_a**2 + (n_b - 1) * s_b**2) / dof)
         nc = d / (sp * math.sqrt(1 / n_a + 1 / n_b))
         crit = stats.t.ppf(0.975, dof)
         power = stats.nct.sf(crit, dof, nc) + stats.nct.cdf(-crit, dof, nc)
@@ -79,8 +79,15 @@ def test_the_line_for_seeds_of_one():
 
 def _seed_run(path, A):
     """A run whose validation curve is Eq. 1 with ceiling A (B 2, C_mid 2500, R0 0.1)."""
-    rows = [{"step": i, "kind": "eval", "compute/device_hours": 250.0 * i,
-             "val/pass_rate": 0.1 + (A - 0.1) / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.1} for i in range(40)]
+    rows = [
+        {
+            "step": i,
+            "kind": "eval",
+            "compute/device_hours": 250.0 * i,
+            "val/pass_rate": 0.1 + (A - 0.1) / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.1,
+        }
+        for i in range(40)
+    ]
     path.mkdir(parents=True)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)

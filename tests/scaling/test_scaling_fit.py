@@ -11,12 +11,12 @@ from scaling_helpers import synthetic
 
 # (A, B, C_mid, R0, final compute, spacing): paper Table 1 and the corners of its range
 TABLE1 = [
-    (0.610, 1.92, 2542, 0.40, 16000, 100),   # ScaleRL 8B
+    (0.610, 1.92, 2542, 0.40, 16000, 100),  # ScaleRL 8B
     (0.645, 1.89, 11272, 0.45, 50000, 250),  # 32k generation length
     (0.645, 1.70, 10909, 0.35, 50000, 200),  # batch 2048
-    (0.710, 1.65, 4242, 0.50, 25000, 150),   # 17Bx16 MoE
-    (0.580, 1.10, 1600, 0.30, 16000, 100),   # low corner
-    (0.680, 2.40, 6000, 0.45, 30000, 150),   # steep
+    (0.710, 1.65, 4242, 0.50, 25000, 150),  # 17Bx16 MoE
+    (0.580, 1.10, 1600, 0.30, 16000, 100),  # low corner
+    (0.680, 2.40, 6000, 0.45, 30000, 150),  # steep
 ]
 
 
@@ -27,7 +27,7 @@ def test_sigmoid_hand_values():
     assert sigmoid(0.0, 0.6, 2.0, 1000.0, 0.4) == pytest.approx(0.4)
     assert sigmoid(1e12, 0.6, 2.0, 1000.0, 0.4) == pytest.approx(0.6)
     # power law A - D / C^B with D = (A - R0) C_mid^B approaches the sigmoid for C >> C_mid
-    D = 0.2 * 1000.0 ** 2
+    D = 0.2 * 1000.0**2
     assert PowerLaw(0.6, 2.0, D).predict(1e5) == pytest.approx(0.6 - D / 1e10)
     assert sigmoid(1e5, 0.6, 2.0, 1000.0, 0.4) == pytest.approx(0.6 - D / 1e10, abs=1e-8)
 
@@ -94,16 +94,18 @@ def test_first_half_check_fits_from_the_whole_runs_window_start():
     y_off = y.copy()
     y_off[0] = 0.0
     fitted = first_half_prediction(x, y, 0.2, fit_r0=True)
-    assert first_half_prediction(x, y_off, 0.2, fit_r0=True)["predicted"] == pytest.approx(fitted["predicted"], abs=1e-9)
+    assert first_half_prediction(x, y_off, 0.2, fit_r0=True)["predicted"] == pytest.approx(
+        fitted["predicted"], abs=1e-9
+    )
     fixed, fixed_off = (first_half_prediction(x, v, 0.2) for v in (y, y_off))
-    assert abs(fixed_off["predicted"] - fixed["predicted"]) > 0.002   # 0.004 with this seed
+    assert abs(fixed_off["predicted"] - fixed["predicted"]) > 0.002  # 0.004 with this seed
 
 
 def test_first_half_window_moves_back_to_keep_five_points():
     x = np.array([0.0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 40, 80, 160])
     y = 0.1 + 0.5 * x / (x + 10)
-    h = first_half_prediction(x, y, 0.2)   # 20% of 160 = 32: only 40 and 80 in the first half
-    assert h["window_from"] == 9.0           # the fifth-last positive evaluation of the first half
+    h = first_half_prediction(x, y, 0.2)  # 20% of 160 = 32: only 40 and 80 in the first half
+    assert h["window_from"] == 9.0  # the fifth-last positive evaluation of the first half
 
 
 def test_bootstrap_intervals_bracket_estimates():
@@ -167,12 +169,15 @@ def test_few_points_warn_and_too_few_fail():
         fit_curve(x, y, fit_min=1500, fit_max=4000, n_bootstrap=0)
 
 
-@pytest.mark.parametrize("x,y,msg", [
-    ([1, 2, 3, 4, 5, 6], [0.5] * 6, "constant"),
-    ([1, 2, 3, 4, 5, 6], [0.1, 0.2, 0.3, 1.4, 0.5, 0.6], "in \\[0, 1\\]"),
-    ([-1, 2, 3, 4, 5, 6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "compute must be positive"),
-    ([0, 0, 0, 0, 0, 0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "compute must be positive"),
-])
+@pytest.mark.parametrize(
+    "x,y,msg",
+    [
+        ([1, 2, 3, 4, 5, 6], [0.5] * 6, "constant"),
+        ([1, 2, 3, 4, 5, 6], [0.1, 0.2, 0.3, 1.4, 0.5, 0.6], "in \\[0, 1\\]"),
+        ([-1, 2, 3, 4, 5, 6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "compute must be positive"),
+        ([0, 0, 0, 0, 0, 0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "compute must be positive"),
+    ],
+)
 def test_bad_data_raise(x, y, msg):
     with pytest.raises(ScaleRLError, match=msg):
         fit_curve(x, y, n_bootstrap=0)

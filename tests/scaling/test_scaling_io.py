@@ -34,8 +34,7 @@ def write_run(path, n=40, extra=()):
 
 
 def test_run_dir_mixed_rows(tmp_path):
-    run = write_run(tmp_path / "run", extra=[{"kind": "eval", X: 1e4, Y: None},
-                                              {"kind": "eval", X: 1e4, Y: "n/a"}])
+    run = write_run(tmp_path / "run", extra=[{"kind": "eval", X: 1e4, Y: None}, {"kind": "eval", X: 1e4, Y: "n/a"}])
     x, y, warns = read_metrics(run, X, Y)
     assert len(x) == 40 and x[1] == 250.0 and y[1] == pytest.approx(curve(250.0) - 0.003)
     assert len(warns) == 1 and "skipped 2 row(s)" in warns[0]
@@ -52,10 +51,11 @@ def test_csv_and_wandb_export(tmp_path):
     f = tmp_path / "plain.csv"
     f.write_text("hours,acc\n10,0.3\n20,\n5,0.2\n")
     x, y, warns = read_metrics(f, "hours", "acc")
-    assert list(x) == [5, 10] and list(y) == [0.2, 0.3] and warns == []    # row 20 lacks acc: not a skip
+    assert list(x) == [5, 10] and list(y) == [0.2, 0.3] and warns == []  # row 20 lacks acc: not a skip
     w = tmp_path / "wandb.csv"
-    w.write_text('Step,"run-a - eval/acc","run-a - eval/acc__MIN","run-a - eval/acc__MAX"\n'
-                 "1,0.1,0.05,0.15\n2,0.2,0.1,0.3\n")
+    w.write_text(
+        'Step,"run-a - eval/acc","run-a - eval/acc__MIN","run-a - eval/acc__MAX"\n1,0.1,0.05,0.15\n2,0.2,0.1,0.3\n'
+    )
     x, y, _ = read_metrics(w, "Step", "eval/acc")
     assert list(y) == [0.1, 0.2]
     two = tmp_path / "two.csv"
@@ -92,11 +92,32 @@ def test_json_one_path(tmp_path, capsys):
     code, out, err = run_cli(capsys, run, "--fit-min", 1000, "--predict", 20000, "--json", "--bootstrap", 30)
     assert code == 0, err
     d = json.loads(out)
-    assert set(d) == {"model", "A", "B", "C_mid", "R0", "rmse", "n_points", "ci", "predictions", "warnings",
-                      "x", "y", "compute", "window", "grid_check", "fall", "verdict", "first_half_fit",
-                      "identified", "ceiling", "identification", "forecast_method"}
+    assert set(d) == {
+        "model",
+        "A",
+        "B",
+        "C_mid",
+        "R0",
+        "rmse",
+        "n_points",
+        "ci",
+        "predictions",
+        "warnings",
+        "x",
+        "y",
+        "compute",
+        "window",
+        "grid_check",
+        "fall",
+        "verdict",
+        "first_half_fit",
+        "identified",
+        "ceiling",
+        "identification",
+        "forecast_method",
+    }
     assert d["compute"] == {"kind": "column", "column": X} and d["grid_check"]["agrees"] is True
-    assert d["fall"]["fell"] is False   # a sigmoid that only rises (plus noise) did not fall
+    assert d["fall"]["fell"] is False  # a sigmoid that only rises (plus noise) did not fall
     assert d["model"] == "sigmoid" and d["n_points"] == 36 and d["R0"] == pytest.approx(0.403)
     assert set(d["ci"]) == {"A", "B", "C_mid"} and len(d["ci"]["A"]) == 2
     p = d["predictions"][0]
@@ -113,7 +134,7 @@ def test_several_paths_json_and_table(tmp_path, capsys):
     objs = json.loads(out)
     assert [o["path"] for o in objs] == [str(a), str(b)]
     code, out, _ = run_cli(capsys, a, b, "--bootstrap", 10, "--plot", tmp_path / "f.png")
-    table = out[out.index("run "):].splitlines()
+    table = out[out.index("run ") :].splitlines()
     assert table[2].startswith("b ") and table[3].startswith("a ")  # b has the higher ceiling (0.7)
     assert (tmp_path / "f.png").stat().st_size > 10_000 and (tmp_path / "f_linearised.png").exists()
 
@@ -169,8 +190,9 @@ def test_unknown_column_lists_columns(tmp_path, capsys):
 def test_cli_subprocess_is_torch_free_and_tracebackless(tmp_path):
     code = "import scalerl.scaling, scalerl.commands.fit, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "fit", str(tmp_path / "missing")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalerl", "fit", str(tmp_path / "missing")], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "missing" in proc.stderr
 
@@ -188,10 +210,10 @@ def test_demo_writes_outputs(tmp_path, capsys):
 
 
 def test_sparse_csv_columns_warn_only_for_present_but_invalid_values(tmp_path):
-    f = tmp_path / "trl.csv"                  # TRL / W&B: loss every step, eval accuracy every third
+    f = tmp_path / "trl.csv"  # TRL / W&B: loss every step, eval accuracy every third
     f.write_text("step,loss,eval_acc\n1,0.9,\n2,0.8,\n3,0.7,0.25\n4,0.6,\n5,0.5,\n6,0.4,0.5\n7,0.3,n/a\n")
     x, y, warns = read_metrics(f, "step", "eval_acc")
     assert list(x) == [3, 6] and list(y) == [0.25, 0.5]
-    assert warns == [f"{f}: skipped 1 row(s) with a missing or non-finite 'step' or 'eval_acc'"]   # the n/a
+    assert warns == [f"{f}: skipped 1 row(s) with a missing or non-finite 'step' or 'eval_acc'"]  # the n/a
     s = read_run(f, y="eval_acc", compute=Compute("steps", per_step=2.0))
     assert list(s.x) == [6.0, 12.0] and s.warnings == [f"{f}: skipped 1 row(s) with a missing or non-finite 'eval_acc'"]

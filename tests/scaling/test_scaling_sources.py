@@ -62,8 +62,21 @@ def test_trl_run_token_compute_is_8n_per_token_seen():
 
 
 def test_trl_run_fitted_through_the_cli(capsys, tmp_path):
-    code, out, err = fit_cli(capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1", "--json",
-                             "--plot", tmp_path / "trl.png", "--bootstrap", "50")
+    code, out, err = fit_cli(
+        capsys,
+        TRL,
+        "--from",
+        "trl",
+        "--compute",
+        "wall",
+        "--devices",
+        "1",
+        "--json",
+        "--plot",
+        tmp_path / "trl.png",
+        "--bootstrap",
+        "50",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["y"] == "eval/reward" and d["compute"]["kind"] == "wall" and d["compute"]["devices"] == 1
@@ -73,8 +86,9 @@ def test_trl_run_fitted_through_the_cli(capsys, tmp_path):
     v = d["verdict"]
     assert v["ceiling"] == d["A"] and set(v["gains"]) == {"2x", "10x"} and v["recommendation"]
     assert (tmp_path / "trl.png").stat().st_size > 10_000
-    code, out, _ = fit_cli(capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1", "--bootstrap", "10",
-                           "--no-grid-check")
+    code, out, _ = fit_cli(
+        capsys, TRL, "--from", "trl", "--compute", "wall", "--devices", "1", "--bootstrap", "10", "--no-grid-check"
+    )
     assert code == 0 and "verdict at" in out and "TensorBoard event wall times" in out
 
 
@@ -87,8 +101,12 @@ def test_trl_preset_without_compute_says_what_to_pass(capsys):
 def write_verl(path, sources=("gsm8k",)):
     rows = []
     for step in range(1, 121):
-        data = {"timing_s/step": 30.0 + step % 3, "perf/total_num_tokens": 1000.0 + step,
-                "response_length/mean": 200.0, "critic/score/mean": 0.1}
+        data = {
+            "timing_s/step": 30.0 + step % 3,
+            "perf/total_num_tokens": 1000.0 + step,
+            "response_length/mean": 200.0,
+            "critic/score/mean": 0.1,
+        }
         if step % 5 == 0 or step == 1:
             for ds in sources:
                 data[f"val-core/{ds}/reward/mean@4"] = curve(step)
@@ -114,8 +132,9 @@ def test_verl_preset_wall_from_step_times_and_tokens(tmp_path):
 
 def test_verl_preset_fits_and_names_ambiguity(tmp_path, capsys):
     log = write_verl(tmp_path / "exp.jsonl")
-    code, out, err = fit_cli(capsys, log, "--from", "verl", "--compute", "steps", "--per-step", "1", "--json",
-                             "--bootstrap", "20")
+    code, out, err = fit_cli(
+        capsys, log, "--from", "verl", "--compute", "steps", "--per-step", "1", "--json", "--bootstrap", "20"
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["A"] == pytest.approx(0.62, abs=0.01) and d["C_mid"] == pytest.approx(60, rel=0.05)
@@ -129,9 +148,14 @@ def test_openrlhf_preset_through_tensorboard(tmp_path):
     scalars = []
     for step in range(1, 101):
         wall = 1000.0 + 40.0 * step
-        for tag, v in (("train/timing/make_experience", 25.0), ("train/timing/ppo_train", 12.0),
-                       ("train/timing/broadcast", 3.0), ("train/rollout/response_length_mean", 300.0),
-                       ("train/rollout/num_samples", 64.0), ("train/reward", 0.1)):
+        for tag, v in (
+            ("train/timing/make_experience", 25.0),
+            ("train/timing/ppo_train", 12.0),
+            ("train/timing/broadcast", 3.0),
+            ("train/rollout/response_length_mean", 300.0),
+            ("train/rollout/num_samples", 64.0),
+            ("train/reward", 0.1),
+        ):
             scalars.append((step, wall, tag, v))
         if step % 4 == 0:
             scalars.append((step, wall + 5, "eval/eval_math_pass1", curve(step)))
@@ -210,12 +234,21 @@ def test_reward_to_pass(tmp_path):
 
 
 def test_scalerl_preset_reads_its_own_compute_column(tmp_path):
-    rows = [{"step": i, "kind": "eval", "compute/device_hours": 0.5 * i, "compute/flops": 7e9 * i ** 1.1,
-             "val/pass_rate": curve(i), "compute/tokens_trained": 100.0 * i, "compute/tokens_generated": 300.0 * i}
-            for i in range(30)]
+    rows = [
+        {
+            "step": i,
+            "kind": "eval",
+            "compute/device_hours": 0.5 * i,
+            "compute/flops": 7e9 * i**1.1,
+            "val/pass_rate": curve(i),
+            "compute/tokens_trained": 100.0 * i,
+            "compute/tokens_generated": 300.0 * i,
+        }
+        for i in range(30)
+    ]
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    s = read_run(tmp_path, preset="scalerl")                      # the axis scalerl train fits: FLOPs
+    s = read_run(tmp_path, preset="scalerl")  # the axis scalerl train fits: FLOPs
     np.testing.assert_allclose(s.x, 7e9 * np.arange(30) ** 1.1)
     h = read_run(tmp_path, preset="scalerl", x="compute/device_hours")
     np.testing.assert_allclose(h.x, 0.5 * np.arange(30))

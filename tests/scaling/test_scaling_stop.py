@@ -33,13 +33,13 @@ X = np.arange(0, 241, 5.0)
 def test_compute_for_a_target_inverts_the_fitted_curve():
     fit = fit_curve(X, noisy(X), fit_min=10, n_bootstrap=60)
     r = compute_for(fit, 0.5)
-    assert fit.predict([r["compute"]])[0] == pytest.approx(0.5, abs=1e-9)   # the curve is at 0.5 there
+    assert fit.predict([r["compute"]])[0] == pytest.approx(0.5, abs=1e-9)  # the curve is at 0.5 there
     assert r["lo"] < r["compute"] < r["hi"] and r["reached_share"] == 1.0
     # the true curve reaches 0.5 at C_mid * ((0.5 - R0) / (A - 0.5)) ** (1 / B) = 60 * (0.2 / 0.12) ** 0.5
     assert r["lo"] * 0.97 < 60 * (0.2 / 0.12) ** 0.5 < r["hi"] * 1.03
     above = compute_for(fit, 0.9)
     assert above["compute"] is None and above["hi"] is None and "not reached before the ceiling" in above["text"]
-    assert compute_for(fit, 0.2)["compute"] == 0.0                               # below the start: already there
+    assert compute_for(fit, 0.2)["compute"] == 0.0  # below the start: already there
 
 
 def test_stop_rule_stops_on_a_plateau_and_not_on_a_rising_curve():
@@ -51,14 +51,14 @@ def test_stop_rule_stops_on_a_plateau_and_not_on_a_rising_curve():
     assert plateau["stop"] is True and plateau["hi"] < 0.02 and "stop" in plateau["text"]
     early = X[X <= 60]
     rising = stop_decision(fit_curve(early, noisy(early), fit_min=5, n_bootstrap=60), 60.0, 600.0)
-    assert rising["stop"] is False and rising["upper"] >= 0.02       # eq1 gains 0.15 from 60 to 600
-    assert stop_decision(fit, 240.0, 100.0)["gain"] == 0.0           # a budget already spent: nothing left
+    assert rising["stop"] is False and rising["upper"] >= 0.02  # eq1 gains 0.15 from 60 to 600
+    assert stop_decision(fit, 240.0, 100.0)["gain"] == 0.0  # a budget already spent: nothing left
 
 
 def test_patience_counts_evaluations_without_a_new_best():
     assert patience_stop([0.1, 0.2, 0.3, 0.3, 0.29, 0.3, 0.2, 0.25], patience=5) == 7
     assert patience_stop([0.1, 0.2, 0.3, 0.4], patience=2) is None
-    assert patience_stop([0.5, 0.51, 0.52, 0.5], patience=2, min_delta=0.02) == 2   # +0.01 is no improvement
+    assert patience_stop([0.5, 0.51, 0.52, 0.5], patience=2, min_delta=0.02) == 2  # +0.01 is no improvement
 
 
 def _csv(path, steps, y):
@@ -68,8 +68,22 @@ def _csv(path, steps, y):
 
 def test_fit_cli_answers_target_and_budget(tmp_path, capsys):
     log = _csv(tmp_path / "run.csv", X, noisy(X))
-    args = ["fit", str(log), "--x", "step", "--y", "acc", "--bootstrap", "40", "--no-grid-check",
-            "--target", "0.5", "0.9", "--budget", "260"]
+    args = [
+        "fit",
+        str(log),
+        "--x",
+        "step",
+        "--y",
+        "acc",
+        "--bootstrap",
+        "40",
+        "--no-grid-check",
+        "--target",
+        "0.5",
+        "0.9",
+        "--budget",
+        "260",
+    ]
     assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [t["target"] for t in d["targets"]] == [0.5, 0.9] and d["targets"][1]["compute"] is None
@@ -103,10 +117,32 @@ def test_watch_runs_the_on_stop_command_when_the_rule_fires(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     writer = subprocess.run([sys.executable, "-c", WRITER, str(log), "49"], timeout=60)
     assert writer.returncode == 0
-    watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--x", "step", "--y", "acc",
-                              "--every", "0.1", "--bootstrap", "40", "--no-grid-check", "--budget", "260",
-                              "--on-stop", f"touch {flag}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+    watch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scalerl",
+            "watch",
+            str(log),
+            "--x",
+            "step",
+            "--y",
+            "acc",
+            "--every",
+            "0.1",
+            "--bootstrap",
+            "40",
+            "--no-grid-check",
+            "--budget",
+            "260",
+            "--on-stop",
+            f"touch {flag}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         out, err = watch.communicate(timeout=180)
     finally:

@@ -73,8 +73,8 @@ def test_a_restarted_writer_drops_the_orphaned_steps(tmp_path):
 def test_a_damaged_record_before_the_end_is_an_error_naming_the_byte(tmp_path):
     f = write_events(tmp_path, [scalar(s, "r", 0.1 * s) for s in range(4)])
     data = bytearray(f.read_bytes())
-    second = 12 + int.from_bytes(data[:8], "little") + 4   # after the file_version record
-    data[second + 12] ^= 0xFF   # the second record's first byte
+    second = 12 + int.from_bytes(data[:8], "little") + 4  # after the file_version record
+    data[second + 12] ^= 0xFF  # the second record's first byte
     f.write_bytes(bytes(data))
     with pytest.raises(ScaleRLError, match=f"damaged TensorBoard record at byte {second} "):
         read_scalars(f)

@@ -30,12 +30,12 @@ with open(path, "w") as f:
 OPTS = ["--bootstrap", "20", "--seed", "3", "--no-grid-check"]
 
 
-
 def _kill_if_running(proc) -> None:
     """A failing test leaves no `scalerl watch` behind."""
     if proc.poll() is None:
         proc.kill()
         proc.wait(timeout=30)
+
 
 class _Output:
     """A process's output lines as they come (a reader thread), and a wait for a line that says something."""
@@ -55,8 +55,9 @@ class _Output:
     def wait_for(self, said, what: str, timeout_s: float = 240) -> None:
         """Until a line satisfies `said`; fails naming `what` after `timeout_s` (an upper bound only)."""
         with self.cond:
-            assert self.cond.wait_for(lambda: any(said(ln) for ln in self.lines), timeout_s), \
+            assert self.cond.wait_for(lambda: any(said(ln) for ln in self.lines), timeout_s), (
                 f"the watch said no {what} within {timeout_s:g} s: {self.lines[-3:]}"
+            )
 
 
 def _row(i: int) -> str:
@@ -74,14 +75,18 @@ def test_watch_follows_a_writer_and_ends_on_the_whole_curve_fit(tmp_path, capsys
     (too few points, with a torn last line; then a fit on 15; then on all 30): refits as points arrive."""
     log, plot, n = tmp_path / "metrics.jsonl", tmp_path / "watch.png", 30
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's scalerl
-    watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json",
-                              "--plot", str(plot), *OPTS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", "--json", "--plot", str(plot), *OPTS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     out, err_out = _Output(watch.stdout), _Output(watch.stderr)
-    try:   # whatever fails below, no watch is left running
+    try:  # whatever fails below, no watch is left running
         err_out.wait_for(lambda line: "to appear" in line, "waiting for the log to appear")
         with open(log, "w") as f:
-            f.write("".join(_row(i) for i in range(3)) + _row(3)[:12])   # 3 points and a torn last line
+            f.write("".join(_row(i) for i in range(3)) + _row(3)[:12])  # 3 points and a torn last line
             f.flush()
             err_out.wait_for(lambda line: "waiting for more evaluations (3 so far)" in line, "wait on 3 points")
             f.write(_row(3)[12:] + "".join(_row(i) for i in range(4, 15)))
@@ -132,8 +137,11 @@ def test_watch_block_shows_parameters_intervals_and_2x_10x(tmp_path, capsys):
     _update(args, options(args), state)
     out = capsys.readouterr().out
     number = r"\d[\d,.]*"
-    assert re.search(rf"30 evaluations: A {number} \({number} \.\. {number}\), B {number} \({number} \.\. {number}\), "
-                     rf"C_mid {number} \({number} \.\. {number}\)", out), out
+    assert re.search(
+        rf"30 evaluations: A {number} \({number} \.\. {number}\), B {number} \({number} \.\. {number}\), "
+        rf"C_mid {number} \({number} \.\. {number}\)",
+        out,
+    ), out
     assert "2x the compute (14,500)" in out and "10x the compute (72,500)" in out and "=> " in out
     _update(args, options(args), state)  # nothing new: nothing printed
     assert capsys.readouterr().out == ""
@@ -148,8 +156,9 @@ def test_watch_follows_a_tensorboard_file_being_appended(tmp_path, capsys):
     from scalerl.commands.watch import _update
 
     writer = EventFileWriter(str(tmp_path))
-    args = build_parser().parse_args(["watch", str(tmp_path), "--from", "trl", "--compute", "wall", "--devices", "2",
-                                      "--json", *OPTS])
+    args = build_parser().parse_args(
+        ["watch", str(tmp_path), "--from", "trl", "--compute", "wall", "--devices", "2", "--json", *OPTS]
+    )
     o, state, counts = options(args), {}, []
     for step in range(0, 40, 2):
         c = 60.0 * step  # seconds since the start: 2 devices -> step / 30 device-hours
@@ -171,14 +180,29 @@ def test_watch_stops_on_sigint_even_when_started_with_the_signals_blocked(tmp_pa
     """A parent that blocked SIGINT/SIGTERM (a test runner's worker, a supervisor) passes its mask
     to its children through exec: the watch unblocks them, so Ctrl-C still ends it."""
     log = tmp_path / "metrics.jsonl"
-    log.write_text("".join(json.dumps({"step": i, "compute/device_hours": 250.0 * i,
-                                       "val/pass_rate": 0.4 + 0.2 / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.4})
-                           + "\n" for i in range(12)))
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "step": i,
+                    "compute/device_hours": 250.0 * i,
+                    "val/pass_rate": 0.4 + 0.2 / (1 + (2500 / (250.0 * i)) ** 2) if i else 0.4,
+                }
+            )
+            + "\n"
+            for i in range(12)
+        )
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONUNBUFFERED": "1"}
     blocked = {signal.SIGINT, signal.SIGTERM}
-    watch = subprocess.Popen([sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", *OPTS],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                             preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, blocked))
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "scalerl", "watch", str(log), "--every", "0.1", *OPTS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, blocked),
+    )
     errs: list[str] = []
     reader = threading.Thread(target=lambda: errs.extend(iter(watch.stderr.readline, "")), daemon=True)
     reader.start()

@@ -22,13 +22,14 @@ def test_tiny_warm_start_validation_pass_rate_in_band():
 def test_smollm2_loads_offline_and_answers():
     model, tok = load_model("smollm2-135m")
     assert model.config.model_type == "llama" and model.config.hidden_size == 576
-    text = tok.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 17 + 25?"}], tokenize=False, add_generation_prompt=True
+    )
     enc = tok(text, return_tensors="pt")
     out = model.generate(**enc, do_sample=False, max_new_tokens=12)
-    reply = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    reply = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert any(ch.isdigit() for ch in reply)
-    model.train()                          # a converted checkpoint is trainable (not flagged quantised)
+    model.train()  # a converted checkpoint is trainable (not flagged quantised)
     loss = model(**enc, labels=enc["input_ids"]).loss
     loss.backward()
     assert model.get_input_embeddings().weight.grad is not None

@@ -12,7 +12,7 @@ from train_helpers import fake_components, small_cfg, train_rows
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-STARTUP_FILE = "SCALERL_TEST_STARTUP_FILE"    # where `slow_start` writes when it began and ended (monotonic)
+STARTUP_FILE = "SCALERL_TEST_STARTUP_FILE"  # where `slow_start` writes when it began and ended (monotonic)
 STARTUP_S = 2.0
 
 
@@ -24,7 +24,7 @@ def slow_start(*args, **given):
     from doubles import build_fake
 
     began = time.monotonic()
-    time.sleep(STARTUP_S)    # what a start-up costs; the test's verdict is the order of the clocks, not this length
+    time.sleep(STARTUP_S)  # what a start-up costs; the test's verdict is the order of the clocks, not this length
     built = build_fake(*args, **given)
     with open(os.environ[STARTUP_FILE], "w") as f:
         f.write(f"{began!r} {time.monotonic()!r}")
@@ -58,9 +58,9 @@ def test_the_generators_start_up_is_not_compute(tmp_path, monkeypatch, two_cores
     monkeypatch.setattr(MetricsWriter, "write", timed_write)
     train(cfg, tmp_path, comps=comps, progress=False)
     began, ended = map(float, (tmp_path / "startup").read_text().split())
-    assert ended - began >= STARTUP_S                                  # the start-up did happen ...
+    assert ended - began >= STARTUP_S  # the start-up did happen ...
     ready_at = seen["ready"][0]
-    assert ready_at >= ended                                          # ... the loop waited for it ...
+    assert ready_at >= ended  # ... the loop waited for it ...
     first = train_rows(tmp_path)[0]
-    assert first["time/step"] <= seen["train_row"][0] - ready_at      # ... outside the first step's clock
+    assert first["time/step"] <= seen["train_row"][0] - ready_at  # ... outside the first step's clock
     assert first["compute/device_hours"] == pytest.approx(first["time/step"] * 2 / 3600)

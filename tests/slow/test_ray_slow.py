@@ -46,7 +46,7 @@ def test_broadcast_run_stops_with_one_line_when_a_generator_dies(tmp_path, monke
     record_trained(monkeypatch, on_step)
     with pytest.raises((ScaleRLError, RuntimeError)) as err:
         train(cfg, tmp_path, comps=tiny_random_components(cfg), progress=False)
-    assert time.monotonic() - killed["at"] < 120        # ray.publish_timeout_s is 300: nothing waited it out
+    assert time.monotonic() - killed["at"] < 120  # ray.publish_timeout_s is 300: nothing waited it out
     message = str(err.value).splitlines()[0]
     assert "generator actor 0 died and used up its 0 restarts" in message, message
 
@@ -56,8 +56,15 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
     """ray.publish=broadcast with a restart: actor 0 killed mid-run, Ray restarts it, the trainer
     forms a new group with its new start, and at the end both actors hold the trainer's last
     weights bit for bit."""
-    cfg = small_cfg(["run.max_steps=8", "ray.publish=broadcast", "ray.max_restarts=1", "pipeline.max_kl=null",
-                     "ray.publish_timeout_s=600"])
+    cfg = small_cfg(
+        [
+            "run.max_steps=8",
+            "ray.publish=broadcast",
+            "ray.max_restarts=1",
+            "pipeline.max_kl=null",
+            "ray.publish_timeout_s=600",
+        ]
+    )
     sources, published, final = [], {}, {}
 
     class Recorded(backend.RayRollouts):
@@ -72,8 +79,9 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
         def close(self):
             last = max(published)
             for rank, worker in enumerate(self.workers):
-                final[rank] = wait_for(lambda w=worker: ray.get(w.weights.remote(last), timeout=60),
-                                        f"version {last} in generator {rank}")
+                final[rank] = wait_for(
+                    lambda w=worker: ray.get(w.weights.remote(last), timeout=60), f"version {last} in generator {rank}"
+                )
             super().close()
 
     killed: dict = {}
@@ -81,7 +89,7 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
     def kill_and_wait_for_the_restart() -> None:
         source = sources[0]
         ray.kill(source.workers[0], no_restart=False)
-        deadline = time.monotonic() + 600   # a restart imports torch and builds the model: minutes on a loaded machine
+        deadline = time.monotonic() + 600  # a restart imports torch and builds the model: minutes on a loaded machine
         while time.monotonic() < deadline and killed.get("back") != (0, 2):
             try:
                 killed["back"] = ray.get(source.workers[0].ping.remote(), timeout=60)
@@ -91,7 +99,7 @@ def test_broadcast_group_is_formed_again_after_a_generator_restarts(tmp_path, mo
     trained, rows = train_with_a_killer(cfg, tmp_path, monkeypatch, Recorded, kill_and_wait_for_the_restart)
     assert [r["step"] for r in rows] == list(range(1, 9))
     assert killed["back"] == (0, 2) and rows[-1]["ray/restarts"] == 1
-    assert rows[-1]["ray/broadcast_groups"] >= 2            # formed again with the new start
+    assert rows[-1]["ray/broadcast_groups"] >= 2  # formed again with the new start
     # no member waited out ray.publish_timeout_s (600 s) on the broken group: the publish that met
     # the dead actor took the restart's time (seconds to a few minutes), not the timeout's
     assert max(r["time/publish"] for r in rows) < 300

@@ -14,6 +14,8 @@ def test_default_agrees_with_the_grid_or_warns_on_40_curves():
         fit, grid = check_one(x, y)
         disagreements += abs(fit.A - grid.A) > AGREE
         errors.append(abs(fit.A - truth[0]))
-    print(f"40 curves: {disagreements} beyond {AGREE} of the grid (all warned); median |A - truth| "
-          f"{np.median(errors):.4f}, 90th percentile {np.percentile(errors, 90):.4f}")
+    print(
+        f"40 curves: {disagreements} beyond {AGREE} of the grid (all warned); median |A - truth| "
+        f"{np.median(errors):.4f}, 90th percentile {np.percentile(errors, 90):.4f}"
+    )
     assert np.median(errors) <= 0.015  # the generator's ceiling, recovered

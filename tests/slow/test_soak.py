@@ -21,25 +21,40 @@ from doubles import wait_for_file
 from scalerl.run.metrics import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))   # memory_soak
+sys.path.insert(0, str(ROOT / "benchmarks"))  # memory_soak
 STEPS = 16
-SETS = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-        "rollout.batch_slots=8", "eval.every=2", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-        "optim.warmup_steps=1", "pipeline.transport=process", "run.seed=3",
-        "rollout.length.think_min=4", "rollout.length.think_max=6", "rollout.length.answer_budget=4",
-        "rollout.length.phrase=</think>"]
+SETS = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.batch_slots=8",
+    "eval.every=2",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "optim.warmup_steps=1",
+    "pipeline.transport=process",
+    "run.seed=3",
+    "rollout.length.think_min=4",
+    "rollout.length.think_max=6",
+    "rollout.length.answer_budget=4",
+    "rollout.length.phrase=</think>",
+]
 # `scalerl train` on tiny-random with the parity reward (a model that never passes would stall the loop)
-CLI = ("import sys\n"
-       f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
-       "from doubles import tiny_random_components\n"
-       "import scalerl.assembly.run as b\n"
-       "b.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
-       "import os\n"
-       "if os.environ.get('SCALERL_TEST_HOLD'):\n"
-       "    from doubles import hold_after_first_checkpoint\n"
-       "    hold_after_first_checkpoint(os.environ['SCALERL_TEST_HOLD'])\n"
-       "from scalerl.cli import main\n"
-       "sys.exit(main(sys.argv[1:]))\n")
+CLI = (
+    "import sys\n"
+    f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+    "from doubles import tiny_random_components\n"
+    "import scalerl.assembly.run as b\n"
+    "b.build_components = lambda cfg, device: tiny_random_components(cfg, device)\n"
+    "import os\n"
+    "if os.environ.get('SCALERL_TEST_HOLD'):\n"
+    "    from doubles import hold_after_first_checkpoint\n"
+    "    hold_after_first_checkpoint(os.environ['SCALERL_TEST_HOLD'])\n"
+    "from scalerl.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 def _command(run: Path) -> list[str]:
@@ -54,8 +69,12 @@ def _command(run: Path) -> list[str]:
 def _launch(run: Path, log, hold: Path | None = None) -> subprocess.Popen:
     """`hold`: the run stops after its first checkpoint until `hold.release` exists (`hold.held` says it is
     there: tests/doubles.py, hold_after_first_checkpoint)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore",
-           **({"SCALERL_TEST_HOLD": str(hold)} if hold else {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONWARNINGS": "ignore",
+        **({"SCALERL_TEST_HOLD": str(hold)} if hold else {}),
+    }
     return subprocess.Popen(_command(run), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
@@ -92,9 +111,9 @@ def test_kill_9_at_ten_random_moments_then_resume_matches_an_uninterrupted_run(t
     with open(tmp_path / "soak.log", "w") as log:
         while kills < 10:
             proc = _launch(run, log)
-            time.sleep(rng.uniform(0.0, 0.5 * duration))   # start-up (imports, model, generator) is ~1/3 of it
+            time.sleep(rng.uniform(0.0, 0.5 * duration))  # start-up (imports, model, generator) is ~1/3 of it
             children = _descendants(proc.pid)
-            if proc.poll() is not None:                    # finished before the kill: the moment fell after the end
+            if proc.poll() is not None:  # finished before the kill: the moment fell after the end
                 assert proc.returncode == 0, (tmp_path / "soak.log").read_text()[-2000:]
                 break
             proc.send_signal(signal.SIGKILL)
@@ -104,7 +123,7 @@ def test_kill_9_at_ten_random_moments_then_resume_matches_an_uninterrupted_run(t
         final = _launch(run, log)
         assert final.wait(timeout=600) == 0, (tmp_path / "soak.log").read_text()[-2000:]
     orphans = [f"{p.pid} ({' '.join(p.cmdline())[:80]})" for p in left_behind if p.is_running()]
-    for p in left_behind:                                  # clean up before asserting
+    for p in left_behind:  # clean up before asserting
         p.kill()
     assert kills == 10
     ref_train, ref_eval = _check(read_rows(tmp_path / "reference" / "metrics.jsonl"))
@@ -120,25 +139,33 @@ def test_second_train_resume_on_a_running_run_is_refused_and_the_first_finishes_
     run = tmp_path / "run"
     hold = tmp_path / "hold"
     with open(tmp_path / "first.log", "w") as log:
-        first = _launch(run, log, hold=hold)    # held after its first checkpoint until the test releases it
+        first = _launch(run, log, hold=hold)  # held after its first checkpoint until the test releases it
         wait_for_file(hold.with_suffix(".held"), first, tmp_path / "first.log")
         config = (run / "config.yaml").read_bytes()
-        second = subprocess.run(_command(run), env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            _command(run),
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
         hold.with_suffix(".release").touch()
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-2000:]
     assert second.returncode == 2
-    assert second.stderr.strip().splitlines() == [f"scalerl: error: run directory {run} is in use by PID "
-                                                  f"{first.pid}: one run writes to a directory at a time; wait for "
-                                                  "it to finish or stop it, or choose another --run-dir"]
+    assert second.stderr.strip().splitlines() == [
+        f"scalerl: error: run directory {run} is in use by PID "
+        f"{first.pid}: one run writes to a directory at a time; wait for "
+        "it to finish or stop it, or choose another --run-dir"
+    ]
     assert (run / "config.yaml").read_bytes() == config
     train, _ = _check(read_rows(run / "metrics.jsonl"))
     assert train == list(range(1, STEPS + 1))
 
 
 @pytest.mark.slow  # a 120-step run of the tiny model with its generator process: 3-10 minutes on 2 idle cores
-@pytest.mark.timeout(3600)   # 25-40 minutes on the shared machine under load 6-9 (past the suite's 900 s)
+@pytest.mark.timeout(3600)  # 25-40 minutes on the shared machine under load 6-9 (past the suite's 900 s)
 def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
     """The memory soak on the tiny model (benchmarks/memory_soak.py): every process's resident
     memory, as recorded in metrics.jsonl, grows by at most 5% over the second half of the run
@@ -146,8 +173,13 @@ def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
     import memory_soak
 
     steps = 120
-    code = memory_soak.run(tmp_path / "run", steps, ["model.name=tiny", "task.name=arith", "pipeline.transport=process",
-                                                      "eval.every=100"], None, None)
+    code = memory_soak.run(
+        tmp_path / "run",
+        steps,
+        ["model.name=tiny", "task.name=arith", "pipeline.transport=process", "eval.every=100"],
+        None,
+        None,
+    )
     assert code == 0
     rows = memory_soak.train_rows(tmp_path / "run")
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
@@ -155,8 +187,8 @@ def test_tiny_model_soak_memory_is_flat_over_the_second_half(tmp_path):
     assert {"trainer", "generator0", "total"} <= set(procs)
     for name, points in procs.items():
         values = [v for _, v in points]
-        a, b = sorted(values[steps // 2: steps // 2 + 10]), sorted(values[-10:])
-        mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2                      # medians of 10 rows, by hand
+        a, b = sorted(values[steps // 2 : steps // 2 + 10]), sorted(values[-10:])
+        mid, end = (a[4] + a[5]) / 2, (b[4] + b[5]) / 2  # medians of 10 rows, by hand
         assert (end - mid) / mid <= 0.05, f"{name}: {mid:.0f} MB at step {steps // 2}, {end:.0f} MB at the end"
         assert memory_soak.second_half_growth(values) == pytest.approx((end - mid) / mid)
 
@@ -170,9 +202,11 @@ def orphaned_shm(before: set[str]) -> list[str]:
     mapped = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
         try:
-            mapped.update(line.split(None, 5)[-1].strip() for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+            mapped.update(
+                line.split(None, 5)[-1].strip() for line in maps.read_text().splitlines() if "/dev/shm/" in line
+            )
         except OSError:
-            continue   # a process that ended meanwhile
+            continue  # a process that ended meanwhile
     return sorted(n for n in new if f"/dev/shm/{n}" not in mapped)
 
 
@@ -185,15 +219,27 @@ def _shutdown_run(tmp_path, name: str, sets: list[str], interrupt=None) -> tuple
     import psutil
 
     run = tmp_path / name
-    args = [sys.executable, "-c", CLI, "train", "--no-progress", "--run-dir", str(run), "--max-steps", "200",
-            *[a for s in [*SETS, *sets] for a in ("--set", s)]]
+    args = [
+        sys.executable,
+        "-c",
+        CLI,
+        "train",
+        "--no-progress",
+        "--run-dir",
+        str(run),
+        "--max-steps",
+        "200",
+        *[a for s in [*SETS, *sets] for a in ("--set", s)],
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     children = []
     if interrupt is not None:
         deadline = time.monotonic() + 300
-        while not any(r["kind"] == "train" for r in (read_rows(run / "metrics.jsonl")
-                                                       if (run / "metrics.jsonl").is_file() else [])):
+        while not any(
+            r["kind"] == "train"
+            for r in (read_rows(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else [])
+        ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-2000:]
             time.sleep(0.2)
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -212,11 +258,11 @@ def test_shutdown_leaks_no_semaphore_and_no_process(tmp_path, how):
     sets = {"max_steps": ["run.max_steps=3"], "max_minutes": ["run.max_minutes=0.05"]}.get(how, [])
     shm = set(os.listdir("/dev/shm"))
     code, out, alive = _shutdown_run(tmp_path, how, sets, getattr(signal, how, None))
-    assert "leaked" not in out, out[-2000:]                       # multiprocessing's resource tracker found nothing
+    assert "leaked" not in out, out[-2000:]  # multiprocessing's resource tracker found nothing
     assert not alive, f"left running: {[p.pid for p in alive]}"
-    assert not orphaned_shm(shm), orphaned_shm(shm)               # /dev/shm holds nothing of the run
+    assert not orphaned_shm(shm), orphaned_shm(shm)  # /dev/shm holds nothing of the run
     if how.startswith("max"):
         assert code == 0, out[-2000:]
-        assert (tmp_path / how / "fit.json").is_file()           # the run ended on its final evaluation and fit
+        assert (tmp_path / how / "fit.json").is_file()  # the run ended on its final evaluation and fit
     else:
         assert code == 130 and "scalerl: interrupted" in out, out[-2000:]

@@ -29,15 +29,30 @@ def test_process_transport_trains(tmp_path, two_cores):
 # ------------------------------------------------------------------ slow: reward goes up
 @pytest.mark.slow
 def test_reward_goes_up_on_tiny(tmp_path):
-    code = main(["train", "--no-progress", "--run-dir", str(tmp_path / "r"), "--set", "run.max_steps=40",
-                 "--set", "batch.prompts=16", "--set", "eval.every=8", "--set", "eval.prompts=128",
-                 "--set", "eval.samples=4"])
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--set",
+            "run.max_steps=40",
+            "--set",
+            "batch.prompts=16",
+            "--set",
+            "eval.every=8",
+            "--set",
+            "eval.prompts=128",
+            "--set",
+            "eval.samples=4",
+        ]
+    )
     assert code == 0
     rows = read_rows(tmp_path / "r" / "metrics.jsonl")
     evals = [r["val/pass_rate"] for r in rows if r["kind"] == "eval"]
     rewards = [r["train/reward_mean"] for r in rows if r["kind"] == "train"]
     assert len(evals) == 6 and len(rewards) == 40
-    assert evals[-1] > evals[0] + 0.1                                  # validation pass rate rose
-    assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + 0.2        # so did the training reward
+    assert evals[-1] > evals[0] + 0.1  # validation pass rate rose
+    assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + 0.2  # so did the training reward
     fit = json.loads((tmp_path / "r" / "fit.json").read_text())
     assert 0 < fit["A"] <= 1 and fit["B"] > 0 and fit["C_mid"] > 0

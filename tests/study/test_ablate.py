@@ -67,7 +67,13 @@ def test_variants_that_change_nothing_are_left_out(tmp_path):
 def test_recipes_and_seeds_get_their_own_run_dirs(tmp_path):
     specs = plan_runs(plan_variants("scalerl", recipes=("grpo", "dapo")), 2, tmp_path, budget="7")
     assert [(s.variant.name, s.seed) for s in specs] == [
-        ("scalerl", 0), ("scalerl", 1), ("grpo", 0), ("grpo", 1), ("dapo", 0), ("dapo", 1)]
+        ("scalerl", 0),
+        ("scalerl", 1),
+        ("grpo", 0),
+        ("grpo", 1),
+        ("dapo", 0),
+        ("dapo", 1),
+    ]
     assert len({s.run_dir for s in specs}) == 6
     assert all(s.cfg.run.max_steps == 7 and s.cfg.run.seed == s.seed for s in specs)
     assert specs[2].cfg.loss.type == "ppo_clip" and specs[2].cfg.loss.aggregation == "sample"  # grpo preset
@@ -116,8 +122,10 @@ def _write_run(run_dir, A, B=1.5, C_mid=1.0, R0=0.1):
     x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
     y = np.where(x > 0, sigmoid(np.maximum(x, 1e-12), A, B, C_mid, R0), R0)
     run_dir.mkdir(parents=True)
-    rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
-            for i, (c, v) in enumerate(zip(x, y))]
+    rows = [
+        {"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
+        for i, (c, v) in enumerate(zip(x, y))
+    ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / DONE_FILE).write_text("{}")
     return float(y[-1]), float(y[-3:].mean())  # the last evaluation, the mean of the last three
@@ -145,8 +153,8 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
             assert h["points"] == 27 and h["half_frac"] == pytest.approx(0.05 * 160 ** (25 / 29) / 8.0)
             assert abs(r["prediction_error"]) < 0.02  # noise-free curves: the first half predicts the end
     by = {c["name"]: c for c in data["configs"]}
-    assert by["token-agg"]["vs_base"]["A_differs"] is True       # -0.10 is beyond +-0.02
-    assert by["prompt-norm"]["vs_base"]["A_differs"] is False    # +0.01 is within it
+    assert by["token-agg"]["vs_base"]["A_differs"] is True  # -0.10 is beyond +-0.02
+    assert by["prompt-norm"]["vs_base"]["A_differs"] is False  # +0.01 is within it
     assert by["token-agg"]["vs_base"]["margin_A"] == pytest.approx(0.02)
     assert by["scalerl"]["vs_base"] is None
     # the model-free comparison: mean and seed std of the last evaluations, and its difference from the base
@@ -167,8 +175,12 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
         assert c["at_base_compute"]["mean"] == pytest.approx(np.mean(at))
         assert c["at_base_compute"]["std"] == pytest.approx(abs(at[0] - at[1]) / np.sqrt(2))
     assert by["token-agg"]["vs_base"]["dAtBase"] == pytest.approx(
-        by["token-agg"]["at_base_compute"]["mean"] - by["scalerl"]["at_base_compute"]["mean"])
-    assert by["token-agg"]["vs_base"]["at_base_differs"] is True and by["prompt-norm"]["vs_base"]["at_base_differs"] is False
+        by["token-agg"]["at_base_compute"]["mean"] - by["scalerl"]["at_base_compute"]["mean"]
+    )
+    assert (
+        by["token-agg"]["vs_base"]["at_base_differs"] is True
+        and by["prompt-norm"]["vs_base"]["at_base_differs"] is False
+    )
     errs = [r["prediction_error"] for c in data["configs"] for r in c["runs"]]
     assert data["predictability"]["runs"] == 6
     assert data["predictability"]["mean_abs_error"] == pytest.approx(np.mean(np.abs(errs)))
@@ -182,17 +194,23 @@ def test_report_sorts_by_A_flags_differences_and_checks_predictions(tmp_path):
 def test_a_ceiling_on_the_edge_is_not_judged_and_recipes_get_their_own_plot(tmp_path):
     """A curve still rising as a power law (y = 0.1 + 0.3 (C/8)^0.5) pins no ceiling: its fit runs
     A to the edge of the range, and the report shows the difference in A without judging it."""
-    variants = [v for v in plan_variants("scalerl", recipes=["grpo"], leave_one_out=True)
-                if v.name in ("scalerl", "grpo", "token-agg")]
+    variants = [
+        v
+        for v in plan_variants("scalerl", recipes=["grpo"], leave_one_out=True)
+        if v.name in ("scalerl", "grpo", "token-agg")
+    ]
     specs = plan_runs(variants, 1, tmp_path)
     for spec in specs:
         if spec.variant.name == "grpo":
             x = np.concatenate([[0.0], np.geomspace(0.05, 8.0, 30)])
             y = np.where(x > 0, 0.1 + 0.3 * np.sqrt(np.maximum(x, 0) / 8.0), 0.1)
             spec.run_dir.mkdir(parents=True)
-            spec.run_dir.joinpath("metrics.jsonl").write_text("".join(
-                json.dumps({"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)})
-                + "\n" for i, (c, v) in enumerate(zip(x, y))))
+            spec.run_dir.joinpath("metrics.jsonl").write_text(
+                "".join(
+                    json.dumps({"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}) + "\n"
+                    for i, (c, v) in enumerate(zip(x, y))
+                )
+            )
             (spec.run_dir / DONE_FILE).write_text("{}")
         else:
             _write_run(spec.run_dir, TRUE_A.get(spec.variant.name, 0.7))
@@ -236,8 +254,16 @@ def test_paper_verdicts_on_hand_made_differences():
     from scalerl.study.paper import FINDINGS, Finding, judge
 
     lower = Finding("Fig. X", "lower", A="lower", B="lower", effect_A=0.05)
-    d = {"judged": True, "dA": -0.03, "margin_A": 0.02, "A_differs": True, "dB": 0.1, "margin_B": None,
-         "B_differs": None, "detectable_A": 0.015}
+    d = {
+        "judged": True,
+        "dA": -0.03,
+        "margin_A": 0.02,
+        "A_differs": True,
+        "dB": 0.1,
+        "margin_B": None,
+        "B_differs": None,
+        "detectable_A": 0.015,
+    }
     v = judge(d, lower)
     assert v["A"][0] == "agrees" and v["B"][0] == "not measurable here" and v["overall"] == "agrees"
     # within the margin: the paper's effect (0.05) was larger than the margin (0.02): not reproduced
@@ -255,38 +281,66 @@ def test_paper_verdicts_on_hand_made_differences():
     measured = {**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}
     on_flops = judge(measured, per_hour, x_col="compute/flops")
     assert on_flops["B"][0] == "not measurable here" and "per GPU-hour" in on_flops["B"][1]
-    assert on_flops["A"][0] == "disagrees"                         # 0.03 lower beyond the margin: not 'similar'
+    assert on_flops["A"][0] == "disagrees"  # 0.03 lower beyond the margin: not 'similar'
     # ... but only where the seeds detect the paper's +-0.02 for 'similar': detectable 0.03, not powered
     weak = judge({**measured, "detectable_A": 0.03}, per_hour, x_col="compute/device_hours")
     assert weak["A"] == ["not powered", "-0.030 (beyond +-0.020; detectable 0.030 > the paper's 0.020)"]
-    assert weak["B"][0] == "agrees" and weak["overall"] == "agrees"      # B is still judged
-    assert judge({**d, "detectable_A": None}, lower)["A"][0] == "not powered"   # one seed a side: unknown
+    assert weak["B"][0] == "agrees" and weak["overall"] == "agrees"  # B is still judged
+    assert judge({**d, "detectable_A": None}, lower)["A"][0] == "not powered"  # one seed a side: unknown
     # seeds that cannot detect the paper's 0.05 (detectable 0.08): a difference under 0.08 is read neither way,
     # one over it is resolved whatever the paper's size
     assert judge({**d, "dA": -0.06, "detectable_A": 0.08}, lower)["A"][0] == "not powered"
     big = judge({**d, "dA": -0.43, "detectable_A": 0.08}, lower)["A"]
-    assert big == ["agrees", "-0.430 (beyond +-0.020; detectable 0.080 > the paper's 0.050, but the difference exceeds it)"]
+    assert big == [
+        "agrees",
+        "-0.430 (beyond +-0.020; detectable 0.080 > the paper's 0.050, but the difference exceeds it)",
+    ]
     # a claimed difference of no stated size, not seen: absence of a difference of unknown size proves nothing
     unsized = Finding("Fig. Y", "lower", A="lower", B="lower")
-    got = judge({**d, "dA": -0.01, "A_differs": False, "margin_B": 0.3, "B_differs": False, "dB": -0.1,
-                 "detectable_B": 0.9}, unsized)
+    got = judge(
+        {**d, "dA": -0.01, "A_differs": False, "margin_B": 0.3, "B_differs": False, "dB": -0.1, "detectable_B": 0.9},
+        unsized,
+    )
     assert got["A"][0] == "not powered" and "the paper gives no size" in got["A"][1]
-    assert got["B"] == ["not powered", "-0.10 (within +-0.30; detectable 0.90): no difference beyond the seed "
-                                       "spread, and the paper gives no size of B to hold the seeds' power against"]
+    assert got["B"] == [
+        "not powered",
+        "-0.10 (within +-0.30; detectable 0.90): no difference beyond the seed "
+        "spread, and the paper gives no size of B to hold the seeds' power against",
+    ]
     assert got["overall"] == "not powered"
-    assert judge({**d, "dA": 0.03, "detectable_A": 0.9}, unsized)["A"][0] == "disagrees"   # seen, the other way
+    assert judge({**d, "dA": 0.03, "detectable_A": 0.9}, unsized)["A"][0] == "disagrees"  # seen, the other way
     assert judge(measured, per_hour, x_col="compute/device_hours")["B"][0] == "agrees"
-    assert judge(measured, FINDINGS["no-npr"], x_col="compute/flops")["A"][0] == "agrees"   # other claims unchanged
+    assert judge(measured, FINDINGS["no-npr"], x_col="compute/flops")["A"][0] == "agrees"  # other claims unchanged
     # every configuration a study plans has the paper's finding, except the base and the bf16 reference
-    names = {v.name for v in plan_variants("scalerl", leave_one_out=True, recipes=("grpo", "dapo", "gspo",
-             "magistral", "minimax"), k_sweep=True, precision=True)}
+    names = {
+        v.name
+        for v in plan_variants(
+            "scalerl",
+            leave_one_out=True,
+            recipes=("grpo", "dapo", "gspo", "magistral", "minimax"),
+            k_sweep=True,
+            precision=True,
+        )
+    }
     assert names - set(FINDINGS) == {"scalerl", "bf16-trunk", "pipeline-k8"}
 
 
 # ------------------------------------------------------------------ a tiny study, interrupted and resumed
-SMALL = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=12",
-         "rollout.length.phrase=</think>", "rollout.batch_slots=8", "eval.every=1", "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2",
-         "optim.warmup_steps=1", "pipeline.transport=thread", "run.threads=1"]
+SMALL = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=12",
+    "rollout.length.phrase=</think>",
+    "rollout.batch_slots=8",
+    "eval.every=1",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "optim.warmup_steps=1",
+    "pipeline.transport=thread",
+    "run.threads=1",
+]
 STEPS = 5
 
 
@@ -339,11 +393,11 @@ def test_tiny_study_resumes_without_redoing_finished_runs(tmp_path, monkeypatch)
 
     calls.clear()
     report = ablate(out, train_fn=_trainer(calls), **kwargs)
-    assert calls == [("grpo", True)]                                   # only the interrupted run, resumed
+    assert calls == [("grpo", True)]  # only the interrupted run, resumed
     assert (base_run / "metrics.jsonl").read_bytes() == base_metrics  # the finished run untouched
     rows = read_rows(grpo_run / "metrics.jsonl")
     assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, STEPS + 1))
-    assert rows[:len(before)] == before                                # kept from before the interruption
+    assert rows[: len(before)] == before  # kept from before the interruption
     assert json.loads((grpo_run / DONE_FILE).read_text())["steps"] == STEPS
     assert {c["name"] for c in report["configs"]} == {"scalerl", "grpo"}
     assert all(len(c["runs"]) == 1 and c["runs"][0]["evals"] == STEPS + 1 for c in report["configs"])
@@ -355,8 +409,19 @@ def test_tiny_study_resumes_without_redoing_finished_runs(tmp_path, monkeypatch)
 
     monkeypatch.setattr("scalerl.loop.train", no_training)
     (out / "report.md").unlink()
-    args = ["ablate", "--out", str(out), "--recipes", "grpo", "--seeds", "1", "--budget", str(STEPS),
-            "--bootstrap", "10"]
+    args = [
+        "ablate",
+        "--out",
+        str(out),
+        "--recipes",
+        "grpo",
+        "--seeds",
+        "1",
+        "--budget",
+        str(STEPS),
+        "--bootstrap",
+        "10",
+    ]
     assert main(args + [a for o in SMALL for a in ("--set", o)]) == 0
     assert (out / "report.md").is_file()
 
@@ -384,13 +449,21 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on(tmp_path):
         return SimpleNamespace(state=SimpleNamespace(step=cfg.run.max_steps))
 
     def _write_run_rows(run_dir):
-        x = np.linspace(0.05, 8.0, 12)      # evenly spaced in compute, as a run evaluates
-        rows = [{"step": i, "kind": "eval", "compute/flops": float(c),
-                 "val/pass_rate": float(sigmoid(c, 0.7, 1.5, 1.0, 0.1))} for i, c in enumerate(x)]
+        x = np.linspace(0.05, 8.0, 12)  # evenly spaced in compute, as a run evaluates
+        rows = [
+            {
+                "step": i,
+                "kind": "eval",
+                "compute/flops": float(c),
+                "val/pass_rate": float(sigmoid(c, 0.7, 1.5, 1.0, 0.1)),
+            }
+            for i, c in enumerate(x)
+        ]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    report = ablate(tmp_path, recipes=["grpo", "dapo"], budget="3", train_fn=train_fn, n_bootstrap=5,
-                    log=lambda s: None)
+    report = ablate(
+        tmp_path, recipes=["grpo", "dapo"], budget="3", train_fn=train_fn, n_bootstrap=5, log=lambda s: None
+    )
     runs = tmp_path / "runs"
     assert json.loads((runs / "grpo" / "seed0" / "failed.json").read_text())["error"] == "non-finite loss at step 3"
     assert (runs / "dapo" / "seed0" / DONE_FILE).is_file()  # the run after the failed one still ran
@@ -404,16 +477,28 @@ def test_core_shares_are_disjoint_and_even():
     shares = core_shares(range(16), 6)
     assert [len(s) for s in shares] == [3, 3, 3, 3, 2, 2]
     assert sorted(c for s in shares for c in s) == list(range(16))
-    assert core_shares([0, 1], 3) == [[0], [1], [0]]          # more jobs than cores: shares repeat
+    assert core_shares([0, 1], 3) == [[0], [1], [0]]  # more jobs than cores: shares repeat
 
 
 def test_jobs_train_runs_at_once_each_on_its_own_cores(tmp_path):
     import os
 
-    quiet = [s for s in SMALL if s != "eval.every=1"] + ["eval.every=2", "rollout.length.type=none",
-                                                          "filter.zero_variance=false"]
-    report = ablate(tmp_path, leave_one_out=True, seeds=1, budget="2", overrides=quiet,
-                    only=["scalerl", "token-agg"], n_bootstrap=0, jobs=2, log=lambda m: None)
+    quiet = [s for s in SMALL if s != "eval.every=1"] + [
+        "eval.every=2",
+        "rollout.length.type=none",
+        "filter.zero_variance=false",
+    ]
+    report = ablate(
+        tmp_path,
+        leave_one_out=True,
+        seeds=1,
+        budget="2",
+        overrides=quiet,
+        only=["scalerl", "token-agg"],
+        n_bootstrap=0,
+        jobs=2,
+        log=lambda m: None,
+    )
     done = {c: json.loads((tmp_path / "runs" / c / "seed0" / DONE_FILE).read_text()) for c in ("scalerl", "token-agg")}
     assert all(d["steps"] == 2 for d in done.values())
     cores = sorted(os.sched_getaffinity(0))
@@ -425,8 +510,17 @@ def test_jobs_train_runs_at_once_each_on_its_own_cores(tmp_path):
     assert [c["name"] for c in report["configs"]] == ["scalerl", "token-agg"]
     assert "no-npr" not in (tmp_path / "report.md").read_text()
     # a configuration with runs stays in the report when --only names another
-    again = ablate(tmp_path, leave_one_out=True, seeds=1, budget="2", overrides=quiet, only=["scalerl"],
-                   n_bootstrap=0, report_only=True, log=lambda m: None)
+    again = ablate(
+        tmp_path,
+        leave_one_out=True,
+        seeds=1,
+        budget="2",
+        overrides=quiet,
+        only=["scalerl"],
+        n_bootstrap=0,
+        report_only=True,
+        log=lambda m: None,
+    )
     assert [c["name"] for c in again["configs"]] == ["scalerl", "token-agg"]
 
 
@@ -435,7 +529,7 @@ def test_k_sweep_and_precision_variants(tmp_path):
     from scalerl.study.study import drop_no_ops
 
     kept = {s.variant.name: s.cfg for s in drop_no_ops(specs, "scalerl", lambda m: None)}
-    assert "pipeline-k8" not in kept                               # the base's own k: the base itself
+    assert "pipeline-k8" not in kept  # the base's own k: the base itself
     assert [kept[f"pipeline-k{k}"].pipeline.k for k in (1, 2, 4)] == [1, 2, 4]
     assert kept["bf16-trunk"].model.compute_dtype == "bf16" and kept["bf16-trunk"].model.fp32_head is True
     assert kept["bf16-trunk-no-fp32-head"].model.fp32_head is False
@@ -451,7 +545,7 @@ def test_a_run_recorded_before_a_config_field_existed_resumes(tmp_path):
     assert "  share_prompt: true\n" in text
     # written by an older scalerl
     (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", ""))
-    _check_same_config(spec)                                                     # its default: the same config
+    _check_same_config(spec)  # its default: the same config
     (spec.run_dir / "config.yaml").write_text(text.replace("  share_prompt: true\n", "  share_prompt: false\n"))
     with pytest.raises(ScaleRLError, match="differs from the config"):
         _check_same_config(spec)
@@ -496,12 +590,12 @@ def test_finished_runs_record_their_model_build_and_a_study_refuses_another_buil
     kwargs = dict(recipes=["grpo"], seeds=1, budget=str(STEPS), overrides=SMALL, n_bootstrap=10, log=lambda s: None)
     report = ablate(tmp_path / "a", train_fn=_trainer([]), results=results, **kwargs)
     done = json.loads((results / "grpo" / "seed0" / DONE_FILE).read_text())
-    assert done["model_build"] == "random-init"          # tiny-random: seeded, nothing to fingerprint
+    assert done["model_build"] == "random-init"  # tiny-random: seeded, nothing to fingerprint
     assert done["code"]
     assert report["provenance"]["models"] == {"tiny-random": {"random-init": ["scalerl/seed0", "grpo/seed0"]}}
     assert report["provenance"]["mixed_builds"] == []
 
-    done["model_build"] = "0123456789ab"                  # as if trained from another machine's build
+    done["model_build"] = "0123456789ab"  # as if trained from another machine's build
     (results / "grpo" / "seed0" / DONE_FILE).write_text(json.dumps(done))
 
     def no_training(*a, **k):
@@ -509,7 +603,7 @@ def test_finished_runs_record_their_model_build_and_a_study_refuses_another_buil
 
     with pytest.raises(ScaleRLError, match="build 0123456789ab of model tiny-random.*build random-init"):
         ablate(tmp_path / "b", train_fn=no_training, results=results, **kwargs)
-    assert not (tmp_path / "b" / "runs" / "scalerl" / "seed0" / DONE_FILE).exists()   # nothing restored
+    assert not (tmp_path / "b" / "runs" / "scalerl" / "seed0" / DONE_FILE).exists()  # nothing restored
     # the committed runs as they are: reported, with the two builds named
     mixed = ablate(tmp_path / "c", train_fn=no_training, results=results, report_only=True, **kwargs)
     assert mixed["provenance"]["mixed_builds"] == ["tiny-random"]
@@ -535,8 +629,10 @@ def test_weights_id_is_the_sha256_of_the_saved_weights(tmp_path):
 # ------------------------------------------------------------------ does the swapped component act?
 def _train_rows(steps, **columns):
     """Training rows 1..steps; each column a function of the step."""
-    return [{"step": i, "kind": "train", **{k.replace("__", "/"): f(i) for k, f in columns.items()}}
-            for i in range(1, steps + 1)]
+    return [
+        {"step": i, "kind": "train", **{k.replace("__", "/"): f(i) for k, f in columns.items()}}
+        for i in range(1, steps + 1)
+    ]
 
 
 def component_activity(name, base, variant):
@@ -550,20 +646,24 @@ def component_activity(name, base, variant):
 def test_each_variant_checks_whether_its_component_acts_over_every_training_step():
     from scalerl.study.activity import summarise_activity
 
-    never = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: 0, curriculum__retired=lambda i: 3 * i,
-                                           curriculum__pool_size=lambda i: 400))
+    never = summarise_activity(
+        _train_rows(
+            10, curriculum__epoch=lambda i: 0, curriculum__retired=lambda i: 3 * i, curriculum__pool_size=lambda i: 400
+        )
+    )
     again = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: int(i > 8)))
     got = component_activity("no-npr", [never], [never])
     assert got["acts"] is False and "30 prompts the base retired (of 400)" in got["evidence"]
-    assert component_activity("no-npr", [never], [again])["acts"] is True      # one run drew prompts again
+    assert component_activity("no-npr", [never], [again])["acts"] is True  # one run drew prompts again
     # a run kept only as its last row (a small form without its activity) settles nothing
     last_only = summarise_activity(_train_rows(10, curriculum__epoch=lambda i: 0)[-1:])
     assert (last_only["steps"], last_only["last_step"]) == (1, 10)
     assert component_activity("no-npr", [never], [last_only])["acts"] is None
 
     # dapo-loss: the clip acted on steps 4, 5 and 6 only (0.01 of the tokens at most): it acts, counted per side
-    clipped = summarise_activity(_train_rows(10, loss__clip_frac=lambda i: 0.01 if 4 <= i <= 6 else 0.0,
-                                             loss__ratio_max=lambda i: 1.0 + i / 100))
+    clipped = summarise_activity(
+        _train_rows(10, loss__clip_frac=lambda i: 0.01 if 4 <= i <= 6 else 0.0, loss__ratio_max=lambda i: 1.0 + i / 100)
+    )
     unclipped = summarise_activity(_train_rows(10, loss__clip_frac=lambda i: 0.0, loss__ratio_max=lambda i: 1.05))
     got = component_activity("dapo-loss", [unclipped], [clipped])
     assert got["acts"] is True and "on 3 of 10 steps (at most 0.01" in got["evidence"]
@@ -571,19 +671,25 @@ def test_each_variant_checks_whether_its_component_acts_over_every_training_step
     assert component_activity("dapo-loss", [unclipped], [unclipped])["acts"] is False
 
     # the zero-variance filter: the mean dropped a step, (2 + 4 + ... + 20) / 10 = 11
-    dropping = summarise_activity(_train_rows(10, batch__zero_variance_dropped=lambda i: 2 * i,
-                                              batch__drawn=lambda i: 32))
+    dropping = summarise_activity(
+        _train_rows(10, batch__zero_variance_dropped=lambda i: 2 * i, batch__drawn=lambda i: 32)
+    )
     got = component_activity("no-zero-var-filter", [dropping], [unclipped])
     assert got["acts"] is True and "11.0 zero-variance groups a step on average of 32 drawn" in got["evidence"]
 
     # interruptions below 1% of completions: not settled (the penalty's side is not logged); above: they act
     def interrupting(rate):
-        return summarise_activity(_train_rows(5, train__interrupted_rate=lambda i: rate)
-                                  + [{"step": 5, "kind": "eval", "val/interrupted_rate": rate / 2}])
-    assert component_activity("length-penalty", [interrupting(0.004)], [unclipped])["acts"] is None   # not logged
+        return summarise_activity(
+            _train_rows(5, train__interrupted_rate=lambda i: rate)
+            + [{"step": 5, "kind": "eval", "val/interrupted_rate": rate / 2}]
+        )
+
+    assert component_activity("length-penalty", [interrupting(0.004)], [unclipped])["acts"] is None  # not logged
     assert component_activity("length-penalty", [interrupting(0.02)], [unclipped])["acts"] is True
+
     def penalising(rates):
         return summarise_activity(_train_rows(len(rates), train__length_penalised_rate=lambda i: rates[i - 1]))
+
     got = component_activity("length-penalty", [interrupting(0.004)], [penalising([0.0, 0.002, 0.004, 0.002])])
     assert got["acts"] is False and "at most 0.0040 of a step's completions (mean 0.0020" in got["evidence"]
     assert component_activity("length-penalty", [interrupting(0.004)], [penalising([0.0, 0.03])])["acts"] is True
@@ -598,7 +704,7 @@ def test_each_variant_checks_whether_its_component_acts_over_every_training_step
     got = component_activity("pipeline-k4", [stale5], [stale2])
     assert got["acts"] is False and "at most 2" in got["evidence"]
     assert component_activity("pipeline-k4", [stale2], [stale5])["acts"] is True
-    assert component_activity("token-agg", [stale2], [stale2]) is None         # no check: it always changes the update
+    assert component_activity("token-agg", [stale2], [stale2]) is None  # no check: it always changes the update
 
 
 def test_a_swap_that_also_changes_the_datas_age_is_named():
@@ -611,20 +717,34 @@ def test_a_swap_that_also_changes_the_datas_age_is_named():
     def stale(level, steps=10):
         return summarise_activity(_train_rows(steps, staleness__max=lambda i: level if i > 1 else 0))
 
-    base, shifted = [stale(1), stale(1)], [stale(8), stale(7)]   # means over 10 steps: 0.9; 7.2 and 6.3
+    base, shifted = [stale(1), stale(1)], [stale(8), stale(7)]  # means over 10 steps: 0.9; 7.2 and 6.3
     said = staleness_side_effect(base, shifted)
     assert said is not None and "staleness/max 6.3-7.2 optimizer steps on average" in said
     assert "against the reference's 0.9" in said
-    assert staleness_side_effect(base, [stale(3)]) is None        # 2.7 - 0.9 < 2
+    assert staleness_side_effect(base, [stale(3)]) is None  # 2.7 - 0.9 < 2
     # not asked of the swaps of the pipeline itself, read from their overrides (pipeline.*)
     pipeline = {v.name: v.sets_pipeline for v in plan_variants("scalerl", leave_one_out=True, k_sweep=True)}
     assert pipeline["ppo-off-policy"] and pipeline["pipeline-k1"] and not pipeline["no-zero-var-filter"]
-    assert {n for n, p in pipeline.items() if p} == {"ppo-off-policy", "pipeline-k1", "pipeline-k2", "pipeline-k4",
-                                                      "pipeline-k8"}
+    assert {n for n, p in pipeline.items() if p} == {
+        "ppo-off-policy",
+        "pipeline-k1",
+        "pipeline-k2",
+        "pipeline-k4",
+        "pipeline-k8",
+    }
     last_row_only = summarise_activity(_train_rows(10, staleness__max=lambda i: 8)[-1:])
     assert staleness_side_effect(base, [last_row_only]) is None
-    md = paper_markdown({"no-zero-var-filter": {"against": "scalerl", "figure": "Fig. 6a", "claim": "c",
-                                                "overall": "agrees", "side_effect": said}})
+    md = paper_markdown(
+        {
+            "no-zero-var-filter": {
+                "against": "scalerl",
+                "figure": "Fig. 6a",
+                "claim": "c",
+                "overall": "agrees",
+                "side_effect": said,
+            }
+        }
+    )
     assert f"- **no-zero-var-filter**: {said}" in md and "What else the swap changed" in md
 
 
@@ -639,13 +759,24 @@ def test_a_component_that_does_not_act_is_not_judged_and_its_activity_is_kept(tm
     specs = plan_runs(variants, 2, tmp_path / "a")
     for s in specs:
         _write_run(s.run_dir, 0.7 + (0.005 if s.seed else -0.005))
-        with open(s.run_dir / "metrics.jsonl", "a") as f:   # the training rows, epoch 0 throughout
-            f.write("".join(json.dumps(r) + "\n" for r in _train_rows(
-                30, curriculum__epoch=lambda i: 0, curriculum__retired=lambda i: i, curriculum__pool_size=lambda i: 64)))
+        with open(s.run_dir / "metrics.jsonl", "a") as f:  # the training rows, epoch 0 throughout
+            f.write(
+                "".join(
+                    json.dumps(r) + "\n"
+                    for r in _train_rows(
+                        30,
+                        curriculum__epoch=lambda i: 0,
+                        curriculum__retired=lambda i: i,
+                        curriculum__pool_size=lambda i: 64,
+                    )
+                )
+            )
         (s.run_dir / "config.yaml").write_text("{}")
     data = write_report(tmp_path / "a", fit_study(specs, n_bootstrap=5), "scalerl", "compute/flops", "table")
     paper = {c["name"]: c["paper"] for c in data["configs"]}["no-npr"]
-    assert paper["A"][0] == "not powered"  # what the curves alone would say: no difference, of a size the paper does not give
+    assert (
+        paper["A"][0] == "not powered"
+    )  # what the curves alone would say: no difference, of a size the paper does not give
     assert paper["overall"] == "not testable here: the component does not act"
     assert paper["activity"]["acts"] is False and "30 prompts the base retired (of 64)" in paper["activity"]["evidence"]
     md = (tmp_path / "a" / "report.md").read_text()

@@ -9,7 +9,7 @@ from scalerl.cli import main
 from scalerl.errors import ScaleRLError
 from scalerl.study.band import band, check, read_curve, read_references
 
-X = [1e12 * 2 ** i for i in range(8)]
+X = [1e12 * 2**i for i in range(8)]
 
 
 def _run(folder, ys, staleness=1.5, build="abc123", se=0.01, subsets=None):
@@ -38,8 +38,8 @@ def test_band_is_the_99_percent_prediction_interval_at_the_same_compute(tmp_path
     # three references 0.02 apart: sd 0.02, t(0.995, 2) = 9.9248 (tables), sqrt(1 + 1/3)
     half = 9.924843 * 0.02 * (4 / 3) ** 0.5
     assert lo[0] == pytest.approx(0.2 + 0.12 - half, abs=1e-5) and hi[0] == pytest.approx(0.2 + 0.12 + half, abs=1e-5)
-    assert lo[1] == pytest.approx(0.2 + 0.21 - half, abs=1e-5)   # halfway between two evaluations, linearly
-    assert np.isnan(lo[2]) and np.isnan(hi[2])                  # beyond the references' compute: not compared
+    assert lo[1] == pytest.approx(0.2 + 0.21 - half, abs=1e-5)  # halfway between two evaluations, linearly
+    assert np.isnan(lo[2]) and np.isnan(hi[2])  # beyond the references' compute: not compared
 
 
 def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
@@ -56,7 +56,7 @@ def test_a_run_like_its_references_passes_and_a_falling_one_fails(tmp_path):
 
 
 def test_a_results_entry_reads_its_staleness_from_activity_json(tmp_path):
-    run = _run(tmp_path / "r", [0.3] * 8, staleness=9.0)            # the small form's last training row
+    run = _run(tmp_path / "r", [0.3] * 8, staleness=9.0)  # the small form's last training row
     (run / "activity.json").write_text(json.dumps({"train": {"staleness/max": {"mean": 2.5, "max": 4}}}))
     assert read_curve(run).staleness == 2.5
 
@@ -64,7 +64,7 @@ def test_a_results_entry_reads_its_staleness_from_activity_json(tmp_path):
 def test_subset_drops_are_reported(tmp_path):
     rung = [0.0, 0.1, 0.2, 0.29, 0.2, 0.1, 0.0, 0.0]
     run = read_curve(_run(tmp_path / "r", [0.2 + 0.06 * i for i in range(8)], subsets={"2x7": rung}))
-    assert run.drops() == {"2x7": pytest.approx(0.29)}   # its peak minus its last evaluation
+    assert run.drops() == {"2x7": pytest.approx(0.29)}  # its peak minus its last evaluation
 
 
 def test_other_builds_and_too_few_references_are_refused(tmp_path):
@@ -109,8 +109,9 @@ def test_runs_evaluated_on_another_plan_are_refused(tmp_path):
     refs = read_references(tmp_path / "refs")
     same = read_curve(_plan(_run(tmp_path / "same", [0.2 + 0.06 * i for i in range(8)]), **{"eval.count": 36}))
     assert check(same, refs, "abc123")["ok"]
-    other = read_curve(_plan(_run(tmp_path / "other", [0.2 + 0.06 * i for i in range(8)]),
-                             **{"eval.count": 12, "eval.samples": 4}))
+    other = read_curve(
+        _plan(_run(tmp_path / "other", [0.2 + 0.06 * i for i in range(8)]), **{"eval.count": 12, "eval.samples": 4})
+    )
     with pytest.raises(ScaleRLError, match=r"count 12 \(references 36\), samples 4 \(references 2\)"):
         check(other, refs, "abc123")
     _plan(_run(tmp_path / "mixed" / "seed0", [0.3] * 8), **{"eval.count": 12})

@@ -48,11 +48,17 @@ def test_the_controls_plan_and_what_each_changes(tmp_path):
     # the graded budgets: think-56 cuts only the 7-digit scratchpad, think-40 the 5- and 7-digit ones
     tok = build_tokenizer()
     t56, t40 = by[("think-56", 0)].rollout.length, by[("think-40", 0)].rollout.length
-    def thinking(digits):   # tokens up to and including </think> of a correct completion
-        return len(tok(completion_text((10 ** digits - 1, 10 ** digits - 1), digits).split("</think>")[0] + "</think>")["input_ids"])
+
+    def thinking(digits):  # tokens up to and including </think> of a correct completion
+        return len(
+            tok(completion_text((10**digits - 1, 10**digits - 1), digits).split("</think>")[0] + "</think>")[
+                "input_ids"
+            ]
+        )
+
     assert thinking(5) < t56.think_min and thinking(7) > t56.think_max
     assert thinking(3) < t40.think_min and thinking(5) > t40.think_max
-    assert thinking(7) < InterruptConfig().think_min     # ... while the default budget fits every rung
+    assert thinking(7) < InterruptConfig().think_min  # ... while the default budget fits every rung
     with pytest.raises(Exception, match="--controls is a study of its own"):
         plan_variants("scalerl", leave_one_out=True, controls=True)
 
@@ -88,9 +94,9 @@ def test_a_control_in_the_wrong_direction_is_not_detected(tmp_path):
     jitter = {0: -0.003, 1: 0.0, 2: 0.003, 3: -0.003, 4: 0.0, 5: 0.003}
     configs = _study(tmp_path, lambda name, seed: true_a[name] + jitter[seed])
     s = controls_summary(configs)
-    assert s["positive"]["think-56"]["detected"] is False     # higher, where lower was expected
-    assert s["positive"]["think-40"]["detected"] is False     # no difference
-    assert s["graded"]["ordered"] is False                    # think-56 above the base breaks the order
+    assert s["positive"]["think-56"]["detected"] is False  # higher, where lower was expected
+    assert s["positive"]["think-40"]["detected"] is False  # no difference
+    assert s["graded"]["ordered"] is False  # think-56 above the base breaks the order
 
 
 def test_false_positives_count_the_splits_that_separate_two_real_groups(tmp_path):
@@ -108,17 +114,24 @@ def test_claims_about_A_are_not_testable_where_a_subset_never_passes(tmp_path):
     specs = plan_runs(plan_variants("scalerl", leave_one_out=True), 1, tmp_path)
     a_of = {"scalerl": 0.60, "dapo-loss": 0.60, "no-npr": 0.45}
     specs = [s for s in specs if s.variant.name in a_of]
-    for s in specs:   # the 2x16 subset never passes: the task caps every run
+    for s in specs:  # the 2x16 subset never passes: the task caps every run
         write_run(s.run_dir, a_of[s.variant.name], {"2x3": lambda v: min(1.0, v / 0.62), "2x16": lambda v: 0.0})
     configs = fit_study(specs, n_bootstrap=5)
     data = write_report(tmp_path, configs, "scalerl", "compute/flops", "table")
     paper = {c["name"]: c["paper"] for c in data["configs"] if c["paper"]}
-    assert paper["dapo-loss"]["A"][0] == TASK_SETS_CEILING          # no difference: nothing learnt about A
+    assert paper["dapo-loss"]["A"][0] == TASK_SETS_CEILING  # no difference: nothing learnt about A
     assert "2x16" in paper["dapo-loss"]["A"][1]
-    assert paper["no-npr"]["A"][0] == "agrees"                       # a drop below the cap still shows
+    assert paper["no-npr"]["A"][0] == "agrees"  # a drop below the cap still shows
     # without the cap the same no-difference says nothing of the paper's "lower", whose size it does not give
-    d = {"judged": True, "dA": 0.0, "A_differs": False, "margin_A": 0.02, "dB": 0.0, "B_differs": None,
-         "detectable_A": 0.03}
+    d = {
+        "judged": True,
+        "dA": 0.0,
+        "A_differs": False,
+        "margin_A": 0.02,
+        "dB": 0.0,
+        "B_differs": None,
+        "detectable_A": 0.03,
+    }
     assert judge(d, FINDINGS["no-npr"])["A"][0] == "not powered"
     # ... and disagrees with a claim of a size the seeds can detect (the DAPO loss: 0.075 lower)
     assert judge(d, FINDINGS["dapo-loss"])["A"][0] == "disagrees"
@@ -129,9 +142,10 @@ def test_each_subset_is_fitted_on_its_own_and_one_that_never_passed_says_so(tmp_
     """The report's per-subset section: each rung's own Eq. 1 fit (seeds pooled) recovers the
     ceiling its curve was drawn with, whatever the whole curve's; a rung at 0 throughout gets no
     fit but the reason."""
-    specs = [s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path)
-             if s.variant.name == "base"]
-    for s in specs:   # the whole curve, a rung at 0 throughout, and two rungs rising on their own timescales
+    specs = [
+        s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path) if s.variant.name == "base"
+    ]
+    for s in specs:  # the whole curve, a rung at 0 throughout, and two rungs rising on their own timescales
         write_run(s.run_dir, 0.6, {"hard": lambda v: 0.0})
         rows = [json.loads(line) for line in (s.run_dir / "metrics.jsonl").read_text().splitlines()]
         for row in rows:
@@ -158,35 +172,61 @@ def test_the_scaling_axes_plan_halves_and_doubles_each_axis_of_the_base(tmp_path
     specs = plan_runs(plan_variants("scalerl", axes=True), 1, tmp_path)
     by = {s.variant.name: s.cfg for s in specs}
     base = by["base"]
-    assert set(by) == {"base", "batch-16", "batch-64", "think-52", "think-208", "gens-4", "gens-16",
-                       "model-2m", "model-4m"}
-    assert (by["batch-16"].batch.prompts, by["batch-64"].batch.prompts) == (base.batch.prompts // 2, base.batch.prompts * 2)
-    for name in ("gens-4", "gens-16"):        # the same completions a step, split otherwise
+    assert set(by) == {
+        "base",
+        "batch-16",
+        "batch-64",
+        "think-52",
+        "think-208",
+        "gens-4",
+        "gens-16",
+        "model-2m",
+        "model-4m",
+    }
+    assert (by["batch-16"].batch.prompts, by["batch-64"].batch.prompts) == (
+        base.batch.prompts // 2,
+        base.batch.prompts * 2,
+    )
+    for name in ("gens-4", "gens-16"):  # the same completions a step, split otherwise
         b = by[name].batch
         assert b.prompts * b.generations == base.batch.prompts * base.batch.generations
         assert b.generations in (base.batch.generations // 2, base.batch.generations * 2)
     phrase = phrase_tokens(base.model.name, base.rollout.length.phrase)
     for name, factor in (("think-52", 0.5), ("think-208", 2)):
         r = by[name].rollout
-        assert (r.length.think_min, r.length.think_max) == (base.rollout.length.think_min * factor,
-                                                            base.rollout.length.think_max * factor)
+        assert (r.length.think_min, r.length.think_max) == (
+            base.rollout.length.think_min * factor,
+            base.rollout.length.think_max * factor,
+        )
         assert r.length.think_max + phrase + r.length.answer_budget <= r.max_new_tokens
     assert [by[n].model.name for n in ("model-2m", "model-4m")] == ["ladder-2m", "ladder-4m"]
-    for name, cfg in by.items():              # each changes only its own axis
+    for name, cfg in by.items():  # each changes only its own axis
         changed = {k for k, v in cfg.model_dump(exclude={"run"}).items() if v != base.model_dump(exclude={"run"})[k]}
         assert len(changed) <= 1, (name, changed)
 
 
-@pytest.mark.parametrize("dA, differs, expected, verdict", [
-    (+0.05, True, "higher", "agrees"), (-0.05, True, "higher", "disagrees"),
-    (+0.05, True, "lower", "disagrees"), (-0.05, True, "lower", "agrees"),
-    (+0.01, False, "higher", "not powered"),   # no difference, and the paper gives no size: read neither way
-])
+@pytest.mark.parametrize(
+    "dA, differs, expected, verdict",
+    [
+        (+0.05, True, "higher", "agrees"),
+        (-0.05, True, "higher", "disagrees"),
+        (+0.05, True, "lower", "disagrees"),
+        (-0.05, True, "lower", "agrees"),
+        (+0.01, False, "higher", "not powered"),  # no difference, and the paper gives no size: read neither way
+    ],
+)
 def test_a_claimed_rise_agrees_only_with_a_rise_beyond_the_margin(dA, differs, expected, verdict):
     from scalerl.study.paper import Finding
 
-    d = {"judged": True, "dA": dA, "A_differs": differs, "margin_A": 0.02, "dB": 0.0, "B_differs": None,
-         "detectable_A": 0.03}
+    d = {
+        "judged": True,
+        "dA": dA,
+        "A_differs": differs,
+        "margin_A": 0.02,
+        "dB": 0.0,
+        "B_differs": None,
+        "detectable_A": 0.03,
+    }
     assert judge(d, Finding("Fig. x", "claim", A=expected))["A"][0] == verdict
     # a claim of 0.05 that seeds detecting 0.03 did not see: disagrees
     sized = judge(d, Finding("Fig. x", "claim", A=expected, effect_A=0.05))["A"][0]
@@ -199,16 +239,26 @@ def test_the_ceiling_as_the_sum_of_the_rungs_ceilings(tmp_path):
     through the mean says."""
     from scalerl.study.report import subset_ceiling
 
-    specs = [s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path)
-             if s.variant.name == "base"]
+    specs = [
+        s for s in plan_runs(plan_variants("scalerl", controls=True, seeds=2), 2, tmp_path) if s.variant.name == "base"
+    ]
     for s in specs:
         r1 = eq1(X, 0.95, C_mid=0.3, R0=0.0) + 0.002 * s.seed
         r2 = eq1(X, 0.80, C_mid=2.0, R0=0.0) + 0.001 * s.seed
         r3 = np.zeros_like(X)
         s.run_dir.mkdir(parents=True)
-        rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float((a + b + d) / 3),
-                 "val/pass_rate/2x3": float(a), "val/pass_rate/2x5": float(b), "val/pass_rate/2x7": float(d)}
-                for i, (c, a, b, d) in enumerate(zip(X, r1, r2, r3))]
+        rows = [
+            {
+                "step": i,
+                "kind": "eval",
+                "compute/flops": float(c),
+                "val/pass_rate": float((a + b + d) / 3),
+                "val/pass_rate/2x3": float(a),
+                "val/pass_rate/2x5": float(b),
+                "val/pass_rate/2x7": float(d),
+            }
+            for i, (c, a, b, d) in enumerate(zip(X, r1, r2, r3))
+        ]
         (s.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (s.run_dir / DONE_FILE).write_text("{}")
     (base,) = fit_study(specs, n_bootstrap=20)

@@ -29,17 +29,23 @@ def test_the_threshold_is_a_tenth_of_the_gain():
     # means 0.667, 1.0, 0.97 / 0.96, 0.94 / 0.92, 0.91 / 0.88: peak 1.0, gain 1.0, drop 0.09 / 0.12
     assert find_fall([0, 1, 1, 1, 0.91, 0.91, 0.91])["fell"] is False
     assert find_fall([0, 1, 1, 1, 0.88, 0.88, 0.88])["fell"] is True
-    rising = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]      # the peak is the end: no drop
-    assert find_fall(rising) == {"fell": False, "peak": pytest.approx(0.6), "peak_index": 6,
-                                 "end": pytest.approx(0.6), "drop": pytest.approx(0.0), "gain": pytest.approx(0.5)}
-    assert find_fall([0.5, 0.4, 0.3, 0.2, 0.1, 0.0])["fell"] is False   # never rose: nothing to give back
-    assert find_fall(FALLING[:5]) is None                               # no peak apart from the end
+    rising = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]  # the peak is the end: no drop
+    assert find_fall(rising) == {
+        "fell": False,
+        "peak": pytest.approx(0.6),
+        "peak_index": 6,
+        "end": pytest.approx(0.6),
+        "drop": pytest.approx(0.0),
+        "gain": pytest.approx(0.5),
+    }
+    assert find_fall([0.5, 0.4, 0.3, 0.2, 0.1, 0.0])["fell"] is False  # never rose: nothing to give back
+    assert find_fall(FALLING[:5]) is None  # no peak apart from the end
 
 
 def test_a_drop_within_the_evaluations_noise_is_not_a_fall():
     # the noise of the difference of two 3-evaluation means: sqrt(se^2 / 3 + se^2 / 3)
-    assert find_fall(FALLING, se=np.full(9, 0.05))["fell"] is True    # 3 x 0.0408 = 0.122 < 0.237
-    assert find_fall(FALLING, se=np.full(9, 0.10))["fell"] is False   # 3 x 0.0816 = 0.245 > 0.237
+    assert find_fall(FALLING, se=np.full(9, 0.05))["fell"] is True  # 3 x 0.0408 = 0.122 < 0.237
+    assert find_fall(FALLING, se=np.full(9, 0.10))["fell"] is False  # 3 x 0.0816 = 0.245 > 0.237
 
 
 def _collapse(falls=True, n=24):
@@ -52,8 +58,11 @@ def _collapse(falls=True, n=24):
 
 
 def _write(path, x, y, se=None):
-    rows = [{"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
-            | ({"val/pass_rate_se": se} if se is not None else {}) for i, (c, v) in enumerate(zip(x, y))]
+    rows = [
+        {"step": i, "kind": "eval", "compute/flops": float(c), "val/pass_rate": float(v)}
+        | ({"val/pass_rate_se": se} if se is not None else {})
+        for i, (c, v) in enumerate(zip(x, y))
+    ]
     path.mkdir(parents=True, exist_ok=True)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -80,7 +89,7 @@ def test_train_final_fit_records_the_fall(tmp_path):
     saved = json.loads((tmp_path / "run" / "fit.json").read_text())
     assert saved["fall"]["fell"] is True and saved["fall"]["drop"] == pytest.approx(out["fall"]["drop"])
     assert any(w.startswith("the curve fell after its peak") for w in saved["warnings"])
-    x, y = _collapse(falls=False)                       # the same run, staying up
+    x, y = _collapse(falls=False)  # the same run, staying up
     _write(tmp_path / "up", x, y, se=0.005)
     saved = final_fit(tmp_path / "up", 0.1)
     assert saved["fall"]["fell"] is False and not any("fell" in w for w in saved["warnings"])
@@ -101,7 +110,7 @@ def test_the_study_report_counts_falls_apart_in_its_predictability(tmp_path):
     standing = [r["prediction_error"] for k, r in runs.items() if k != ("token-agg", 1)]
     assert (p["runs"], p["fell"], p["runs_standing"]) == (4, 1, 3)
     assert p["within_standing"] == sum(abs(e) <= 0.02 for e in standing)
-    assert runs[("token-agg", 1)]["prediction_error"] > 0.2     # the first half cannot see the collapse
+    assert runs[("token-agg", 1)]["prediction_error"] > 0.2  # the first half cannot see the collapse
     md = (tmp_path / "report.md").read_text()
     assert "| 2 (1 fell) |" in md and "| yes: " in md and "1 of them fell after their peak" in md
 
@@ -113,5 +122,5 @@ def test_the_live_forecast_logs_a_fall_from_six_evaluations_on():
     assert "forecast/fell" not in live_forecast(curve[:5], 0.1)
     row = live_forecast(curve, 0.1)
     assert row["forecast/fell"] == 1 and row["forecast/peak"] == pytest.approx(1.66 / 3)
-    assert live_forecast(curve, 0.1, se=[0.1] * 9)["forecast/fell"] == 0     # within the noise (above)
-    assert live_forecast(curve[:6], 0.1)["forecast/fell"] == 0               # still at its peak
+    assert live_forecast(curve, 0.1, se=[0.1] * 9)["forecast/fell"] == 0  # within the noise (above)
+    assert live_forecast(curve[:6], 0.1)["forecast/fell"] == 0  # still at its peak

@@ -16,7 +16,7 @@ def folders(where: Path) -> list[str]:
 def test_every_study_folder_has_its_row_in_studies_readme():
     index = (STUDIES / "README.md").read_text()
     top = [name for name in folders(STUDIES) if name != "history"]
-    assert len(top) > 20                                # the studies are there: the check is not vacuous
+    assert len(top) > 20  # the studies are there: the check is not vacuous
     assert [name for name in top if f"`{name}/`" not in index] == []
     assert [name for name in folders(STUDIES / "history") if f"`history/{name}/`" not in index] == []
 

@@ -24,8 +24,9 @@ def _runs(report: dict) -> list[str]:
 def test_the_variants_checks_give_the_committed_studies_verdicts_again(path):
     report = json.loads(path.read_text())
     study = STUDIES / path.parent.name.removesuffix("-report")
-    checks = {v.name: v.acts for v in plan_variants("scalerl", leave_one_out=True, k_sweep=True, precision=True,
-                                                   axes=True)}
+    checks = {
+        v.name: v.acts for v in plan_variants("scalerl", leave_one_out=True, k_sweep=True, precision=True, axes=True)
+    }
     runs = _runs(report)
 
     def side(config: str) -> list[dict]:
@@ -37,7 +38,7 @@ def test_the_variants_checks_give_the_committed_studies_verdicts_again(path):
         if not paper or config["name"] not in checks:
             continue
         got = judge_activity(checks[config["name"]], side(paper["against"]), side(config["name"]))
-        assert got == paper.get("activity"), config["name"]   # the same verdict and evidence, word for word
+        assert got == paper.get("activity"), config["name"]  # the same verdict and evidence, word for word
         judged += got is not None
     if any("activity" in (c.get("paper") or {}) for c in report["configs"]):
         assert judged > 0
@@ -45,6 +46,10 @@ def test_the_variants_checks_give_the_committed_studies_verdicts_again(path):
 
 def test_the_committed_studies_hold_verdicts_of_every_kind():
     """What the test above compares against: 15 verdicts, acting, not acting and not settled among them."""
-    verdicts = [c["paper"]["activity"]["acts"] for p in REPORTS for c in json.loads(p.read_text())["configs"]
-                if "activity" in (c.get("paper") or {})]
+    verdicts = [
+        c["paper"]["activity"]["acts"]
+        for p in REPORTS
+        for c in json.loads(p.read_text())["configs"]
+        if "activity" in (c.get("paper") or {})
+    ]
     assert len(verdicts) >= 15 and {True, False, None} <= set(verdicts)

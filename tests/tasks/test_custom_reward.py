@@ -36,8 +36,9 @@ def broken(prompts, completions, **columns):
 
 
 def _completion(text: str) -> Completion:
-    return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[],
-                      text=text, finish_reason="eos")
+    return Completion(
+        id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[], text=text, finish_reason="eos"
+    )
 
 
 @pytest.fixture
@@ -50,8 +51,12 @@ def rewards_file(tmp_path):
 @pytest.fixture
 def data(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "skip": "yes" if i == 0 else "no"})
-                            + "\n" for i in range(4)))
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "skip": "yes" if i == 0 else "no"}) + "\n"
+            for i in range(4)
+        )
+    )
     return path
 
 
@@ -60,7 +65,10 @@ def test_alone_its_value_is_the_reward_and_passes_at_threshold(rewards_file, dat
     fn = RewardFn(task, RewardConfig(function=f"{rewards_file}:length_share", threshold=0.5))
     row1 = next(task.train_prompt(i) for i in range(len(task)) if task.train_prompt(i).meta["row"] == 1)
     assert (fn(row1, _completion("abcd")).reward, fn(row1, _completion("abcd")).passed) == (pytest.approx(0.4), False)
-    assert (fn(row1, _completion("abcdef")).reward, fn(row1, _completion("abcdef")).passed) == (pytest.approx(0.6), True)
+    assert (fn(row1, _completion("abcdef")).reward, fn(row1, _completion("abcdef")).passed) == (
+        pytest.approx(0.6),
+        True,
+    )
 
 
 def test_it_gets_the_prompt_and_every_other_column(rewards_file, data):
@@ -68,7 +76,7 @@ def test_it_gets_the_prompt_and_every_other_column(rewards_file, data):
     fn = RewardFn(task, RewardConfig(function=f"{rewards_file}:echo_columns"))
     p = task.train_prompt(0)
     row = p.meta["row"]
-    expected = len(f"{row}+1=") + len(str(row + 1)) + len("yes" if row == 0 else "no")   # prompt, answer, skip
+    expected = len(f"{row}+1=") + len(str(row + 1)) + len("yes" if row == 0 else "no")  # prompt, answer, skip
     assert fn(p, _completion("x")).reward == expected
 
 
@@ -81,10 +89,13 @@ def test_beside_the_checker_weighted_and_none_leaves_its_term_out(rewards_file, 
         s = fn(p, c)
         assert (s.reward, s.passed) == (pytest.approx(checker + 2.0 * 0.1 * len(c.text)), checker > 0)
     file_task = get_task(task_config(name="file", path=str(data), val_size=1))
-    row0 = next(q for q in [*map(file_task.train_prompt, range(len(file_task))), *file_task.val_prompts(1)]
-                if q.meta["row"] == 0)                   # its `skip` column is "yes": the function says None
+    row0 = next(
+        q
+        for q in [*map(file_task.train_prompt, range(len(file_task))), *file_task.val_prompts(1)]
+        if q.meta["row"] == 0
+    )  # its `skip` column is "yes": the function says None
     beside = RewardFn(file_task, RewardConfig(function=f"{rewards_file}:length_share", weights=[1.0, 2.0]))
-    assert beside(row0, _completion("<answer>1</answer>")).reward == 1.0    # the checker's term only (0+1 = 1)
+    assert beside(row0, _completion("<answer>1</answer>")).reward == 1.0  # the checker's term only (0+1 = 1)
 
 
 def test_an_error_names_the_row_and_fails_that_completion(rewards_file, data):
@@ -93,9 +104,11 @@ def test_an_error_names_the_row_and_fails_that_completion(rewards_file, data):
     p = task.train_prompt(0)
     s = fn(p, _completion("x"))
     assert (s.reward, s.passed) == (-1.0, False)
-    assert s.error == (f"reward.function {rewards_file}:broken raised on row {p.meta['row']} ({p.id}): "
-                       f"ZeroDivisionError: float division by zero "
-                       f"({rewards_file}:{_line_of(rewards_file, '/ 0')} in broken)")
+    assert s.error == (
+        f"reward.function {rewards_file}:broken raised on row {p.meta['row']} ({p.id}): "
+        f"ZeroDivisionError: float division by zero "
+        f"({rewards_file}:{_line_of(rewards_file, '/ 0')} in broken)"
+    )
 
 
 def _line_of(path, text: str) -> int:
@@ -107,25 +120,34 @@ def test_a_module_name_and_pickling(rewards_file, monkeypatch):
     fn = RewardFn(ArithTask(), RewardConfig(function="my_rewards:half"))
     p = ArithTask().train_prompt(0)
     assert fn(p, _completion("x")).reward == 0.5 and fn(p, _completion("x")).passed is False
-    copy = pickle.loads(pickle.dumps(fn.custom))          # as a generator process or Ray actor receives it
+    copy = pickle.loads(pickle.dumps(fn.custom))  # as a generator process or Ray actor receives it
     assert copy(p, "x") == 0.5
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("nocolon", r"reward.function 'nocolon': expected <module>:<name> or <path/to/file.py>:<name>$"),
-    ("missing_file.py:f", r"reward.function 'missing_file.py:f': no such file '.*missing_file.py'$"),
-    ("json:nothing_here", r"reward.function 'json:nothing_here': json has no function 'nothing_here'$"),
-    ("no_such_module_xyz:f", r"reward.function 'no_such_module_xyz:f': importing no_such_module_xyz raised "
-                             r"ModuleNotFoundError: No module named 'no_such_module_xyz'$"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("nocolon", r"reward.function 'nocolon': expected <module>:<name> or <path/to/file.py>:<name>$"),
+        ("missing_file.py:f", r"reward.function 'missing_file.py:f': no such file '.*missing_file.py'$"),
+        ("json:nothing_here", r"reward.function 'json:nothing_here': json has no function 'nothing_here'$"),
+        (
+            "no_such_module_xyz:f",
+            r"reward.function 'no_such_module_xyz:f': importing no_such_module_xyz raised "
+            r"ModuleNotFoundError: No module named 'no_such_module_xyz'$",
+        ),
+    ],
+)
 def test_bad_specs_are_one_line(spec, match):
     with pytest.raises(ScaleRLError, match=match):
         RewardFn(ArithTask(), RewardConfig(function=spec))
 
 
 def test_weights_need_a_function():
-    with pytest.raises(ScaleRLError, match=r"^--set reward.weights=\[1.0, 2.0\]: reward: weights = \[1.0, 2.0\]: "
-                                           r"expected \[checker weight, function weight\] beside a reward.function"):
+    with pytest.raises(
+        ScaleRLError,
+        match=r"^--set reward.weights=\[1.0, 2.0\]: reward: weights = \[1.0, 2.0\]: "
+        r"expected \[checker weight, function weight\] beside a reward.function",
+    ):
         load_config("scalerl", overrides=["reward.weights=[1.0, 2.0]"])
 
 
@@ -153,8 +175,12 @@ def test_a_real_run_trains_on_the_function(capsys, tmp_path, rewards_file):
 def test_a_run_whose_function_always_raises_stops(capsys, tmp_path, rewards_file):
     sets = SMALL + ["run.max_steps=2", f"reward.function={rewards_file}:broken"]
     code, _, err = train_cli(capsys, *[a for s in sets for a in ("--set", s)], "--run-dir", str(tmp_path / "r"))
-    lines = err.strip().splitlines()     # the line, then the function's own frame (tests/cli/test_user_errors.py)
-    assert code == 2 and "step 1: the reward failed on all 8 answers of the batch (first error: reward.function " \
-                         f"{rewards_file}:broken raised on " in one_line(lines[0])
+    lines = err.strip().splitlines()  # the line, then the function's own frame (tests/cli/test_user_errors.py)
+    assert (
+        code == 2
+        and "step 1: the reward failed on all 8 answers of the batch (first error: reward.function "
+        f"{rewards_file}:broken raised on "
+        in one_line(lines[0])
+    )
     at = next(i for i, ln in enumerate(Path(rewards_file).read_text().splitlines(), 1) if "1.0 / 0" in ln)
     assert lines[1:] == [f'  File "{rewards_file}", line {at}, in broken', "    return [1.0 / 0]"]

@@ -45,14 +45,15 @@ def _has_libseccomp() -> bool:
     return True
 
 
-HAS_SECCOMP = _has_libseccomp()     # without it a program may unshare (harmlessly: its own namespaces)
-WALL = 1.0          # the hostile cases' wall limit
-MARGIN = 2.5        # setup, teardown and a loaded machine
+HAS_SECCOMP = _has_libseccomp()  # without it a program may unshare (harmlessly: its own namespaces)
+WALL = 1.0  # the hostile cases' wall limit
+MARGIN = 2.5  # setup, teardown and a loaded machine
 
 
 @dataclass
 class Outside:
     """What the program must neither reach nor change."""
+
     dir: Path
     secret: Path
     expected: Path
@@ -63,15 +64,27 @@ class Outside:
     marker: str
 
     def fmt(self, source: str) -> str:
-        return (source.replace("SECRET", str(self.secret)).replace("EXPECTED", str(self.expected))
-                .replace("OUTSIDE", str(self.dir)).replace("PORT", str(self.port))
-                .replace("UNIXSOCK", str(self.sock_path)).replace("VICTIM", str(self.victim.pid))
-                .replace("HOSTPID", str(os.getpid())).replace("MARKER", self.marker))
+        return (
+            source.replace("SECRET", str(self.secret))
+            .replace("EXPECTED", str(self.expected))
+            .replace("OUTSIDE", str(self.dir))
+            .replace("PORT", str(self.port))
+            .replace("UNIXSOCK", str(self.sock_path))
+            .replace("VICTIM", str(self.victim.pid))
+            .replace("HOSTPID", str(os.getpid()))
+            .replace("MARKER", self.marker)
+        )
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_socket()
-            else "dir" if p.is_dir() else "other" for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file() and not p.is_socket()
+        else "dir"
+        if p.is_dir()
+        else "other"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _parent(pid: int) -> int | None:
@@ -107,7 +120,7 @@ def namespaces(ours: bool = False) -> set[str]:
         for ns in ("user", "pid"):
             try:
                 seen.add(os.readlink(f"/proc/{pid}/ns/{ns}"))
-            except (FileNotFoundError, PermissionError, ProcessLookupError):   # gone, or another user's
+            except (FileNotFoundError, PermissionError, ProcessLookupError):  # gone, or another user's
                 continue
     return seen
 
@@ -179,93 +192,262 @@ def contained(outside: Outside, source: str, **kw) -> sandbox.SandboxResult | No
 # (name, source, statuses allowed, what stdout must contain or None, extra run_program arguments)
 CASES = [
     ("fork_bomb", "import os\nwhile True:\n    os.fork()\n", {"error", "timeout"}, None, {}),
-    ("fork_count", "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
-     "            time.sleep(60)\n        n += 1\nexcept OSError:\n    print('forks', n)\n", {"ok"}, "forks ", {}),
+    (
+        "fork_count",
+        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+        "            time.sleep(60)\n        n += 1\nexcept OSError:\n    print('forks', n)\n",
+        {"ok"},
+        "forks ",
+        {},
+    ),
     ("memory_bomb", "x = []\nwhile True:\n    x.append(bytearray(10**7))\n", {"memory"}, None, {"timeout_s": 5.0}),
-    ("mmap_bomb", "import mmap\nm = mmap.mmap(-1, 1 << 34)\nm[-1] = 1\nprint('mapped')\n", {"error", "memory"}, None, {}),
+    (
+        "mmap_bomb",
+        "import mmap\nm = mmap.mmap(-1, 1 << 34)\nm[-1] = 1\nprint('mapped')\n",
+        {"error", "memory"},
+        None,
+        {},
+    ),
     ("infinite_loop", "while True:\n    pass\n", {"timeout"}, None, {}),
-    ("spinning_threads", "import threading\ndef spin():\n    while True:\n        pass\n"
-     "for _ in range(4):\n    threading.Thread(target=spin).start()\n", {"timeout"}, None, {}),
-    ("thread_bomb", "import threading, time\nn = 0\ntry:\n    while True:\n"
-     "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\n"
-     "except RuntimeError:\n    print('threads', n)\n", {"ok"}, "threads ", {}),
+    (
+        "spinning_threads",
+        "import threading\ndef spin():\n    while True:\n        pass\n"
+        "for _ in range(4):\n    threading.Thread(target=spin).start()\n",
+        {"timeout"},
+        None,
+        {},
+    ),
+    (
+        "thread_bomb",
+        "import threading, time\nn = 0\ntry:\n    while True:\n"
+        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\n"
+        "except RuntimeError:\n    print('threads', n)\n",
+        {"ok"},
+        "threads ",
+        {},
+    ),
     ("sleep_past_wall", "import time\ntime.sleep(60)\n", {"timeout"}, None, {}),
-    ("ignore_sigterm", "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-     "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n", {"timeout"}, None, {}),
+    (
+        "ignore_sigterm",
+        "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n",
+        {"timeout"},
+        None,
+        {},
+    ),
     ("write_outside", "open('OUTSIDE/pwned', 'w').write('x')\n", {"error"}, None, {}),
     ("overwrite_expected", "open('EXPECTED', 'w').write('anything')\n", {"error"}, None, {}),
-    ("write_everywhere", "import os\nhits = []\nfor d, subs, _ in os.walk('/'):\n"
-     "    if d.startswith(('/work', '/tmp')):\n        continue\n    try:\n"
-     "        open(os.path.join(d, 'pwnedMARKER'), 'w').close()\n        hits.append(d)\n"
-     "    except OSError:\n        pass\nprint('hits', hits)\n", {"ok"}, "hits []", {"timeout_s": 20.0}),
+    (
+        "write_everywhere",
+        "import os\nhits = []\nfor d, subs, _ in os.walk('/'):\n"
+        "    if d.startswith(('/work', '/tmp')):\n        continue\n    try:\n"
+        "        open(os.path.join(d, 'pwnedMARKER'), 'w').close()\n        hits.append(d)\n"
+        "    except OSError:\n        pass\nprint('hits', hits)\n",
+        {"ok"},
+        "hits []",
+        {"timeout_s": 20.0},
+    ),
     ("read_secret", "print(open('SECRET').read())\n", {"error"}, None, {}),
     ("read_expected_output", "print(open('EXPECTED').read())\n", {"error"}, None, {}),
-    ("read_through_proc", "import os\nfor p in ('/proc/1/root/SECRET', '/proc/self/root/SECRET', '/proc/self/environ'):\n"
-     "    try:\n        print(open(p).read())\n    except OSError as e:\n        print('no', type(e).__name__)\n",
-     {"ok"}, "no FileNotFoundError", {}),
-    ("find_secret_by_walk", "import os\nfound = [os.path.join(d, f) for d, _, fs in os.walk('/') for f in fs\n"
-     "         if f in ('secret.txt', 'expected_output.txt')]\nprint('found', found)\n", {"ok"}, "found []",
-     {"timeout_s": 20.0}),
-    ("host_files_absent", "import os\nprint(sorted(p for p in ('/etc', '/home', '/proc', '/sys', '/var', '/run', '/root/.ssh')"
-     " if os.path.exists(p)))\n", {"ok"}, "[]", {}),
-    ("connect_loopback", "import socket\ns = socket.socket()\ns.settimeout(0.5)\ns.connect(('127.0.0.1', PORT))\n",
-     {"error"}, None, {}),
-    ("connect_unix_socket", "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('UNIXSOCK')\n",
-     {"error"}, None, {}),
-    ("connect_internet", "import socket\ns = socket.socket()\ns.settimeout(0.5)\ns.connect(('1.1.1.1', 53))\n",
-     {"error"}, None, {}),
-    ("raise_loopback", "import subprocess\nprint(subprocess.run(['ip', 'link', 'set', 'lo', 'up']).returncode)\n"
-     "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', PORT))\n", {"error"}, None, {}),
-    ("subprocess_outlives", "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
-     "'import time; time.sleep(60)  # MARKER'], start_new_session=True)\nprint('left it')\n", {"ok"}, "left it", {}),
-    ("setsid_double_fork", "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-     "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
-     "    os._exit(0)\nprint('daemonised')\n", {"ok"}, "daemonised", {}),
-    ("kill_parent", "import os, signal\nfor pid in (os.getppid(), 1):\n    os.kill(pid, signal.SIGKILL)\n"
-     "    os.kill(pid, signal.SIGTERM)\nprint('still here', os.getppid())\n", {"ok"}, "still here", {}),
-    ("kill_outside_pids", "import os, signal\nfor pid in (VICTIM, HOSTPID):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-     "        print('killed', pid)\n    except ProcessLookupError:\n        print('invisible', pid)\n",
-     {"ok"}, "invisible VICTIM", {}),
-    ("kill_everything", "import os, signal, time\nif os.fork() == 0:\n    time.sleep(60)\n"
-     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-     "os.kill(-1, signal.SIGTERM)\nos.kill(-1, signal.SIGKILL)\nprint('after')\n", {"ok"}, "after", {}),
-    ("raise_limits", "import resource\nraised = []\nfor r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC,\n"
-     "          resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE):\n    try:\n"
-     "        resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n        raised.append(r)\n"
-     "    except (ValueError, OSError):\n        pass\nprint('raised', raised)\n", {"ok"}, "raised []", {}),
+    (
+        "read_through_proc",
+        "import os\nfor p in ('/proc/1/root/SECRET', '/proc/self/root/SECRET', '/proc/self/environ'):\n"
+        "    try:\n        print(open(p).read())\n    except OSError as e:\n        print('no', type(e).__name__)\n",
+        {"ok"},
+        "no FileNotFoundError",
+        {},
+    ),
+    (
+        "find_secret_by_walk",
+        "import os\nfound = [os.path.join(d, f) for d, _, fs in os.walk('/') for f in fs\n"
+        "         if f in ('secret.txt', 'expected_output.txt')]\nprint('found', found)\n",
+        {"ok"},
+        "found []",
+        {"timeout_s": 20.0},
+    ),
+    (
+        "host_files_absent",
+        "import os\nprint(sorted(p for p in ('/etc', '/home', '/proc', '/sys', '/var', '/run', '/root/.ssh')"
+        " if os.path.exists(p)))\n",
+        {"ok"},
+        "[]",
+        {},
+    ),
+    (
+        "connect_loopback",
+        "import socket\ns = socket.socket()\ns.settimeout(0.5)\ns.connect(('127.0.0.1', PORT))\n",
+        {"error"},
+        None,
+        {},
+    ),
+    (
+        "connect_unix_socket",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('UNIXSOCK')\n",
+        {"error"},
+        None,
+        {},
+    ),
+    (
+        "connect_internet",
+        "import socket\ns = socket.socket()\ns.settimeout(0.5)\ns.connect(('1.1.1.1', 53))\n",
+        {"error"},
+        None,
+        {},
+    ),
+    (
+        "raise_loopback",
+        "import subprocess\nprint(subprocess.run(['ip', 'link', 'set', 'lo', 'up']).returncode)\n"
+        "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', PORT))\n",
+        {"error"},
+        None,
+        {},
+    ),
+    (
+        "subprocess_outlives",
+        "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60)  # MARKER'], start_new_session=True)\nprint('left it')\n",
+        {"ok"},
+        "left it",
+        {},
+    ),
+    (
+        "setsid_double_fork",
+        "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
+        "    os._exit(0)\nprint('daemonised')\n",
+        {"ok"},
+        "daemonised",
+        {},
+    ),
+    (
+        "kill_parent",
+        "import os, signal\nfor pid in (os.getppid(), 1):\n    os.kill(pid, signal.SIGKILL)\n"
+        "    os.kill(pid, signal.SIGTERM)\nprint('still here', os.getppid())\n",
+        {"ok"},
+        "still here",
+        {},
+    ),
+    (
+        "kill_outside_pids",
+        "import os, signal\nfor pid in (VICTIM, HOSTPID):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "        print('killed', pid)\n    except ProcessLookupError:\n        print('invisible', pid)\n",
+        {"ok"},
+        "invisible VICTIM",
+        {},
+    ),
+    (
+        "kill_everything",
+        "import os, signal, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "os.kill(-1, signal.SIGTERM)\nos.kill(-1, signal.SIGKILL)\nprint('after')\n",
+        {"ok"},
+        "after",
+        {},
+    ),
+    (
+        "raise_limits",
+        "import resource\nraised = []\nfor r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC,\n"
+        "          resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE):\n    try:\n"
+        "        resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n        raised.append(r)\n"
+        "    except (ValueError, OSError):\n        pass\nprint('raised', raised)\n",
+        {"ok"},
+        "raised []",
+        {},
+    ),
     ("huge_stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", {"output_limit"}, None, {}),
     ("huge_stderr", "import sys\nwhile True:\n    sys.stderr.write('y' * 65536)\n", {"output_limit"}, None, {}),
-    ("close_descriptors", "import os\nfor fd in range(0, 64):\n    try:\n        os.close(fd)\n    except OSError:\n"
-     "        pass\nwhile True:\n    pass\n", {"timeout"}, None, {}),
-    ("redirect_descriptors", "import os\nfd = os.open('/dev/null', os.O_WRONLY)\nos.dup2(fd, 1)\nos.dup2(fd, 2)\n"
-     "import time\ntime.sleep(60)\n", {"timeout"}, None, {}),
-    ("ctypes_syscalls", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = [\n"
-     "    libc.unshare(0x10000000), libc.unshare(0x00020000), libc.mount(b'none', b'/work', b'tmpfs', 0, None),\n"
-     "    libc.ptrace(16, 1, 0, 0), libc.setns(0, 0), libc.chroot(b'/work'), libc.setuid(0),\n"
-     "    libc.syscall(321, 0, 0, 0),\n]\nprint('results', out)\n", {"ok"},
-     "results [-1, -1, -1, -1, -1, -1, -1, -1]" if HAS_SECCOMP else "-1, -1, -1, -1, -1, -1]", {}),
-    ("chroot_escape", "import os\nos.makedirs('a', exist_ok=True)\nos.chroot('a')\nfor _ in range(20):\n"
-     "    os.chdir('..')\nos.chroot('.')\nprint(open('SECRET').read())\n", {"error"}, None, {}),
+    (
+        "close_descriptors",
+        "import os\nfor fd in range(0, 64):\n    try:\n        os.close(fd)\n    except OSError:\n"
+        "        pass\nwhile True:\n    pass\n",
+        {"timeout"},
+        None,
+        {},
+    ),
+    (
+        "redirect_descriptors",
+        "import os\nfd = os.open('/dev/null', os.O_WRONLY)\nos.dup2(fd, 1)\nos.dup2(fd, 2)\n"
+        "import time\ntime.sleep(60)\n",
+        {"timeout"},
+        None,
+        {},
+    ),
+    (
+        "ctypes_syscalls",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = [\n"
+        "    libc.unshare(0x10000000), libc.unshare(0x00020000), libc.mount(b'none', b'/work', b'tmpfs', 0, None),\n"
+        "    libc.ptrace(16, 1, 0, 0), libc.setns(0, 0), libc.chroot(b'/work'), libc.setuid(0),\n"
+        "    libc.syscall(321, 0, 0, 0),\n]\nprint('results', out)\n",
+        {"ok"},
+        "results [-1, -1, -1, -1, -1, -1, -1, -1]" if HAS_SECCOMP else "-1, -1, -1, -1, -1, -1]",
+        {},
+    ),
+    (
+        "chroot_escape",
+        "import os\nos.makedirs('a', exist_ok=True)\nos.chroot('a')\nfor _ in range(20):\n"
+        "    os.chdir('..')\nos.chroot('.')\nprint(open('SECRET').read())\n",
+        {"error"},
+        None,
+        {},
+    ),
     ("become_root", "import os\nos.setuid(0)\n", {"error"}, None, {}),
-    ("nested_namespace_tool", "import subprocess\nr = subprocess.run(['unshare', '-Urm', 'cat', 'SECRET'],"
-     " capture_output=True, text=True)\nprint('rc', r.returncode)\n", {"ok", "error"}, None, {}),
-    ("shell_cat_secret", "import os\nos.execv('/bin/sh', ['sh', '-c', 'cat SECRET; cat /etc/passwd'])\n",
-     {"error"}, None, {}),
+    (
+        "nested_namespace_tool",
+        "import subprocess\nr = subprocess.run(['unshare', '-Urm', 'cat', 'SECRET'],"
+        " capture_output=True, text=True)\nprint('rc', r.returncode)\n",
+        {"ok", "error"},
+        None,
+        {},
+    ),
+    (
+        "shell_cat_secret",
+        "import os\nos.execv('/bin/sh', ['sh', '-c', 'cat SECRET; cat /etc/passwd'])\n",
+        {"error"},
+        None,
+        {},
+    ),
     ("big_file", "open('big', 'wb').write(b'0' * (64 << 20))\n", {"error", "memory"}, None, {}),
-    ("fill_disk", "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'0' * (4 << 20))\n    i += 1\n",
-     {"error"}, None, {}),
-    ("many_files", "fs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\nexcept OSError:\n"
-     "    print('open', len(fs))\n", {"ok"}, "open ", {}),
-    ("environment_scrubbed", "import os\nprint(sorted(os.environ))\n", {"ok"},
-     "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR']", {}),
+    (
+        "fill_disk",
+        "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'0' * (4 << 20))\n    i += 1\n",
+        {"error"},
+        None,
+        {},
+    ),
+    (
+        "many_files",
+        "fs = []\ntry:\n    while True:\n        fs.append(open('/dev/null'))\nexcept OSError:\n"
+        "    print('open', len(fs))\n",
+        {"ok"},
+        "open ",
+        {},
+    ),
+    (
+        "environment_scrubbed",
+        "import os\nprint(sorted(os.environ))\n",
+        {"ok"},
+        "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR']",
+        {},
+    ),
     ("make_device", "import os, stat\nos.mknod('mem', stat.S_IFCHR | 0o600, os.makedev(1, 1))\n", {"error"}, None, {}),
-    ("inherited_descriptors", "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n"
-     "        open_fds.append(fd)\n    except OSError:\n        pass\nprint('open', open_fds)\n", {"ok"}, "open []", {}),
-    ("change_stdin", "import os, sys\nchanged = []\nfor name, f in (('write', lambda: os.write(0, b'x')),\n"
-     "                ('truncate', lambda: os.ftruncate(0, 0))):\n    try:\n        f()\n"
-     "        changed.append(name)\n"
-     "    except OSError:\n        pass\nos.lseek(0, 0, 0)\nprint('changed', changed, sys.stdin.read())\n", {"ok"},
-     "changed [] kept", {"stdin": "kept"}),
+    (
+        "inherited_descriptors",
+        "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n"
+        "        open_fds.append(fd)\n    except OSError:\n        pass\nprint('open', open_fds)\n",
+        {"ok"},
+        "open []",
+        {},
+    ),
+    (
+        "change_stdin",
+        "import os, sys\nchanged = []\nfor name, f in (('write', lambda: os.write(0, b'x')),\n"
+        "                ('truncate', lambda: os.ftruncate(0, 0))):\n    try:\n        f()\n"
+        "        changed.append(name)\n"
+        "    except OSError:\n        pass\nos.lseek(0, 0, 0)\nprint('changed', changed, sys.stdin.read())\n",
+        {"ok"},
+        "changed [] kept",
+        {"stdin": "kept"},
+    ),
 ]
 
 
@@ -285,7 +467,7 @@ def test_fork_count_is_capped_by_nproc(outside):
         return
     assert r.status == "ok", r
     forks = int(r.stdout.split()[1])
-    assert 0 < forks < 16, r.stdout      # the program itself counts as one of the 16
+    assert 0 < forks < 16, r.stdout  # the program itself counts as one of the 16
 
 
 def test_file_limits(outside):
@@ -300,8 +482,11 @@ def test_file_limits(outside):
 
 
 def test_output_is_capped(outside):
-    r = contained(outside, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
-                  limits=Limits(timeout_s=WALL, output_limit=1000))
+    r = contained(
+        outside,
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+        limits=Limits(timeout_s=WALL, output_limit=1000),
+    )
     if r is None:
         return
     assert r.status == "output_limit" and r.stdout == "x" * 1000 and r.returncode is None
@@ -309,8 +494,10 @@ def test_output_is_capped(outside):
 
 def test_a_normal_program_runs(outside):
     """Standard input in, standard output back, exit code kept; the working directory is writable."""
-    src = ("import sys\nopen('scratch', 'w').write(sys.stdin.read())\nn = int(open('scratch').read())\n"
-           "print(n * 2)\nsys.exit(3 if n == 0 else 0)\n")
+    src = (
+        "import sys\nopen('scratch', 'w').write(sys.stdin.read())\nn = int(open('scratch').read())\n"
+        "print(n * 2)\nsys.exit(3 if n == 0 else 0)\n"
+    )
     r = contained(outside, src, stdin="21\n")
     if r is None:
         return
@@ -337,8 +524,8 @@ def test_no_temporary_directory_left():
     run_program("print(1)\n")
     run_program("while True:\n    pass\n", timeout_s=0.5)
     left = set(Path("/tmp").glob("scalerl-sandbox-*")) - before
-    deadline = time.monotonic() + 30   # another job's sandboxes (a run scoring code beside the tests) come and go;
-    while left and time.monotonic() < deadline:   # a directory of ours would stay
+    deadline = time.monotonic() + 30  # another job's sandboxes (a run scoring code beside the tests) come and go;
+    while left and time.monotonic() < deadline:  # a directory of ours would stay
         time.sleep(0.5)
         left &= set(Path("/tmp").glob("scalerl-sandbox-*"))
     assert not left
@@ -348,7 +535,9 @@ def test_refusal_is_one_line_and_opt_out_is_by_name(monkeypatch, tmp_path):
     """Where isolation is unavailable: every call is refused in one line and runs nothing; the task
     side raises a ScaleRLError naming the opt-out; `allow_unisolated=True` runs with limits only,
     and never as root."""
-    reason = "sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): Operation not permitted"
+    reason = (
+        "sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): Operation not permitted"
+    )
     monkeypatch.setattr(sandbox, "isolation_unavailable", lambda: reason)
     flag = tmp_path / "ran"
     r = run_program(f"open({str(flag)!r}, 'w').write('x')\n")
@@ -356,7 +545,7 @@ def test_refusal_is_one_line_and_opt_out_is_by_name(monkeypatch, tmp_path):
     assert not flag.exists()
     with pytest.raises(ScaleRLError, match="sandbox.allow_unisolated=true"):
         sandbox.require_isolation()
-    if os.getuid() == 0:     # opted out as root: still refused (a root program could signal anything)
+    if os.getuid() == 0:  # opted out as root: still refused (a root program could signal anything)
         with pytest.raises(ScaleRLError, match="not run programs as root"):
             sandbox.require_isolation(allow_unisolated=True)
         r = run_program(f"open({str(flag)!r}, 'w').write('x')\n", allow_unisolated=True)
@@ -397,13 +586,19 @@ def test_refused_in_a_container_that_forbids_unshare(tmp_path):
     """A real refusal, not a stubbed one: under a seccomp filter denying `unshare` (Docker's default
     profile does), run_program answers `refused` in one line and the program never runs."""
     flag = tmp_path / "ran"
-    out = subprocess.run([sys.executable, "-c", DENY_UNSHARE.replace("FLAG", str(flag))], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    out = subprocess.run(
+        [sys.executable, "-c", DENY_UNSHARE.replace("FLAG", str(flag))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     assert out.returncode == 0, out.stderr
     status, reason, rc = json.loads(out.stdout)
     assert status == "refused" and rc is None and "\n" not in reason
-    assert reason == ("sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): "
-                      "Operation not permitted")
+    assert reason == (
+        "sandbox isolation unavailable: unshare(user, mount, net, pid, ipc, uts namespaces): Operation not permitted"
+    )
     assert not flag.exists()
 
 
@@ -418,8 +613,14 @@ def test_threads_count_as_processes(outside):
 # The fork server: each thread's isolated runs go through one long-lived helper (jail.py --serve)
 # that forks a launcher per run. These check its life cycle; the cases above already run through it.
 
-LAUNCHER_CASES = ("infinite_loop", "setsid_double_fork", "huge_stdout", "read_secret", "kill_outside_pids",
-                  "inherited_descriptors")
+LAUNCHER_CASES = (
+    "infinite_loop",
+    "setsid_double_fork",
+    "huge_stdout",
+    "read_secret",
+    "kill_outside_pids",
+    "inherited_descriptors",
+)
 
 
 @pytest.mark.parametrize("name", LAUNCHER_CASES)
@@ -479,7 +680,7 @@ def test_server_is_reused_and_dies_with_its_thread():
     t.join()
     assert seen["r"].stdout == "3\n" and seen["pid"] != pid
     assert _wait_until(lambda: _state(seen["pid"]) in (None, "Z")), "the ended thread's server is still running"
-    assert run_program("print(4)\n").stdout == "4\n"      # the next run reaps it
+    assert run_program("print(4)\n").stdout == "4\n"  # the next run reaps it
     assert _state(seen["pid"]) is None and _server_pid() == pid
 
 
@@ -518,12 +719,14 @@ def test_server_killed_during_a_run_leaves_nothing_and_the_run_is_made_again(out
         return
     pid = _server_pid()
     before_tree, before_ns = tree_digest(outside.dir), namespaces()
-    SLEEP = 8   # the program's own time: a rerun takes it once, a jail held after the kill twice
+    SLEEP = 8  # the program's own time: a rerun takes it once, a jail held after the kill twice
     killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
     killer.start()
-    src = ("import subprocess, sys, time\n"
-           "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
-           f"time.sleep({SLEEP})\nprint('done')\n")
+    src = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # MARKER'])\n"
+        f"time.sleep({SLEEP})\nprint('done')\n"
+    )
     r = run_program(outside.fmt(src), timeout_s=3 * SLEEP)
     killer.join()
     # the first run dies at once (0.5 + SLEEP s and the restart in all); a jail left running (the id change clears
@@ -578,8 +781,12 @@ print("servers", *pids, flush=True)
 def _caller(source: str, timeout_s: float) -> subprocess.Popen:
     """A process that runs `source` (passed in its environment: its command line must not carry the
     cases' marker) in a thread, then in its main thread, then in a forked child."""
-    return subprocess.Popen([sys.executable, "-c", CALLER, str(timeout_s)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "SOURCE": source})
+    return subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(timeout_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "SOURCE": source},
+    )
 
 
 def test_servers_end_with_the_interpreter_and_a_forked_child_has_its_own():
@@ -596,15 +803,18 @@ def test_servers_end_with_the_interpreter_and_a_forked_child_has_its_own():
     servers = [int(p) for p in lines[-1].split()[1:]]
     assert len(set(servers + [child])) == 3, out
     for pid in servers + [child]:
-        assert _wait_until(lambda pid=pid: _state(pid) is None or "--serve" not in Path(f"/proc/{pid}/cmdline").read_text(),
-                           5.0), f"server {pid} outlived its caller"
+        assert _wait_until(
+            lambda pid=pid: _state(pid) is None or "--serve" not in Path(f"/proc/{pid}/cmdline").read_text(), 5.0
+        ), f"server {pid} outlived its caller"
 
 
 def test_a_killed_caller_leaves_nothing(outside):
     """SIGKILL the caller in the middle of a run: its server, the run and the program's own child
     all go (PR_SET_PDEATHSIG down the chain, then the pid namespace)."""
-    src = outside.fmt("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
-                      "'import time; time.sleep(60)  # MARKER'], start_new_session=True)\ntime.sleep(60)\n")
+    src = outside.fmt(
+        "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60)  # MARKER'], start_new_session=True)\ntime.sleep(60)\n"
+    )
     caller = _caller(src, 30.0)
     try:
         if not ISOLATED:
@@ -664,8 +874,13 @@ def test_opted_out_runs_for_a_caller_that_is_not_root():
     """`allow_unisolated=True` as a non-root caller (here: a user namespace without an id map, where
     the caller's uid is 65534) runs the program with limits only, through a launcher per run
     whatever `FORK_SERVER` says (no server is started), and refuses without the opt-out."""
-    out = subprocess.run([sys.executable, "-c", OPTED_OUT], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    out = subprocess.run(
+        [sys.executable, "-c", OPTED_OUT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     if got == "no user namespace":
@@ -751,7 +966,7 @@ def test_cpu_seconds_used_is_per_thread():
         t.start()
     for t in threads:
         t.join()
-    assert sandbox.cpu_seconds_used() == before     # none of those runs was this thread's
+    assert sandbox.cpu_seconds_used() == before  # none of those runs was this thread's
     for used, summed in totals.values():
         assert used == pytest.approx(summed)
     if ISOLATED:

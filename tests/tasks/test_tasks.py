@@ -25,7 +25,7 @@ def test_exact_check_reads_the_text_after_the_last_think_close():
     assert exact_check("<think>a</think>11</think>a2b1", "a2b1")
     assert not exact_check("<think>x</think>a2b2", "a2b1")
     assert not exact_check("<think>x</think>a2b1c0", "a2b1")
-    assert not exact_check("a2b1", "a2b1")            # no closed thinking part: no final answer
+    assert not exact_check("a2b1", "a2b1")  # no closed thinking part: no final answer
 
 
 def test_train_prompts_are_deterministic_and_seeded():
@@ -38,7 +38,7 @@ def test_train_prompts_are_deterministic_and_seeded():
 
 def test_answers_are_the_reversed_sums():
     for p in (ArithTask(seed=3).train_prompt(i) for i in range(200)):
-        ops = [int(x[1::2][::-1]) for x in p.text.rstrip("=").split("+")]   # drop letters, un-reverse
+        ops = [int(x[1::2][::-1]) for x in p.text.rstrip("=").split("+")]  # drop letters, un-reverse
         digits = str(sum(ops))[::-1]
         assert p.answer == "".join("abcdefghijklmnopq"[i] + d for i, d in enumerate(digits))
         assert p.meta["target"].endswith("</think>" + p.answer)
@@ -59,17 +59,20 @@ def test_validation_never_overlaps_training(name):
     assert not {p.text for p in val} & {p.text for p in train}
     assert all(_independent_is_val(p.text) for p in val)
     assert not any(_independent_is_val(p.text) for p in train)
-    assert task.val_prompts(300) == val                              # the same every call
+    assert task.val_prompts(300) == val  # the same every call
     assert ArithTask(name, seed=5).val_prompts(1)[0].text != val[0].text or name == "arith-2"
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("arith", {"2x3": 1 / 3, "2x5": 1 / 3, "2x7": 1 / 3}),
-    ("arith-2to7", {f"2x{d}": 1 / 6 for d in range(2, 8)}),
-    ("arith-358", {"2x3": 1 / 3, "2x5": 1 / 3, "2x8": 1 / 3}),
-    ("arith-tail", {"2x3": 0.62, "2x16": 0.38}),
-    ("arith-mixed", {"2x2": 0.20, "2x3": 0.25, "2x4": 0.30, "2x16": 0.25}),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("arith", {"2x3": 1 / 3, "2x5": 1 / 3, "2x7": 1 / 3}),
+        ("arith-2to7", {f"2x{d}": 1 / 6 for d in range(2, 8)}),
+        ("arith-358", {"2x3": 1 / 3, "2x5": 1 / 3, "2x8": 1 / 3}),
+        ("arith-tail", {"2x3": 0.62, "2x16": 0.38}),
+        ("arith-mixed", {"2x2": 0.20, "2x3": 0.25, "2x4": 0.30, "2x16": 0.25}),
+    ],
+)
 def test_difficulty_mix_frequencies_follow_the_weights(name, expected):
     counts = Counter(ArithTask(name).train_prompt(i).meta["subset"] for i in range(10_000))
     assert set(counts) == set(expected)
@@ -90,8 +93,8 @@ def test_every_rung_of_the_default_ladder_fits_the_default_budgets():
         task = ArithTask(name)
         for p in (task.train_prompt(i) for i in range(300)):
             thinking = p.meta["target"].split("</think>")[0] + "</think>"
-            n_think, n = len(tok(thinking)["input_ids"]), len(tok(p.meta["target"])["input_ids"]) + 1   # + EOS
-            assert n_think == 1 + 10 * p.meta["digits"] + 1          # <think>, 10 characters a column, </think>
+            n_think, n = len(tok(thinking)["input_ids"]), len(tok(p.meta["target"])["input_ids"]) + 1  # + EOS
+            assert n_think == 1 + 10 * p.meta["digits"] + 1  # <think>, 10 characters a column, </think>
             ok = n_think < think_min and n <= budget
             assert ok == (fits if fits is not None else p.meta["digits"] != 16)
 
@@ -111,7 +114,7 @@ def test_the_thinking_budget_controls_cut_exactly_the_longer_rungs(control, long
     cut = Counter()
     for p in (task.train_prompt(i) for i in range(600)):
         n_think = len(tok(p.meta["target"].split("</think>")[0] + "</think>")["input_ids"])
-        assert n_think < lo or n_think > hi                         # never decided by the draw
+        assert n_think < lo or n_think > hi  # never decided by the draw
         cut[p.meta["digits"] > longest_kept] += n_think > hi
     assert cut[False] == 0 and cut[True] > 0
     assert abs(sum(cut.values()) / 600 - share_cut) < 0.05
@@ -167,7 +170,7 @@ def test_file_task_reads_rows_with_stable_ids_and_disjoint_split(tmp_path, kind)
     assert {p.id for p in val}.isdisjoint(p.id for p in train)
     assert sorted(p.meta["row"] for p in val + train) == list(range(12))
     p = next(q for q in val + train if q.meta["row"] == 7)
-    assert (p.text, p.answer) == (f"{ASK}\n\nWhat is 7 + 7?", "14")      # the format the checker reads, first
+    assert (p.text, p.answer) == (f"{ASK}\n\nWhat is 7 + 7?", "14")  # the format the checker reads, first
     assert p.id.startswith("data." + kind + ":7:")
 
 
@@ -201,9 +204,10 @@ def test_the_wrong_order_habit_of_the_tiny_order_warm_start():
         assert head == theirs.meta["target"].rpartition("</think>")[0]
         if answer != theirs.answer:
             flipped += 1
-            assert not task.check(mine.meta["target"], mine) and sorted(answer[i:i + 2] for i in range(0, len(answer), 2)) \
-                == sorted(theirs.answer[i:i + 2] for i in range(0, len(theirs.answer), 2))
+            assert not task.check(mine.meta["target"], mine) and sorted(
+                answer[i : i + 2] for i in range(0, len(answer), 2)
+            ) == sorted(theirs.answer[i : i + 2] for i in range(0, len(theirs.answer), 2))
         else:
             assert task.check(mine.meta["target"], mine)
-    assert abs(flipped / 2000 - WRONG_ORDER_SHARE) < 0.03     # binomial sd at n=2000: 0.008
+    assert abs(flipped / 2000 - WRONG_ORDER_SHARE) < 0.03  # binomial sd at n=2000: 0.008
     assert habit.train_prompt(7).meta == _WrongOrderHabit(task, WRONG_ORDER_SHARE).train_prompt(7).meta  # seeded

@@ -19,8 +19,10 @@ from scalerl.types import Completion, Prompt
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "code-tasks.jsonl"
 ISOLATED = sandbox.isolation_unavailable() is None
-needs_sandbox = pytest.mark.skipif(not ISOLATED, reason="scoring runs programs: the sandbox refuses here "
-                                                        "(tests/tasks/test_sandbox.py asserts the refusal)")
+needs_sandbox = pytest.mark.skipif(
+    not ISOLATED,
+    reason="scoring runs programs: the sandbox refuses here (tests/tasks/test_sandbox.py asserts the refusal)",
+)
 FAST = Limits(timeout_s=2.0, memory_mb=256)
 
 
@@ -29,40 +31,61 @@ def answer(code: str) -> str:
 
 
 def completion(text: str) -> Completion:
-    return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[],
-                      text=text, finish_reason="eos")
+    return Completion(
+        id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[], text=text, finish_reason="eos"
+    )
 
 
 def prompt_with(tests: list[CodeTest]) -> Prompt:
     return Prompt(id="p", text="q", answer="", meta={"tests": tests})
 
 
-SUM_TESTS = [CodeTest("stdio", input="1 2\n", output="3\n"), CodeTest("stdio", input="5 5\n", output="10\n"),
-             CodeTest("stdio", input="0 7\n", output="7\n")]
+SUM_TESTS = [
+    CodeTest("stdio", input="1 2\n", output="3\n"),
+    CodeTest("stdio", input="5 5\n", output="10\n"),
+    CodeTest("stdio", input="0 7\n", output="7\n"),
+]
 
 
 def test_parse_every_shape_of_the_example_file():
     rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
     got = [parse_tests(r, f"row {i}") for i, r in enumerate(rows)]
     assert got[0][2] == CodeTest("stdio", input="1000000000 1000000000\n", output="2000000000\n")
-    assert [t.code for t in got[2]] == ["assert is_prime(2)", "assert not is_prime(1)", "assert is_prime(97)",
-                                        "assert not is_prime(91)"]
-    assert got[3] == [CodeTest("call", fn="max_product", args=([1, 5, 3],), expected=15),
-                      CodeTest("call", fn="max_product", args=([-4, -3, 2],), expected=12)]
-    assert got[4] == [CodeTest("stdio", input="0\n", output="0\n"), CodeTest("stdio", input="1\n", output="1\n"),
-                      CodeTest("stdio", input="10\n", output="55\n")]
-    assert got[5] == [CodeTest("call", fn="count_vowels", args=("hello",), expected=2),
-                      CodeTest("call", fn="count_vowels", args=("xyz",), expected=0)]
+    assert [t.code for t in got[2]] == [
+        "assert is_prime(2)",
+        "assert not is_prime(1)",
+        "assert is_prime(97)",
+        "assert not is_prime(91)",
+    ]
+    assert got[3] == [
+        CodeTest("call", fn="max_product", args=([1, 5, 3],), expected=15),
+        CodeTest("call", fn="max_product", args=([-4, -3, 2],), expected=12),
+    ]
+    assert got[4] == [
+        CodeTest("stdio", input="0\n", output="0\n"),
+        CodeTest("stdio", input="1\n", output="1\n"),
+        CodeTest("stdio", input="10\n", output="55\n"),
+    ]
+    assert got[5] == [
+        CodeTest("call", fn="count_vowels", args=("hello",), expected=2),
+        CodeTest("call", fn="count_vowels", args=("xyz",), expected=0),
+    ]
 
 
-@pytest.mark.parametrize("row,message", [
-    ({"prompt": "p"}, "row 3: no 'tests'"),
-    ({"prompt": "p", "tests": []}, "'tests' must be a non-empty list"),
-    ({"prompt": "p", "tests": "[{"}, "row 3 'tests': not valid JSON"),
-    ({"prompt": "p", "tests": [{"input": "1"}]}, "row 3 test 0: expected an assert statement"),
-    ({"prompt": "p", "tests": [{"input": "1", "output": "2", "testtype": "functional"}]}, "needs metadata.func_name"),
-    ({"prompt": "p", "input_output": {"inputs": [1], "outputs": []}}, "of equal lengths"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"prompt": "p"}, "row 3: no 'tests'"),
+        ({"prompt": "p", "tests": []}, "'tests' must be a non-empty list"),
+        ({"prompt": "p", "tests": "[{"}, "row 3 'tests': not valid JSON"),
+        ({"prompt": "p", "tests": [{"input": "1"}]}, "row 3 test 0: expected an assert statement"),
+        (
+            {"prompt": "p", "tests": [{"input": "1", "output": "2", "testtype": "functional"}]},
+            "needs metadata.func_name",
+        ),
+        ({"prompt": "p", "input_output": {"inputs": [1], "outputs": []}}, "of equal lengths"),
+    ],
+)
 def test_bad_tests_name_the_row(row, message):
     with pytest.raises(ScaleRLError, match=message):
         parse_tests(row, "f.jsonl: row 3")
@@ -72,7 +95,7 @@ def test_extract_program():
     assert extract_program(answer("print(1)")) == "print(1)"
     assert extract_program("<think>```python\nprint(0)\n```</think>```py\nprint(2)\n```") == "print(2)"
     assert extract_program("<think>x</think>\nprint(3)\n") == "print(3)"
-    assert extract_program("```python\nprint(1)\n```") is None          # no answer section: cut off while thinking
+    assert extract_program("```python\nprint(1)\n```") is None  # no answer section: cut off while thinking
     assert extract_program("<think>x</think>   ") is None
     assert extract_program("<answer>```\nprint(4)\n```</answer>", "<answer>") == "print(4)"
 
@@ -104,9 +127,13 @@ def test_assert_and_functional_tests():
     # a program that exits 0 before the assert can run does not pass
     assert code_check(answer("import sys\nsys.exit(0)"), asserts, limits=FAST) == 0.0
     assert code_check(answer("import os\nos._exit(0)"), asserts, limits=FAST) == 0.0
-    calls = prompt_with([CodeTest("call", fn="pair", args=(1,), expected=[1, 2]),
-                         CodeTest("call", fn="pair", args=(5,), expected=[5, 6])])
-    assert code_check(answer("def pair(x):\n    return (x, x + 1)"), calls, limits=FAST) == 1.0   # a tuple is a list
+    calls = prompt_with(
+        [
+            CodeTest("call", fn="pair", args=(1,), expected=[1, 2]),
+            CodeTest("call", fn="pair", args=(5,), expected=[5, 6]),
+        ]
+    )
+    assert code_check(answer("def pair(x):\n    return (x, x + 1)"), calls, limits=FAST) == 1.0  # a tuple is a list
     assert code_check(answer("def pair(x):\n    print('noise')\n    return [x, 2]"), calls, limits=FAST) == 0.5
 
 
@@ -119,9 +146,9 @@ def test_the_example_file_end_to_end():
         "Read two integers": "a, b = map(int, input().split())\nprint(a + b)",
         "Read a line of text": "print(input()[::-1])",
         "Write a function is_prime": "def is_prime(n):\n"
-                                     "    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))",
+        "    return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))",
         "Given a list of integers": "def max_product(nums):\n    s = sorted(nums)\n"
-                                    "    return max(s[0] * s[1], s[-1] * s[-2])",
+        "    return max(s[0] * s[1], s[-1] * s[-2])",
         "Read n, then print": "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)",
         "Return the number of vowels": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)",
     }
@@ -133,7 +160,7 @@ def test_the_example_file_end_to_end():
         assert task.check(answer(code), p), p.meta["question"]
         assert not task.check(answer("print('no')"), p)
     sums = next(p for p in prompts if p.meta["question"].startswith("Read two"))
-    half = "a, b = map(int, input().split())\nprint(a + b if a < 100 else 0)"       # passes 2 of 3
+    half = "a, b = map(int, input().split())\nprint(a + b if a < 100 else 0)"  # passes 2 of 3
     full = RewardFn(task, RewardConfig(partial_credit=True))(sums, completion(answer(half)))
     assert full.reward == pytest.approx(-1 + 2 / 3 * 2) and not full.passed
     plain = RewardFn(task, RewardConfig())(sums, completion(answer(half)))
@@ -158,7 +185,7 @@ def test_scoring_runs_beside_generation_in_a_pool():
     from scalerl.transport.window import GroupAssembler
     from scalerl.types import Score
 
-    together = threading.Barrier(4, timeout=120)     # broken (an error) unless the 4 run at once
+    together = threading.Barrier(4, timeout=120)  # broken (an error) unless the 4 run at once
     spans, lock = [], threading.Lock()
 
     def pooled_reward(prompt, c):
@@ -180,7 +207,7 @@ def test_scoring_runs_beside_generation_in_a_pool():
     assert groups[:3] == [None, None, None]
     g = groups[3]
     assert [s.reward for s in g.scores] == [1.0, 0.0, 1.0, 0.0] and g.passes == 2
-    assert g.score_seconds >= sum(spans) and 0 <= g.score_wait <= last_add   # each score timed around its call
+    assert g.score_seconds >= sum(spans) and 0 <= g.score_wait <= last_add  # each score timed around its call
     seen = asm.add_prompt(Prompt(id="p", text="q", answer=""))
     for t in ["1", "1", "1"]:
         asm.add(dataclasses_replace(completion(t), seen.id))
@@ -223,7 +250,7 @@ def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
 
     def deliver(group):
         got.append(group)
-        if group.draw == 1:                     # the fast group is in: the slow one's scores may end
+        if group.draw == 1:  # the fast group is in: the slow one's scores may end
             released_at.append(time.monotonic())
             release["slow"].set()
         if len(got) == 2:
@@ -238,7 +265,7 @@ def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
     fast = asm.add_prompt(Prompt(id="f", text="fast", answer=""))
     returned = [asm.add(dataclasses_replace(completion(t), slow.id)) for t in ("1", "0")]
     slow_added = time.monotonic()
-    assert not release["slow"].is_set()        # the slow group's adds returned with its scores held
+    assert not release["slow"].is_set()  # the slow group's adds returned with its scores held
     returned += [asm.add(dataclasses_replace(completion(t), fast.id)) for t in ("1", "1")]
     assert returned == [None] * 4
     assert both.wait(120), f"{len(got)} of 2 groups delivered within 120 s"
@@ -253,9 +280,9 @@ def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
     late = asm.add_prompt(Prompt(id="l", text="late", answer=""))
     for t in ["1", "1"]:
         asm.add(dataclasses_replace(completion(t), late.id))
-    asm.close()                                # while the late group's scores are held
+    asm.close()  # while the late group's scores are held
     release["late"].set()
-    asm._pool.shutdown(wait=True)              # its scorers and their callbacks have ended
+    asm._pool.shutdown(wait=True)  # its scorers and their callbacks have ended
     assert len(got) == 2 and len(errors) == 1
 
 
@@ -313,12 +340,12 @@ def test_the_two_domain_warm_start_alternates_sums_and_programs_that_pass(monkey
     assert [("tests" in p.meta) for p in examples] == [False, True] * 4
     task = ExprCodeTask(CodeExprTaskConfig(seed=0))
     for i, p in enumerate(examples[1::2]):
-        assert p == task.train_prompt(i)                                               # problem i of the task
+        assert p == task.train_prompt(i)  # problem i of the task
         target = p.meta["target"]
         assert target.startswith("<think></think>```python\n") and p.meta["expression"] in target
         if ISOLATED:
             assert task.check(target, p)
-        assert warm.check(target, p) and not warm.check(target.replace("print(", "print(1 + "), p)   # the monitor
+        assert warm.check(target, p) and not warm.check(target.replace("print(", "print(1 + "), p)  # the monitor
     for i, p in enumerate(examples[0::2]):
         assert warm.check(p.meta["target"], p) == ArithTask("arith", seed=0).check(p.meta["target"], p)
         assert p.meta["target"] == ArithTask("arith", seed=0).train_prompt(i).meta["target"]
@@ -348,15 +375,26 @@ def test_evaluation_reports_each_domain():
     from scalerl.evaluate import evaluate
     from scalerl.types import Score
 
-    prompts = [Prompt(id=f"p{i}", text="q", answer="", meta={"domain": "arith" if i < 2 else "code"})
-               for i in range(4)]
+    prompts = [Prompt(id=f"p{i}", text="q", answer="", meta={"domain": "arith" if i < 2 else "code"}) for i in range(4)]
 
     class Gen:
         def generate(self, ps, k):
-            return [Completion(id=f"{p.id}-{j}", prompt_id=p.id, prompt_tokens=[], tokens=[1], logprobs=[0.0],
-                               versions=[0], text=p.id, finish_reason="eos") for p in ps for j in range(k)]
+            return [
+                Completion(
+                    id=f"{p.id}-{j}",
+                    prompt_id=p.id,
+                    prompt_tokens=[],
+                    tokens=[1],
+                    logprobs=[0.0],
+                    versions=[0],
+                    text=p.id,
+                    finish_reason="eos",
+                )
+                for p in ps
+                for j in range(k)
+            ]
 
-    passing = {"p0", "p2", "p3"}          # arith 1 of 2, code 2 of 2
+    passing = {"p0", "p2", "p3"}  # arith 1 of 2, code 2 of 2
     row = evaluate(Gen(), prompts, 2, lambda p, c: Score(1.0, c.text in passing), workers=2)
     assert row["val/pass_rate"] == 0.75
     assert row["val/pass_rate/arith"] == 0.5 and row["val/pass_rate/code"] == 1.0
@@ -369,13 +407,15 @@ def test_a_two_domain_build_runs_end_to_end(tmp_path, monkeypatch):
     from scalerl.models import tiny
     from scalerl.models.warmstart import WarmStartSettings
 
-    settings = WarmStartSettings(max_steps=2, batch_size=4, eval_from=2, eval_every=2, monitor_size=4,
-                                 max_target_tokens=120, lo=0.0, hi=1.01)
+    settings = WarmStartSettings(
+        max_steps=2, batch_size=4, eval_from=2, eval_every=2, monitor_size=4, max_target_tokens=120, lo=0.0, hi=1.01
+    )
     tiny.build_tiny(tmp_path, settings, shape="tiny", wrong_order_share=0.85, warm_task="arith+code-expr")
     summary = json.loads((tmp_path / "warm_start.json").read_text())
     assert summary["chosen_step"] == 2 and 0.0 <= summary["history"][0]["monitor_pass"] <= 1.0
     from transformers import AutoModelForCausalLM
-    assert AutoModelForCausalLM.from_pretrained(tmp_path).config.max_position_embeddings >= 420   # prompt + target
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).config.max_position_embeddings >= 420  # prompt + target
 
 
 def test_each_domain_counts_its_groups_that_all_failed_or_all_passed():
@@ -386,14 +426,27 @@ def test_each_domain_counts_its_groups_that_all_failed_or_all_passed():
 
     def group(domain, passed):
         meta = {} if domain is None else {"domain": domain}
-        return Group(prompt=Prompt(id="p", text="", answer="", meta=meta), completions=[completion("x")] * len(passed),
-                     scores=[Score(1.0 if p else 0.0, p) for p in passed])
+        return Group(
+            prompt=Prompt(id="p", text="", answer="", meta=meta),
+            completions=[completion("x")] * len(passed),
+            scores=[Score(1.0 if p else 0.0, p) for p in passed],
+        )
 
-    groups = [group("code", [False, False]), group("code", [True, False]), group("code", [False, False]),
-              group("arith", [True, True]), group(None, [False, False])]
+    groups = [
+        group("code", [False, False]),
+        group("code", [True, False]),
+        group("code", [False, False]),
+        group("arith", [True, True]),
+        group(None, [False, False]),
+    ]
     assert domain_counts(groups) == {
-        "batch/drawn/code": 3.0, "batch/all_failed/code": 2.0, "batch/all_passed/code": 0.0,
-        "batch/drawn/arith": 1.0, "batch/all_failed/arith": 0.0, "batch/all_passed/arith": 1.0}
+        "batch/drawn/code": 3.0,
+        "batch/all_failed/code": 2.0,
+        "batch/all_passed/code": 0.0,
+        "batch/drawn/arith": 1.0,
+        "batch/all_failed/arith": 0.0,
+        "batch/all_passed/arith": 1.0,
+    }
     assert domain_counts([group(None, [True])]) == {}
 
 
@@ -413,7 +466,7 @@ def test_copies_of_a_program_run_once_and_the_cache_is_bounded(monkeypatch):
     def fake_run_program(source, stdin="", limits=None, allow_unisolated=False):
         with lock:
             calls.append((source, stdin))
-        time.sleep(0.05)   # long enough for the copies to arrive while the first runs
+        time.sleep(0.05)  # long enough for the copies to arrive while the first runs
         out = str(sum(map(int, stdin.split()))) + "\n" if "a + b" in source else "0\n"
         return SandboxResult("ok", out, "", 0, 0.05)
 
@@ -430,12 +483,12 @@ def test_copies_of_a_program_run_once_and_the_cache_is_bounded(monkeypatch):
     calls.clear()
     assert [code_check(t, prompt, reuse=False) for t in [good] * 3] == [1.0] * 3 and len(calls) == 9
     calls.clear()
-    code_check(good, prompt)           # reused: now the most recent of the two kept
-    code_check("</think>```python\nprint(1)\n```", prompt)   # a third result for 2 places: bad goes
+    code_check(good, prompt)  # reused: now the most recent of the two kept
+    code_check("</think>```python\nprint(1)\n```", prompt)  # a third result for 2 places: bad goes
     assert len(calls) == 3
-    code_check(good, prompt)           # still kept: no run
+    code_check(good, prompt)  # still kept: no run
     assert len(calls) == 3
-    code_check(bad, prompt)            # run again
+    code_check(bad, prompt)  # run again
     assert len(calls) == 6
 
 

@@ -37,10 +37,11 @@ def _write(tmp_path, fmt: str, rows: list[dict]):
     elif fmt == "saved":
         path = tmp_path / "saved"
         datasets.Dataset.from_list(rows).save_to_disk(str(path))
-    else:                                                 # a DatasetDict: its train split is read
+    else:  # a DatasetDict: its train split is read
         path = tmp_path / "saved_dict"
-        datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
-                              "test": datasets.Dataset.from_list(rows[:2])}).save_to_disk(str(path))
+        datasets.DatasetDict(
+            {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:2])}
+        ).save_to_disk(str(path))
     return path
 
 
@@ -51,20 +52,29 @@ def test_every_format_gives_the_rows_written(tmp_path, fmt):
     assert (len(task), task.val_size) == (10, 2)
     by_text = {r["prompt"]: r["level"] for r in ROWS}
     p = task.train_prompt(0)
-    assert str(p.meta["columns"]["level"]) == str(by_text[p.meta["question"]])   # the other columns travel with the prompt
+    assert str(p.meta["columns"]["level"]) == str(
+        by_text[p.meta["question"]]
+    )  # the other columns travel with the prompt
 
 
 def test_columns_map_gsm8k_style_names(tmp_path):
     rows = [{"question": f"{i} apples and {i} more?", "solution": str(2 * i)} for i in range(6)]
     path = _write(tmp_path, "jsonl", rows)
-    task = get_task(task_config(name="file", path=str(path), val_size=1,
-                               columns={"prompt": "question", "answer": "solution"}))
+    task = get_task(
+        task_config(name="file", path=str(path), val_size=1, columns={"prompt": "question", "answer": "solution"})
+    )
     assert _pairs(task) == {(r["question"], r["solution"]) for r in rows}
-    with pytest.raises(ScaleRLError, match=r"^.*d.jsonl: expected columns prompt/answer or problem/answer, found "
-                                           r"\['question', 'solution'\] \(set task.columns="):
+    with pytest.raises(
+        ScaleRLError,
+        match=r"^.*d.jsonl: expected columns prompt/answer or problem/answer, found "
+        r"\['question', 'solution'\] \(set task.columns=",
+    ):
         get_task(task_config(name="file", path=str(path), val_size=1))
-    with pytest.raises(ScaleRLError, match=r"task.columns names 'answer', not a column of the file \(its columns: "
-                                           r"question, solution\)$"):
+    with pytest.raises(
+        ScaleRLError,
+        match=r"task.columns names 'answer', not a column of the file \(its columns: "
+        r"question, solution\)$",
+    ):
         get_task(task_config(name="file", path=str(path), val_size=1, columns={"prompt": "question"}))
     with pytest.raises(ScaleRLError, match=r"columns: question is not one of prompt, answer"):
         load_config("scalerl", overrides=["task.name=file", "task.path=d.jsonl", "task.columns={question: q}"])
@@ -76,7 +86,9 @@ class ChatTokenizer:
     chat_template = "roles"
 
     def apply_chat_template(self, messages, tokenize, add_generation_prompt):
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant:" if add_generation_prompt else "")
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + (
+            "assistant:" if add_generation_prompt else ""
+        )
 
 
 def _texts(task) -> set[tuple[str, str]]:
@@ -85,27 +97,39 @@ def _texts(task) -> set[tuple[str, str]]:
 
 
 def test_conversational_prompts(tmp_path):
-    rows = [{"prompt": [{"role": "system", "content": "Be brief."},
-                        {"role": "user", "content": f"{i} + 1?"}], "answer": str(i + 1)} for i in range(5)]
+    rows = [
+        {
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"{i} + 1?"}],
+            "answer": str(i + 1),
+        }
+        for i in range(5)
+    ]
     path = _write(tmp_path, "jsonl", rows)
     plain = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None))
     assert _texts(plain) == {(f"Be brief.\n{i} + 1?", str(i + 1)) for i in range(5)}
     chat = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction=None), ChatTokenizer())
     assert _texts(chat) == {(f"system: Be brief.\nuser: {i} + 1?\nassistant:", str(i + 1)) for i in range(5)}
-    told = get_task(task_config(name="file", path=str(path), val_size=1, answer_instruction="Say it in <a> tags."),
-                    ChatTokenizer())                     # the row's own system turn, then the instruction
-    assert _texts(told) == {(f"system: Be brief.\n\nSay it in <a> tags.\nuser: {i} + 1?\nassistant:", str(i + 1))
-                            for i in range(5)}
+    told = get_task(
+        task_config(name="file", path=str(path), val_size=1, answer_instruction="Say it in <a> tags."), ChatTokenizer()
+    )  # the row's own system turn, then the instruction
+    assert _texts(told) == {
+        (f"system: Be brief.\n\nSay it in <a> tags.\nuser: {i} + 1?\nassistant:", str(i + 1)) for i in range(5)
+    }
     parquet = get_task(task_config(name="file", path=str(_write(tmp_path, "parquet", rows)), val_size=1))
     assert _pairs(parquet) == _pairs(plain)
 
 
 def test_bad_messages_name_the_row(tmp_path):
-    rows = [{"prompt": [{"role": "user", "content": "1 + 1?"}], "answer": "2"},
-            {"prompt": [{"role": "user", "text": "2 + 2?"}], "answer": "4"}]
+    rows = [
+        {"prompt": [{"role": "user", "content": "1 + 1?"}], "answer": "2"},
+        {"prompt": [{"role": "user", "text": "2 + 2?"}], "answer": "4"},
+    ]
     path = _write(tmp_path, "jsonl", rows)
-    with pytest.raises(ScaleRLError, match=r"d.jsonl: row 1 'prompt': expected text or a list of \{role, content\} "
-                                           r"messages, got \{\"role\": \"user\", \"text\": \"2 \+ 2\?\"\}$"):
+    with pytest.raises(
+        ScaleRLError,
+        match=r"d.jsonl: row 1 'prompt': expected text or a list of \{role, content\} "
+        r"messages, got \{\"role\": \"user\", \"text\": \"2 \+ 2\?\"\}$",
+    ):
         get_task(task_config(name="file", path=str(path), val_size=1))
 
 
@@ -126,23 +150,45 @@ def test_a_small_file_trains_with_the_defaults(capsys, tmp_path):
     args = [a for s in sets + extra for a in ("--set", s)]
     code, out, err = train_cli(capsys, *args, "--run-dir", str(tmp_path / "r"))
     assert code == 0, err
-    assert ("task file:small.jsonl: 54 training prompts, 6 held out for validation (a tenth of the distinct rows, "
-            "at most 512; task.val_size sets it); evaluation: 6 prompts x 2 samples") in out.splitlines()
+    assert (
+        "task file:small.jsonl: 54 training prompts, 6 held out for validation (a tenth of the distinct rows, "
+        "at most 512; task.val_size sets it); evaluation: 6 prompts x 2 samples"
+    ) in out.splitlines()
     evals = [r for r in read_rows(tmp_path / "r" / "metrics.jsonl") if r.get("kind") == "eval"]
     assert evals and all(r["val/completions"] == 6 * 2 for r in evals)
 
 
 def test_a_folder_not_saved_by_datasets(capsys, tmp_path):
     (tmp_path / "notes").mkdir()
-    code, _, err = train_cli(capsys, "--set", "task.name=file", "--set", f"task.path={tmp_path / 'notes'}",
-                             "--set", "model.name=tiny-random", "--run-dir", str(tmp_path / "r"))
+    code, _, err = train_cli(
+        capsys,
+        "--set",
+        "task.name=file",
+        "--set",
+        f"task.path={tmp_path / 'notes'}",
+        "--set",
+        "model.name=tiny-random",
+        "--run-dir",
+        str(tmp_path / "r"),
+    )
     assert code == 2 and "a folder, but not one saved by datasets' save_to_disk" in one_line(err)
 
 
 def test_a_hub_id_offline_is_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)                          # no such file or folder here
-    code, _, err = train_cli(capsys, "--set", "task.name=file", "--set", "task.path=someone/gsm8k-copy",
-                             "--set", "model.name=tiny-random", "--run-dir", str(tmp_path / "r"))
+    monkeypatch.chdir(tmp_path)  # no such file or folder here
+    code, _, err = train_cli(
+        capsys,
+        "--set",
+        "task.name=file",
+        "--set",
+        "task.path=someone/gsm8k-copy",
+        "--set",
+        "model.name=tiny-random",
+        "--run-dir",
+        str(tmp_path / "r"),
+    )
     line = one_line(err)
-    assert code == 2 and line.startswith("scalerl: error: task.path 'someone/gsm8k-copy': no such file or folder, "
-                                         "and not loadable as a Hugging Face Hub dataset (")
+    assert code == 2 and line.startswith(
+        "scalerl: error: task.path 'someone/gsm8k-copy': no such file or folder, "
+        "and not loadable as a Hugging Face Hub dataset ("
+    )

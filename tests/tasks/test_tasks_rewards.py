@@ -13,8 +13,9 @@ from scalerl.types import Completion, Prompt
 
 
 def _completion(text: str) -> Completion:
-    return Completion(id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[],
-                      text=text, finish_reason="eos")
+    return Completion(
+        id="c", prompt_id="p", prompt_tokens=[], tokens=[], logprobs=[], versions=[], text=text, finish_reason="eos"
+    )
 
 
 PROMPT = Prompt(id="p", text="a4b3c2d1+a8b7c6d5=", answer="a2b1c9d6")
@@ -50,7 +51,7 @@ def hanging_or_exact(text: str, prompt: Prompt) -> bool:
 
 
 class _FakeTask:
-    checker = staticmethod(hanging_or_exact)     # module-level: picklable into a worker process
+    checker = staticmethod(hanging_or_exact)  # module-level: picklable into a worker process
 
     def __init__(self, isolate: bool):
         self.isolate_checker = isolate
@@ -80,7 +81,7 @@ def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
     comps = [_completion("ok") for _ in answers]
     scores = []
 
-    def score():                             # from a non-main thread, as a pipeline does
+    def score():  # from a non-main thread, as a pipeline does
         for c, ans in zip(comps, answers):
             scores.append(pooled(Prompt(id="p", text="", answer=ans), c))
 
@@ -88,7 +89,7 @@ def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
     t.start()
     t.join(timeout=180)
     assert len(scores) == 4
-    assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]   # the killed worker was replaced
+    assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]  # the killed worker was replaced
     assert scores[1].error.startswith("timeout")
     assert "checker bug" in scores[3].error
     assert [s.error is not None for s in scores] == [False, True, False, True]
@@ -97,12 +98,17 @@ def test_hanging_checker_times_out_in_a_worker_and_the_batch_goes_on(pooled):
 
 def test_math_verify_on_user_data_from_a_thread(tmp_path):
     path = tmp_path / "maths.jsonl"
-    path.write_text('{"problem": "Half of one?", "answer": "1/2"}\n' * 2 + '{"problem": "One plus one?", "answer": "2"}\n')
+    path.write_text(
+        '{"problem": "Half of one?", "answer": "1/2"}\n' * 2 + '{"problem": "One plus one?", "answer": "2"}\n'
+    )
     task = get_task(task_config(name="file", path=str(path), val_size=1, answer_marker="</think>"))
     fn = RewardFn(task, RewardConfig(timeout_s=20.0), pool_size=1)
     half = Prompt(id="h", text="", answer="1/2")
-    texts = ["<think>hmm</think>The answer is $\\boxed{0.5}$", "<think>\\boxed{0.5}</think>so \\boxed{3}",
-             "\\frac{" * 20_000]
+    texts = [
+        "<think>hmm</think>The answer is $\\boxed{0.5}$",
+        "<think>\\boxed{0.5}</think>so \\boxed{3}",
+        "\\frac{" * 20_000,
+    ]
     comps = [_completion(t) for t in texts]
     scores = []
     th = threading.Thread(target=lambda: scores.extend(fn(half, c) for c in comps))
@@ -123,12 +129,12 @@ def test_the_training_reward_adds_the_length_penalty_in_a_new_score_and_changes_
     shaped = training_reward(RewardFn(ArithTask(), RewardConfig()), cfg)
     right = dataclasses.replace(_completion("<think>..</think>a2b1c9d6</s>"), tokens=[5] * 5)  # 5 tokens
     score = shaped(PROMPT, right)
-    assert (score.reward, score.passed, score.error) == (1.0 - 3 / 4, True, None)   # -(5 - 2) / 4 by hand
-    assert score.penalty == pytest.approx(-3 / 4)   # what the penalty took, kept apart (train/length_penalised_rate)
-    short = dataclasses.replace(right, tokens=[5] * 2)                               # 2 <= 6 - 4: no penalty
+    assert (score.reward, score.passed, score.error) == (1.0 - 3 / 4, True, None)  # -(5 - 2) / 4 by hand
+    assert score.penalty == pytest.approx(-3 / 4)  # what the penalty took, kept apart (train/length_penalised_rate)
+    short = dataclasses.replace(right, tokens=[5] * 2)  # 2 <= 6 - 4: no penalty
     assert (shaped(PROMPT, short).reward, shaped(PROMPT, short).penalty) == (1.0, 0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        right.text = "changed"                      # records flow forward: a completion is frozen
+        right.text = "changed"  # records flow forward: a completion is frozen
     plain = training_reward(RewardFn(ArithTask(), RewardConfig()), load_config("scalerl"))
-    assert plain(PROMPT, right).reward == 1.0       # interruptions, not a penalty: the plain reward
+    assert plain(PROMPT, right).reward == 1.0  # interruptions, not a penalty: the plain reward
     assert plain(PROMPT, right).penalty == 0.0

@@ -14,15 +14,31 @@ import pytest
 from scalerl.cli import main
 from scalerl.run.metrics import read_rows
 
-pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
-              pytest.mark.filterwarnings("ignore:step 1. truncation rate")]  # 32-token budget
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.filterwarnings("ignore:step 1. truncation rate"),
+]  # 32-token budget
 
 # PPO-off-policy-1: every step trains on completions of the weights it holds, so each step
 # has the metric; interruption-free 32-token completions keep the bf16 CPU steps short
-RUN = ["model.name=tiny", "model.compute_dtype=bf16", "batch.prompts=2", "batch.generations=4",
-       "rollout.length.type=none", "rollout.max_new_tokens=32", "pipeline.mode=ppo_off_policy", "pipeline.k=1",
-       "pipeline.transport=thread", "run.threads=1", "run.max_steps=1", "eval.every=100", "eval.prompts=2",
-       "eval.samples=1", "filter.zero_variance=false", "curriculum.no_positive_resampling=false"]
+RUN = [
+    "model.name=tiny",
+    "model.compute_dtype=bf16",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.length.type=none",
+    "rollout.max_new_tokens=32",
+    "pipeline.mode=ppo_off_policy",
+    "pipeline.k=1",
+    "pipeline.transport=thread",
+    "run.threads=1",
+    "run.max_steps=1",
+    "eval.every=100",
+    "eval.prompts=2",
+    "eval.samples=1",
+    "filter.zero_variance=false",
+    "curriculum.no_positive_resampling=false",
+]
 
 
 def _mismatch(tmp_path, fp32_head: bool, seed: int) -> float:

@@ -80,10 +80,11 @@ def _kill_9_mid_run(run_dir: str) -> None:
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    store = host_store("127.0.0.1", "2 FSDP ranks")   # hosted here until they are killed
+    store = host_store("127.0.0.1", "2 FSDP ranks")  # hosted here until they are killed
     rendezvous = f"127.0.0.1:{store.port}"
-    procs = [ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, rendezvous, (run_dir, 1000), out))
-             for r in range(2)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(_train_ranks, r, 2, rendezvous, (run_dir, 1000), out)) for r in range(2)
+    ]
     for p in procs:
         p.start()
     deadline = time.monotonic() + 180
@@ -104,8 +105,11 @@ def ranks(tmp_path_factory):
 
     run_dir = str(tmp_path_factory.mktemp("fsdp-run"))
     _kill_9_mid_run(run_dir)
-    remove_partial(run_dir)   # what a resume does first: a half-written .tmp-step_N goes
-    newest = max(int(p.name.split("_")[1]) for p in (tmp_path_factory.getbasetemp() / run_dir).joinpath("checkpoints").glob("step_*"))
+    remove_partial(run_dir)  # what a resume does first: a half-written .tmp-step_N goes
+    newest = max(
+        int(p.name.split("_")[1])
+        for p in (tmp_path_factory.getbasetemp() / run_dir).joinpath("checkpoints").glob("step_*")
+    )
     steps = newest + 2
     return spawn_ranks(_ranks_main, 2, run_dir, steps, timeout_s=300)[0] | {"run_dir": run_dir, "steps": steps}
 
@@ -125,7 +129,7 @@ def test_two_fsdp_ranks_take_the_single_process_step(ranks, case):
     start = copy.deepcopy(model.state_dict())
     one = train_step(model, optim, fsdp_groups()[:n], cfg, pad, 1)
     row, weights = ranks["cases"][case]
-    assert max_diff(start, model.state_dict()) > 1e-3   # the step moved the weights well past the tolerance
+    assert max_diff(start, model.state_dict()) > 1e-3  # the step moved the weights well past the tolerance
     assert max_diff(weights, model.state_dict()) < TOL
     assert abs(row["train/loss"] - one["train/loss"]) < TOL
     assert row["tokens/trained_step"] == one["tokens/trained_step"]
@@ -135,7 +139,7 @@ def test_two_fsdp_ranks_take_the_single_process_step(ranks, case):
 def test_unequal_micro_batches_and_a_rank_without_a_group_are_padded():
     cfg = fsdp_cfg(CASES[2][0])
     shards = plan_shards(fsdp_groups(), cfg, 2)
-    assert [len(s.groups) for s in shards] == [2, 1]   # with a tiny activation budget: 2 micro-batches vs 1
+    assert [len(s.groups) for s in shards] == [2, 1]  # with a tiny activation budget: 2 micro-batches vs 1
     lone = plan_shards(fsdp_groups()[:1], cfg, 2)
     assert [s.weight for s in lone] == [1.0, 0.0] and lone[1].groups == lone[0].groups
 
@@ -181,14 +185,14 @@ def test_export_of_a_sharded_checkpoint_writes_one_hugging_face_folder_of_its_we
 
     from scalerl.export import export_run
 
-    run_dir = tmp_path / "run"   # the killed run's checkpoints, with the config.yaml a run writes
+    run_dir = tmp_path / "run"  # the killed run's checkpoints, with the config.yaml a run writes
     shutil.copytree(os.path.join(ranks["run_dir"], "checkpoints"), run_dir / "checkpoints")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(fsdp_cfg([]).model_dump(mode="json")))
     ckpt = export_run(run_dir, tmp_path / "hf")
     assert (ckpt / "dcp").is_dir()
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     model, optim, cfg, _ = _single([])
-    load_shards(ckpt / "dcp", model, optim, cfg)   # the weights as the ranks' shards hold them
+    load_shards(ckpt / "dcp", model, optim, cfg)  # the weights as the ranks' shards hold them
     assert max_diff(exported.state_dict(), model.state_dict()) == 0
 
 
@@ -198,7 +202,9 @@ def test_strategy_resolution_and_what_fsdp_refuses():
 
     assert fsdp_cfg([]).trainer.resolved(1) == "single" and fsdp_cfg(["ray.trainers=2"]).trainer.resolved(2) == "ddp"
     fsdp = fsdp_cfg(["trainer.strategy=fsdp", "ray.trainers=2"])
-    assert fsdp.trainer.actors(2) == 2 and fsdp_cfg(["ray.trainers=3"]).trainer.actors(3) == 2   # ddp: rank 0 is the driver
+    assert (
+        fsdp.trainer.actors(2) == 2 and fsdp_cfg(["ray.trainers=3"]).trainer.actors(3) == 2
+    )  # ddp: rank 0 is the driver
     with pytest.raises(ScaleRLError, match="trainer.strategy = 'single' runs one trainer, but ray.trainers = 2"):
         fsdp_cfg(["trainer.strategy=single", "ray.trainers=2"])
     with pytest.raises(ScaleRLError, match="loss.kl_beta > 0 is not supported with trainer.strategy=fsdp"):

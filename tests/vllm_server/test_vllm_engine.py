@@ -27,9 +27,12 @@ PUBLISH_PARTS = ["save", "pause", "reload", "label", "resume"]
 
 
 def rollout(**engine) -> RolloutConfig:
-    return RolloutConfig(temperature=T, length=NoLengthControl(), max_new_tokens=48,
-                         engine=VllmEngineConfig(**{"start_timeout_s": 600, "kv_cache_mb": 64, "max_inflight": 16,
-                                                    **engine}))
+    return RolloutConfig(
+        temperature=T,
+        length=NoLengthControl(),
+        max_new_tokens=48,
+        engine=VllmEngineConfig(**{"start_timeout_s": 600, "kv_cache_mb": 64, "max_inflight": 16, **engine}),
+    )
 
 
 def head_gaps(model, tok, fp32_head: bool, server_args: tuple[str, ...] = ()) -> torch.Tensor:
@@ -43,7 +46,7 @@ def head_gaps(model, tok, fp32_head: bool, server_args: tuple[str, ...] = ()) ->
     groups = [Group(Prompt(c.prompt_id, "", ""), [c], [Score(0.0, False)]) for c in completions]
     with torch.no_grad():
         lp = completion_logprobs(model, collate(groups, pad_id=0), T, fp32_head=True, share_prompt=False)
-    return torch.cat([(lp[i, :len(c.tokens)] - torch.tensor(c.logprobs)).abs() for i, c in enumerate(completions)])
+    return torch.cat([(lp[i, : len(c.tokens)] - torch.tensor(c.logprobs)).abs() for i, c in enumerate(completions)])
 
 
 def show(name: str, gaps: torch.Tensor) -> str:
@@ -60,8 +63,9 @@ def test_the_server_runs_the_head_in_the_dtype_it_is_given():
     fp32 = head_gaps(model, tok, fp32_head=True)
     bf16_head = ("--hf-overrides", json.dumps({"head_dtype": "bfloat16"}))
     bf16 = head_gaps(model, tok, fp32_head=False, server_args=bf16_head)
-    print(f"\nfp32 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; "
-          f"{show('bf16 head', bf16)}")
+    print(
+        f"\nfp32 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; {show('bf16 head', bf16)}"
+    )
     assert fp32.mean() < 1e-5 and bf16.mean() > 100 * fp32.mean(), (fp32.mean(), bf16.mean())
 
 
@@ -73,8 +77,9 @@ def test_a_bf16_model_with_and_without_the_fp32_head():
     model, tok = load_model("tiny-random", dtype="bf16")
     fp32 = head_gaps(model, tok, fp32_head=True)
     bf16 = head_gaps(model, tok, fp32_head=False)
-    print(f"\nbf16 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; "
-          f"{show('bf16 head', bf16)}")
+    print(
+        f"\nbf16 trunk, |server - trainer (FP32 head)| per token: {show('FP32 head', fp32)}; {show('bf16 head', bf16)}"
+    )
     assert fp32.mean() < 1e-2, fp32.mean()
 
 

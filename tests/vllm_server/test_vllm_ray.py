@@ -23,19 +23,23 @@ from scalerl.trainer import state as state_mod
 from scalerl.trainer.step import train_step
 from scalerl.types import Prompt
 
-pytestmark = pytest.mark.vllm   # against real servers: `make test-vllm` (with Ray)
+pytestmark = pytest.mark.vllm  # against real servers: `make test-vllm` (with Ray)
 
-ENGINE_CORE = "VLLM::EngineCor"   # the process name, as the kernel keeps it (15 characters)
-MARK = f"scalerl-test-{uuid.uuid4().hex[:12]}"    # in the environment of every process of this module's actors
+ENGINE_CORE = "VLLM::EngineCor"  # the process name, as the kernel keeps it (15 characters)
+MARK = f"scalerl-test-{uuid.uuid4().hex[:12]}"  # in the environment of every process of this module's actors
 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    here = os.path.dirname(os.path.abspath(__file__))   # the actors import `ServerHolder` from this module,
-    tests = os.path.dirname(here)                        # which imports the helpers in tests/
+    here = os.path.dirname(os.path.abspath(__file__))  # the actors import `ServerHolder` from this module,
+    tests = os.path.dirname(here)  # which imports the helpers in tests/
     path = os.pathsep.join(p for p in (here, tests, os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "SCALERL_TEST_MARK": MARK}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path, "SCALERL_TEST_MARK": MARK}},
+    )
     yield
     ray.shutdown()
 
@@ -60,8 +64,11 @@ class ServerHolder:
 
     def __init__(self):
         model, tok = load_model("tiny-random")
-        cfg = RolloutConfig(length=NoLengthControl(), max_new_tokens=8,
-                            engine=VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=4))
+        cfg = RolloutConfig(
+            length=NoLengthControl(),
+            max_new_tokens=8,
+            engine=VllmEngineConfig(start_timeout_s=600, kv_cache_mb=64, max_inflight=4),
+        )
         self.client = make_engine(model, tok, cfg, seed=0)
 
     def guard(self) -> tuple[int, str]:
@@ -79,7 +86,7 @@ def test_a_killed_actor_leaves_no_process_of_its_server():
     pid, folder = ray.get(holder.guard.remote(), timeout=900)
     guard = psutil.Process(pid)
     assert (Path(folder) / "model" / "model.safetensors").exists()
-    assert ray.get(holder.tokens.remote(), timeout=120) > 0          # a working server
+    assert ray.get(holder.tokens.remote(), timeout=120) > 0  # a working server
     procs = server_processes(guard)
     names = [p.name() for p in procs]
     assert any(n.startswith(ENGINE_CORE) for n in names) and len(procs) >= 3, names
@@ -105,27 +112,54 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
     seen: dict[psutil.Process, str] = {}
     done = threading.Event()
 
-    def watch():   # every process of the actor's server (and its name), while the run lasts
+    def watch():  # every process of the actor's server (and its name), while the run lasts
         while not done.is_set():
             for p in psutil.process_iter(["cmdline"]):
                 if p.info["cmdline"] and str(GUARD) in p.info["cmdline"] and marked(p):
                     for q in server_processes(p):
                         try:
-                            seen[q] = q.name()      # the last one: EngineCore renames itself
+                            seen[q] = q.name()  # the last one: EngineCore renames itself
                         except psutil.Error:
                             continue
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    sets = ["model.name=tiny-random", "batch.prompts=2", "batch.generations=4", "rollout.max_new_tokens=24",
-            "rollout.length.think_min=8", "rollout.length.think_max=12", "rollout.length.answer_budget=4",
-            "rollout.length.phrase=</think>", "filter.zero_variance=false", "pipeline.k=1", "eval.every=100",
-            "run.checkpoint_every=100", "rollout.engine=vllm", "rollout.engine.request_timeout_s=120",
-            "rollout.engine.start_timeout_s=900", "rollout.engine.kv_cache_mb=64", "ray.generator_cpus=1"]
+    sets = [
+        "model.name=tiny-random",
+        "batch.prompts=2",
+        "batch.generations=4",
+        "rollout.max_new_tokens=24",
+        "rollout.length.think_min=8",
+        "rollout.length.think_max=12",
+        "rollout.length.answer_budget=4",
+        "rollout.length.phrase=</think>",
+        "filter.zero_variance=false",
+        "pipeline.k=1",
+        "eval.every=100",
+        "run.checkpoint_every=100",
+        "rollout.engine=vllm",
+        "rollout.engine.request_timeout_s=120",
+        "rollout.engine.start_timeout_s=900",
+        "rollout.engine.kv_cache_mb=64",
+        "ray.generator_cpus=1",
+    ]
     try:
-        code = main(["train", "--no-progress", "--run-dir", str(tmp_path / "run"), "--max-steps", "3",
-                     "--backend", "ray", "--generators", "1", *[a for s in sets for a in ("--set", s)]])
+        code = main(
+            [
+                "train",
+                "--no-progress",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "3",
+                "--backend",
+                "ray",
+                "--generators",
+                "1",
+                *[a for s in sets for a in ("--set", s)],
+            ]
+        )
     finally:
         done.set()
         watcher.join(timeout=30)
@@ -135,9 +169,9 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
     assert rows[-1]["ray/completions/gen0"] >= 3 * 2 * 4 and rows[-1]["staleness/dropped"] == 0
     completions = [(s, c) for s, groups in trained for g in groups for c in g.completions]
     assert len(completions) == 3 * 2 * 4
-    for s, c in completions:    # one version per token, from the server's spans: never newer than the trainer's
+    for s, c in completions:  # one version per token, from the server's spans: never newer than the trainer's
         assert len(c.versions) == len(c.tokens) > 0 and all(0 <= v < s for v in c.versions)
         assert c.versions == sorted(c.versions)
-    assert max(v for _, c in completions for v in c.versions) >= 1   # published weights reached the server
+    assert max(v for _, c in completions for v in c.versions) >= 1  # published weights reached the server
     assert any(n.startswith(ENGINE_CORE) for n in seen.values()), seen
     print(f"run end: the actor's {len(seen)} server processes gone {gone_within(list(seen), 60):.1f} s after")
