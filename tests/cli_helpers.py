@@ -6,24 +6,14 @@ import pytest
 import scalerl.assembly.run as build_mod
 from doubles import tiny_random_components
 from scalerl.cli import main
+from train_helpers import SMALL as TRAIN_SMALL
 
 SMALL = [
     "rollout.length.think_min=4",
     "rollout.length.think_max=6",
     "rollout.length.answer_budget=4",
     "rollout.length.phrase=</think>",  # the forced-interruption path inside a 12-token budget
-    "model.name=tiny-random",
-    "batch.prompts=2",
-    "batch.generations=4",
-    "rollout.max_new_tokens=12",
-    "rollout.batch_slots=8",
-    "eval.every=2",
-    "eval.prompts=4",
-    "eval.samples=2",
-    "run.checkpoint_every=2",
-    "optim.warmup_steps=1",
-    "pipeline.transport=thread",
-    "run.threads=1",
+    *TRAIN_SMALL,  # the loop tests' small run (train_helpers)
 ]
 SETS = [a for s in SMALL for a in ("--set", s)]
 

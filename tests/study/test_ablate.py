@@ -250,8 +250,9 @@ def test_the_report_judges_each_configuration_against_the_paper(tmp_path):
     assert "## Against the paper" in md and "2 agrees, 1 disagrees, 1 not measurable here (of 4)" in md
 
 
-def test_paper_verdicts_on_hand_made_differences():
-    from scalerl.study.paper import FINDINGS, Finding, judge
+def _hand_made():
+    """A finding of a lower A and B (the paper's A effect 0.05), and a measured difference that judges it."""
+    from scalerl.study.paper import Finding
 
     lower = Finding("Fig. X", "lower", A="lower", B="lower", effect_A=0.05)
     d = {
@@ -264,6 +265,13 @@ def test_paper_verdicts_on_hand_made_differences():
         "B_differs": None,
         "detectable_A": 0.015,
     }
+    return lower, d
+
+
+def test_paper_verdicts_on_hand_made_differences():
+    from scalerl.study.paper import judge
+
+    lower, d = _hand_made()
     v = judge(d, lower)
     assert v["A"][0] == "agrees" and v["B"][0] == "not measurable here" and v["overall"] == "agrees"
     # within the margin: the paper's effect (0.05) was larger than the margin (0.02): not reproduced
@@ -275,6 +283,12 @@ def test_paper_verdicts_on_hand_made_differences():
     assert judge({**d, "A_differs": None}, lower)["A"][0] == "not measurable here"  # A on the edge
     assert judge({**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}, lower)["B"][0] == "agrees"
     assert judge({"judged": False, "why": "no fit"}, lower)["overall"] == "not measurable here"
+
+
+def test_paper_verdicts_per_gpu_hour_and_by_the_seeds_power():
+    from scalerl.study.paper import FINDINGS, judge
+
+    lower, d = _hand_made()
     # PipelineRL's k and PPO-off-policy: the paper's B is per GPU-hour, which a FLOPs axis cannot show;
     # on device-hours it is judged like any B, and A is judged on either axis
     per_hour = FINDINGS["pipeline-k2"]
@@ -295,6 +309,14 @@ def test_paper_verdicts_on_hand_made_differences():
         "agrees",
         "-0.430 (beyond +-0.020; detectable 0.080 > the paper's 0.050, but the difference exceeds it)",
     ]
+
+
+def test_paper_verdicts_of_an_unsized_claim_and_every_planned_configuration():
+    from scalerl.study.paper import FINDINGS, Finding, judge
+
+    lower, d = _hand_made()
+    per_hour = FINDINGS["pipeline-k2"]
+    measured = {**d, "margin_B": 0.05, "B_differs": True, "dB": -0.2}
     # a claimed difference of no stated size, not seen: absence of a difference of unknown size proves nothing
     unsized = Finding("Fig. Y", "lower", A="lower", B="lower")
     got = judge(
@@ -670,6 +692,11 @@ def test_each_variant_checks_whether_its_component_acts_over_every_training_step
     assert "on 0 of 10 steps" in got["evidence"] and "up to 1.10" in got["evidence"]
     assert component_activity("dapo-loss", [unclipped], [unclipped])["acts"] is False
 
+
+def test_the_filter_length_control_and_window_check_whether_they_act_over_every_training_step():
+    from scalerl.study.activity import summarise_activity
+
+    unclipped = summarise_activity(_train_rows(10, loss__clip_frac=lambda i: 0.0, loss__ratio_max=lambda i: 1.05))
     # the zero-variance filter: the mean dropped a step, (2 + 4 + ... + 20) / 10 = 11
     dropping = summarise_activity(
         _train_rows(10, batch__zero_variance_dropped=lambda i: 2 * i, batch__drawn=lambda i: 32)

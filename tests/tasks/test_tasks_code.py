@@ -222,19 +222,12 @@ def test_scoring_runs_beside_generation_in_a_pool():
     assert 0 <= g.score_wait <= time.monotonic() - t0 and g.score_seconds >= 0
 
 
-def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
-    """With `deliver`, `add` never waits for a score: a slow group (draw 0, its scores held until the fast
-    one is delivered) is delivered after a fast one (draw 1) from the scoring threads, with how long it
-    waited for its scores; a scorer's error goes to `fail`, not `deliver`; a group still being scored when
-    the assembler closes is dropped. Every wait is on an event the scorers or the callbacks set."""
-    import threading
+def _held_reward(release: dict, held: list, lock):
+    """A reward whose scores of a prompt named in `release` wait for its event (the time waited into `held`);
+    a completion "boom" raises."""
     import time
 
-    from scalerl.transport.window import GroupAssembler
     from scalerl.types import Score
-
-    release = {"slow": threading.Event(), "late": threading.Event()}
-    held, lock = [], threading.Lock()
 
     def reward(prompt, c):
         if prompt.text in release:
@@ -246,6 +239,23 @@ def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
             raise RuntimeError("scorer failed")
         return Score(float(c.text), c.text == "1")
 
+    return reward
+
+
+def test_delivered_groups_are_handed_on_without_waiting_out_of_draw_order():
+    """With `deliver`, `add` never waits for a score: a slow group (draw 0, its scores held until the fast
+    one is delivered) is delivered after a fast one (draw 1) from the scoring threads, with how long it
+    waited for its scores; a scorer's error goes to `fail`, not `deliver`; a group still being scored when
+    the assembler closes is dropped. Every wait is on an event the scorers or the callbacks set."""
+    import threading
+    import time
+
+    from scalerl.transport.window import GroupAssembler
+
+    release = {"slow": threading.Event(), "late": threading.Event()}
+    held, lock = [], threading.Lock()
+
+    reward = _held_reward(release, held, lock)
     got, errors, released_at, both, failed = [], [], [], threading.Event(), threading.Event()
 
     def deliver(group):

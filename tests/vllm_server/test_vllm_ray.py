@@ -95,6 +95,41 @@ def test_a_killed_actor_leaves_no_process_of_its_server():
     assert not Path(folder).exists()
 
 
+# the run of test_train_on_a_vllm_generator_actor: the tiny model, 3 steps of 2 x 4 on one vLLM generator actor
+ACTOR_RUN = [
+    "model.name=tiny-random",
+    "batch.prompts=2",
+    "batch.generations=4",
+    "rollout.max_new_tokens=24",
+    "rollout.length.think_min=8",
+    "rollout.length.think_max=12",
+    "rollout.length.answer_budget=4",
+    "rollout.length.phrase=</think>",
+    "filter.zero_variance=false",
+    "pipeline.k=1",
+    "eval.every=100",
+    "run.checkpoint_every=100",
+    "rollout.engine=vllm",
+    "rollout.engine.request_timeout_s=120",
+    "rollout.engine.start_timeout_s=900",
+    "rollout.engine.kv_cache_mb=64",
+    "ray.generator_cpus=1",
+]
+
+
+def _watch_servers(seen: dict, done: threading.Event) -> None:
+    """Every process of the actor's server (and its name) into `seen`, until `done`."""
+    while not done.is_set():
+        for p in psutil.process_iter(["cmdline"]):
+            if p.info["cmdline"] and str(GUARD) in p.info["cmdline"] and marked(p):
+                for q in server_processes(p):
+                    try:
+                        seen[q] = q.name()  # the last one: EngineCore renames itself
+                    except psutil.Error:
+                        continue
+        time.sleep(0.5)
+
+
 def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
     """`scalerl train --backend ray --generators 1 --set rollout.engine=vllm`: the actor's server decodes with
     the weights of each published version (per-token versions, staleness within k), the run completes, and
@@ -112,54 +147,11 @@ def test_train_on_a_vllm_generator_actor(tmp_path, monkeypatch):
     seen: dict[psutil.Process, str] = {}
     done = threading.Event()
 
-    def watch():  # every process of the actor's server (and its name), while the run lasts
-        while not done.is_set():
-            for p in psutil.process_iter(["cmdline"]):
-                if p.info["cmdline"] and str(GUARD) in p.info["cmdline"] and marked(p):
-                    for q in server_processes(p):
-                        try:
-                            seen[q] = q.name()  # the last one: EngineCore renames itself
-                        except psutil.Error:
-                            continue
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=watch, daemon=True)
+    watcher = threading.Thread(target=_watch_servers, args=(seen, done), daemon=True)
     watcher.start()
-    sets = [
-        "model.name=tiny-random",
-        "batch.prompts=2",
-        "batch.generations=4",
-        "rollout.max_new_tokens=24",
-        "rollout.length.think_min=8",
-        "rollout.length.think_max=12",
-        "rollout.length.answer_budget=4",
-        "rollout.length.phrase=</think>",
-        "filter.zero_variance=false",
-        "pipeline.k=1",
-        "eval.every=100",
-        "run.checkpoint_every=100",
-        "rollout.engine=vllm",
-        "rollout.engine.request_timeout_s=120",
-        "rollout.engine.start_timeout_s=900",
-        "rollout.engine.kv_cache_mb=64",
-        "ray.generator_cpus=1",
-    ]
     try:
-        code = main(
-            [
-                "train",
-                "--no-progress",
-                "--run-dir",
-                str(tmp_path / "run"),
-                "--max-steps",
-                "3",
-                "--backend",
-                "ray",
-                "--generators",
-                "1",
-                *[a for s in sets for a in ("--set", s)],
-            ]
-        )
+        argv = ["train", "--no-progress", "--run-dir", str(tmp_path / "run"), "--max-steps", "3"]
+        code = main([*argv, "--backend", "ray", "--generators", "1", *[a for s in ACTOR_RUN for a in ("--set", s)]])
     finally:
         done.set()
         watcher.join(timeout=30)
